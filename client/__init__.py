@@ -1,0 +1,1 @@
+"""DRPC clients: ``DRPCClient``, ``AsyncDRPCClient``, ``DRPCInvocationsClient``."""
