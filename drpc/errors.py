@@ -1,0 +1,137 @@
+"""Every error drpc raises, under one root class.
+
+Contract:
+
+- ``DRPCError`` is the root: ``except drpc.DRPCError`` catches anything drpc
+  raises on purpose. Programming errors in user code (a bolt raising
+  ``KeyError``) are wrapped into a request failure, never re-raised raw into
+  the engine.
+- ``DRPCExecutionException`` and ``AuthorizationException`` mirror Storm's
+  Thrift exceptions field for field (``msg``, ``type``), so a failure looks the
+  same whether it came over the wire or from an in-process runtime.
+- ``Failure`` is the value form of a request or batch failure as it travels
+  through the engine (collector -> acker -> spout -> request table); it turns
+  into a ``DRPCExecutionException`` at the edge.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class DRPCError(Exception):
+    """Root of every exception drpc raises on purpose."""
+
+
+class DRPCExceptionType(enum.IntEnum):
+    """Storm's ``DRPCExceptionType`` enum; values are part of the wire format."""
+
+    INTERNAL_ERROR = 0
+    SERVER_SHUTDOWN = 1
+    SERVER_TIMEOUT = 2
+    FAILED_REQUEST = 3
+
+
+class DRPCExecutionException(DRPCError):
+    """A DRPC call did not produce a result.
+
+    ``type`` tells why: FAILED_REQUEST (a step failed, or the function is not
+    served), SERVER_TIMEOUT (the deadline passed), SERVER_SHUTDOWN, or
+    INTERNAL_ERROR (the engine detected an inconsistency and refused to answer
+    rather than answer wrongly).
+    """
+
+    def __init__(
+        self, msg: str, type: DRPCExceptionType = DRPCExceptionType.FAILED_REQUEST
+    ) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.type = DRPCExceptionType(type)
+
+    def __repr__(self) -> str:
+        return f"DRPCExecutionException({self.msg!r}, type={self.type.name})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.msg, self.type))
+
+
+class AuthorizationException(DRPCError):
+    """The caller's identity may not perform the operation."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self.msg = msg
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.msg,))
+
+
+class InvalidTopologyError(DRPCError, ValueError):
+    """A topology cannot be built; ``component`` names the offending component."""
+
+    def __init__(self, message: str, component: str | None = None) -> None:
+        text = f"component {component!r}: {message}" if component else message
+        super().__init__(text)
+        self.component = component
+
+
+class InvalidTupleError(DRPCError, ValueError):
+    """An emit does not match its stream: wrong arity, unknown or misused stream."""
+
+
+class UnserializableValueError(DRPCError, TypeError):
+    """A value emitted by a bolt cannot be pickled, so it could not travel between tasks."""
+
+
+class UnhashableGroupingValueError(DRPCError, TypeError):
+    """A fields grouping met a value it cannot hash the same way in every process."""
+
+
+class FailedException(DRPCError):
+    """Raise from a bolt to fail the input tuple (and so its request or batch).
+
+    Unlike other exceptions it is an expected outcome: drpc records the
+    message as the failure reason without a traceback.
+    """
+
+
+class ReportedFailedException(FailedException):
+    """A ``FailedException`` that is also logged as an error of the component."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a request, batch or tuple tree failed, as it travels through the engine."""
+
+    type: DRPCExceptionType
+    message: str
+    component: str | None = None
+    task: int | None = None
+
+    def to_exception(self) -> DRPCExecutionException:
+        return DRPCExecutionException(self.message, self.type)
+
+    @classmethod
+    def timed_out(cls, detail: str = "") -> Failure:
+        message = f"Timed Out: {detail}" if detail else "Timed Out"
+        return cls(DRPCExceptionType.SERVER_TIMEOUT, message)
+
+    @classmethod
+    def from_exception(
+        cls, error: BaseException, component: str | None, task: int | None, during: str
+    ) -> Failure:
+        """Describe an exception raised by user code in ``component`` while ``during``."""
+        where = f"step {component!r}" if component else "a step"
+        if task is not None:
+            where += f" (task {task})"
+        if isinstance(error, FailedException):
+            detail = f"FailedException: {error}" if str(error) else "FailedException"
+        else:
+            detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        return cls(
+            DRPCExceptionType.FAILED_REQUEST,
+            f"Request failed: {where} raised {detail} in {during}",
+            component,
+            task,
+        )

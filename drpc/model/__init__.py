@@ -1,0 +1,1 @@
+"""The topology model: fields, tuples, streams, groupings, components, validation."""

@@ -1,0 +1,152 @@
+"""Fields, Values, Tuple, stable hashing and groupings."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import pickle
+import subprocess
+import sys
+import uuid
+from collections import Counter
+
+import pytest
+
+from drpc import Fields, Tuple, UnhashableGroupingValueError, Values, stable_hash
+from drpc.model.grouping import (
+    AllGrouping,
+    DirectGrouping,
+    FieldsGrouping,
+    GlobalGrouping,
+    LocalOrShuffleGrouping,
+    NoneGrouping,
+    ShuffleGrouping,
+)
+
+
+def test_fields_index_select_and_equality() -> None:
+    fields = Fields("id", "url", "count")
+    assert fields == Fields(["id", "url", "count"]) == ["id", "url", "count"]
+    assert fields.field_index("url") == 1
+    assert "count" in fields and "nope" not in fields
+    assert fields.select(Fields("count", "id"), [1, "u", 3]) == [3, 1]
+    assert hash(fields) == hash(Fields(["id", "url", "count"]))
+    assert pickle.loads(pickle.dumps(fields)) == fields
+    with pytest.raises(KeyError, match="unknown field 'nope'"):
+        fields.field_index("nope")
+
+
+@pytest.mark.parametrize("bad", [("a", "a"), ("a", ""), ("a", 3)])
+def test_fields_reject_duplicates_and_non_names(bad: tuple[object, ...]) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        Fields(*bad)  # type: ignore[arg-type]
+
+
+def test_values_is_a_list_of_its_arguments() -> None:
+    assert Values("a", 1) == ["a", 1]
+    assert pickle.loads(pickle.dumps(Values("a", 1))) == ["a", 1]
+
+
+def test_tuple_access_by_index_and_name() -> None:
+    t = Tuple([7, "foo.com"], Fields("id", "url"), "bolt0", "default", 3)
+    assert t[0] == 7 and t["url"] == "foo.com" and t[-1] == "foo.com"
+    assert (t.source_component, t.source_stream, t.source_task) == ("bolt0", "default", 3)
+    assert t.get("missing", "x") == "x" and t.contains("id")
+    assert t.select(Fields("url")) == ["foo.com"]
+    assert list(t) == [7, "foo.com"] and len(t) == 2
+    with pytest.raises(KeyError):
+        t["missing"]
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    x: int
+    y: str
+
+
+SAMPLES: list[object] = [
+    "foo.com/blog/1",
+    "ünïcødé",
+    b"bytes",
+    0,
+    -1,
+    2**70,
+    3.5,
+    None,
+    True,
+    (1, "a"),
+    [1, "a"],
+    frozenset({"a", "b", "c"}),
+    {"k": [1, 2], "j": None},
+    Color.RED,
+    uuid.UUID(int=12345),
+    Point(1, "p"),
+]
+
+
+def test_stable_hash_is_identical_across_processes_with_different_hash_seeds() -> None:
+    here = [stable_hash([value]) for value in SAMPLES] + [stable_hash(["a", 1, None])]
+    script = (
+        f"import json, sys; sys.path.insert(0, {os.getcwd()!r}); "
+        "from tests.model.test_model import SAMPLES; from drpc import stable_hash; "
+        "print(json.dumps([stable_hash([v]) for v in SAMPLES] + [stable_hash(['a', 1, None])]))"
+    )
+    for seed in ("1", "2", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        out = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        )
+        assert json.loads(out.stdout) == here
+
+
+def test_equal_values_hash_equal() -> None:
+    assert stable_hash([1]) == stable_hash([1.0]) == stable_hash([True])
+    assert stable_hash([(1, 2)]) == stable_hash([[1, 2]])
+    assert stable_hash([{"a", "b"}]) == stable_hash([frozenset({"b", "a"})])
+    assert stable_hash(["a"]) != stable_hash(["b"])
+
+
+def test_unhashable_values_are_refused_with_the_type_named() -> None:
+    class Opaque:
+        pass
+
+    with pytest.raises(UnhashableGroupingValueError, match="Opaque"):
+        stable_hash([Opaque()])
+
+
+def test_fields_grouping_spreads_and_is_consistent() -> None:
+    fields = Fields("id", "follower")
+    partitioner = FieldsGrouping(Fields("follower")).partitioner(fields, 0, 1, 6)
+    other_source = FieldsGrouping(Fields("follower")).partitioner(fields, 3, 4, 6)
+    counts: Counter[int] = Counter()
+    for n in range(6000):
+        [task] = partitioner.choose([n % 7, f"user{n}"])
+        assert other_source.choose([99, f"user{n}"]) == (task,)
+        counts[task] += 1
+    assert set(counts) == set(range(6)) and min(counts.values()) > 800
+
+
+def test_shuffle_and_none_round_robin_from_the_source_index() -> None:
+    fields = Fields("x")
+    for grouping in (ShuffleGrouping(), NoneGrouping()):
+        partitioner = grouping.partitioner(fields, 2, 4, 3)
+        assert [partitioner.choose([i])[0] for i in range(6)] == [2, 0, 1, 2, 0, 1]
+
+
+def test_global_all_and_local_or_shuffle() -> None:
+    fields = Fields("x")
+    assert GlobalGrouping().partitioner(fields, 3, 4, 5).choose([1]) == (0,)
+    assert AllGrouping().partitioner(fields, 0, 1, 3).choose([1]) == (0, 1, 2)
+    same = LocalOrShuffleGrouping().partitioner(fields, 2, 4, 4)
+    assert {same.choose([i]) for i in range(10)} == {(2,)}
+    assert LocalOrShuffleGrouping().keeps_task_index(4, 4)
+    assert not LocalOrShuffleGrouping().keeps_task_index(4, 3)
+    other = LocalOrShuffleGrouping().partitioner(fields, 2, 4, 3)
+    assert sorted(other.choose([i])[0] for i in range(3)) == [0, 1, 2]
+    assert DirectGrouping().needs_direct_stream and not ShuffleGrouping().needs_direct_stream
