@@ -1,0 +1,179 @@
+"""The acker: Storm's XOR ledger of tuple trees, as a pure state machine.
+
+Events in (``init``, ``ack``, ``fail``, ``expire``), decisions out
+(``RootCompleted``, ``RootFailed``). No threads, no clock: callers pass ``now``.
+
+Protocol (every id is a random non-zero 64-bit integer, see ``new_edge_id``):
+
+- a spout emits a root tuple to k tasks with edge ids e1..ek and sends
+  ``init(root, e1 ^ ... ^ ek, owner)``;
+- a task that processed a tuple with edge id e, emitting children anchored to
+  it with edge ids c1..cm, sends ``ack(root, e ^ c1 ^ ... ^ cm)``;
+- the ledger XORs everything in; once initialised and zero, every emitted
+  tuple has been acked: ``RootCompleted``. Order does not matter (an ack may
+  arrive before the init).
+- ``fail(root)`` or the deadline passing yields ``RootFailed`` and forgets the
+  root. A lost or duplicated ack leaves the value non-zero, so the root times
+  out instead of completing.
+- a failed root is remembered until its deadline: acks still in flight for it
+  are ignored instead of re-creating an entry, and a fail that overtook the
+  root's init fails the root as soon as the init arrives.
+
+Memory is one fixed-size entry per pending or recently failed root (value,
+owner, deadline, initialised flag), whatever the size of the tree. The timeout
+is the same for every root, so entries expire in creation order.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from drpc.errors import Failure
+
+_MASK64 = (1 << 64) - 1
+_ids = random.Random()
+
+
+def new_edge_id() -> int:
+    """A random non-zero 64-bit id for a root or an edge of a tuple tree."""
+    while True:
+        value = _ids.getrandbits(64)
+        if value:
+            return value
+
+
+@dataclass(frozen=True, slots=True)
+class RootCompleted:
+    root: int
+    owner: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class RootFailed:
+    root: int
+    owner: Hashable
+    failure: Failure
+
+
+AckerDecision = RootCompleted | RootFailed
+
+
+class _Entry:
+    __slots__ = ("deadline", "initialized", "owner", "value")
+
+    def __init__(self, deadline: float) -> None:
+        self.value = 0
+        self.owner: Hashable = None
+        self.deadline = deadline
+        self.initialized = False
+
+
+class Acker:
+    """Tracks tuple trees by root id. ``timeout`` seconds from a root's first event."""
+
+    def __init__(self, timeout: float) -> None:
+        if timeout <= 0:
+            raise ValueError(f"acker timeout must be positive, got {timeout!r}")
+        self.timeout = timeout
+        self._pending: OrderedDict[int, _Entry] = OrderedDict()
+        # Failed roots until their deadline, with the failure if the init has not come yet.
+        self._failed: OrderedDict[int, tuple[float, Failure | None]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @property
+    def failed_roots(self) -> int:
+        return len(self._failed)
+
+    def __contains__(self, root: object) -> bool:
+        return root in self._pending
+
+    def value(self, root: int) -> int | None:
+        """The current XOR value of a pending root (for tests and debugging)."""
+        entry = self._pending.get(root)
+        return None if entry is None else entry.value
+
+    def entry_size(self, root: int) -> tuple[int, ...]:
+        """The sizes of a root's stored fields: constant however large the tree grows."""
+        entry = self._pending[root]
+        return (
+            sys.getsizeof(entry),
+            sys.getsizeof(entry.value) if entry.value else 0,
+        )
+
+    def _entry(self, root: int, now: float) -> _Entry:
+        entry = self._pending.get(root)
+        if entry is None:
+            entry = _Entry(now + self.timeout)
+            self._pending[root] = entry
+        return entry
+
+    def _settle(self, root: int, entry: _Entry) -> list[AckerDecision]:
+        if entry.initialized and entry.value == 0:
+            del self._pending[root]
+            return [RootCompleted(root, entry.owner)]
+        return []
+
+    def init(self, root: int, ack_val: int, owner: Hashable, now: float) -> list[AckerDecision]:
+        """A spout emitted root ``root``; ``ack_val`` is the XOR of its edge ids."""
+        if root in self._failed:
+            deadline, failure = self._failed[root]
+            if failure is None:
+                return []
+            self._failed[root] = (deadline, None)
+            return [RootFailed(root, owner, failure)]
+        entry = self._entry(root, now)
+        entry.value ^= ack_val & _MASK64
+        entry.owner = owner
+        entry.initialized = True
+        return self._settle(root, entry)
+
+    def ack(self, root: int, ack_val: int, now: float) -> list[AckerDecision]:
+        """A task acked a tuple of ``root``'s tree (its edge id XOR its children's)."""
+        if root in self._failed:
+            return []
+        entry = self._entry(root, now)
+        entry.value ^= ack_val & _MASK64
+        return self._settle(root, entry)
+
+    def fail(self, root: int, failure: Failure, now: float) -> list[AckerDecision]:
+        """A tuple of the tree failed: the whole tree fails now (or at its init)."""
+        if root in self._failed:
+            return []
+        entry = self._pending.pop(root, None)
+        if entry is None or not entry.initialized:
+            self._failed[root] = (now + self.timeout, failure)
+            return []
+        self._failed[root] = (now + self.timeout, None)
+        return [RootFailed(root, entry.owner, failure)]
+
+    def expire(self, now: float) -> list[AckerDecision]:
+        """Fail every root whose deadline has passed; forget uninitialised strays."""
+        decisions: list[AckerDecision] = []
+        while self._pending:
+            root, entry = next(iter(self._pending.items()))
+            if entry.deadline > now:
+                break
+            self._pending.popitem(last=False)
+            if entry.initialized:
+                self._failed[root] = (now + self.timeout, None)
+                decisions.append(
+                    RootFailed(
+                        root,
+                        entry.owner,
+                        Failure.timed_out(
+                            f"the tuple tree did not complete within {self.timeout:g} s"
+                        ),
+                    )
+                )
+        while self._failed:
+            root, (deadline, _) = next(iter(self._failed.items()))
+            if deadline > now:
+                break
+            self._failed.popitem(last=False)
+        return decisions

@@ -1,0 +1,342 @@
+"""CoordinatedBolt's rules for one task, as a pure state machine.
+
+A coordinated task must know when it has every tuple of an id (a DRPC request
+or a transactional batch attempt) so it can call ``finish_batch`` exactly once,
+then tell each downstream task how many tuples it sent it. Per id it tracks:
+tuples acked, count reports received, the sum of the reported counts, tuples
+emitted per downstream task, whether the id (and commit) tuple arrived.
+
+Finish rule. An id finishes at this task when
+
+- every expected report is in (``expected_reports``: 1 after a first step,
+  because only the one task that got the request knows the id; the number of
+  upstream tasks after later steps) and the tuples acked equal the reported
+  total; a first step (``expected_reports == 0``) instead expects exactly one
+  tuple, the request itself;
+- and, if ``waits_for_id``, the id tuple has arrived (only the task owning the
+  id receives it; the others give the id up silently once their reports are
+  complete, without finishing);
+- and, if ``waits_for_commit``, the commit tuple has arrived.
+
+Then the tracker says ``FinishBatch``; the driver runs the bolt's finish
+(which may emit, and those emits count) and calls ``finish_done``, which says
+``SendReport`` for EVERY downstream task (count 0 included) and
+``Completed``. A failed tuple, a failed finish, a count mismatch or the
+deadline says ``Failed``; a failure elsewhere (``abandon``) says
+``Abandoned``. After any of these the id is forgotten; failed and abandoned
+ids are remembered as tombstones until their deadline so late events for them
+are ``Ignored`` instead of resurrecting the id. Finish never follows a
+failure, and no tracking entry outlives its deadline.
+
+Driver contract: after ``FinishBatch`` call ``finish_done`` or
+``finish_failed`` before feeding another event for that id.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+
+from drpc.errors import DRPCExceptionType, Failure
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinationConfig:
+    expected_reports: int
+    downstream_tasks: tuple[int, ...] = ()
+    waits_for_id: bool = False
+    waits_for_commit: bool = False
+    timeout: float = 30.0
+    component: str | None = None
+    task: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.expected_reports < 0:
+            raise ValueError(f"expected_reports must be >= 0, got {self.expected_reports}")
+        if self.timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {self.timeout}")
+
+
+@dataclass(frozen=True, slots=True)
+class FinishBatch:
+    id: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class SendReport:
+    id: Hashable
+    task: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    id: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    id: Hashable
+    failure: Failure
+
+
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    id: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    id: Hashable
+
+
+Decision = FinishBatch | SendReport | Completed | Failed | Abandoned | Ignored
+
+
+class _Track:
+    __slots__ = (
+        "acked",
+        "commit_received",
+        "deadline",
+        "emitted",
+        "expected",
+        "finishing",
+        "id_received",
+        "reports",
+    )
+
+    def __init__(self, deadline: float) -> None:
+        self.reports = 0
+        self.expected = 0
+        self.acked = 0
+        self.id_received = False
+        self.commit_received = False
+        self.finishing = False
+        self.emitted: dict[int, int] = {}
+        self.deadline = deadline
+
+
+class CoordinationTracker:
+    """The coordination state of one task. ``owns_id`` says which ids this task owns
+    (needed only when ``waits_for_id``; by default every id)."""
+
+    def __init__(
+        self, config: CoordinationConfig, owns_id: Callable[[Hashable], bool] | None = None
+    ) -> None:
+        self.config = config
+        self._owns_id = owns_id
+        self._tracks: OrderedDict[Hashable, _Track] = OrderedDict()
+        self._tombstones: OrderedDict[Hashable, float] = OrderedDict()
+
+    # -- introspection ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._tracks)
+
+    def __contains__(self, id: object) -> bool:
+        return id in self._tracks
+
+    @property
+    def tombstones(self) -> int:
+        return len(self._tombstones)
+
+    def tracked_ids(self) -> Iterator[Hashable]:
+        return iter(self._tracks)
+
+    def emitted_counts(self, id: Hashable) -> dict[int, int]:
+        track = self._tracks.get(id)
+        return dict(track.emitted) if track else {}
+
+    # -- events ----------------------------------------------------------------------
+
+    def tuple_received(self, id: Hashable, now: float) -> list[Decision]:
+        """A data tuple for ``id`` arrived and is about to be executed."""
+        if id in self._tombstones:
+            return [Ignored(id)]
+        self._track(id, now)
+        return []
+
+    def tuple_acked(self, id: Hashable, now: float) -> list[Decision]:
+        track = self._tracks.get(id)
+        if track is None:
+            return [Ignored(id)] if id in self._tombstones else []
+        track.acked += 1
+        return self._check(id, track, now)
+
+    def tuple_failed(self, id: Hashable, failure: Failure, now: float) -> list[Decision]:
+        if id not in self._tracks:
+            return [Ignored(id)] if id in self._tombstones else []
+        return self._fail(id, failure, now)
+
+    def tuple_emitted(self, id: Hashable, task: int, count: int = 1) -> None:
+        """The bolt sent ``count`` tuples of ``id`` to downstream task ``task``."""
+        track = self._tracks.get(id)
+        if track is not None:
+            track.emitted[task] = track.emitted.get(task, 0) + count
+
+    def report_received(self, id: Hashable, count: int, now: float) -> list[Decision]:
+        """An upstream task reports it sent ``count`` tuples of ``id`` to this task."""
+        if id in self._tombstones:
+            return [Ignored(id)]
+        track = self._track(id, now)
+        track.reports += 1
+        track.expected += count
+        if track.reports > self.config.expected_reports:
+            return self._fail(
+                id,
+                self._internal(
+                    f"received {track.reports} count reports for one id, expected "
+                    f"{self.config.expected_reports}"
+                ),
+                now,
+            )
+        return self._check(id, track, now)
+
+    def id_received(self, id: Hashable, now: float) -> list[Decision]:
+        if id in self._tombstones:
+            return [Ignored(id)]
+        track = self._track(id, now)
+        track.id_received = True
+        return self._check(id, track, now)
+
+    def commit_received(self, id: Hashable, now: float) -> list[Decision]:
+        if id in self._tombstones:
+            return [Ignored(id)]
+        track = self._track(id, now)
+        track.commit_received = True
+        return self._check(id, track, now)
+
+    def finish_done(self, id: Hashable) -> list[Decision]:
+        """The bolt's finish for ``id`` returned: report counts downstream and forget it."""
+        track = self._tracks.pop(id, None)
+        if track is None or not track.finishing:
+            raise RuntimeError(f"finish_done for id {id!r} that is not finishing")
+        decisions: list[Decision] = [
+            SendReport(id, task, track.emitted.get(task, 0))
+            for task in self.config.downstream_tasks
+        ]
+        decisions.append(Completed(id))
+        return decisions
+
+    def finish_failed(self, id: Hashable, failure: Failure, now: float) -> list[Decision]:
+        track = self._tracks.get(id)
+        if track is None or not track.finishing:
+            raise RuntimeError(f"finish_failed for id {id!r} that is not finishing")
+        return self._fail(id, failure, now)
+
+    def abandon(self, id: Hashable, now: float) -> list[Decision]:
+        """The id failed elsewhere (its tree failed or timed out): give it up here."""
+        self._bury(id, now)
+        if self._tracks.pop(id, None) is None:
+            return []
+        return [Abandoned(id)]
+
+    def expire(self, now: float) -> list[Decision]:
+        """Fail ids tracked past their deadline; drop tombstones past theirs."""
+        decisions: list[Decision] = []
+        while self._tracks:
+            id, track = next(iter(self._tracks.items()))
+            if track.deadline > now or track.finishing:
+                break
+            self._tracks.popitem(last=False)
+            self._tombstones[id] = now + self.config.timeout
+            decisions.append(
+                Failed(
+                    id,
+                    Failure.timed_out(
+                        f"{self._where()} did not receive every tuple of the id within "
+                        f"{self.config.timeout:g} s ({self._progress(track)})"
+                    ),
+                )
+            )
+        while self._tombstones:
+            id, deadline = next(iter(self._tombstones.items()))
+            if deadline > now:
+                break
+            self._tombstones.popitem(last=False)
+        return decisions
+
+    # -- internals -------------------------------------------------------------------
+
+    def _track(self, id: Hashable, now: float) -> _Track:
+        track = self._tracks.get(id)
+        if track is None:
+            track = _Track(now + self.config.timeout)
+            self._tracks[id] = track
+        return track
+
+    def _bury(self, id: Hashable, now: float) -> None:
+        self._tombstones.pop(id, None)
+        self._tombstones[id] = now + self.config.timeout
+
+    def _fail(self, id: Hashable, failure: Failure, now: float) -> list[Decision]:
+        self._tracks.pop(id, None)
+        self._bury(id, now)
+        return [Failed(id, failure)]
+
+    def _where(self) -> str:
+        where = f"step {self.config.component!r}" if self.config.component else "a step"
+        if self.config.task is not None:
+            where += f" (task {self.config.task})"
+        return where
+
+    def _internal(self, detail: str) -> Failure:
+        return Failure(
+            DRPCExceptionType.INTERNAL_ERROR,
+            f"Internal error: {self._where()} {detail}",
+            self.config.component,
+            self.config.task,
+        )
+
+    def _progress(self, track: _Track) -> str:
+        config = self.config
+        parts = [f"{track.reports}/{config.expected_reports} reports", f"{track.acked} tuples"]
+        if config.expected_reports:
+            parts[-1] += f" of {track.expected} reported"
+        if config.waits_for_id:
+            parts.append("id tuple " + ("received" if track.id_received else "missing"))
+        if config.waits_for_commit:
+            parts.append("commit " + ("received" if track.commit_received else "missing"))
+        return ", ".join(parts)
+
+    def _check(self, id: Hashable, track: _Track, now: float) -> list[Decision]:
+        if track.finishing:
+            return []
+        config = self.config
+        if config.expected_reports == 0:
+            needed = 1
+            reports_complete = True
+        else:
+            needed = track.expected
+            reports_complete = track.reports == config.expected_reports
+        if not reports_complete:
+            return []
+        if track.acked > needed:
+            return self._fail(
+                id,
+                self._internal(
+                    f"received {track.acked} tuples for an id but upstream reported {needed}"
+                ),
+                now,
+            )
+        if track.acked < needed:
+            return []
+        if config.waits_for_id and not track.id_received:
+            if self._owns_id is None or self._owns_id(id):
+                return []
+            if track.acked:
+                return self._fail(
+                    id,
+                    self._internal(
+                        f"received {track.acked} tuples for an id owned by another task: "
+                        "the last step's input must be fields-grouped on the id"
+                    ),
+                    now,
+                )
+            del self._tracks[id]
+            return [Abandoned(id)]
+        if config.waits_for_commit and not track.commit_received:
+            return []
+        track.finishing = True
+        return [FinishBatch(id)]

@@ -1,0 +1,199 @@
+"""Bolt runners: every bolt kind behind one task-level interface.
+
+Executors drive a ``BoltRunner`` per task: ``prepare(conf, context,
+collector)``, ``execute(tuple)`` (the runner acks or fails the tuple itself
+unless the bolt is a rich bolt, which does it explicitly), ``finished_id(id)``
+and ``failed_id(id)`` for coordinated ids, ``cleanup()``.
+
+- ``BasicBoltRunner``: anchors emits to the input, acks after ``execute``,
+  fails the input on any exception (the exception becomes the failure reason).
+- ``RichBoltRunner``: passes through; an exception fails the input if the
+  bolt had not acked or failed it yet.
+- ``BatchBoltRunner``: one fresh bolt instance per id, made by unpickling the
+  prototype (so no state leaks between batches, as in Storm), prepared with
+  the id, executed per tuple, ``finish_batch`` on ``finished_id``, forgotten
+  on ``failed_id``. An id with no tuples still gets an instance at finish.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Hashable
+from typing import Any
+
+from drpc.errors import Failure, InvalidTopologyError
+from drpc.model.components import (
+    BaseBasicBolt,
+    BaseBatchBolt,
+    BaseRichBolt,
+    BasicOutputCollector,
+    BatchOutputCollector,
+    Conf,
+    FailedIdCallback,
+    FinishedCallback,
+    IComponent,
+    OutputCollector,
+)
+from drpc.model.context import TopologyContext
+from drpc.model.tuples import Tuple
+
+
+def instantiate(component: IComponent, component_id: str) -> Any:
+    """A task's own copy of a component, made the way a remote worker would make it."""
+    try:
+        return pickle.loads(pickle.dumps(component, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception as error:
+        raise InvalidTopologyError(
+            f"{type(component).__name__} cannot be pickled, so it cannot be shipped to its "
+            f"tasks: {type(error).__name__}: {error}",
+            component_id,
+        ) from error
+
+
+class BoltRunner:
+    """One task's bolt, whatever its kind."""
+
+    has_finish = False
+
+    def __init__(self, component_id: str) -> None:
+        self.component_id = component_id
+        self.task_id: int | None = None
+        self.collector: OutputCollector | None = None
+
+    def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
+        self.task_id = context.this_task_id
+        self.collector = collector
+
+    def execute(self, tuple: Tuple) -> None:
+        raise NotImplementedError
+
+    def finished_id(self, id: Hashable) -> None:
+        """Every tuple of ``id`` has arrived at this task."""
+
+    def failed_id(self, id: Hashable) -> None:
+        """``id`` failed or timed out; finish will not be called for it."""
+
+    def cleanup(self) -> None:
+        """The task is stopping."""
+
+    def failure(self, error: BaseException, during: str) -> Failure:
+        return Failure.from_exception(error, self.component_id, self.task_id, during)
+
+
+class BasicBoltRunner(BoltRunner):
+    def __init__(self, bolt: BaseBasicBolt, component_id: str) -> None:
+        super().__init__(component_id)
+        self.bolt = bolt
+        self.has_finish = isinstance(bolt, FinishedCallback)
+
+    def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self.bolt.prepare(conf, context)
+
+    def execute(self, tuple: Tuple) -> None:
+        assert self.collector is not None
+        try:
+            self.bolt.execute(tuple, BasicOutputCollector(self.collector, tuple))
+        except Exception as error:
+            self.collector.fail(tuple, self.failure(error, "execute"))
+        else:
+            self.collector.ack(tuple)
+
+    def finished_id(self, id: Hashable) -> None:
+        if self.has_finish:
+            self.bolt.finished_id(id)  # type: ignore[attr-defined]
+
+    def failed_id(self, id: Hashable) -> None:
+        if isinstance(self.bolt, FailedIdCallback):
+            self.bolt.failed_id(id)
+
+    def cleanup(self) -> None:
+        self.bolt.cleanup()
+
+
+class RichBoltRunner(BoltRunner):
+    def __init__(self, bolt: BaseRichBolt, component_id: str) -> None:
+        super().__init__(component_id)
+        self.bolt = bolt
+        self.has_finish = isinstance(bolt, FinishedCallback)
+
+    def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self.bolt.prepare(conf, context, collector)
+
+    def execute(self, tuple: Tuple) -> None:
+        assert self.collector is not None
+        try:
+            self.bolt.execute(tuple)
+        except Exception as error:
+            # The collector ignores a fail for a tuple the bolt already acked or failed.
+            self.collector.fail(tuple, self.failure(error, "execute"))
+
+    def finished_id(self, id: Hashable) -> None:
+        if self.has_finish:
+            self.bolt.finished_id(id)  # type: ignore[attr-defined]
+
+    def failed_id(self, id: Hashable) -> None:
+        if isinstance(self.bolt, FailedIdCallback):
+            self.bolt.failed_id(id)
+
+    def cleanup(self) -> None:
+        self.bolt.cleanup()
+
+
+class BatchBoltRunner(BoltRunner):
+    has_finish = True
+
+    def __init__(self, bolt: BaseBatchBolt, component_id: str) -> None:
+        super().__init__(component_id)
+        self._prototype = pickle.dumps(bolt, protocol=pickle.HIGHEST_PROTOCOL)
+        self._open: dict[Hashable, BaseBatchBolt] = {}
+        self._conf: Conf = {}
+        self._context: TopologyContext | None = None
+
+    @property
+    def open_batches(self) -> int:
+        return len(self._open)
+
+    def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self._conf = conf
+        self._context = context
+
+    def _instance(self, id: Hashable) -> BaseBatchBolt:
+        bolt = self._open.get(id)
+        if bolt is None:
+            assert self.collector is not None and self._context is not None
+            bolt = pickle.loads(self._prototype)
+            self._open[id] = bolt
+            bolt.prepare(self._conf, self._context, BatchOutputCollector(self.collector), id)
+        return bolt
+
+    def execute(self, tuple: Tuple) -> None:
+        assert self.collector is not None
+        try:
+            self._instance(tuple.values[0]).execute(tuple)
+        except Exception as error:
+            self.collector.fail(tuple, self.failure(error, "execute"))
+        else:
+            self.collector.ack(tuple)
+
+    def finished_id(self, id: Hashable) -> None:
+        try:
+            self._instance(id).finish_batch()
+        finally:
+            self._open.pop(id, None)
+
+    def failed_id(self, id: Hashable) -> None:
+        self._open.pop(id, None)
+
+
+def runner_for(bolt: IComponent, component_id: str) -> BoltRunner:
+    """The runner for a task's own bolt instance."""
+    if isinstance(bolt, BaseBatchBolt):
+        return BatchBoltRunner(bolt, component_id)
+    if isinstance(bolt, BaseBasicBolt):
+        return BasicBoltRunner(bolt, component_id)
+    if isinstance(bolt, BaseRichBolt):
+        return RichBoltRunner(bolt, component_id)
+    raise InvalidTopologyError(f"{type(bolt).__name__} is not a bolt", component_id)

@@ -1,0 +1,304 @@
+"""CoordinatedBolt rules as exact traces, plus randomized interleavings."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from drpc.errors import DRPCExceptionType, Failure
+from drpc.semantics.coordination import (
+    Abandoned,
+    Completed,
+    CoordinationConfig,
+    CoordinationTracker,
+    Failed,
+    FinishBatch,
+    Ignored,
+    SendReport,
+)
+
+BOOM = Failure(DRPCExceptionType.FAILED_REQUEST, "boom")
+
+
+def tracker(
+    expected_reports: int, downstream: tuple[int, ...] = (5, 6), **options: object
+) -> CoordinationTracker:
+    return CoordinationTracker(
+        CoordinationConfig(expected_reports, downstream, component="bolt1", task=3, **options)  # type: ignore[arg-type]
+    )
+
+
+def test_first_step_finishes_when_its_request_tuple_is_acked() -> None:
+    t = tracker(0)
+    assert t.tuple_received(1, 0) == []
+    t.tuple_emitted(1, 5)
+    t.tuple_emitted(1, 5)
+    t.tuple_emitted(1, 6)
+    assert t.tuple_acked(1, 0) == [FinishBatch(1)]
+    assert t.finish_done(1) == [SendReport(1, 5, 2), SendReport(1, 6, 1), Completed(1)]
+    assert len(t) == 0
+
+
+def test_middle_step_waits_for_every_report_and_matching_count() -> None:
+    t = tracker(2)
+    assert t.tuple_received(7, 0) == []
+    assert t.tuple_acked(7, 0) == []
+    assert t.report_received(7, 1, 0) == []  # one report of two
+    assert t.report_received(7, 2, 0) == []  # all reports, but 1 of 3 tuples acked
+    assert t.tuple_received(7, 0) == []
+    assert t.tuple_acked(7, 0) == []
+    assert t.tuple_received(7, 0) == []
+    assert t.tuple_acked(7, 0) == [FinishBatch(7)]
+    assert t.finish_done(7) == [SendReport(7, 5, 0), SendReport(7, 6, 0), Completed(7)]
+
+
+def test_reports_may_arrive_before_any_data() -> None:
+    t = tracker(1)
+    assert t.report_received(4, 2, 0) == []
+    assert t.tuple_received(4, 0) == []
+    assert t.tuple_acked(4, 0) == []
+    assert t.tuple_received(4, 0) == []
+    assert t.tuple_acked(4, 0) == [FinishBatch(4)]
+
+
+def test_counts_of_zero_still_finish_and_are_reported_to_every_downstream_task() -> None:
+    t = tracker(3, downstream=(10, 11, 12))
+    assert t.report_received(9, 0, 0) == []
+    assert t.report_received(9, 0, 0) == []
+    assert t.report_received(9, 0, 0) == [FinishBatch(9)]
+    assert t.finish_done(9) == [
+        SendReport(9, 10, 0),
+        SendReport(9, 11, 0),
+        SendReport(9, 12, 0),
+        Completed(9),
+    ]
+
+
+def test_emits_during_finish_are_counted_in_the_reports() -> None:
+    t = tracker(1)
+    assert t.report_received(2, 0, 0) == [FinishBatch(2)]
+    t.tuple_emitted(2, 6)  # finish_batch emitted its result
+    assert t.finish_done(2) == [SendReport(2, 5, 0), SendReport(2, 6, 1), Completed(2)]
+
+
+def test_last_step_owner_waits_for_the_id_tuple() -> None:
+    t = tracker(1, waits_for_id=True)
+    assert t.report_received(3, 1, 0) == []
+    assert t.tuple_received(3, 0) == []
+    assert t.tuple_acked(3, 0) == []  # everything but the id tuple
+    assert t.id_received(3, 0) == [FinishBatch(3)]
+
+
+def test_id_tuple_may_arrive_first() -> None:
+    t = tracker(1, waits_for_id=True)
+    assert t.id_received(3, 0) == []
+    assert t.report_received(3, 0, 0) == [FinishBatch(3)]
+
+
+def test_non_owner_gives_the_id_up_without_finishing() -> None:
+    t = CoordinationTracker(
+        CoordinationConfig(2, (5,), waits_for_id=True), owns_id=lambda id: False
+    )
+    assert t.report_received(3, 0, 0) == []
+    assert t.report_received(3, 0, 0) == [Abandoned(3)]
+    assert len(t) == 0
+
+
+def test_non_owner_that_received_data_fails_the_id_as_an_internal_error() -> None:
+    t = CoordinationTracker(
+        CoordinationConfig(1, (5,), waits_for_id=True), owns_id=lambda id: False
+    )
+    t.tuple_received(3, 0)
+    t.tuple_acked(3, 0)
+    [failed] = t.report_received(3, 1, 0)
+    assert isinstance(failed, Failed)
+    assert failed.failure.type is DRPCExceptionType.INTERNAL_ERROR
+    assert "fields-grouped on the id" in failed.failure.message
+
+
+def test_committer_waits_for_the_commit_tuple() -> None:
+    t = tracker(1, waits_for_commit=True)
+    assert t.report_received(8, 0, 0) == []
+    assert t.commit_received(8, 0) == [FinishBatch(8)]
+
+
+def test_finish_happens_exactly_once() -> None:
+    t = tracker(1, waits_for_id=True)
+    assert t.report_received(3, 0, 0) == []
+    assert t.id_received(3, 0) == [FinishBatch(3)]
+    assert t.id_received(3, 0) == []  # finishing: a duplicate id tuple does not finish again
+    assert t.finish_done(3)[-1] == Completed(3)
+    with pytest.raises(RuntimeError, match="not finishing"):
+        t.finish_done(3)
+
+
+def test_more_tuples_than_reported_is_an_internal_error_not_an_answer() -> None:
+    t = tracker(1)
+    for _ in range(3):
+        t.tuple_received(1, 0)
+        t.tuple_acked(1, 0)
+    [failed] = t.report_received(1, 2, 0)
+    assert isinstance(failed, Failed)
+    assert failed.failure.type is DRPCExceptionType.INTERNAL_ERROR
+    assert "received 3 tuples" in failed.failure.message and "reported 2" in failed.failure.message
+
+
+def test_more_reports_than_upstream_tasks_is_an_internal_error() -> None:
+    t = tracker(1)
+    t.report_received(1, 5, 0)
+    [failed] = t.report_received(1, 0, 0)
+    assert isinstance(failed, Failed) and failed.failure.type is DRPCExceptionType.INTERNAL_ERROR
+
+
+def test_a_failed_tuple_fails_the_id_and_later_events_are_ignored() -> None:
+    t = tracker(1)
+    t.tuple_received(1, 0)
+    assert t.tuple_failed(1, BOOM, 0) == [Failed(1, BOOM)]
+    assert len(t) == 0
+    assert t.report_received(1, 1, 0) == [Ignored(1)]
+    assert t.tuple_received(1, 0) == [Ignored(1)]
+    assert t.tuple_acked(1, 0) == [Ignored(1)]
+    assert len(t) == 0
+
+
+def test_finish_failed_fails_the_id() -> None:
+    t = tracker(1)
+    assert t.report_received(1, 0, 0) == [FinishBatch(1)]
+    assert t.finish_failed(1, BOOM, 0) == [Failed(1, BOOM)]
+    assert len(t) == 0 and t.tombstones == 1
+
+
+def test_abandon_drops_the_id_and_blocks_its_resurrection() -> None:
+    t = tracker(2)
+    t.report_received(1, 0, 0)
+    assert t.abandon(1, 0) == [Abandoned(1)]
+    assert t.report_received(1, 0, 0) == [Ignored(1)]  # the report that would have finished it
+    assert t.abandon(2, 0) == []  # unknown id: nothing to drop, but tombstoned
+    assert t.tuple_received(2, 0) == [Ignored(2)]
+
+
+def test_timeout_fails_tracked_ids_then_tombstones_expire() -> None:
+    t = tracker(2, timeout=10)
+    t.report_received(1, 0, now=0)
+    t.report_received(2, 0, now=5)
+    assert t.expire(now=9) == []
+    [failed] = t.expire(now=10)
+    assert failed.id == 1
+    assert failed.failure.type is DRPCExceptionType.SERVER_TIMEOUT
+    assert "1/2 reports" in failed.failure.message
+    assert t.report_received(1, 0, now=11) == [Ignored(1)]  # no finish after a timeout
+    assert [d.id for d in t.expire(now=15)] == [2]
+    assert t.expire(now=100) == []
+    assert len(t) == 0 and t.tombstones == 0
+
+
+def test_no_tracking_left_after_ten_thousand_requests() -> None:
+    t = tracker(2, downstream=(5,))
+    finished = 0
+    for request in range(10_000):
+        t.tuple_received(request, 0)
+        t.tuple_emitted(request, 5)
+        t.tuple_acked(request, 0)
+        t.report_received(request, 1, 0)
+        for decision in t.report_received(request, 0, 0):
+            if isinstance(decision, FinishBatch):
+                finished += 1
+                assert t.finish_done(request) == [SendReport(request, 5, 1), Completed(request)]
+    assert finished == 10_000
+    assert len(t) == 0 and t.tombstones == 0
+
+
+def test_invalid_configuration_is_refused() -> None:
+    with pytest.raises(ValueError):
+        CoordinationConfig(-1)
+    with pytest.raises(ValueError):
+        CoordinationConfig(1, timeout=0)
+
+
+# -- randomized interleavings ----------------------------------------------------------------
+
+
+def _events(counts: list[int], rng: random.Random) -> list[tuple[str, int]]:
+    """Upstream task u sends counts[u] tuples then reports counts[u]; any interleaving."""
+    events: list[tuple[str, int]] = []
+    for count in counts:
+        events.extend([("data", 0)] * count)
+        events.append(("report", count))
+    rng.shuffle(events)
+    return events
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=6),
+    st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=4),
+    st.randoms(use_true_random=False),
+)
+def test_random_interleavings_finish_exactly_once_after_the_last_event(
+    counts: list[int], downstream_emits: list[int], rng: random.Random
+) -> None:
+    downstream = tuple(range(100, 100 + len(downstream_emits)))
+    t = tracker(len(counts), downstream=downstream)
+    events = _events(counts, rng)
+    finishes = []
+    for position, (kind, count) in enumerate(events):
+        if kind == "data":
+            assert t.tuple_received("id", 0) == []
+            target = rng.choice(downstream)
+            t.tuple_emitted("id", target)
+            decisions = t.tuple_acked("id", 0)
+        else:
+            decisions = t.report_received("id", count, 0)
+        if decisions:
+            assert decisions == [FinishBatch("id")]
+            finishes.append(position)
+    assert finishes == [len(events) - 1]
+    reports = t.finish_done("id")
+    assert reports[-1] == Completed("id")
+    assert [r.task for r in reports[:-1]] == list(downstream)  # every task, zero counts too
+    assert sum(r.count for r in reports[:-1]) == sum(counts)
+    assert len(t) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=5),
+    st.sampled_from(["fail", "abandon", "timeout"]),
+    st.data(),
+    st.randoms(use_true_random=False),
+)
+def test_no_finish_after_a_failure_or_timeout_whenever_it_happens(
+    counts: list[int], how: str, data: st.DataObject, rng: random.Random
+) -> None:
+    t = tracker(len(counts), timeout=10)
+    events = _events(counts, rng)
+    # A timeout can only concern an id the task has already seen.
+    first = 1 if how == "timeout" else 0
+    assume(len(events) > first)
+    cut = data.draw(st.integers(min_value=first, max_value=len(events) - 1))
+    for kind, count in events[:cut]:
+        if kind == "data":
+            t.tuple_received("id", 0)
+            t.tuple_acked("id", 0)
+        else:
+            t.report_received("id", count, 0)
+    if how == "fail":
+        t.tuple_received("id", 0)
+        t.tuple_failed("id", BOOM, 0)
+    elif how == "abandon":
+        t.abandon("id", 0)
+    else:
+        [timed_out] = t.expire(now=10)
+        assert isinstance(timed_out, Failed)
+    for kind, count in events[cut:]:
+        if kind == "data":
+            decisions = t.tuple_received("id", 1) + t.tuple_acked("id", 1)
+        else:
+            decisions = t.report_received("id", count, 1)
+        assert not any(isinstance(d, FinishBatch) for d in decisions)
+    assert len(t) == 0
+    t.expire(now=100)
+    assert t.tombstones == 0
