@@ -1,0 +1,1 @@
+"""Topology builders: linear DRPC (and transactional topologies)."""

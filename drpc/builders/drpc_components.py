@@ -1,0 +1,177 @@
+"""The scaffolding a linear DRPC topology wraps around the user's steps.
+
+- ``DRPCSpout`` pulls requests for one function from the runtime's
+  invocations handle (``context.services["drpc.invocations"]``) and emits
+  ``[args, return-info]`` with the return info as message id; a failed tree
+  fails the request with the failure's type and message.
+- ``PrepareRequest`` gives each request a coordination id (a small int unique
+  within the runtime, distinct from the server's request id) and emits
+  ``[request, args]`` (default), ``[request, return-info]`` ("ret") and
+  ``[request]`` ("id").
+- ``JoinResult`` is coordinated: once the last step has finished an id it
+  joins the first result with the return info and emits ``[str(result),
+  return-info]``; a step chain that emitted no result fails the request with a
+  message saying so instead of leaving the caller to time out.
+- ``ReturnResults`` hands the result to the invocations handle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from drpc.errors import DRPCExceptionType, FailedException, Failure
+from drpc.model.components import (
+    CURRENT_ANCHOR,
+    BaseBasicBolt,
+    BaseRichBolt,
+    BaseRichSpout,
+    BasicOutputCollector,
+    Conf,
+    OutputCollector,
+    SpoutOutputCollector,
+)
+from drpc.model.context import TopologyContext
+from drpc.model.fields import Fields
+from drpc.model.streams import OutputFieldsDeclarer
+from drpc.model.tuples import Tuple
+from drpc.requests import Invocations, ReturnInfo
+
+log = logging.getLogger(__name__)
+
+INVOCATIONS_SERVICE = "drpc.invocations"
+RETURN_STREAM = "ret"
+ID_STREAM = "id"
+
+
+def invocations_of(context: TopologyContext) -> Invocations:
+    try:
+        return context.services[INVOCATIONS_SERVICE]
+    except KeyError:
+        raise RuntimeError(
+            f"component {context.this_component_id!r} needs a DRPC invocations handle; run "
+            "DRPC topologies through LocalDRPC, DRPCServer.register or drpc.runner"
+        ) from None
+
+
+class DRPCSpout(BaseRichSpout):
+    def __init__(self, function: str) -> None:
+        self.function = function
+        self._invocations: Invocations | None = None
+        self._collector: SpoutOutputCollector | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("args", "return-info"))
+
+    def open(self, conf: Conf, context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        self._invocations = invocations_of(context)
+        self._collector = collector
+        add_listener = getattr(self._invocations, "add_listener", None)
+        if add_listener is not None:
+            self._unsubscribe = add_listener(self.function, context.request_wakeup)
+
+    def next_tuple(self) -> None:
+        assert self._invocations is not None and self._collector is not None
+        request = self._invocations.fetch_request(self.function)
+        if request is not None:
+            self._collector.emit([request.args, request.return_info], msg_id=request.return_info)
+
+    def fail(self, msg_id: Any) -> None:
+        self.fail_with(msg_id, Failure(DRPCExceptionType.FAILED_REQUEST, "Request failed"))
+
+    def fail_with(self, msg_id: Any, failure: Failure) -> None:
+        assert self._invocations is not None
+        self._invocations.fail_request(msg_id, failure.to_exception())
+
+    def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+
+class PrepareRequest(BaseBasicBolt):
+    def __init__(self) -> None:
+        self._ids: itertools.count[int] | None = None
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("request", "args"))
+        declarer.declare_stream(RETURN_STREAM, Fields("request", "return-info"))
+        declarer.declare_stream(ID_STREAM, Fields("request"))
+
+    def prepare(self, conf: Conf, context: TopologyContext) -> None:
+        tasks = len(context.this_component_tasks)
+        self._ids = itertools.count(context.this_task_index + 1, tasks)
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        assert self._ids is not None
+        request = next(self._ids)
+        collector.emit([request, tuple[0]])
+        collector.emit([request, tuple[1]], stream=RETURN_STREAM)
+        collector.emit([request], stream=ID_STREAM)
+
+
+class JoinResult(BaseRichBolt):
+    """Coordinated join of the last step's result with the request's return info."""
+
+    def __init__(self, return_component: str, last_step: str) -> None:
+        self.return_component = return_component
+        self.last_step = last_step
+        self._results: dict[Hashable, Any] = {}
+        self._extra: dict[Hashable, int] = {}
+        self._returns: dict[Hashable, ReturnInfo] = {}
+        self._collector: OutputCollector | None = None
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("result", "return-info"))
+
+    def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
+        self._collector = collector
+
+    def execute(self, tuple: Tuple) -> None:
+        assert self._collector is not None
+        request = tuple[0]
+        if tuple.source_component == self.return_component:
+            # The id tuple: held by coordination until the join finishes; never acked here.
+            self._returns[request] = tuple[1]
+            return
+        if request in self._results:
+            self._extra[request] = self._extra.get(request, 0) + 1
+        else:
+            self._results[request] = tuple[1]
+        self._collector.ack(tuple)
+
+    def finished_id(self, id: Hashable) -> None:
+        assert self._collector is not None
+        return_info = self._returns.pop(id)
+        extra = self._extra.pop(id, 0)
+        if id not in self._results:
+            raise FailedException(f"the last step {self.last_step!r} emitted no result")
+        result = self._results.pop(id)
+        if extra:
+            log.warning(
+                "step %r emitted %d results for request %s; returning the first",
+                self.last_step,
+                extra + 1,
+                return_info.request_id,
+            )
+        self._collector.emit([str(result), return_info], anchors=CURRENT_ANCHOR)
+
+    def failed_id(self, id: Hashable) -> None:
+        self._returns.pop(id, None)
+        self._results.pop(id, None)
+        self._extra.pop(id, None)
+
+
+class ReturnResults(BaseBasicBolt):
+    def __init__(self) -> None:
+        self._invocations: Invocations | None = None
+
+    def prepare(self, conf: Conf, context: TopologyContext) -> None:
+        self._invocations = invocations_of(context)
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        assert self._invocations is not None
+        self._invocations.result(tuple[1], tuple[0])

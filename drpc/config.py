@@ -1,0 +1,55 @@
+"""Topology configuration keys (Storm's names) and their defaults.
+
+Contract: configuration is a plain ``dict``. The effective configuration of a
+task is ``DEFAULTS`` overlaid by the topology's conf, then the executor's, then
+the component's own ``get_component_configuration()``; ``resolve`` builds it
+and checks the types of the keys drpc reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
+"""Seconds a tuple tree may take before its root fails with SERVER_TIMEOUT (default 30)."""
+
+TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
+"""Most pending roots per spout task (None: unbounded, as Storm's DRPC spout)."""
+
+TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
+"""Number of acker tasks (default 1)."""
+
+TOPOLOGY_DEBUG = "topology.debug"
+"""Log every emitted tuple at DEBUG level."""
+
+DEFAULTS: dict[str, Any] = {
+    TOPOLOGY_MESSAGE_TIMEOUT_SECS: 30.0,
+    TOPOLOGY_MAX_SPOUT_PENDING: None,
+    TOPOLOGY_ACKER_EXECUTORS: 1,
+    TOPOLOGY_DEBUG: False,
+}
+
+
+def resolve(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Overlay configuration layers on the defaults and validate the keys drpc reads."""
+    conf = dict(DEFAULTS)
+    for layer in layers:
+        if layer:
+            conf.update(layer)
+    timeout = conf[TOPOLOGY_MESSAGE_TIMEOUT_SECS]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(
+            f"{TOPOLOGY_MESSAGE_TIMEOUT_SECS} must be a positive number, got {timeout!r}"
+        )
+    pending = conf[TOPOLOGY_MAX_SPOUT_PENDING]
+    if pending is not None and (
+        isinstance(pending, bool) or not isinstance(pending, int) or pending < 1
+    ):
+        raise ValueError(
+            f"{TOPOLOGY_MAX_SPOUT_PENDING} must be None or a positive integer, got {pending!r}"
+        )
+    ackers = conf[TOPOLOGY_ACKER_EXECUTORS]
+    if isinstance(ackers, bool) or not isinstance(ackers, int) or ackers < 1:
+        raise ValueError(f"{TOPOLOGY_ACKER_EXECUTORS} must be a positive integer, got {ackers!r}")
+    return conf

@@ -1,0 +1,967 @@
+"""The in-process executor: a real streaming engine inside one Python process.
+
+Contract. ``LocalExecutor(topology, services=..., threads=4).start()`` runs
+every task of the topology until ``stop()``:
+
+- one task per unit of parallelism, each with its own copy of its component
+  (made by pickling, so a component that could not reach a Spark worker fails
+  here at start too) and its own mailbox; a task handles one message at a time,
+  tasks run concurrently on a small pool of worker threads;
+- every tuple crossing tasks is pickled once by the emitter and unpickled by
+  each receiver, so a value that cannot travel fails here as it would on Spark
+  (the emitting input fails with ``UnserializableValueError``);
+- groupings route as specified in ``drpc.model.grouping``;
+- acker tasks run ``drpc.semantics.acker.Acker``: spouts' roots complete or
+  fail (explicit fail, count mismatch, or ``topology.message.timeout.secs``),
+  the spout is told, and a failed root is broadcast to every coordinated task
+  so they drop its ids at once;
+- coordinated bolts run ``drpc.semantics.coordination.CoordinationTracker``:
+  count reports travel as real tuples on the direct ``__coord`` stream, held
+  coordination tuples keep the request's tree open until each task finishes,
+  exactly as Storm's CoordinatedBolt;
+- spouts are polled with a short idle back-off; a spout whose source can
+  notify calls ``context.request_wakeup()`` to be polled at once.
+
+Engine bugs and exceptions from spout callbacks are logged, never allowed to
+kill a worker thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import pickle
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from drpc import config
+from drpc.errors import (
+    DRPCExceptionType,
+    Failure,
+    InvalidTopologyError,
+    InvalidTupleError,
+    UnserializableValueError,
+)
+from drpc.model.components import (
+    BaseRichSpout,
+    FailureAwareSpout,
+    OutputCollector,
+    SpoutOutputCollector,
+    _CurrentAnchor,
+)
+from drpc.model.context import TopologyContext
+from drpc.model.fields import Fields
+from drpc.model.grouping import Partitioner
+from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId, StreamInfo
+from drpc.model.topology import ComponentSpec, CoordinatedBolt, Topology
+from drpc.model.tuples import Tuple
+from drpc.semantics.acker import Acker, RootCompleted, new_edge_id
+from drpc.semantics.coordination import (
+    Abandoned,
+    Completed,
+    CoordinationConfig,
+    CoordinationTracker,
+    Decision,
+    Failed,
+    FinishBatch,
+    Ignored,
+    SendReport,
+)
+from drpc.semantics.runners import BoltRunner, instantiate, runner_for
+
+log = logging.getLogger(__name__)
+
+# Message kinds (first element of every mailbox message).
+_TUPLE = 0
+_ACK_INIT = 1
+_ACK = 2
+_ACK_FAIL = 3
+_TICK = 4
+_ROOT_DONE = 5
+_ABANDON = 6
+_NEXT = 7
+
+_BATCH = 64
+_MAX_IDLE_WAIT = 0.02
+
+
+class _Actor:
+    """Something with a mailbox that handles one message at a time."""
+
+    name = "actor"
+
+    def __init__(self) -> None:
+        self._mailbox: deque[tuple[Any, ...]] = deque()
+        self._scheduled = False
+        self._lock = threading.Lock()
+
+    def handle(self, message: tuple[Any, ...]) -> None:
+        raise NotImplementedError
+
+
+class _Scheduler:
+    """Runs actors with pending messages on a pool of worker threads."""
+
+    def __init__(self, threads: int, name: str) -> None:
+        self._ready: queue.SimpleQueue[_Actor | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        self._stopped = False
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def post(self, actor: _Actor, message: tuple[Any, ...]) -> None:
+        with actor._lock:
+            actor._mailbox.append(message)
+            if actor._scheduled:
+                return
+            actor._scheduled = True
+        self._ready.put(actor)
+
+    def _work(self) -> None:
+        while True:
+            actor = self._ready.get()
+            if actor is None or self._stopped:
+                return
+            for _ in range(_BATCH):
+                with actor._lock:
+                    if not actor._mailbox:
+                        actor._scheduled = False
+                        break
+                    message = actor._mailbox.popleft()
+                try:
+                    actor.handle(message)
+                except Exception:
+                    log.exception(
+                        "%s failed to handle a message of kind %s", actor.name, message[0]
+                    )
+            else:
+                self._ready.put(actor)
+
+    def stop(self, timeout: float) -> None:
+        self._stopped = True
+        for _ in self._threads:
+            self._ready.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+
+class _Timer:
+    """Calls functions after a delay, on one thread."""
+
+    def __init__(self, name: str) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=f"{name}-timer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def schedule(self, delay: float, callback: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), callback))
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped:
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        break
+                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
+                if self._stopped:
+                    return
+                _, _, callback = heapq.heappop(self._heap)
+            try:
+                callback()
+            except Exception:
+                log.exception("timer callback failed")
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+
+
+class _Route:
+    __slots__ = ("partitioner", "subscriber", "tasks")
+
+    def __init__(self, subscriber: str, partitioner: Partitioner, tasks: list[int]) -> None:
+        self.subscriber = subscriber
+        self.partitioner = partitioner
+        self.tasks = tasks
+
+
+class _Task(_Actor):
+    """What spout and bolt tasks share: identity, routing and serialization of emits."""
+
+    def __init__(self, engine: LocalExecutor, spec: ComponentSpec, task_id: int) -> None:
+        super().__init__()
+        self.engine = engine
+        self.spec = spec
+        self.component_id = spec.id
+        self.task_id = task_id
+        self.name = f"{spec.id}[{task_id}]"
+        topology = engine.topology
+        self.index = topology.component_task_ids[spec.id].index(task_id)
+        self.conf = config.resolve(
+            topology.conf, engine.conf, spec.conf, spec.component.get_component_configuration()
+        )
+        self.debug = bool(self.conf[config.TOPOLOGY_DEBUG])
+        self.routes: dict[str, list[_Route]] = {}
+        self.direct_targets: dict[str, set[int]] = {}
+        for stream_id, info in spec.outputs.items():
+            routes: list[_Route] = []
+            direct: set[int] = set()
+            for subscriber, grouping in topology.subscribers(spec.id, stream_id):
+                tasks = topology.component_task_ids[subscriber]
+                if grouping.needs_direct_stream:
+                    direct.update(tasks)
+                    continue
+                partitioner = grouping.partitioner(
+                    info.fields, self.index, spec.parallelism, len(tasks)
+                )
+                routes.append(_Route(subscriber, partitioner, tasks))
+            self.routes[stream_id] = routes
+            self.direct_targets[stream_id] = direct
+
+    def stream_info(self, stream: str, values: Sequence[Any], direct: bool) -> StreamInfo:
+        info = self.spec.outputs.get(stream)
+        if info is None:
+            declared = sorted(s for s in self.spec.outputs if not s.startswith("__"))
+            raise InvalidTupleError(
+                f"step {self.component_id!r} emitted on undeclared stream {stream!r} "
+                f"(declared: {declared})"
+            )
+        if info.direct != direct:
+            raise InvalidTupleError(
+                f"step {self.component_id!r} used {'emit_direct' if direct else 'emit'} on "
+                f"stream {stream!r}, which is {'' if info.direct else 'not '}declared direct"
+            )
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise InvalidTupleError(
+                f"step {self.component_id!r} emitted {type(values).__name__} on stream "
+                f"{stream!r}; emit a list of values, e.g. Values(...)"
+            )
+        if len(values) != len(info.fields):
+            raise InvalidTupleError(
+                f"step {self.component_id!r} emitted {len(values)} values on stream {stream!r}, "
+                f"which declares {len(info.fields)} fields {info.fields.to_list()}"
+            )
+        return info
+
+    def targets(self, stream: str, values: Sequence[Any]) -> list[int]:
+        chosen: list[int] = []
+        for route in self.routes[stream]:
+            for index in route.partitioner.choose(values):
+                chosen.append(route.tasks[index])
+        return chosen
+
+    def direct_target(self, stream: str, task: int) -> list[int]:
+        if task not in self.direct_targets[stream]:
+            raise InvalidTupleError(
+                f"step {self.component_id!r} emitted directly to task {task} on stream "
+                f"{stream!r}, but that task does not subscribe to it with a direct grouping"
+            )
+        return [task]
+
+    def serialize(self, stream: str, values: Sequence[Any]) -> bytes:
+        try:
+            return pickle.dumps(list(values), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as error:
+            raise UnserializableValueError(
+                f"step {self.component_id!r} emitted a value on stream {stream!r} that cannot "
+                f"be pickled, so it cannot travel between tasks: {type(error).__name__}: {error}"
+            ) from error
+
+
+class _BoltCollector(OutputCollector):
+    """The output collector of one bolt task, with acking and coordination bookkeeping."""
+
+    def __init__(self, task: _BoltTask) -> None:
+        self._task = task
+
+    def _anchors(self, anchors: Any) -> Sequence[Tuple]:
+        if anchors is None:
+            return ()
+        if isinstance(anchors, _CurrentAnchor):
+            current = self._task.current
+            return () if current is None else (current,)
+        if isinstance(anchors, Tuple):
+            anchors = (anchors,)
+        for anchor in anchors:
+            if anchor._done:
+                raise InvalidTupleError(
+                    f"step {self._task.component_id!r} anchored an emit to a tuple it had "
+                    "already acked or failed"
+                )
+        return anchors
+
+    def emit(
+        self, values: Sequence[Any], anchors: Any = None, stream: str = DEFAULT_STREAM_ID
+    ) -> list[int]:
+        task = self._task
+        task.stream_info(stream, values, direct=False)
+        targets = task.targets(stream, values)
+        task.send(stream, values, targets, self._anchors(anchors))
+        return targets
+
+    def emit_direct(
+        self,
+        task_id: int,
+        values: Sequence[Any],
+        anchors: Any = None,
+        stream: str = DEFAULT_STREAM_ID,
+    ) -> None:
+        task = self._task
+        task.stream_info(stream, values, direct=True)
+        task.send(stream, values, task.direct_target(stream, task_id), self._anchors(anchors))
+
+    def ack(self, tuple: Tuple) -> None:
+        if tuple._done:
+            log.warning(
+                "step %r acked a tuple twice; ignoring the second ack", self._task.component_id
+            )
+            return
+        self._task.on_ack(tuple)
+
+    def fail(self, tuple: Tuple, reason: Failure | BaseException | str | None = None) -> None:
+        if tuple._done:
+            return
+        self._task.on_fail(tuple, self._task.failure_from(reason))
+
+    def report_error(self, error: BaseException) -> None:
+        log.error(
+            "step %r task %d reported: %r", self._task.component_id, self._task.task_id, error
+        )
+
+
+class _BoltTask(_Task):
+    def __init__(self, engine: LocalExecutor, spec: ComponentSpec, task_id: int) -> None:
+        super().__init__(engine, spec, task_id)
+        topology = engine.topology
+        self.runner: BoltRunner = runner_for(instantiate(spec.user_component, spec.id), spec.id)
+        self.collector = _BoltCollector(self)
+        self.current: Tuple | None = None
+        self.fields: dict[tuple[str, str], Fields] = {}
+        self.coordination: CoordinatedBolt | None = spec.coordination
+        self.tracker: CoordinationTracker | None = None
+        self.held: dict[Hashable, list[Tuple]] = {}
+        self.roots_of_id: dict[Hashable, set[int]] = {}
+        self.ids_of_root: dict[int, set[Hashable]] = {}
+        self.dead_roots: OrderedDict[int, float] = OrderedDict()
+        self.timeout = float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS])
+        decl = self.coordination
+        if decl is not None:
+            coordination_config = CoordinationConfig(
+                expected_reports=topology.expected_reports(spec.id),
+                downstream_tasks=tuple(topology.downstream_tasks(spec.id, COORDINATED_STREAM_ID)),
+                waits_for_id=decl.id_stream is not None,
+                waits_for_commit=decl.commit_stream is not None,
+                timeout=self.timeout,
+                component=spec.id,
+                task=task_id,
+            )
+            self.tracker = CoordinationTracker(coordination_config, self._owner_check())
+
+    def _owner_check(self) -> Callable[[Hashable], bool] | None:
+        decl = self.coordination
+        if decl is None or decl.id_stream is None or self.spec.parallelism == 1:
+            return None
+        topology = self.engine.topology
+        stream = decl.id_stream
+        grouping = self.spec.inputs[stream]
+        fields = topology.output_fields(stream.component_id, stream.stream_id)
+        source_tasks = topology.components[stream.component_id].parallelism
+        partitioner = grouping.partitioner(fields, 0, source_tasks, self.spec.parallelism)
+        padding = [None] * (len(fields) - 1)
+        index = self.index
+        return lambda id: partitioner.choose([id, *padding])[0] == index
+
+    def prepare(self) -> None:
+        context = TopologyContext(
+            self.engine.topology, self.component_id, self.task_id, services=self.engine.services
+        )
+        self.runner.prepare(self.conf, context, self.collector)
+
+    # -- receiving -----------------------------------------------------------------------
+
+    def handle(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == _TUPLE:
+            self.receive(message[1], message[2], message[3], message[4], message[5])
+        elif kind == _ABANDON:
+            self.abandon_root(message[1])
+        elif kind == _TICK:
+            self.tick(message[1])
+
+    def receive(
+        self, source: str, stream: str, source_task: int, payload: bytes, message_id: dict[int, int]
+    ) -> None:
+        key = (source, stream)
+        fields = self.fields.get(key)
+        if fields is None:
+            fields = self.fields[key] = self.engine.topology.output_fields(source, stream)
+        received = Tuple(pickle.loads(payload), fields, source, stream, source_task, message_id)
+        if self.tracker is None:
+            self.execute(received)
+        else:
+            self.receive_coordinated(received)
+
+    def execute(self, received: Tuple) -> None:
+        previous, self.current = self.current, received
+        try:
+            self.runner.execute(received)
+        finally:
+            self.current = previous
+
+    def is_data(self, received: Tuple) -> bool:
+        decl = self.coordination
+        if decl is None or received.source_stream == COORDINATED_STREAM_ID:
+            return decl is None
+        stream = GlobalStreamId(received.source_component, received.source_stream)
+        return stream != decl.id_stream and stream != decl.commit_stream
+
+    def receive_coordinated(self, received: Tuple) -> None:
+        decl = self.coordination
+        tracker = self.tracker
+        assert decl is not None and tracker is not None
+        if received.message_id and all(root in self.dead_roots for root in received.message_id):
+            return
+        now = time.monotonic()
+        id = received.values[0]
+        if received.source_stream == COORDINATED_STREAM_ID:
+            decisions = tracker.report_received(id, received.values[1], now)
+            if _ignored(decisions):
+                return
+            self.note_roots(id, received)
+            hold = decl.id_stream is None
+            if hold:
+                self.held.setdefault(id, []).append(received)
+            failure = self.apply(decisions, received)
+            if not hold:
+                self.settle(received, failure)
+            return
+        stream = GlobalStreamId(received.source_component, received.source_stream)
+        if stream == decl.id_stream or stream == decl.commit_stream:
+            if stream == decl.id_stream:
+                decisions = tracker.id_received(id, now)
+            else:
+                decisions = tracker.commit_received(id, now)
+            if _ignored(decisions):
+                return
+            self.note_roots(id, received)
+            self.held.setdefault(id, []).append(received)
+            if stream == decl.id_stream and decl.deliver_id_tuple:
+                self.execute(received)
+            self.apply(decisions, received)
+            return
+        if _ignored(tracker.tuple_received(id, now)):
+            return
+        self.note_roots(id, received)
+        self.execute(received)
+
+    # -- coordination decisions -------------------------------------------------------------
+
+    def apply(self, decisions: list[Decision], trigger: Tuple | None) -> Failure | None:
+        """Carry out tracker decisions; returns a failure if ``trigger`` must fail, not ack."""
+        failure: Failure | None = None
+        tracker = self.tracker
+        assert tracker is not None
+        for decision in decisions:
+            if isinstance(decision, FinishBatch):
+                previous, self.current = self.current, trigger
+                try:
+                    self.runner.finished_id(decision.id)
+                except Exception as error:
+                    more = tracker.finish_failed(
+                        decision.id, self.runner.failure(error, "finish_batch"), time.monotonic()
+                    )
+                else:
+                    more = tracker.finish_done(decision.id)
+                finally:
+                    self.current = previous
+                failure = self.apply(more, trigger) or failure
+            elif isinstance(decision, SendReport):
+                anchors = () if trigger is None else (trigger,)
+                self.send(
+                    COORDINATED_STREAM_ID, [decision.id, decision.count], [decision.task], anchors
+                )
+            elif isinstance(decision, Completed):
+                for held in self.held.pop(decision.id, ()):
+                    self.ack_roots(held)
+                self.forget_roots(decision.id)
+            elif isinstance(decision, Failed):
+                self.runner.failed_id(decision.id)
+                for held in self.held.pop(decision.id, ()):
+                    self.fail_roots(held, decision.failure)
+                self.forget_roots(decision.id)
+                failure = decision.failure
+            elif isinstance(decision, Abandoned):
+                self.runner.failed_id(decision.id)
+                for held in self.held.pop(decision.id, ()):
+                    held._done = True
+                self.forget_roots(decision.id)
+        return failure
+
+    def note_roots(self, id: Hashable, received: Tuple) -> None:
+        if not received.message_id:
+            return
+        roots = self.roots_of_id.get(id)
+        if roots is None:
+            roots = self.roots_of_id[id] = set()
+        for root in received.message_id:
+            if root not in roots:
+                roots.add(root)
+                self.ids_of_root.setdefault(root, set()).add(id)
+
+    def forget_roots(self, id: Hashable) -> None:
+        for root in self.roots_of_id.pop(id, ()):
+            ids = self.ids_of_root.get(root)
+            if ids is not None:
+                ids.discard(id)
+                if not ids:
+                    del self.ids_of_root[root]
+
+    def abandon_root(self, root: int) -> None:
+        now = time.monotonic()
+        self.dead_roots[root] = now + self.timeout
+        if self.tracker is None:
+            return
+        for id in list(self.ids_of_root.get(root, ())):
+            self.apply(self.tracker.abandon(id, now), None)
+
+    def tick(self, now: float) -> None:
+        while self.dead_roots:
+            deadline = next(iter(self.dead_roots.values()))
+            if deadline > now:
+                break
+            self.dead_roots.popitem(last=False)
+        if self.tracker is not None:
+            self.apply(self.tracker.expire(now), None)
+
+    # -- acking ---------------------------------------------------------------------------
+
+    def on_ack(self, acked: Tuple) -> None:
+        failure = None
+        if self.tracker is not None and self.is_data(acked):
+            decisions = self.tracker.tuple_acked(acked.values[0], time.monotonic())
+            if _ignored(decisions):
+                acked._done = True
+                return
+            failure = self.apply(decisions, acked)
+        self.settle(acked, failure)
+
+    def on_fail(self, failed: Tuple, failure: Failure) -> None:
+        if self.tracker is not None and self.is_data(failed):
+            self.apply(
+                self.tracker.tuple_failed(failed.values[0], failure, time.monotonic()), failed
+            )
+        self.fail_roots(failed, failure)
+
+    def settle(self, done: Tuple, failure: Failure | None) -> None:
+        if failure is None:
+            self.ack_roots(done)
+        else:
+            self.fail_roots(done, failure)
+
+    def ack_roots(self, done: Tuple) -> None:
+        if done._done:
+            return
+        done._done = True
+        for root, edge in done.message_id.items():
+            self.engine.to_acker(root, (_ACK, root, edge ^ done._ack_val))
+
+    def fail_roots(self, done: Tuple, failure: Failure) -> None:
+        if done._done:
+            return
+        done._done = True
+        for root in done.message_id:
+            self.engine.to_acker(root, (_ACK_FAIL, root, failure))
+
+    def failure_from(self, reason: Failure | BaseException | str | None) -> Failure:
+        if isinstance(reason, Failure):
+            return reason
+        if isinstance(reason, BaseException):
+            return self.runner.failure(reason, "execute")
+        detail = f": {reason}" if reason else ""
+        return Failure(
+            DRPCExceptionType.FAILED_REQUEST,
+            f"Request failed: step {self.component_id!r} (task {self.task_id}) "
+            f"failed the tuple{detail}",
+            self.component_id,
+            self.task_id,
+        )
+
+    # -- sending --------------------------------------------------------------------------
+
+    def send(
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
+    ) -> None:
+        payload = self.serialize(stream, values)
+        tracker = self.tracker if stream != COORDINATED_STREAM_ID else None
+        for target in targets:
+            message_id: dict[int, int] = {}
+            for anchor in anchors:
+                edge = new_edge_id()
+                anchor._ack_val ^= edge
+                for root in anchor.message_id:
+                    message_id[root] = message_id.get(root, 0) ^ edge
+            self.engine.deliver(
+                target, (_TUPLE, self.component_id, stream, self.task_id, payload, message_id)
+            )
+            if tracker is not None:
+                tracker.tuple_emitted(values[0], target)
+        if self.debug:
+            log.debug("%s emitted %r on %s to %s", self.name, values, stream, targets)
+
+    def cleanup(self) -> None:
+        self.runner.cleanup()
+
+
+def _ignored(decisions: list[Decision]) -> bool:
+    return bool(decisions) and isinstance(decisions[0], Ignored)
+
+
+class _SpoutCollector(SpoutOutputCollector):
+    def __init__(self, task: _SpoutTask) -> None:
+        self._task = task
+
+    def emit(
+        self, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM_ID
+    ) -> list[int]:
+        task = self._task
+        task.stream_info(stream, values, direct=False)
+        targets = task.targets(stream, values)
+        task.send(stream, values, targets, msg_id)
+        return targets
+
+    def emit_direct(
+        self,
+        task_id: int,
+        values: Sequence[Any],
+        msg_id: Any = None,
+        stream: str = DEFAULT_STREAM_ID,
+    ) -> None:
+        task = self._task
+        task.stream_info(stream, values, direct=True)
+        task.send(stream, values, task.direct_target(stream, task_id), msg_id)
+
+    def report_error(self, error: BaseException) -> None:
+        log.error(
+            "spout %r task %d reported: %r", self._task.component_id, self._task.task_id, error
+        )
+
+
+class _SpoutTask(_Task):
+    def __init__(self, engine: LocalExecutor, spec: ComponentSpec, task_id: int) -> None:
+        super().__init__(engine, spec, task_id)
+        spout = instantiate(spec.component, spec.id)
+        assert isinstance(spout, BaseRichSpout)
+        self.spout = spout
+        self.collector = _SpoutCollector(self)
+        self.pending: dict[int, Any] = {}
+        self.max_pending: int | None = self.conf[config.TOPOLOGY_MAX_SPOUT_PENDING]
+        self.active = False
+        self.emitted = 0
+        self.idle_wait = 0.0
+        self.next_posted = False
+        self.timer_armed = False
+
+    def open(self) -> None:
+        context = TopologyContext(
+            self.engine.topology,
+            self.component_id,
+            self.task_id,
+            services=self.engine.services,
+            wakeup=self.wake,
+        )
+        self.spout.open(self.conf, context, self.collector)
+        self.spout.activate()
+        self.active = True
+
+    def wake(self) -> None:
+        """Have ``next_tuple`` run soon. Safe from any thread."""
+        if self.next_posted or not self.active:
+            return
+        self.next_posted = True
+        self.idle_wait = 0.0
+        self.engine.post(self, (_NEXT,))
+
+    def _timer_fired(self) -> None:
+        self.timer_armed = False
+        self.wake()
+
+    def handle(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == _NEXT:
+            self.next_posted = False
+            self.next_tuple()
+        elif kind == _ROOT_DONE:
+            self.root_done(message[1], message[2])
+
+    def next_tuple(self) -> None:
+        if not self.active:
+            return
+        if self.max_pending is not None and len(self.pending) >= self.max_pending:
+            return
+        before = self.emitted
+        try:
+            self.spout.next_tuple()
+        except Exception:
+            log.exception("spout %r next_tuple raised", self.component_id)
+        if self.emitted > before:
+            self.wake()
+            return
+        self.idle_wait = min(max(self.idle_wait * 2, 0.001), _MAX_IDLE_WAIT)
+        if not self.timer_armed:
+            self.timer_armed = True
+            self.engine.timer.schedule(self.idle_wait, self._timer_fired)
+
+    def root_done(self, root: int, failure: Failure | None) -> None:
+        msg_id = self.pending.pop(root, _MISSING)
+        if msg_id is _MISSING:
+            return
+        try:
+            if failure is None:
+                self.spout.ack(msg_id)
+            elif isinstance(self.spout, FailureAwareSpout):
+                self.spout.fail_with(msg_id, failure)
+            else:
+                self.spout.fail(msg_id)
+        except Exception:
+            log.exception(
+                "spout %r %s raised", self.component_id, "ack" if failure is None else "fail"
+            )
+        if self.max_pending is not None:
+            self.wake()
+
+    def send(self, stream: str, values: Sequence[Any], targets: list[int], msg_id: Any) -> None:
+        payload = self.serialize(stream, values)
+        self.emitted += 1
+        if msg_id is None:
+            for target in targets:
+                self.engine.deliver(
+                    target, (_TUPLE, self.component_id, stream, self.task_id, payload, {})
+                )
+            return
+        root = new_edge_id()
+        self.pending[root] = msg_id
+        if not targets:
+            self.engine.post(self, (_ROOT_DONE, root, None))
+            return
+        ack_val = 0
+        messages = []
+        for target in targets:
+            edge = new_edge_id()
+            ack_val ^= edge
+            messages.append(
+                (target, (_TUPLE, self.component_id, stream, self.task_id, payload, {root: edge}))
+            )
+        self.engine.to_acker(root, (_ACK_INIT, root, ack_val, self.task_id))
+        for target, message in messages:
+            self.engine.deliver(target, message)
+
+    def close(self) -> None:
+        self.active = False
+        try:
+            self.spout.deactivate()
+        finally:
+            self.spout.close()
+
+
+_MISSING = object()
+
+
+class _AckerTask(_Actor):
+    def __init__(self, engine: LocalExecutor, index: int, timeout: float) -> None:
+        super().__init__()
+        self.engine = engine
+        self.name = f"__acker[{index}]"
+        self.acker = Acker(timeout)
+
+    def handle(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        now = time.monotonic()
+        if kind == _ACK:
+            decisions = self.acker.ack(message[1], message[2], now)
+        elif kind == _ACK_INIT:
+            decisions = self.acker.init(message[1], message[2], message[3], now)
+        elif kind == _ACK_FAIL:
+            decisions = self.acker.fail(message[1], message[2], now)
+        elif kind == _TICK:
+            decisions = self.acker.expire(message[1])
+        else:
+            return
+        for decision in decisions:
+            if isinstance(decision, RootCompleted):
+                self.engine.deliver(decision.owner, (_ROOT_DONE, decision.root, None))
+            else:
+                self.engine.deliver(decision.owner, (_ROOT_DONE, decision.root, decision.failure))
+                self.engine.broadcast_abandon(decision.root)
+
+
+class LocalExecutor:
+    """Runs a topology's tasks in this process until ``stop()``."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        conf: dict[str, Any] | None = None,
+        services: dict[str, Any] | None = None,
+        threads: int = 4,
+        tick_interval: float = 0.1,
+    ) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        if tick_interval <= 0:
+            raise ValueError(f"tick_interval must be positive, got {tick_interval}")
+        self.topology = topology
+        self.conf = config.resolve(topology.conf, conf)
+        self.services = dict(services or {})
+        self.tick_interval = tick_interval
+        label = topology.name
+        self.scheduler = _Scheduler(threads, label)
+        self.timer = _Timer(label)
+        self.tasks: dict[int, _Task] = {}
+        self.bolt_tasks: list[_BoltTask] = []
+        self.coordinated_tasks: list[_BoltTask] = []
+        self.spout_tasks: list[_SpoutTask] = []
+        timeout = float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS])
+        self.ackers = [
+            _AckerTask(self, i, timeout)
+            for i in range(int(self.conf[config.TOPOLOGY_ACKER_EXECUTORS]))
+        ]
+        self.running = False
+        for component_id, task_ids in topology.component_task_ids.items():
+            spec = topology.components[component_id]
+            for task_id in task_ids:
+                if spec.kind == "spout":
+                    spout_task = _SpoutTask(self, spec, task_id)
+                    self.spout_tasks.append(spout_task)
+                    self.tasks[task_id] = spout_task
+                else:
+                    bolt_task = _BoltTask(self, spec, task_id)
+                    self.bolt_tasks.append(bolt_task)
+                    if bolt_task.tracker is not None:
+                        self.coordinated_tasks.append(bolt_task)
+                    self.tasks[task_id] = bolt_task
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> LocalExecutor:
+        if self.running:
+            return self
+        for bolt in self.bolt_tasks:
+            try:
+                bolt.prepare()
+            except Exception as error:
+                raise InvalidTopologyError(
+                    f"prepare raised {type(error).__name__}: {error}", bolt.component_id
+                ) from error
+        self.scheduler.start()
+        self.timer.start()
+        self.running = True
+        self.timer.schedule(self.tick_interval, self._tick)
+        for spout in self.spout_tasks:
+            try:
+                spout.open()
+            except Exception as error:
+                self.stop()
+                raise InvalidTopologyError(
+                    f"open raised {type(error).__name__}: {error}", spout.component_id
+                ) from error
+            spout.wake()
+        log.info(
+            "started topology %r on the local executor: %d tasks, %d ackers",
+            self.topology.name,
+            len(self.tasks),
+            len(self.ackers),
+        )
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if not self.running:
+            return
+        self.running = False
+        for spout in self.spout_tasks:
+            spout.active = False
+        self.timer.stop()
+        self.scheduler.stop(timeout)
+        for spout in self.spout_tasks:
+            try:
+                spout.close()
+            except Exception:
+                log.exception("spout %r close raised", spout.component_id)
+        for bolt in self.bolt_tasks:
+            try:
+                bolt.cleanup()
+            except Exception:
+                log.exception("bolt %r cleanup raised", bolt.component_id)
+        log.info("stopped topology %r", self.topology.name)
+
+    def __enter__(self) -> LocalExecutor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- messaging ------------------------------------------------------------------------
+
+    def post(self, actor: _Actor, message: tuple[Any, ...]) -> None:
+        if self.running:
+            self.scheduler.post(actor, message)
+
+    def deliver(self, task_id: int, message: tuple[Any, ...]) -> None:
+        self.post(self.tasks[task_id], message)
+
+    def to_acker(self, root: int, message: tuple[Any, ...]) -> None:
+        self.post(self.ackers[root % len(self.ackers)], message)
+
+    def broadcast_abandon(self, root: int) -> None:
+        for task in self.coordinated_tasks:
+            self.post(task, (_ABANDON, root))
+
+    def _tick(self) -> None:
+        if not self.running:
+            return
+        now = time.monotonic()
+        for acker in self.ackers:
+            self.post(acker, (_TICK, now))
+        for task in self.coordinated_tasks:
+            self.post(task, (_TICK, now))
+        self.timer.schedule(self.tick_interval, self._tick)
+
+    # -- introspection (tests, metrics) ---------------------------------------------------
+
+    def tracked_ids(self) -> int:
+        """Coordination entries held across all tasks (0 when idle: nothing leaks)."""
+        return sum(len(task.tracker) for task in self.coordinated_tasks if task.tracker)
+
+    def pending_roots(self) -> int:
+        return sum(len(acker.acker) for acker in self.ackers)
+
+    def held_tuples(self) -> int:
+        return sum(len(held) for task in self.coordinated_tasks for held in task.held.values())
+
+    def open_batches(self) -> int:
+        return sum(getattr(task.runner, "open_batches", 0) for task in self.bolt_tasks)

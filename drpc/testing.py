@@ -1,0 +1,219 @@
+"""Test helpers: ``LocalDRPC``, an in-process DRPC server hosting topologies.
+
+Contract. ``with LocalDRPC(executor="local") as drpc: drpc.register(builder);
+drpc.execute("reach", url)`` runs the topology on the chosen executor in this
+process and blocks for the answer:
+
+- a result is returned as the string the topology produced;
+- a failure anywhere in the request's tuples raises
+  ``DRPCExecutionException`` with ``type == FAILED_REQUEST`` and a message
+  naming the step and the exception; concurrent requests are unaffected;
+- past its deadline (``timeout`` seconds, default 600 as Storm's server) a
+  request raises with ``type == SERVER_TIMEOUT`` and leaves its queue;
+- an unregistered function raises FAILED_REQUEST at once, listing the
+  registered functions;
+- on exit every outstanding request fails with SERVER_SHUTDOWN.
+
+``submit`` returns a ``concurrent.futures.Future`` for concurrent callers.
+LocalDRPC is also the ``Invocations`` handle the hosted topologies pull from
+(at most once per request, never blocking).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from drpc.builders.drpc_components import INVOCATIONS_SERVICE
+from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
+from drpc.errors import DRPCError, DRPCExceptionType, DRPCExecutionException
+from drpc.executors import create_executor
+from drpc.model.topology import Topology
+from drpc.requests import (
+    DEFAULT_REQUEST_TIMEOUT,
+    LOCAL_ORIGIN,
+    DRPCRequest,
+    PendingRequest,
+    RequestTable,
+    ReturnInfo,
+)
+
+log = logging.getLogger(__name__)
+
+
+class LocalDRPC:
+    def __init__(
+        self,
+        executor: str = "local",
+        *,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        conf: dict[str, Any] | None = None,
+        **executor_options: Any,
+    ) -> None:
+        self.executor_name = executor
+        self.timeout = timeout
+        self._conf = dict(conf or {})
+        self._conf.setdefault("topology.message.timeout.secs", timeout)
+        self._executor_options = executor_options
+        self._table = RequestTable(timeout=timeout)
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._listeners: dict[str, list[Callable[[], None]]] = {}
+        self._runtimes: dict[str, Any] = {}
+        self._closed = False
+        self._expirer = threading.Thread(
+            target=self._expire_loop, name="LocalDRPC-expirer", daemon=True
+        )
+        self._expirer.start()
+
+    # -- hosting ------------------------------------------------------------------------
+
+    def register(self, topology: LinearDRPCTopologyBuilder | Topology) -> Any:
+        """Run a DRPC topology on this LocalDRPC's executor; returns the executor."""
+        if isinstance(topology, LinearDRPCTopologyBuilder):
+            topology = topology.create_topology()
+        function = topology.drpc_function
+        if function is None:
+            raise DRPCError(f"topology {topology.name!r} does not serve a DRPC function")
+        with self._lock:
+            if self._closed:
+                raise DRPCError("LocalDRPC is shut down")
+            if function in self._runtimes:
+                raise DRPCError(f"function {function!r} is already registered")
+            self._runtimes[function] = None
+        try:
+            runtime = create_executor(
+                self.executor_name,
+                topology,
+                services={INVOCATIONS_SERVICE: self},
+                conf=self._conf,
+                **self._executor_options,
+            )
+            runtime.start()
+        except BaseException:
+            with self._lock:
+                self._runtimes.pop(function, None)
+            raise
+        with self._lock:
+            self._runtimes[function] = runtime
+        log.info("registered DRPC function %r on the %s executor", function, self.executor_name)
+        return runtime
+
+    def runtime(self, function: str) -> Any:
+        return self._runtimes[function]
+
+    @property
+    def functions(self) -> list[str]:
+        return sorted(self._runtimes)
+
+    # -- calling --------------------------------------------------------------------------
+
+    def submit(self, function: str, args: str, timeout: float | None = None) -> Future[str]:
+        future: Future[str] = Future()
+        if not isinstance(args, str):
+            raise TypeError(f"DRPC arguments are strings, got {type(args).__name__}")
+        with self._lock:
+            if function not in self._runtimes:
+                registered = ", ".join(sorted(self._runtimes)) or "none"
+                future.set_exception(
+                    DRPCExecutionException(
+                        f"function {function!r} is not registered; "
+                        f"registered functions: {registered}",
+                        DRPCExceptionType.FAILED_REQUEST,
+                    )
+                )
+                return future
+            request = self._table.submit(function, args, time.monotonic(), timeout)
+            request.waiter = future
+            listeners = list(self._listeners.get(function, ()))
+            self._wakeup.notify()
+        for listener in listeners:
+            listener()
+        return future
+
+    def execute(self, function: str, args: str, timeout: float | None = None) -> str:
+        """Call ``function`` with ``args`` and wait for its result."""
+        return self.submit(function, args, timeout).result()
+
+    # -- the invocations handle hosted topologies use ---------------------------------------
+
+    def fetch_request(self, function: str) -> DRPCRequest | None:
+        with self._lock:
+            request = self._table.fetch(function)
+        return None if request is None else request.as_request(LOCAL_ORIGIN)
+
+    def result(self, return_info: ReturnInfo, result: str) -> None:
+        with self._lock:
+            request = self._table.complete(return_info.request_id, result)
+        if request is not None:
+            request.waiter.set_result(result)
+
+    def fail_request(self, return_info: ReturnInfo, error: DRPCExecutionException) -> None:
+        with self._lock:
+            request = self._table.fail(return_info.request_id, error)
+        if request is not None:
+            request.waiter.set_exception(error)
+
+    def add_listener(self, function: str, callback: Callable[[], None]) -> Callable[[], None]:
+        with self._lock:
+            self._listeners.setdefault(function, []).append(callback)
+
+        def remove() -> None:
+            with self._lock:
+                callbacks = self._listeners.get(function, [])
+                if callback in callbacks:
+                    callbacks.remove(callback)
+
+        return remove
+
+    @property
+    def late_results(self) -> int:
+        return self._table.late_results
+
+    def outstanding(self) -> int:
+        with self._lock:
+            return len(self._table)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _expire_loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                deadline = self._table.next_deadline()
+                now = time.monotonic()
+                if deadline is None or deadline > now:
+                    self._wakeup.wait(None if deadline is None else deadline - now)
+                    continue
+                expired = self._table.expire(now)
+            _settle(expired)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            settled = self._table.shutdown()
+            runtimes = [r for r in self._runtimes.values() if r is not None]
+            self._wakeup.notify_all()
+        _settle(settled)
+        for runtime in runtimes:
+            runtime.stop()
+        self._expirer.join(2.0)
+
+    def __enter__(self) -> LocalDRPC:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _settle(requests: list[PendingRequest]) -> None:
+    for request in requests:
+        assert request.error is not None
+        request.waiter.set_exception(request.error)

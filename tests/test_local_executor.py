@@ -1,0 +1,217 @@
+"""The in-process engine itself: spouts, acking, timeouts, isolation, cleanup."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from drpc import (
+    BaseBasicBolt,
+    BaseRichBolt,
+    BaseRichSpout,
+    BasicOutputCollector,
+    DRPCExceptionType,
+    DRPCExecutionException,
+    FailedException,
+    Fields,
+    InvalidTopologyError,
+    LinearDRPCTopologyBuilder,
+    OutputCollector,
+    OutputFieldsDeclarer,
+    SpoutOutputCollector,
+    TopologyBuilder,
+    TopologyContext,
+    Tuple,
+)
+from drpc.examples.reach import EXPECTED_REACH, build_reach
+from drpc.examples.square import build_square
+from drpc.executors.local import LocalExecutor
+from drpc.testing import LocalDRPC
+
+from .topologies import bolts
+
+EVENTS: dict[str, list[Any]] = {}
+LOCK = threading.Lock()
+
+
+def record(kind: str, value: Any) -> None:
+    with LOCK:
+        EVENTS.setdefault(kind, []).append(value)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+class ListSpout(BaseRichSpout):
+    """Emits each word once with itself as message id; records acks and fails."""
+
+    def __init__(self, words: list[str]) -> None:
+        self.words = list(words)
+
+    def open(
+        self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector
+    ) -> None:
+        self.collector = collector
+
+    def next_tuple(self) -> None:
+        if self.words:
+            word = self.words.pop(0)
+            self.collector.emit([word, [word]], msg_id=word)
+
+    def ack(self, msg_id: Any) -> None:
+        record("ack", msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        record("fail", msg_id)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("word", "box"))
+
+
+class SplitAndMutate(BaseBasicBolt):
+    """Fails words starting with 'x'; mutates the list it received (must not leak to peers)."""
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        self.task_id = context.this_task_id
+        self.tasks = context.this_component_tasks
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        if tuple["word"].startswith("x"):
+            raise FailedException("no x words")
+        box = tuple["box"]
+        record("box", (self.task_id, list(box)))
+        box.append(self.task_id)
+        for letter in tuple["word"]:
+            collector.emit([letter])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("letter"))
+
+
+class CountLetters(BaseRichBolt):
+    def prepare(
+        self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        self.collector = collector
+
+    def execute(self, tuple: Tuple) -> None:
+        record("letter", tuple["letter"])
+        self.collector.ack(tuple)
+
+
+@pytest.fixture(autouse=True)
+def clear_events() -> None:
+    EVENTS.clear()
+
+
+def test_spout_tuples_are_acked_when_their_tree_completes_and_failed_otherwise() -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("words", ListSpout(["cat", "dog", "xray", "ox"]))
+    builder.set_bolt("split", SplitAndMutate(), 2).all_grouping("words")
+    builder.set_bolt("count", CountLetters(), 3).fields_grouping("split", Fields("letter"))
+    with LocalExecutor(builder.create_topology("letters")) as executor:
+        wait_for(lambda: len(EVENTS.get("ack", [])) + len(EVENTS.get("fail", [])) == 4)
+        assert sorted(EVENTS["ack"]) == ["cat", "dog", "ox"]
+        assert EVENTS["fail"] == ["xray"]
+        assert sorted(EVENTS["letter"]) == sorted("catcatdogdogoxox")
+        # Each of the two tasks got its own copy of the list: no mutation leaked across.
+        assert all(box == [word] for _, box in EVENTS["box"] for word in [box[0]])
+        wait_for(lambda: executor.pending_roots() == 0)
+
+
+def test_a_rich_bolt_that_never_acks_times_out_at_the_message_timeout() -> None:
+    builder = LinearDRPCTopologyBuilder("forgetful")
+    builder.add_bolt(bolts.RichForgetsToAck())
+    with LocalDRPC(timeout=30, conf={"topology.message.timeout.secs": 0.5}) as drpc:
+        drpc.register(builder)
+        started = time.monotonic()
+        with pytest.raises(DRPCExecutionException) as caught:
+            drpc.execute("forgetful", "x")
+        assert caught.value.type is DRPCExceptionType.SERVER_TIMEOUT
+        assert caught.value.msg.startswith("Timed Out")
+        assert time.monotonic() - started < 3
+
+
+def test_nothing_is_left_tracked_after_many_mixed_requests() -> None:
+    with LocalDRPC(timeout=30) as drpc:
+        reach = drpc.register(build_reach())
+        square = drpc.register(build_square())
+        futures = []
+        for n in range(300):
+            futures.append(("reach", drpc.submit("reach", list(EXPECTED_REACH)[n % 4])))
+            futures.append(("square", drpc.submit("square", str(n % 5) if n % 7 else "oops")))
+        outcomes = [(name, future.exception(timeout=60)) for name, future in futures]
+        assert sum(1 for _, error in outcomes if error is not None) == sum(
+            1 for n in range(300) if n % 7 == 0
+        )
+        for runtime in (reach, square):
+            wait_for(
+                lambda runtime=runtime: (
+                    runtime.pending_roots() == 0
+                    and runtime.tracked_ids() == 0
+                    and runtime.held_tuples() == 0
+                    and runtime.open_batches() == 0
+                )
+            )
+        assert drpc.outstanding() == 0
+
+
+class BrokenPrepareBolt(bolts.Identity):
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        raise RuntimeError("no database")
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "result"))
+
+
+def test_a_bolt_whose_prepare_raises_fails_registration_naming_it() -> None:
+    builder = LinearDRPCTopologyBuilder("broken")
+    builder.add_bolt(BrokenPrepareBolt())
+    with LocalDRPC() as drpc, pytest.raises(InvalidTopologyError, match="no database") as caught:
+        drpc.register(builder)
+    assert caught.value.component == "bolt0"
+    assert drpc.functions == []
+
+
+def test_an_unpicklable_bolt_is_refused_at_registration() -> None:
+    bolt = bolts.FailOn("x")
+    bolt.lock = threading.Lock()  # type: ignore[attr-defined]
+    builder = LinearDRPCTopologyBuilder("locked")
+    builder.add_bolt(bolt)
+    with (
+        LocalDRPC() as drpc,
+        pytest.raises(InvalidTopologyError, match="cannot be pickled") as caught,
+    ):
+        drpc.register(builder)
+    assert caught.value.component == "bolt0"
+
+
+def test_registering_a_function_twice_is_refused() -> None:
+    with LocalDRPC() as drpc:
+        drpc.register(build_square())
+        with pytest.raises(Exception, match="already registered"):
+            drpc.register(build_square())
+
+
+def test_arguments_must_be_strings() -> None:
+    with LocalDRPC() as drpc:
+        drpc.register(build_square())
+        with pytest.raises(TypeError, match="strings"):
+            drpc.execute("square", 3)  # type: ignore[arg-type]
+
+
+def test_executor_options_are_checked() -> None:
+    topology = build_square().create_topology()
+    with pytest.raises(ValueError, match="threads"):
+        LocalExecutor(topology, threads=0)
+    with pytest.raises(ValueError, match=r"message\.timeout"):
+        LocalExecutor(topology, conf={"topology.message.timeout.secs": -1})

@@ -1,0 +1,79 @@
+"""The request table: ids, at-most-once handout, deadlines, shutdown, late results."""
+
+from __future__ import annotations
+
+import pytest
+
+from drpc.errors import DRPCExceptionType, DRPCExecutionException
+from drpc.requests import RequestTable
+
+
+def test_ids_are_decimal_strings_in_order_and_fetch_is_fifo_per_function() -> None:
+    table = RequestTable(timeout=10)
+    a = table.submit("reach", "a", now=0)
+    b = table.submit("square", "b", now=0)
+    c = table.submit("reach", "c", now=0)
+    assert [a.id, b.id, c.id] == ["1", "2", "3"]
+    assert table.queue_depth("reach") == 2
+    assert table.fetch("reach") is a
+    assert table.fetch("reach") is c
+    assert table.fetch("reach") is None  # handed out at most once, never blocks
+    assert table.fetch("unknown") is None
+    assert table.fetch("square") is b
+
+
+def test_complete_and_fail_settle_once_and_late_results_are_counted() -> None:
+    table = RequestTable(timeout=10)
+    a = table.submit("f", "x", now=0)
+    b = table.submit("f", "y", now=0)
+    assert table.complete(a.id, "42") is a and a.result == "42" and a.done
+    assert table.complete(a.id, "43") is None
+    error = DRPCExecutionException("Request failed")
+    assert table.fail(b.id, error) is b and b.error is error
+    assert table.fail("999", error) is None
+    assert table.late_results == 2
+    assert len(table) == 0
+
+
+def test_expiry_times_out_and_removes_from_the_queue() -> None:
+    table = RequestTable(timeout=10)
+    first = table.submit("f", "1", now=0)
+    short = table.submit("f", "2", now=1, timeout=2)
+    last = table.submit("f", "3", now=5)
+    assert table.next_deadline() == 3
+    assert table.expire(now=2.9) == []
+    assert table.expire(now=3) == [short]
+    assert short.error is not None and short.error.type is DRPCExceptionType.SERVER_TIMEOUT
+    assert short.error.msg == "Timed Out"
+    assert table.expire(now=10) == [first]
+    assert table.queue_depth("f") == 1 and table.fetch("f") is last
+    assert table.complete(first.id, "late") is None and table.late_results == 1
+
+
+def test_a_fetched_request_still_times_out() -> None:
+    table = RequestTable(timeout=1)
+    request = table.submit("f", "1", now=0)
+    assert table.fetch("f") is request
+    assert table.expire(now=1) == [request]
+    assert table.complete(request.id, "too late") is None
+
+
+def test_shutdown_settles_everything_and_refuses_new_requests() -> None:
+    table = RequestTable(timeout=10)
+    a = table.submit("f", "1", now=0)
+    table.fetch("f")
+    b = table.submit("g", "2", now=0)
+    assert set(table.shutdown()) == {a, b}
+    assert a.error is not None and a.error.type is DRPCExceptionType.SERVER_SHUTDOWN
+    assert a.error.msg == "Server Shutting Down"
+    with pytest.raises(DRPCExecutionException) as caught:
+        table.submit("f", "3", now=1)
+    assert caught.value.type is DRPCExceptionType.SERVER_SHUTDOWN
+
+
+@pytest.mark.parametrize("timeout", [0, -1])
+def test_timeouts_must_be_positive(timeout: float) -> None:
+    with pytest.raises(ValueError):
+        RequestTable(timeout=timeout)
+    with pytest.raises(ValueError):
+        RequestTable().submit("f", "x", now=0, timeout=timeout)
