@@ -45,7 +45,6 @@ from drpc.errors import (
     Failure,
     InvalidTopologyError,
     InvalidTupleError,
-    UnserializableValueError,
 )
 from drpc.model.components import (
     BaseRichSpout,
@@ -56,8 +55,7 @@ from drpc.model.components import (
 )
 from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
-from drpc.model.grouping import Partitioner
-from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId, StreamInfo
+from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
 from drpc.model.topology import ComponentSpec, CoordinatedBolt, Topology
 from drpc.model.tuples import Tuple
 from drpc.semantics.acker import Acker, RootCompleted, new_edge_id
@@ -72,6 +70,7 @@ from drpc.semantics.coordination import (
     Ignored,
     SendReport,
 )
+from drpc.semantics.routing import OutputRouter
 from drpc.semantics.runners import BoltRunner, instantiate, runner_for
 
 log = logging.getLogger(__name__)
@@ -199,17 +198,8 @@ class _Timer:
             self._thread.join(2.0)
 
 
-class _Route:
-    __slots__ = ("partitioner", "subscriber", "tasks")
-
-    def __init__(self, subscriber: str, partitioner: Partitioner, tasks: list[int]) -> None:
-        self.subscriber = subscriber
-        self.partitioner = partitioner
-        self.tasks = tasks
-
-
 class _Task(_Actor):
-    """What spout and bolt tasks share: identity, routing and serialization of emits."""
+    """What spout and bolt tasks share: identity, configuration and output routing."""
 
     def __init__(self, engine: LocalExecutor, spec: ComponentSpec, task_id: int) -> None:
         super().__init__()
@@ -219,76 +209,12 @@ class _Task(_Actor):
         self.task_id = task_id
         self.name = f"{spec.id}[{task_id}]"
         topology = engine.topology
-        self.index = topology.component_task_ids[spec.id].index(task_id)
+        self.router = OutputRouter(topology, spec.id, task_id)
+        self.index = self.router.index
         self.conf = config.resolve(
             topology.conf, engine.conf, spec.conf, spec.component.get_component_configuration()
         )
         self.debug = bool(self.conf[config.TOPOLOGY_DEBUG])
-        self.routes: dict[str, list[_Route]] = {}
-        self.direct_targets: dict[str, set[int]] = {}
-        for stream_id, info in spec.outputs.items():
-            routes: list[_Route] = []
-            direct: set[int] = set()
-            for subscriber, grouping in topology.subscribers(spec.id, stream_id):
-                tasks = topology.component_task_ids[subscriber]
-                if grouping.needs_direct_stream:
-                    direct.update(tasks)
-                    continue
-                partitioner = grouping.partitioner(
-                    info.fields, self.index, spec.parallelism, len(tasks)
-                )
-                routes.append(_Route(subscriber, partitioner, tasks))
-            self.routes[stream_id] = routes
-            self.direct_targets[stream_id] = direct
-
-    def stream_info(self, stream: str, values: Sequence[Any], direct: bool) -> StreamInfo:
-        info = self.spec.outputs.get(stream)
-        if info is None:
-            declared = sorted(s for s in self.spec.outputs if not s.startswith("__"))
-            raise InvalidTupleError(
-                f"step {self.component_id!r} emitted on undeclared stream {stream!r} "
-                f"(declared: {declared})"
-            )
-        if info.direct != direct:
-            raise InvalidTupleError(
-                f"step {self.component_id!r} used {'emit_direct' if direct else 'emit'} on "
-                f"stream {stream!r}, which is {'' if info.direct else 'not '}declared direct"
-            )
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise InvalidTupleError(
-                f"step {self.component_id!r} emitted {type(values).__name__} on stream "
-                f"{stream!r}; emit a list of values, e.g. Values(...)"
-            )
-        if len(values) != len(info.fields):
-            raise InvalidTupleError(
-                f"step {self.component_id!r} emitted {len(values)} values on stream {stream!r}, "
-                f"which declares {len(info.fields)} fields {info.fields.to_list()}"
-            )
-        return info
-
-    def targets(self, stream: str, values: Sequence[Any]) -> list[int]:
-        chosen: list[int] = []
-        for route in self.routes[stream]:
-            for index in route.partitioner.choose(values):
-                chosen.append(route.tasks[index])
-        return chosen
-
-    def direct_target(self, stream: str, task: int) -> list[int]:
-        if task not in self.direct_targets[stream]:
-            raise InvalidTupleError(
-                f"step {self.component_id!r} emitted directly to task {task} on stream "
-                f"{stream!r}, but that task does not subscribe to it with a direct grouping"
-            )
-        return [task]
-
-    def serialize(self, stream: str, values: Sequence[Any]) -> bytes:
-        try:
-            return pickle.dumps(list(values), protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as error:
-            raise UnserializableValueError(
-                f"step {self.component_id!r} emitted a value on stream {stream!r} that cannot "
-                f"be pickled, so it cannot travel between tasks: {type(error).__name__}: {error}"
-            ) from error
 
 
 class _BoltCollector(OutputCollector):
@@ -316,10 +242,10 @@ class _BoltCollector(OutputCollector):
     def emit(
         self, values: Sequence[Any], anchors: Any = None, stream: str = DEFAULT_STREAM_ID
     ) -> list[int]:
-        task = self._task
-        task.stream_info(stream, values, direct=False)
-        targets = task.targets(stream, values)
-        task.send(stream, values, targets, self._anchors(anchors))
+        router = self._task.router
+        router.check(stream, values, direct=False)
+        targets = router.targets(stream, values)
+        self._task.send(stream, values, targets, self._anchors(anchors))
         return targets
 
     def emit_direct(
@@ -329,9 +255,11 @@ class _BoltCollector(OutputCollector):
         anchors: Any = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
-        task = self._task
-        task.stream_info(stream, values, direct=True)
-        task.send(stream, values, task.direct_target(stream, task_id), self._anchors(anchors))
+        router = self._task.router
+        router.check(stream, values, direct=True)
+        self._task.send(
+            stream, values, router.direct_target(stream, task_id), self._anchors(anchors)
+        )
 
     def ack(self, tuple: Tuple) -> None:
         if tuple._done:
@@ -614,7 +542,7 @@ class _BoltTask(_Task):
     def send(
         self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
     ) -> None:
-        payload = self.serialize(stream, values)
+        payload = self.router.serialize(stream, values)
         tracker = self.tracker if stream != COORDINATED_STREAM_ID else None
         for target in targets:
             message_id: dict[int, int] = {}
@@ -646,10 +574,10 @@ class _SpoutCollector(SpoutOutputCollector):
     def emit(
         self, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM_ID
     ) -> list[int]:
-        task = self._task
-        task.stream_info(stream, values, direct=False)
-        targets = task.targets(stream, values)
-        task.send(stream, values, targets, msg_id)
+        router = self._task.router
+        router.check(stream, values, direct=False)
+        targets = router.targets(stream, values)
+        self._task.send(stream, values, targets, msg_id)
         return targets
 
     def emit_direct(
@@ -659,9 +587,9 @@ class _SpoutCollector(SpoutOutputCollector):
         msg_id: Any = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
-        task = self._task
-        task.stream_info(stream, values, direct=True)
-        task.send(stream, values, task.direct_target(stream, task_id), msg_id)
+        router = self._task.router
+        router.check(stream, values, direct=True)
+        self._task.send(stream, values, router.direct_target(stream, task_id), msg_id)
 
     def report_error(self, error: BaseException) -> None:
         log.error(
@@ -753,7 +681,7 @@ class _SpoutTask(_Task):
             self.wake()
 
     def send(self, stream: str, values: Sequence[Any], targets: list[int], msg_id: Any) -> None:
-        payload = self.serialize(stream, values)
+        payload = self.router.serialize(stream, values)
         self.emitted += 1
         if msg_id is None:
             for target in targets:

@@ -1,0 +1,106 @@
+"""Output routing of one task: which tasks receive an emit, checked against its stream.
+
+Contract: ``OutputRouter(topology, component_id, task_id)`` validates an emit
+(declared stream, direct or not, a list of exactly as many values as the
+stream has fields) and returns the receiving task ids, using one partitioner
+per subscription built from the grouping spec. Both executors route through
+it, so a tuple lands on the same task on each. ``serialize`` pickles values
+and turns a failure into ``UnserializableValueError`` naming the step.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from typing import Any
+
+from drpc.errors import InvalidTupleError, UnserializableValueError
+from drpc.model.grouping import Partitioner
+from drpc.model.streams import StreamInfo
+from drpc.model.topology import Topology
+
+
+class _Route:
+    __slots__ = ("partitioner", "subscriber", "tasks")
+
+    def __init__(self, subscriber: str, partitioner: Partitioner, tasks: list[int]) -> None:
+        self.subscriber = subscriber
+        self.partitioner = partitioner
+        self.tasks = tasks
+
+
+class OutputRouter:
+    def __init__(self, topology: Topology, component_id: str, task_id: int) -> None:
+        spec = topology.components[component_id]
+        self.component_id = component_id
+        self.outputs = spec.outputs
+        self.index = topology.component_task_ids[component_id].index(task_id)
+        self.routes: dict[str, list[_Route]] = {}
+        self.direct_targets: dict[str, set[int]] = {}
+        for stream_id, info in spec.outputs.items():
+            routes: list[_Route] = []
+            direct: set[int] = set()
+            for subscriber, grouping in topology.subscribers(component_id, stream_id):
+                tasks = topology.component_task_ids[subscriber]
+                if grouping.needs_direct_stream:
+                    direct.update(tasks)
+                    continue
+                partitioner = grouping.partitioner(
+                    info.fields, self.index, spec.parallelism, len(tasks)
+                )
+                routes.append(_Route(subscriber, partitioner, tasks))
+            self.routes[stream_id] = routes
+            self.direct_targets[stream_id] = direct
+
+    def check(self, stream: str, values: Sequence[Any], direct: bool) -> StreamInfo:
+        info = self.outputs.get(stream)
+        if info is None:
+            declared = sorted(s for s in self.outputs if not s.startswith("__"))
+            raise InvalidTupleError(
+                f"step {self.component_id!r} emitted on undeclared stream {stream!r} "
+                f"(declared: {declared})"
+            )
+        if info.direct != direct:
+            raise InvalidTupleError(
+                f"step {self.component_id!r} used {'emit_direct' if direct else 'emit'} on "
+                f"stream {stream!r}, which is {'' if info.direct else 'not '}declared direct"
+            )
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise InvalidTupleError(
+                f"step {self.component_id!r} emitted {type(values).__name__} on stream "
+                f"{stream!r}; emit a list of values, e.g. Values(...)"
+            )
+        if len(values) != len(info.fields):
+            raise InvalidTupleError(
+                f"step {self.component_id!r} emitted {len(values)} values on stream {stream!r}, "
+                f"which declares {len(info.fields)} fields {info.fields.to_list()}"
+            )
+        return info
+
+    def targets(self, stream: str, values: Sequence[Any]) -> list[int]:
+        chosen: list[int] = []
+        for route in self.routes[stream]:
+            for index in route.partitioner.choose(values):
+                chosen.append(route.tasks[index])
+        return chosen
+
+    def direct_target(self, stream: str, task: int) -> list[int]:
+        if task not in self.direct_targets[stream]:
+            raise InvalidTupleError(
+                f"step {self.component_id!r} emitted directly to task {task} on stream "
+                f"{stream!r}, but that task does not subscribe to it with a direct grouping"
+            )
+        return [task]
+
+    def serialize(self, stream: str, values: Sequence[Any]) -> bytes:
+        return serialize_values(self.component_id, stream, values)
+
+
+def serialize_values(component_id: str, stream: str, values: Any) -> bytes:
+    try:
+        return pickle.dumps(list(values), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:
+        raise UnserializableValueError(
+            f"step {component_id!r} emitted a value on stream {stream!r} that cannot "
+            f"be pickled, so it cannot travel between tasks: {type(error).__name__}: {error}"
+        ) from error
