@@ -41,7 +41,6 @@ from typing import Any
 
 from drpc import config
 from drpc.errors import (
-    DRPCExceptionType,
     Failure,
     InvalidTopologyError,
     InvalidTupleError,
@@ -67,10 +66,10 @@ from drpc.semantics.coordination import (
     Decision,
     Failed,
     FinishBatch,
-    Ignored,
     SendReport,
+    is_ignored,
 )
-from drpc.semantics.routing import OutputRouter
+from drpc.semantics.routing import OutputRouter, id_owner_check
 from drpc.semantics.runners import BoltRunner, instantiate, runner_for
 
 log = logging.getLogger(__name__)
@@ -272,7 +271,7 @@ class _BoltCollector(OutputCollector):
     def fail(self, tuple: Tuple, reason: Failure | BaseException | str | None = None) -> None:
         if tuple._done:
             return
-        self._task.on_fail(tuple, self._task.failure_from(reason))
+        self._task.on_fail(tuple, self._task.runner.failure_from(reason))
 
     def report_error(self, error: BaseException) -> None:
         log.error(
@@ -306,21 +305,9 @@ class _BoltTask(_Task):
                 component=spec.id,
                 task=task_id,
             )
-            self.tracker = CoordinationTracker(coordination_config, self._owner_check())
-
-    def _owner_check(self) -> Callable[[Hashable], bool] | None:
-        decl = self.coordination
-        if decl is None or decl.id_stream is None or self.spec.parallelism == 1:
-            return None
-        topology = self.engine.topology
-        stream = decl.id_stream
-        grouping = self.spec.inputs[stream]
-        fields = topology.output_fields(stream.component_id, stream.stream_id)
-        source_tasks = topology.components[stream.component_id].parallelism
-        partitioner = grouping.partitioner(fields, 0, source_tasks, self.spec.parallelism)
-        padding = [None] * (len(fields) - 1)
-        index = self.index
-        return lambda id: partitioner.choose([id, *padding])[0] == index
+            self.tracker = CoordinationTracker(
+                coordination_config, id_owner_check(topology, spec.id, self.index)
+            )
 
     def prepare(self) -> None:
         context = TopologyContext(
@@ -376,7 +363,7 @@ class _BoltTask(_Task):
         id = received.values[0]
         if received.source_stream == COORDINATED_STREAM_ID:
             decisions = tracker.report_received(id, received.values[1], now)
-            if _ignored(decisions):
+            if is_ignored(decisions):
                 return
             self.note_roots(id, received)
             hold = decl.id_stream is None
@@ -392,7 +379,7 @@ class _BoltTask(_Task):
                 decisions = tracker.id_received(id, now)
             else:
                 decisions = tracker.commit_received(id, now)
-            if _ignored(decisions):
+            if is_ignored(decisions):
                 return
             self.note_roots(id, received)
             self.held.setdefault(id, []).append(received)
@@ -400,7 +387,7 @@ class _BoltTask(_Task):
                 self.execute(received)
             self.apply(decisions, received)
             return
-        if _ignored(tracker.tuple_received(id, now)):
+        if is_ignored(tracker.tuple_received(id, now)):
             return
         self.note_roots(id, received)
         self.execute(received)
@@ -490,7 +477,7 @@ class _BoltTask(_Task):
         failure = None
         if self.tracker is not None and self.is_data(acked):
             decisions = self.tracker.tuple_acked(acked.values[0], time.monotonic())
-            if _ignored(decisions):
+            if is_ignored(decisions):
                 acked._done = True
                 return
             failure = self.apply(decisions, acked)
@@ -523,20 +510,6 @@ class _BoltTask(_Task):
         for root in done.message_id:
             self.engine.to_acker(root, (_ACK_FAIL, root, failure))
 
-    def failure_from(self, reason: Failure | BaseException | str | None) -> Failure:
-        if isinstance(reason, Failure):
-            return reason
-        if isinstance(reason, BaseException):
-            return self.runner.failure(reason, "execute")
-        detail = f": {reason}" if reason else ""
-        return Failure(
-            DRPCExceptionType.FAILED_REQUEST,
-            f"Request failed: step {self.component_id!r} (task {self.task_id}) "
-            f"failed the tuple{detail}",
-            self.component_id,
-            self.task_id,
-        )
-
     # -- sending --------------------------------------------------------------------------
 
     def send(
@@ -561,10 +534,6 @@ class _BoltTask(_Task):
 
     def cleanup(self) -> None:
         self.runner.cleanup()
-
-
-def _ignored(decisions: list[Decision]) -> bool:
-    return bool(decisions) and isinstance(decisions[0], Ignored)
 
 
 class _SpoutCollector(SpoutOutputCollector):

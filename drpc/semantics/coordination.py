@@ -59,6 +59,26 @@ class CoordinationConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TrackStatus:
+    """Where a tracked id stands at one task (for diagnostics)."""
+
+    reports: int
+    expected_reports: int
+    reported_tuples: int
+    acked: int
+    id_received: bool
+    commit_received: bool
+
+    def describe(self) -> str:
+        parts = [f"{self.reports}/{self.expected_reports} count reports"]
+        if self.expected_reports:
+            parts.append(f"{self.acked} of {self.reported_tuples} reported tuples acked")
+        else:
+            parts.append(f"{self.acked} tuples acked")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
 class FinishBatch:
     id: Hashable
 
@@ -92,6 +112,11 @@ class Ignored:
 
 
 Decision = FinishBatch | SendReport | Completed | Failed | Abandoned | Ignored
+
+
+def is_ignored(decisions: list[Decision]) -> bool:
+    """True when the event concerned an id given up earlier: drop what carried it."""
+    return bool(decisions) and isinstance(decisions[0], Ignored)
 
 
 class _Track:
@@ -143,6 +168,19 @@ class CoordinationTracker:
 
     def tracked_ids(self) -> Iterator[Hashable]:
         return iter(self._tracks)
+
+    def status(self, id: Hashable) -> TrackStatus | None:
+        track = self._tracks.get(id)
+        if track is None:
+            return None
+        return TrackStatus(
+            track.reports,
+            self.config.expected_reports,
+            track.expected,
+            track.acked,
+            track.id_received,
+            track.commit_received,
+        )
 
     def emitted_counts(self, id: Hashable) -> dict[int, int]:
         track = self._tracks.get(id)

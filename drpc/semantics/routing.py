@@ -11,7 +11,7 @@ and turns a failure into ``UnserializableValueError`` naming the step.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from drpc.errors import InvalidTupleError, UnserializableValueError
@@ -104,3 +104,24 @@ def serialize_values(component_id: str, stream: str, values: Any) -> bytes:
             f"step {component_id!r} emitted a value on stream {stream!r} that cannot "
             f"be pickled, so it cannot travel between tasks: {type(error).__name__}: {error}"
         ) from error
+
+
+def id_owner_check(
+    topology: Topology, component_id: str, index: int
+) -> Callable[[Hashable], bool] | None:
+    """Whether task ``index`` of a coordinated component owns an id (receives its id tuple).
+
+    None when every task owns every id it sees (no id stream, or a single task).
+    The id stream is grouped on the id, its first field, so ownership is the
+    grouping's choice for a tuple carrying that id.
+    """
+    spec = topology.components[component_id]
+    coordination = spec.coordination
+    if coordination is None or coordination.id_stream is None or spec.parallelism == 1:
+        return None
+    stream = coordination.id_stream
+    fields = topology.output_fields(stream.component_id, stream.stream_id)
+    source_tasks = topology.components[stream.component_id].parallelism
+    partitioner = spec.inputs[stream].partitioner(fields, 0, source_tasks, spec.parallelism)
+    padding = [None] * (len(fields) - 1)
+    return lambda id: partitioner.choose([id, *padding])[0] == index

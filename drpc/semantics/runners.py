@@ -21,7 +21,9 @@ import pickle
 from collections.abc import Hashable
 from typing import Any
 
-from drpc.errors import Failure, InvalidTopologyError
+import cloudpickle
+
+from drpc.errors import DRPCExceptionType, Failure, InvalidTopologyError
 from drpc.model.components import (
     BaseBasicBolt,
     BaseBatchBolt,
@@ -38,16 +40,29 @@ from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
 
 
+def freeze(component: IComponent) -> bytes:
+    """Pickle a component; classes defined in ``__main__`` travel by value (cloudpickle)."""
+    return cloudpickle.dumps(component, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def instantiate(component: IComponent, component_id: str) -> Any:
     """A task's own copy of a component, made the way a remote worker would make it."""
     try:
-        return pickle.loads(pickle.dumps(component, protocol=pickle.HIGHEST_PROTOCOL))
+        return pickle.loads(freeze(component))
     except Exception as error:
         raise InvalidTopologyError(
             f"{type(component).__name__} cannot be pickled, so it cannot be shipped to its "
             f"tasks: {type(error).__name__}: {error}",
             component_id,
         ) from error
+
+
+class PrepareFailed(Exception):
+    """A batch bolt's ``prepare`` raised (it runs lazily, per batch id)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class BoltRunner:
@@ -77,7 +92,24 @@ class BoltRunner:
         """The task is stopping."""
 
     def failure(self, error: BaseException, during: str) -> Failure:
+        if isinstance(error, PrepareFailed):
+            error, during = error.cause, "prepare"
         return Failure.from_exception(error, self.component_id, self.task_id, during)
+
+    def failure_from(self, reason: Failure | BaseException | str | None) -> Failure:
+        """The failure a ``collector.fail(tuple, reason)`` call stands for."""
+        if isinstance(reason, Failure):
+            return reason
+        if isinstance(reason, BaseException):
+            return self.failure(reason, "execute")
+        detail = f": {reason}" if reason else ""
+        return Failure(
+            DRPCExceptionType.FAILED_REQUEST,
+            f"Request failed: step {self.component_id!r} (task {self.task_id}) "
+            f"failed the tuple{detail}",
+            self.component_id,
+            self.task_id,
+        )
 
 
 class BasicBoltRunner(BoltRunner):
@@ -146,7 +178,7 @@ class BatchBoltRunner(BoltRunner):
 
     def __init__(self, bolt: BaseBatchBolt, component_id: str) -> None:
         super().__init__(component_id)
-        self._prototype = pickle.dumps(bolt, protocol=pickle.HIGHEST_PROTOCOL)
+        self._prototype = freeze(bolt)
         self._open: dict[Hashable, BaseBatchBolt] = {}
         self._conf: Conf = {}
         self._context: TopologyContext | None = None
@@ -165,8 +197,11 @@ class BatchBoltRunner(BoltRunner):
         if bolt is None:
             assert self.collector is not None and self._context is not None
             bolt = pickle.loads(self._prototype)
+            try:
+                bolt.prepare(self._conf, self._context, BatchOutputCollector(self.collector), id)
+            except Exception as error:
+                raise PrepareFailed(error) from error
             self._open[id] = bolt
-            bolt.prepare(self._conf, self._context, BatchOutputCollector(self.collector), id)
         return bolt
 
     def execute(self, tuple: Tuple) -> None:
