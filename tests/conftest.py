@@ -1,7 +1,8 @@
 """Shared fixtures: every topology test runs once per executor.
 
 ``executor`` is parametrized over the executors under test; ``drpc`` is a
-LocalDRPC on that executor, shut down after the test.
+LocalDRPC on that executor, shut down after the test. Tests on "spark" share
+one SparkSession (``local[2]``) for the whole run, started on first use.
 """
 
 from __future__ import annotations
@@ -18,11 +19,23 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from drpc.testing import LocalDRPC
 
-EXECUTORS = ["local"]
+EXECUTORS = ["local", "spark"]
+SPARK_TEST_MASTER = "local[2]"
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[object]:
+    from drpc import runtime
+
+    session = runtime.get_session(SPARK_TEST_MASTER)
+    yield session
+    runtime.stop_session()
 
 
 @pytest.fixture(params=EXECUTORS)
 def executor(request: pytest.FixtureRequest) -> str:
+    if request.param == "spark":
+        request.getfixturevalue("spark_session")
     return request.param
 
 

@@ -1,0 +1,138 @@
+"""What only the Spark executor does: sessions, coalescing, cancellation, crashes, resources."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from drpc import DRPCExceptionType, DRPCExecutionException, LinearDRPCTopologyBuilder, runtime
+from drpc.examples.reach import EXPECTED_REACH, build_reach
+from drpc.resources import WorkerResource
+from drpc.testing import LocalDRPC
+
+from ..topologies import bolts
+from . import workload
+
+pytestmark = pytest.mark.usefixtures("spark_session")
+
+
+def single_step(name: str, bolt: object) -> LinearDRPCTopologyBuilder:
+    builder = LinearDRPCTopologyBuilder(name)
+    builder.add_bolt(bolt)  # type: ignore[arg-type]
+    return builder
+
+
+def test_two_executors_share_the_one_session() -> None:
+    session = runtime.current_session()
+    assert session is not None
+    with LocalDRPC(executor="spark") as first, LocalDRPC(executor="spark") as second:
+        first.register(build_reach())
+        second.register(build_reach("reach2"))
+        assert runtime.current_session() is session
+        assert first.execute("reach", "foo.com/blog/1") == second.execute(
+            "reach2", "foo.com/blog/1"
+        )
+    assert session.conf.get("spark.scheduler.mode") == "FAIR"
+    assert session.sparkContext.getConf().get("spark.python.worker.reuse") == "true"
+    with pytest.raises(ValueError, match="one session per process"):
+        runtime.get_session("local[3]")
+
+
+def test_requests_arriving_while_a_job_runs_are_coalesced_into_the_next_job() -> None:
+    with LocalDRPC(executor="spark", max_jobs_in_flight=1) as drpc:
+        runtime_ = drpc.register(single_step("slow", workload.SlowFor()))
+        first = drpc.submit("slow", "1.5")
+        time.sleep(0.5)  # the first job is running; the next 30 queue up behind it
+        rest = [drpc.submit("slow", "0") for _ in range(30)]
+        assert first.result(timeout=60) == "done"
+        assert [f.result(timeout=60) for f in rest] == ["done"] * 30
+        assert list(runtime_.stats.batch_sizes) == [1, 30]
+
+
+def test_max_batch_size_one_runs_a_job_per_request() -> None:
+    with LocalDRPC(executor="spark", max_batch_size=1) as drpc:
+        runtime_ = drpc.register(build_reach())
+        futures = [drpc.submit("reach", url) for url in EXPECTED_REACH]
+        assert [f.result(timeout=60) for f in futures] == list(EXPECTED_REACH.values())
+        assert list(runtime_.stats.batch_sizes) == [1, 1, 1, 1]
+
+
+def test_a_job_whose_requests_all_timed_out_is_cancelled_and_frees_its_slot() -> None:
+    with LocalDRPC(executor="spark", max_jobs_in_flight=1) as drpc:
+        runtime_ = drpc.register(single_step("slow", workload.SlowFor()))
+        started = time.monotonic()
+        with pytest.raises(DRPCExecutionException) as caught:
+            drpc.execute("slow", "30", timeout=1.0)
+        assert caught.value.type is DRPCExceptionType.SERVER_TIMEOUT
+        assert time.monotonic() - started < 1.0 + 2.0
+        # Only one job slot: this answers quickly only if the 30 s job was cancelled.
+        started = time.monotonic()
+        assert drpc.execute("slow", "0", timeout=20) == "done"
+        assert time.monotonic() - started < 10
+        assert runtime_.stats.jobs_cancelled == 1
+
+
+def test_a_crashed_python_worker_fails_its_job_with_a_typed_error_and_serving_goes_on() -> None:
+    with LocalDRPC(executor="spark") as drpc:
+        drpc.register(single_step("fragile", workload.CrashOn()))
+        with pytest.raises(DRPCExecutionException) as caught:
+            drpc.execute("fragile", "crash")
+        assert caught.value.type is DRPCExceptionType.INTERNAL_ERROR
+        assert (
+            "Spark job" in caught.value.msg
+            and "Python worker exited unexpectedly" in caught.value.msg
+        )
+        assert drpc.execute("fragile", "fine") == "fine!"
+
+
+def test_a_rich_bolt_that_leaves_an_input_unacked_fails_its_request_saying_so() -> None:
+    with LocalDRPC(executor="spark") as drpc:
+        drpc.register(single_step("forgetful", bolts.RichForgetsToAck()))
+        with pytest.raises(DRPCExecutionException) as caught:
+            drpc.execute("forgetful", "x")
+        assert caught.value.type is DRPCExceptionType.FAILED_REQUEST
+        assert "unacked" in caught.value.msg and "bolt0" in caught.value.msg
+
+
+def test_a_worker_resource_is_loaded_once_per_python_worker(tmp_path: Path) -> None:
+    marker = tmp_path / "loads.txt"
+    resource = WorkerResource(f"marker-{tmp_path.name}", workload.load_marker, str(marker))
+    builder = LinearDRPCTopologyBuilder("resource")
+    builder.add_bolt(workload.UsesResource(resource), 2)
+    with LocalDRPC(executor="spark") as drpc:
+        drpc.register(builder)
+        answers = [drpc.execute("resource", str(n)) for n in range(8)]
+    loads = Counter(marker.read_text().split())
+    assert loads and max(loads.values()) == 1  # no worker process loaded it twice
+    assert set(answers) <= set(loads)  # every answer came from a process that loaded it once
+    assert str(os.getpid()) not in loads  # the driver never loaded it
+
+
+@pytest.mark.slow
+def test_reach_on_a_local_cluster_with_separate_executor_jvms() -> None:
+    script = textwrap.dedent(
+        """
+        from drpc.testing import LocalDRPC
+        from drpc.examples.reach import build_reach, EXPECTED_REACH
+        with LocalDRPC(executor="spark", master="local-cluster[2,1,1024]", timeout=120) as drpc:
+            drpc.register(build_reach())
+            for url, reach in EXPECTED_REACH.items():
+                assert drpc.execute("reach", url) == reach, url
+            from drpc import runtime
+            sc = runtime.current_session().sparkContext
+            print("executors", sc._jsc.sc().getExecutorMemoryStatus().size() - 1)
+        print("ok")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["executors", "2", "ok"]

@@ -1,0 +1,188 @@
+"""Batch-mode tasks (what each Spark task runs), driven directly with records."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from typing import Any
+
+from drpc import DRPCExceptionType, Fields, LinearDRPCTopologyBuilder, Topology
+from drpc.errors import Failure
+from drpc.executors.batch import DATA, FAIL, REPORT, TaskHints, TaskRun
+
+from .topologies import bolts
+
+
+def chain() -> Topology:
+    builder = LinearDRPCTopologyBuilder("chain")
+    builder.add_bolt(bolts.EmitN(), 2)
+    builder.add_bolt(bolts.CountPerRequest(), 3).shuffle_grouping()
+    builder.add_bolt(bolts.SumField(), 2).fields_grouping(Fields("id"))
+    return builder.create_topology()
+
+
+def data(source: str, task: int, *values: Any) -> tuple[Any, ...]:
+    return (DATA, source, "default", task, list(values))
+
+
+def report(source: str, task: int, counts: dict[Any, int]) -> tuple[Any, ...]:
+    return (REPORT, source, task, counts)
+
+
+def outputs_of(run: TaskRun, kind: int) -> list[tuple[int, tuple[Any, ...]]]:
+    return [
+        (task, r)
+        for task, records in run.records_by_task().items()
+        for r in records
+        if r[0] == kind
+    ]
+
+
+def test_a_middle_task_finishes_each_id_and_reports_to_every_downstream_task() -> None:
+    topology = chain()
+    bolt0 = topology.component_task_ids["bolt0"]
+    run = TaskRun(topology, "bolt1", 0, job_ids=(1, 2))
+    run.run(
+        [
+            data("bolt0", bolt0[0], 1, 0),
+            data("bolt0", bolt0[0], 1, 1),
+            report("bolt0", bolt0[0], {1: 2}),
+            report("bolt0", bolt0[1], {2: 0}),
+        ]
+    )
+    assert run.failures == {}
+    sent = [r[4] for _, r in outputs_of(run, DATA)]
+    assert sorted(sent) == [[1, 2], [2, 0]]  # finish_batch ran for id 2 although it saw nothing
+    reports = {task: r[3] for task, r in outputs_of(run, REPORT)}
+    assert set(reports) == set(topology.component_task_ids["bolt2"])
+    assert sum(counts.get(1, 0) for counts in reports.values()) == 1
+    assert all(set(counts) == {1, 2} for counts in reports.values())  # zeros included
+
+
+def test_fewer_tuples_than_reported_is_an_internal_error() -> None:
+    topology = chain()
+    bolt0 = topology.component_task_ids["bolt0"]
+    run = TaskRun(topology, "bolt1", 0, job_ids=(1,))
+    run.run([data("bolt0", bolt0[0], 1, 0), report("bolt0", bolt0[0], {1: 3})])
+    failure = run.failures[1]
+    assert failure.type is DRPCExceptionType.INTERNAL_ERROR
+    assert "did not receive every tuple" in failure.message
+    assert "1 of 3 reported tuples acked" in failure.message
+    assert outputs_of(run, DATA) == []  # no partial result travels on
+
+
+def test_more_tuples_than_reported_is_an_internal_error() -> None:
+    topology = chain()
+    bolt0 = topology.component_task_ids["bolt0"]
+    run = TaskRun(topology, "bolt1", 0, job_ids=(1,))
+    run.run(
+        [
+            data("bolt0", bolt0[0], 1, 0),
+            data("bolt0", bolt0[0], 1, 1),
+            report("bolt0", bolt0[0], {1: 1}),
+        ]
+    )
+    assert run.failures[1].type is DRPCExceptionType.INTERNAL_ERROR
+    assert "received 2 tuples" in run.failures[1].message
+
+
+def test_a_failure_from_upstream_drops_the_id_and_travels_on_once() -> None:
+    topology = chain()
+    bolt0 = topology.component_task_ids["bolt0"]
+    boom = Failure(DRPCExceptionType.FAILED_REQUEST, "Request failed: boom")
+    forwarders = []
+    for index in range(3):
+        if TaskRun(topology, "bolt1", index, job_ids=()).run([(FAIL, 5, boom)]).outputs:
+            forwarders.append(index)
+    assert len(forwarders) == 1  # exactly one task of the component forwards it
+    designated = forwarders
+    run = TaskRun(topology, "bolt1", designated[0], job_ids=(5,))
+    run.run([data("bolt0", bolt0[0], 5, 0), (FAIL, 5, boom), report("bolt0", bolt0[0], {5: 1})])
+    assert run.failures == {5: boom}
+    fails = outputs_of(run, FAIL)
+    assert sorted(task for task, _ in fails) == topology.component_task_ids["bolt2"]
+    assert outputs_of(run, DATA) == []
+
+
+def test_a_rich_bolt_that_leaves_inputs_unacked_fails_the_id_saying_so() -> None:
+    builder = LinearDRPCTopologyBuilder("forgetful")
+    builder.add_bolt(bolts.RichForgetsToAck())
+    topology = builder.create_topology()
+    run = TaskRun(topology, "bolt0", 0, job_ids=(1,))
+    run.run(
+        [
+            (
+                DATA,
+                "prepare-request",
+                "default",
+                topology.component_task_ids["prepare-request"][0],
+                [1, "x"],
+            )
+        ]
+    )
+    failure = run.failures[1]
+    assert failure.type is DRPCExceptionType.FAILED_REQUEST
+    assert "left 1 of its 1 input tuples unacked" in failure.message
+
+
+def test_an_unpicklable_value_fails_only_its_id() -> None:
+    builder = LinearDRPCTopologyBuilder("locks")
+    builder.add_bolt(bolts.EmitN(), 1)
+    builder.add_bolt(bolts.Identity(), 1).shuffle_grouping()
+    builder.add_bolt(bolts.CountPerRequest()).fields_grouping(Fields("id"))
+    topology = builder.create_topology()
+    bolt0 = topology.component_task_ids["bolt0"][0]
+    run = TaskRun(topology, "bolt1", 0, job_ids=(1, 2))
+    lock = threading.Lock()
+    run.run(
+        [
+            data("bolt0", bolt0, 1, 0),
+            data("bolt0", bolt0, 2, lock),
+            report("bolt0", bolt0, {1: 1, 2: 1}),
+        ]
+    )
+    blobs = run.blobs()
+    assert set(run.failures) == {2}
+    assert "cannot be pickled" in run.failures[2].message and "bolt1" in run.failures[2].message
+    shipped = [r for _, blob in blobs for r in pickle.loads(blob)]
+    assert [r[4] for r in shipped if r[0] == DATA] == [[1, 0]]
+    assert any(r[0] == FAIL and r[1] == 2 for r in shipped)
+
+
+def test_a_bolt_whose_prepare_raises_fails_every_id_it_would_handle() -> None:
+    class Broken(bolts.CountPerRequest):
+        def prepare(self, *args: Any) -> None:
+            raise RuntimeError("no database")
+
+    builder = LinearDRPCTopologyBuilder("broken")
+    builder.add_bolt(bolts.EmitN())
+    builder.add_bolt(Broken(), 2).shuffle_grouping()
+    builder.add_bolt(bolts.SumField()).fields_grouping(Fields("id"))
+    topology = builder.create_topology()
+    bolt0 = topology.component_task_ids["bolt0"][0]
+    run = TaskRun(topology, "bolt1", 0, job_ids=(1, 2))
+    run.run([data("bolt0", bolt0, 1, 0), report("bolt0", bolt0, {1: 1, 2: 0})])
+    assert set(run.failures) == {1, 2}
+    assert "prepare" in run.failures[1].message and "no database" in run.failures[1].message
+
+
+def test_a_fused_input_synthesizes_the_zero_reports_of_other_partitions() -> None:
+    builder = LinearDRPCTopologyBuilder("fused")
+    builder.add_bolt(bolts.EmitN(), 3)
+    builder.add_bolt(bolts.CountPerRequest(), 3).local_or_shuffle_grouping()
+    builder.add_bolt(bolts.SumField()).global_grouping()
+    topology = builder.create_topology()
+    bolt0 = topology.component_task_ids["bolt0"]
+    # bolt0 task 1 had request 7 and sent 2 tuples to bolt1 task 1; request 8 went elsewhere.
+    run = TaskRun(
+        topology, "bolt1", 1, job_ids=(7, 8), hints=TaskHints(fused_sources=(("bolt0", 1),))
+    )
+    run.run(
+        [
+            data("bolt0", bolt0[1], 7, 0),
+            data("bolt0", bolt0[1], 7, 1),
+            report("bolt0", bolt0[1], {7: 2}),
+        ]
+    )
+    assert run.failures == {}
+    assert sorted(r[4] for _, r in outputs_of(run, DATA)) == [[7, 2], [8, 0]]
