@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint format bench clean
+.PHONY: serve test lint format bench clean thrift
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,17 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+# Regenerate the Python Thrift bindings from the IDL (needs the Debian package thrift-compiler).
+# THRIFT_OUT lets a test regenerate elsewhere and compare.
+THRIFT ?= thrift
+THRIFT_OUT ?= drpc/gen
+thrift:
+	@generated=$$(mktemp -d) && \
+	$(THRIFT) -gen py -out "$$generated" thrift/drpc.thrift && \
+	rm -rf $(THRIFT_OUT) && mkdir -p $(THRIFT_OUT) && \
+	cp "$$generated"/drpc/gen/*.py $(THRIFT_OUT)/ && \
+	rm -rf "$$generated"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
