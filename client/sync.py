@@ -1,0 +1,247 @@
+"""Blocking DRPC clients: ``DRPCClient`` (execute) and ``DRPCInvocationsClient`` (runners).
+
+Contract:
+
+- ``DRPCClient(host="localhost", port=3772, timeout=None)`` calls
+  ``DistributedRPC.execute`` over framed binary Thrift and returns the result
+  string, or raises ``DRPCExecutionException`` (``.type``, ``.msg``) or
+  ``AuthorizationException`` as the server answered; it connects lazily and
+  keeps one connection; a context manager closes it;
+- ``servers=[...]`` gives several servers: a call goes to the current one and
+  fails over to the next on a connection error (a server that cannot be
+  reached in ``timeout``, or a connection that breaks before the reply); a
+  kept connection found broken is first replaced once (the server may have
+  restarted), so a function runs twice only if a connection broke mid-call;
+  when every server failed, ``DRPCConnectionError`` lists why;
+- ``timeout`` bounds connecting and each call, in seconds (None: wait as long
+  as the server does); past it ``DRPCTimeoutError`` and the connection is
+  closed (a late reply cannot be mistaken for the next call's);
+- replies over ``max_frame_size`` bytes (default 1 MiB) raise ``ProtocolError``
+  and close the connection;
+- instances are safe to share between threads (calls are serialized).
+
+``DRPCInvocationsClient`` speaks ``DistributedRPCInvocations`` to one server,
+with the same connection, timeout and frame rules; after a connection error
+the next call reconnects.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from client.calls import (
+    Address,
+    Call,
+    execute_call,
+    fail_request_call,
+    fail_request_v2_call,
+    fetch_request_call,
+    format_address,
+    parse_servers,
+    result_call,
+    unwrap,
+)
+from client.errors import DRPCConnectionError, DRPCTimeoutError
+from drpc.errors import DRPCExecutionException
+from drpc.requests import DRPCRequest, ReturnInfo
+from drpc.wire import (
+    FRAME_HEADER_SIZE,
+    MAX_FRAME_SIZE,
+    ProtocolError,
+    decode_message,
+    frame_length,
+    to_wire_execution_error,
+)
+
+DEFAULT_PORT = 3772
+DEFAULT_INVOCATIONS_PORT = 3773
+
+
+class _Connection:
+    """One blocking framed-binary Thrift connection; one call at a time."""
+
+    def __init__(self, address: Address, timeout: float | None, max_frame_size: int) -> None:
+        self.address = address
+        self.max_frame_size = max_frame_size
+        self.calls = 0
+        try:
+            self._socket = socket.create_connection(address, timeout=timeout)
+        except OSError as error:  # a connect timeout too: the next server may answer
+            raise DRPCConnectionError(f"{format_address(address)}: {error}") from error
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def call(self, call: Call) -> Any:
+        self.calls += 1
+        seqid = self.calls
+        where = format_address(self.address)
+        try:
+            self._socket.sendall(call.encode(seqid))
+            header = self._receive(FRAME_HEADER_SIZE)
+            payload = self._receive(frame_length(header, self.max_frame_size))
+        except TimeoutError as error:
+            self.close()
+            raise DRPCTimeoutError(f"{call.method} on {where} timed out") from error
+        except ProtocolError:
+            self.close()
+            raise
+        except OSError as error:
+            self.close()
+            raise DRPCConnectionError(f"{where}: {error}") from error
+        try:
+            return call.check_reply(decode_message(payload), seqid)
+        except ProtocolError:
+            self.close()
+            raise
+
+    def _receive(self, size: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < size:
+            chunk = self._socket.recv(size - len(chunks))
+            if not chunk:
+                raise ConnectionResetError("the server closed the connection")
+            chunks += chunk
+        return bytes(chunks)
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+class DRPCClient:
+    def __init__(
+        self,
+        host: str = "localhost",
+        port: int = DEFAULT_PORT,
+        timeout: float | None = None,
+        *,
+        servers: str | Sequence[str | Address] | None = None,
+        max_frame_size: int = MAX_FRAME_SIZE,
+    ) -> None:
+        """
+        :param host: server host (ignored when ``servers`` is given).
+        :param port: server execute port, default 3772.
+        :param timeout: seconds for connecting and for each call; None waits as long as
+            the server does (its own deadline, 600 s by default).
+        :param servers: servers to fail over between, as "host:port,host:port" or a list
+            of "host:port" strings or (host, port) pairs.
+        :param max_frame_size: largest reply frame accepted in bytes, default 1 MiB.
+        """
+        self.servers = parse_servers(servers if servers is not None else [(host, port)], port)
+        self.timeout = timeout
+        self.max_frame_size = max_frame_size
+        self._current = 0
+        self._connection: _Connection | None = None
+        self._lock = threading.Lock()
+
+    def execute(self, function: str, args: str) -> str:
+        """Call ``function`` with ``args`` on a server and return its result."""
+        with self._lock:
+            return unwrap(self._call(execute_call(function, args)), returns_value=True)
+
+    def _call(self, call: Call) -> Any:
+        failures: list[str] = []
+        for step in range(len(self.servers)):
+            index = (self._current + step) % len(self.servers)
+            try:
+                result = self._call_on(index, call)
+            except DRPCConnectionError as error:
+                failures.append(str(error))
+                continue
+            self._current = index
+            return result
+        raise DRPCConnectionError("no DRPC server answered: " + "; ".join(failures))
+
+    def _call_on(self, index: int, call: Call) -> Any:
+        connection = self._connection
+        if connection is not None and connection.address != self.servers[index]:
+            connection.close()
+            connection = None
+        if connection is not None:
+            try:
+                return connection.call(call)
+            except DRPCConnectionError:
+                self._connection = None  # stale (the server restarted?): one fresh try below
+        self._connection = None
+        connection = _Connection(self.servers[index], self.timeout, self.max_frame_size)
+        self._connection = connection
+        try:
+            return connection.call(call)
+        except (DRPCConnectionError, DRPCTimeoutError, ProtocolError):
+            self._connection = None
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def __enter__(self) -> DRPCClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DRPCInvocationsClient:
+    """A runner's handle on one server's invocations port (blocking, thread-safe)."""
+
+    def __init__(
+        self,
+        host: str = "localhost",
+        port: int = DEFAULT_INVOCATIONS_PORT,
+        timeout: float | None = None,
+        *,
+        max_frame_size: int = MAX_FRAME_SIZE,
+    ) -> None:
+        self.address: Address = (host, port)
+        self.origin = format_address(self.address)
+        self.timeout = timeout
+        self.max_frame_size = max_frame_size
+        self._connection: _Connection | None = None
+        self._lock = threading.Lock()
+
+    def fetch_request(self, function: str) -> DRPCRequest | None:
+        """The next request for ``function``, or None when its queue is empty (never waits)."""
+        request = self._call(fetch_request_call(function), returns_value=True)
+        if not request.request_id:
+            return None
+        return DRPCRequest(function, request.func_args, ReturnInfo(request.request_id, self.origin))
+
+    def result(self, request_id: str, result: str) -> None:
+        self._call(result_call(request_id, result), returns_value=False)
+
+    def fail_request(self, request_id: str) -> None:
+        """Fail a request with Storm's "Request failed" (FAILED_REQUEST)."""
+        self._call(fail_request_call(request_id), returns_value=False)
+
+    def fail_request_v2(self, request_id: str, error: DRPCExecutionException) -> None:
+        """Fail a request with this message and type."""
+        self._call(
+            fail_request_v2_call(request_id, to_wire_execution_error(error)), returns_value=False
+        )
+
+    def _call(self, call: Call, *, returns_value: bool) -> Any:
+        with self._lock:
+            if self._connection is None:
+                self._connection = _Connection(self.address, self.timeout, self.max_frame_size)
+            try:
+                result = self._connection.call(call)
+            except (DRPCConnectionError, DRPCTimeoutError, ProtocolError):
+                self._connection = None
+                raise
+        return unwrap(result, returns_value=returns_value)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def __enter__(self) -> DRPCInvocationsClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
