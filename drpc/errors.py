@@ -135,3 +135,61 @@ class Failure:
             component,
             task,
         )
+
+
+class StateError(DRPCError):
+    """The LMDB state layer (``drpc.state``) could not do what was asked.
+
+    The message names the state directory and what was wrong; an LMDB failure
+    that is not one of the subclasses below arrives wrapped in this class.
+    """
+
+
+class StateFullError(StateError):
+    """A write needs more room than the environment may grow to (``max_map_size``).
+
+    The write was aborted (nothing of it is visible); the environment stays usable
+    and a smaller next write can still succeed.
+    """
+
+    def __init__(self, path: str, map_size: int, max_map_size: int) -> None:
+        super().__init__(
+            f"state directory {path!r} is full: a write did not fit in {map_size} bytes "
+            f"and max_map_size is {max_map_size} bytes; the write was aborted "
+            "(raise max_map_size to allow larger state)"
+        )
+        self.path = path
+        self.map_size = map_size
+        self.max_map_size = max_map_size
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.path, self.map_size, self.max_map_size))
+
+
+class StateForkError(StateError):
+    """An LMDB environment was used in a process forked after it was opened.
+
+    LMDB forbids using an environment across ``fork()``; open the state directory
+    in a process that did not inherit an open environment for it.
+    """
+
+
+class StateClosedError(StateError):
+    """A state environment was used after ``close()``."""
+
+
+class StateOrderError(StateError):
+    """Transaction ids arrived out of the order the state requires.
+
+    Raised by strict rotating state (a txid without its predecessor, or with later
+    txids already cached), by a commit record for a txid that is not the next one,
+    and by a map update for a txid behind the txid already stored for that key.
+    """
+
+
+class StateKeyError(StateError, ValueError):
+    """A key, txid or name cannot be stored: unsupported type, out of range or too long."""
+
+
+class StateValueError(StateError, TypeError):
+    """A state value cannot be pickled, so it could not be stored."""
