@@ -1,0 +1,58 @@
+"""drpc's state layer: transactional state in LMDB, one environment per directory.
+
+- ``StateEnvironment`` (``env``): open once per process, durable commits, a full
+  map grows and retries, never used across fork.
+- ``CoordinatorState`` and ``RotatingTransactionalState`` (``coordinator``,
+  ``rotating``): the coordinator's next txid, commit record, per-txid batch and
+  per-partition metadata.
+- ``TransactionalMap`` and ``OpaqueMap`` (``maps``): user state with Storm's
+  ``{value, txid}`` and ``{value, prev, txid}`` rules, written through a
+  committer's handle in the commit's write transaction.
+
+One commit is one write transaction::
+
+    def commit(txn):
+        counts.handle(txn, txid).multi_update({w: add(n) for w, n in partial.items()})
+        coordinator.record_commit(txn, txid)
+
+    env.run_write(commit)
+"""
+
+from __future__ import annotations
+
+from drpc.state.codec import StateKey
+from drpc.state.coordinator import CommitRecord, CoordinatorState
+from drpc.state.env import (
+    DEFAULT_MAP_SIZE,
+    DEFAULT_MAX_MAP_SIZE,
+    DEFAULT_MAX_READERS,
+    DEFAULT_RESIZE_TIMEOUT,
+    MIN_MAP_SIZE,
+    StateEnvironment,
+    StateOptions,
+    StateTxn,
+)
+from drpc.state.maps import MapHandle, OpaqueMap, OpaqueValue, TransactionalMap, TransactionalValue
+from drpc.state.rotating import INIT_TXID, RotatingTransactionalState, StateInitializer
+
+__all__ = [
+    "DEFAULT_MAP_SIZE",
+    "DEFAULT_MAX_MAP_SIZE",
+    "DEFAULT_MAX_READERS",
+    "DEFAULT_RESIZE_TIMEOUT",
+    "INIT_TXID",
+    "MIN_MAP_SIZE",
+    "CommitRecord",
+    "CoordinatorState",
+    "MapHandle",
+    "OpaqueMap",
+    "OpaqueValue",
+    "RotatingTransactionalState",
+    "StateEnvironment",
+    "StateInitializer",
+    "StateKey",
+    "StateOptions",
+    "StateTxn",
+    "TransactionalMap",
+    "TransactionalValue",
+]

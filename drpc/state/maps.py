@@ -1,0 +1,325 @@
+"""User state maps for committers: ``TransactionalMap`` and ``OpaqueMap`` in LMDB.
+
+Contract:
+
+- A map is a named key -> value store in a ``StateEnvironment`` (keys: see
+  ``drpc.state.codec``). Each stored value remembers the txid that last wrote
+  it: ``TransactionalValue(value, txid)`` or ``OpaqueValue(value, prev, txid)``.
+- **Reads** (``get``, ``multi_get``, ``stored``, ``items``) use their own read
+  transaction, so they only ever see committed data; pass ``txn=`` to read
+  several maps in one snapshot. An absent key reads as the map's ``default``.
+- **Writes** only happen in a commit: ``handle = map.handle(txn, txid)`` inside
+  the commit's write transaction, then ``update(key, fn)``, ``put``, their
+  ``multi_`` forms and ``get`` ("as of" txid). Asking twice in one transaction
+  gives the same handle. Rules for a commit of txid T (Storm's):
+
+  ``TransactionalMap`` (for transactional spouts: a replay of T is the same
+  batch) - stored txid == T: the key already includes this batch, the update
+  is a no-op returning the stored value; otherwise store
+  ``{fn(stored value or default), T}``.
+
+  ``OpaqueMap`` (for opaque spouts: a replay of T may differ) - stored txid
+  == T: recompute from prev, store ``{fn(prev), prev, T}``; otherwise store
+  ``{fn(value), prev=value, T}``; an absent key starts from prev = default.
+  ``handle.get`` reads as of T: prev if stored txid == T, else value.
+
+  Within one handle, a key updated again composes on the value this commit
+  wrote (the first update's txid mark does not make the second a no-op).
+  A stored txid above T raises ``StateOrderError``: T was committed before
+  that txid, so applying it now would count twice.
+- ``fn`` may run more than once per commit if the map must grow (see
+  ``drpc.state.env``); it must be a pure function of its argument.
+- A map name is bound to one kind in the directory's catalog: opening an
+  ``OpaqueMap`` under a ``TransactionalMap``'s name raises ``StateError``.
+
+Records live in ``MAPS_DB`` under ``name(map name) + encode_key(key)`` as a
+pickled ``(value, txid)`` or ``(value, prev, txid)``; ``CATALOG_DB`` maps
+``name(map name)`` to the kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from drpc.errors import StateError, StateKeyError, StateOrderError
+from drpc.state.codec import StateKey, decode_key, dumps, encode_key, encode_name, loads
+from drpc.state.env import CATALOG_DB, MAPS_DB, StateEnvironment, StateTxn
+
+Updater = Callable[[Any], Any]
+S = TypeVar("S", "TransactionalValue", "OpaqueValue")
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionalValue:
+    """A value and the txid that last changed it."""
+
+    value: Any
+    txid: int
+
+    def update(self, txid: int, fn: Updater) -> TransactionalValue:
+        """The value after applying batch ``txid``: unchanged if it already includes it."""
+        if txid == self.txid:
+            return self
+        _check_not_behind(txid, self)
+        return TransactionalValue(fn(self.value), txid)
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueValue:
+    """A value, the value before the txid that last changed it, and that txid."""
+
+    value: Any
+    prev: Any
+    txid: int
+
+    def get(self, txid: int | None = None) -> Any:
+        """The value as of ``txid``'s commit: ``prev`` if ``txid`` wrote it, else ``value``."""
+        if txid is None:
+            return self.value
+        _check_not_behind(txid, self)
+        return self.prev if txid == self.txid else self.value
+
+    def update(self, txid: int, new_value: Any) -> OpaqueValue:
+        """Store ``new_value`` for ``txid``, keeping the value from before ``txid`` as prev."""
+        _check_not_behind(txid, self)
+        return OpaqueValue(new_value, self.prev if txid == self.txid else self.value, txid)
+
+
+def _check_not_behind(txid: int, stored: TransactionalValue | OpaqueValue) -> None:
+    if txid < stored.txid:
+        raise StateOrderError(
+            f"batch txid {txid} is behind the state's txid {stored.txid} ({stored!r}): "
+            "a commit older than the last one cannot be applied"
+        )
+
+
+class _StateMap(Generic[S]):
+    """What both map kinds share; subclasses define the stored form and the rules."""
+
+    KIND: ClassVar[bytes]
+
+    def __init__(self, env: StateEnvironment, name: str, *, default: Any = None) -> None:
+        self.env = env
+        self.name = name
+        self.default = default
+        self._prefix = encode_name(name, "map name")
+        with env.read() as t:
+            self._check_kind(t)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} in {self.env.path!r}>"
+
+    # -- committed reads -------------------------------------------------------------------
+
+    def stored(self, key: StateKey, *, txn: StateTxn | None = None) -> S | None:
+        """The stored record of ``key`` (value and txid, and prev for opaque), or None."""
+        with self.env.reading(txn) as t:
+            return self._read(t, self._key(key))
+
+    def get(self, key: StateKey, default: Any = _MISSING, *, txn: StateTxn | None = None) -> Any:
+        [value] = self.multi_get([key], default, txn=txn)
+        return value
+
+    def multi_get(
+        self, keys: Iterable[StateKey], default: Any = _MISSING, *, txn: StateTxn | None = None
+    ) -> list[Any]:
+        fallback = self.default if default is _MISSING else default
+        encoded = [self._key(key) for key in keys]
+        with self.env.reading(txn) as t:
+            records = [self._read(t, key) for key in encoded]
+        return [fallback if record is None else record.value for record in records]
+
+    def items(self, *, txn: StateTxn | None = None) -> list[tuple[StateKey, Any]]:
+        """Every key and committed value, in key order (see ``drpc.state.codec``)."""
+        start = len(self._prefix)
+        with self.env.reading(txn) as t:
+            return [
+                (decode_key(key[start:]), self._decode(value).value)
+                for key, value in t.scan(MAPS_DB, self._prefix)
+            ]
+
+    # -- commits ---------------------------------------------------------------------------
+
+    def handle(self, txn: StateTxn, txid: int) -> MapHandle[S]:
+        """This map in the commit of ``txid`` running in write transaction ``txn``."""
+        if not isinstance(txn, StateTxn) or not txn.write:
+            raise StateError(f"{self!r}: a commit handle needs the commit's write transaction")
+        self.env._own(txn)
+        memo = (MapHandle, self.KIND, self.name, txid)
+        handle = txn.cache.get(memo)
+        if handle is None:
+            self._check_kind(txn, register=True)
+            handle = MapHandle(self, txn, txid)
+            txn.cache[memo] = handle
+        return handle  # type: ignore[return-value]
+
+    # -- the rules, per kind ---------------------------------------------------------------
+
+    def _apply(self, stored: S | None, txid: int, fn: Updater, written: bool) -> S:
+        """The record after updating ``stored`` with ``fn`` in the commit of ``txid``."""
+        raise NotImplementedError
+
+    def _put(self, stored: S | None, txid: int, value: Any) -> S:
+        """The record after setting ``value`` in the commit of ``txid``."""
+        raise NotImplementedError
+
+    def _as_of(self, stored: S, txid: int, written: bool) -> Any:
+        raise NotImplementedError
+
+    def _encode(self, record: S) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def _decode(self, data: bytes) -> S:
+        raise NotImplementedError
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _key(self, key: StateKey) -> bytes:
+        encoded = self._prefix + encode_key(key)
+        if len(encoded) > self.env.max_key_size:
+            raise StateKeyError(
+                f"{self!r}: key {key!r:.60} takes {len(encoded)} bytes with the map name, "
+                f"LMDB allows {self.env.max_key_size}"
+            )
+        return encoded
+
+    def _read(self, t: StateTxn, key: bytes) -> S | None:
+        data = t.get(MAPS_DB, key)
+        return None if data is None else self._decode(data)
+
+    def _write(self, t: StateTxn, key: bytes, record: S) -> None:
+        def what() -> str:
+            return f"value {record!r:.60} in {self!r}"
+
+        t.put(MAPS_DB, key, dumps(self._encode(record), what))
+
+    def _check_kind(self, t: StateTxn, register: bool = False) -> None:
+        kind = t.get(CATALOG_DB, self._prefix)
+        if kind is None and register:
+            t.put(CATALOG_DB, self._prefix, self.KIND)
+        elif kind is not None and kind != self.KIND:
+            raise StateError(
+                f"map {self.name!r} in {self.env.path!r} holds {kind.decode()} values; "
+                f"it cannot be opened as a {type(self).__name__}"
+            )
+
+
+class MapHandle(Generic[S]):
+    """A map inside one commit (``map.handle(txn, txid)``); valid until ``txn`` ends."""
+
+    def __init__(self, map: _StateMap[S], txn: StateTxn, txid: int) -> None:
+        self.map = map
+        self.txn = txn
+        self.txid = txid
+        self._written: set[bytes] = set()
+
+    def __repr__(self) -> str:
+        return f"<MapHandle {self.map.name!r} txid {self.txid}>"
+
+    def get(self, key: StateKey) -> Any:
+        [value] = self.multi_get([key])
+        return value
+
+    def multi_get(self, keys: Iterable[StateKey]) -> list[Any]:
+        """The values as of this txid (opaque: as before it, unless this commit wrote them)."""
+        values = []
+        for key in keys:
+            encoded = self.map._key(key)
+            stored = self.map._read(self.txn, encoded)
+            if stored is None:
+                values.append(self.map.default)
+            else:
+                values.append(self.map._as_of(stored, self.txid, encoded in self._written))
+        return values
+
+    def update(self, key: StateKey, fn: Updater) -> Any:
+        """Apply ``fn`` to ``key``'s value under the map's rules; return the new value."""
+        return self.multi_update({key: fn})[key]
+
+    def multi_update(self, updates: Mapping[StateKey, Updater]) -> dict[StateKey, Any]:
+        results: dict[StateKey, Any] = {}
+        for key, fn in updates.items():
+            encoded = self.map._key(key)
+            stored = self.map._read(self.txn, encoded)
+            record = self.map._apply(stored, self.txid, fn, encoded in self._written)
+            if record is not stored:
+                self.map._write(self.txn, encoded, record)
+                self._written.add(encoded)
+            results[key] = record.value
+        return results
+
+    def put(self, key: StateKey, value: Any) -> None:
+        self.multi_put({key: value})
+
+    def multi_put(self, values: Mapping[StateKey, Any]) -> None:
+        """Set values for this txid (opaque: keeping the value from before it as prev)."""
+        for key, value in values.items():
+            encoded = self.map._key(key)
+            stored = self.map._read(self.txn, encoded)
+            record = self.map._put(stored, self.txid, value)
+            self.map._write(self.txn, encoded, record)
+            self._written.add(encoded)
+
+
+class TransactionalMap(_StateMap[TransactionalValue]):
+    """``{value, txid}`` per key: replaying an applied txid is a no-op (see module doc)."""
+
+    KIND = b"transactional"
+
+    def _apply(
+        self, stored: TransactionalValue | None, txid: int, fn: Updater, written: bool
+    ) -> TransactionalValue:
+        if stored is None:
+            return TransactionalValue(fn(self.default), txid)
+        if written:
+            return TransactionalValue(fn(stored.value), txid)
+        return stored.update(txid, fn)
+
+    def _put(self, stored: TransactionalValue | None, txid: int, value: Any) -> TransactionalValue:
+        if stored is not None:
+            _check_not_behind(txid, stored)
+        return TransactionalValue(value, txid)
+
+    def _as_of(self, stored: TransactionalValue, txid: int, written: bool) -> Any:
+        return stored.value
+
+    def _encode(self, record: TransactionalValue) -> tuple[Any, ...]:
+        return (record.value, record.txid)
+
+    def _decode(self, data: bytes) -> TransactionalValue:
+        value, txid = loads(data)  # type: ignore[misc]
+        return TransactionalValue(value, txid)
+
+
+class OpaqueMap(_StateMap[OpaqueValue]):
+    """``{value, prev, txid}`` per key: replaying the current txid recomputes from prev."""
+
+    KIND = b"opaque"
+
+    def _apply(
+        self, stored: OpaqueValue | None, txid: int, fn: Updater, written: bool
+    ) -> OpaqueValue:
+        if stored is None:
+            return OpaqueValue(fn(self.default), self.default, txid)
+        if written:
+            return OpaqueValue(fn(stored.value), stored.prev, txid)
+        return stored.update(txid, fn(stored.get(txid)))
+
+    def _put(self, stored: OpaqueValue | None, txid: int, value: Any) -> OpaqueValue:
+        if stored is None:
+            return OpaqueValue(value, self.default, txid)
+        return stored.update(txid, value)
+
+    def _as_of(self, stored: OpaqueValue, txid: int, written: bool) -> Any:
+        return stored.value if written else stored.get(txid)
+
+    def _encode(self, record: OpaqueValue) -> tuple[Any, ...]:
+        return (record.value, record.prev, record.txid)
+
+    def _decode(self, data: bytes) -> OpaqueValue:
+        value, prev, txid = loads(data)  # type: ignore[misc]
+        return OpaqueValue(value, prev, txid)
