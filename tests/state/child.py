@@ -1,0 +1,88 @@
+"""A separate process acting on a state directory, for the multi-process state tests.
+
+Usage: ``python child.py MODE STATE_DIR [ARG]``. Modes:
+
+- ``big-commit KEYS``: commit txid 1 (keys 0..99 -> 1), print ``committed 1``,
+  then start commit 2 updating KEYS keys; halfway print ``writing`` and block
+  inside the open write transaction until killed.
+- ``commit-then-wait KEYS``: commit txid 1 updating KEYS keys, print
+  ``committed 1`` and block until killed.
+- ``commit-forever KEYS``: from the stored next txid on, commit forever; each
+  commit adds 1 to keys 0..KEYS-1 and records the commit. Prints ``started``.
+- ``grow BYTES``: write about BYTES bytes of map values (growing the map), print ``done``.
+- ``read-pickled``: unpickle a ``TransactionalMap`` from stdin, print its items.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import time
+
+from drpc.state import CoordinatorState, StateEnvironment, StateTxn, TransactionalMap
+from drpc.state.env import MAPS_DB
+
+TOPOLOGY = "crash-test"
+MAP = "counts"
+
+
+def add_one(value: int) -> int:
+    return value + 1
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def commit(env: StateEnvironment, txid: int, keys: int, pause_at: int | None = None) -> None:
+    counts = TransactionalMap(env, MAP, default=0)
+    coordinator = CoordinatorState(env, TOPOLOGY)
+
+    def body(txn: StateTxn) -> None:
+        handle = counts.handle(txn, txid)
+        for key in range(keys):
+            if key == pause_at:
+                say("writing")
+                while True:
+                    time.sleep(1)
+            handle.update(key, add_one)
+        coordinator.record_commit(txn, txid)
+
+    env.run_write(body)
+
+
+def fill(txn: StateTxn, size: int, chunk: bytes = b"x" * 1000) -> None:
+    for i in range(size // len(chunk)):
+        txn.put(MAPS_DB, b"g%08d" % i, chunk)
+
+
+def main(mode: str, state_dir: str, arg: str = "0") -> None:
+    if mode == "read-pickled":
+        counts = pickle.loads(sys.stdin.buffer.read())
+        say(repr(sorted(counts.items())))
+        return
+    env = StateEnvironment.open(state_dir)
+    if mode == "big-commit":
+        commit(env, 1, 100)
+        say("committed 1")
+        commit(env, 2, int(arg), pause_at=int(arg) // 2)
+    elif mode == "commit-then-wait":
+        commit(env, 1, int(arg))
+        say("committed 1")
+        while True:
+            time.sleep(1)
+    elif mode == "commit-forever":
+        coordinator = CoordinatorState(env, TOPOLOGY)
+        say("started")
+        while True:
+            commit(env, coordinator.next_txid(), int(arg))
+    elif mode == "grow":
+        env.run_write(lambda txn: fill(txn, int(arg)))
+        say("done")
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
