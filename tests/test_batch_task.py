@@ -166,7 +166,7 @@ def test_a_bolt_whose_prepare_raises_fails_every_id_it_would_handle() -> None:
     assert "prepare" in run.failures[1].message and "no database" in run.failures[1].message
 
 
-def test_a_fused_input_synthesizes_the_zero_reports_of_other_partitions() -> None:
+def test_implied_zero_reports_let_every_task_finish_every_id() -> None:
     builder = LinearDRPCTopologyBuilder("fused")
     builder.add_bolt(bolts.EmitN(), 3)
     builder.add_bolt(bolts.CountPerRequest(), 3).local_or_shuffle_grouping()
@@ -175,7 +175,11 @@ def test_a_fused_input_synthesizes_the_zero_reports_of_other_partitions() -> Non
     bolt0 = topology.component_task_ids["bolt0"]
     # bolt0 task 1 had request 7 and sent 2 tuples to bolt1 task 1; request 8 went elsewhere.
     run = TaskRun(
-        topology, "bolt1", 1, job_ids=(7, 8), hints=TaskHints(fused_sources=(("bolt0", 1),))
+        topology,
+        "bolt1",
+        1,
+        job_ids=(7, 8),
+        hints=TaskHints(implied_sources=(("bolt0", 1),), omit_zero_reports=True),
     )
     run.run(
         [
@@ -186,3 +190,6 @@ def test_a_fused_input_synthesizes_the_zero_reports_of_other_partitions() -> Non
     )
     assert run.failures == {}
     assert sorted(r[4] for _, r in outputs_of(run, DATA)) == [[7, 2], [8, 0]]
+    # Only the non-zero count travels, to the one task that received the tuples.
+    [(task, shipped)] = outputs_of(run, REPORT)
+    assert set(shipped[3].values()) == {1} and len(shipped[3]) == 2

@@ -25,7 +25,7 @@ def test_reach_compiles_to_three_shuffles_with_one_stage_per_step(
     ]
     assert [stage.parallelism for stage in plan.stages] == [4, 12, 6, 3]
     assert plan.placement["prepare-request"] == DRIVER and plan.placement["bolt2"] == SPARK
-    assert plan.stages[3].hints["bolt3"].synthesize_ids  # the id stream is not shipped
+    assert plan.hints["bolt3"].synthesize_ids  # the id stream is not shipped
     text = explain(build_reach())
     assert "3 shuffles" in text and "fields(id, follower)" in text
     assert capsys.readouterr().out.strip() == text
@@ -45,10 +45,12 @@ def test_local_or_shuffle_with_equal_parallelism_fuses_into_one_stage() -> None:
         ("bolt4",),
     ]
     assert plan.shuffles == 2
-    assert plan.stages[0].hints["bolt1"].fused_sources == (("bolt0", 1),)  # one bolt0 task per id
-    assert plan.stages[0].hints["bolt2"].fused_sources == (
-        ("bolt1", 3),
-    )  # every bolt1 task reports
+    # Zero count reports are implied, not shipped: one from bolt0 (only the task that got the
+    # request knows it), one from each bolt1 task.
+    assert plan.hints["bolt1"].implied_sources == (("bolt0", 1),)
+    assert plan.hints["bolt2"].implied_sources == (("bolt1", 3),)
+    assert plan.hints["join-result"].implied_sources == (("bolt4", 1),)
+    assert all(plan.hints[c].omit_zero_reports for c in ("bolt0", "bolt1", "bolt2", "bolt3"))
 
 
 def test_different_parallelism_or_groupings_do_not_fuse() -> None:

@@ -20,12 +20,18 @@ Records (plain tuples, pickled in blobs between tasks):
   multiply; ``forward`` (set on fused edges, where the designated task may
   never see it) makes the receiving task forward it too.
 
+Implied zero reports: a Spark task's output is all or nothing, and a task
+that does not finish an id always sends a FAIL record for it, so on Spark a
+task sends count reports only where it sent tuples and the receiver counts
+every report it did not get as a report of 0 (``TaskHints``). Non-zero counts
+still travel with the data and are checked; reduce tasks fetch blocks only
+from the map tasks that sent them something.
+
 Order within a task: failures, then data (executed in arrival order), then
-id/commit tuples, then count reports, then the zero reports of fused inputs
-(a fused input keeps task indexes, so no other upstream task could have sent
-this task anything). Ids still unfinished after all of that fail: a rich bolt
-that left inputs unacked with FAILED_REQUEST saying so, anything else with
-INTERNAL_ERROR describing what was missing.
+id/commit tuples, then count reports, then the implied zero reports. Ids
+still unfinished after all of that fail: a rich bolt that left inputs
+unacked with FAILED_REQUEST saying so, anything else with INTERNAL_ERROR
+describing what was missing.
 
 Values cross processes pickled once per (task, receiving task) blob; a value
 that cannot be pickled fails only its own id, naming the step and stream. A
@@ -79,12 +85,14 @@ class TaskHints:
     """What the compiler tells a task beyond the topology.
 
     ``synthesize_ids``: the id stream is not shipped; every job id this task
-    owns counts as received. ``fused_sources``: inputs fused into this task's
-    partition, as (source component, count reports each id expects from it).
+    owns counts as received. ``implied_sources``: coordinated inputs whose
+    zero reports are not shipped, as (source component, count reports each id
+    expects from it); ``omit_zero_reports``: this task does not ship its own.
     """
 
     synthesize_ids: bool = False
-    fused_sources: tuple[tuple[str, int], ...] = ()
+    implied_sources: tuple[tuple[str, int], ...] = ()
+    omit_zero_reports: bool = False
 
 
 class _BatchCollector(OutputCollector):
@@ -244,16 +252,16 @@ class TaskRun:
             self.apply(decisions, received)
         for received in commit_tuples:
             self.apply(tracker.commit_received(received.values[0], 0.0), received)
-        local_reports: Counter[tuple[str, Hashable]] = Counter()
-        fused = {source for source, _ in self.hints.fused_sources}
+        shipped: Counter[tuple[str, Hashable]] = Counter()
+        implied = {source for source, _ in self.hints.implied_sources}
         for _, source, _, counts in reports:
             for id, count in counts.items():
-                if source in fused:
-                    local_reports[(source, id)] += 1
+                if source in implied:
+                    shipped[(source, id)] += 1
                 self.apply(tracker.report_received(id, count, 0.0), None)
-        for source, expected in self.hints.fused_sources:
+        for source, expected in self.hints.implied_sources:
             for id in self.job_ids:
-                for _ in range(expected - local_reports[(source, id)]):
+                for _ in range(expected - shipped[(source, id)]):
                     self.apply(tracker.report_received(id, 0, 0.0), None)
         for id in list(tracker.tracked_ids()):
             self.apply(tracker.tuple_failed(id, self.diagnose(id), 0.0), None)
@@ -267,7 +275,7 @@ class TaskRun:
                 ids[record[4][0]] = None
             for record in reports:
                 ids.update(dict.fromkeys(record[3]))
-            if self.hints.fused_sources:
+            if self.hints.implied_sources:
                 ids.update(dict.fromkeys(self.job_ids))
         for id in ids:
             if id not in self.failures:
@@ -337,7 +345,8 @@ class TaskRun:
                     self.current = previous
                 self.apply(more, trigger)
             elif isinstance(decision, SendReport):
-                self.reports_out.setdefault(decision.task, {})[decision.id] = decision.count
+                if decision.count or not self.hints.omit_zero_reports:
+                    self.reports_out.setdefault(decision.task, {})[decision.id] = decision.count
             elif isinstance(decision, Failed):
                 self.runner.failed_id(decision.id)
                 self.fail_id(decision.id, decision.failure)

@@ -14,6 +14,8 @@ user's bolts) and groups the Spark components into stages:
   the driver, parallelized with exactly one slice per task (no shuffle);
 - an id stream that carries nothing but the id (the last DRPC step's) is not
   shipped: each task counts the ids it owns as received;
+- count reports of 0 are implied, not shipped (see ``drpc.executors.batch``),
+  for every coordinated component, Spark- or driver-side (``hints``);
 - a stage read by two or more consumers is persisted for the job.
 
 Reach compiles to 3 shuffles. No pyspark import here.
@@ -21,7 +23,7 @@ Reach compiles to 3 shuffles. No pyspark import here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.executors.batch import TaskHints
@@ -39,7 +41,6 @@ class StagePlan:
     parallelism: int
     spark_inputs: tuple[int, ...]  # upstream stage indexes
     driver_inputs: tuple[str, ...]  # driver components feeding the first component
-    hints: dict[str, TaskHints] = field(default_factory=dict)
 
     @property
     def head(self) -> str:
@@ -58,6 +59,7 @@ class SparkPlan:
     synthesized_streams: set[GlobalStreamId]
     stage_of: dict[str, int]
     consumers: dict[int, list[str]]  # stage -> consuming components (spark heads or driver)
+    hints: dict[str, TaskHints]  # every component's, Spark- or driver-side
 
     @property
     def shuffles(self) -> int:
@@ -111,8 +113,8 @@ class SparkPlan:
             notes = []
             for component in stage.components[1:]:
                 notes.append(f"{component} fused, no repartitioning")
-            for component, hints in stage.hints.items():
-                if hints.synthesize_ids:
+            for component in stage.components:
+                if self.hints[component].synthesize_ids:
                     notes.append(f"{component}'s id stream counted locally")
             persisted = " [persisted]" if self.persisted(stage) else ""
             lines.append(f"  stage {stage.index + 1}: {steps}{persisted}")
@@ -167,45 +169,48 @@ def compile_plan(topology: Topology, placement: dict[str, str] | None = None) ->
             consumers_of[stream.component_id].add(component_id)
 
     synthesized: set[GlobalStreamId] = set()
+    hints: dict[str, TaskHints] = {}
+    for component_id, spec in topology.components.items():
+        coordination = spec.coordination
+        if coordination is None:
+            hints[component_id] = TaskHints()
+            continue
+        implied = tuple(
+            (source, 1 if args.single else topology.components[source].parallelism)
+            for source, args in sorted(coordination.sources.items())
+        )
+        synthesize_ids = False
+        stream = coordination.id_stream
+        if (
+            stream is not None
+            and placement[component_id] == SPARK
+            and placement[stream.component_id] == DRIVER
+            and len(topology.output_fields(stream.component_id, stream.stream_id)) == 1
+        ):
+            synthesized.add(stream)
+            synthesize_ids = True
+        hints[component_id] = TaskHints(synthesize_ids, implied, omit_zero_reports=True)
+
     stages: list[StagePlan] = []
     stage_of: dict[str, int] = {}
     for component_id in order:
         if placement[component_id] != SPARK:
             continue
         spec = topology.components[component_id]
-        coordination = spec.coordination
-        hints = TaskHints()
         data_sources: dict[str, list[GlobalStreamId]] = {}
         for stream in spec.inputs:
-            if stream.stream_id == COORDINATED_STREAM_ID:
-                continue
-            if (
-                coordination is not None
-                and stream == coordination.id_stream
-                and placement[stream.component_id] == DRIVER
-                and len(topology.output_fields(stream.component_id, stream.stream_id)) == 1
-            ):
-                synthesized.add(stream)
-                hints = TaskHints(synthesize_ids=True)
-                continue
-            data_sources.setdefault(stream.component_id, []).append(stream)
+            if stream.stream_id != COORDINATED_STREAM_ID and stream not in synthesized:
+                data_sources.setdefault(stream.component_id, []).append(stream)
         fuse_with = _fusable_upstream(topology, placement, component_id, data_sources, consumers_of)
         if fuse_with is not None:
             upstream_stage = stages[stage_of[fuse_with]]
-            expected = 1
-            if coordination is not None and fuse_with in coordination.sources:
-                source_args = coordination.sources[fuse_with]
-                expected = 1 if source_args.single else topology.components[fuse_with].parallelism
-            hints = TaskHints(hints.synthesize_ids, ((fuse_with, expected),))
-            merged = StagePlan(
+            stages[upstream_stage.index] = StagePlan(
                 upstream_stage.index,
                 (*upstream_stage.components, component_id),
                 upstream_stage.parallelism,
                 upstream_stage.spark_inputs,
                 upstream_stage.driver_inputs,
-                {**upstream_stage.hints, component_id: hints},
             )
-            stages[upstream_stage.index] = merged
             stage_of[component_id] = upstream_stage.index
             continue
         spark_inputs = sorted(
@@ -213,12 +218,7 @@ def compile_plan(topology: Topology, placement: dict[str, str] | None = None) ->
         )
         driver_inputs = tuple(sorted(s for s in data_sources if placement[s] == DRIVER))
         stage = StagePlan(
-            len(stages),
-            (component_id,),
-            spec.parallelism,
-            tuple(spark_inputs),
-            driver_inputs,
-            {component_id: hints},
+            len(stages), (component_id,), spec.parallelism, tuple(spark_inputs), driver_inputs
         )
         stages.append(stage)
         stage_of[component_id] = stage.index
@@ -234,7 +234,7 @@ def compile_plan(topology: Topology, placement: dict[str, str] | None = None) ->
                 continue
             if component_id not in consumers.setdefault(source_stage, []):
                 consumers[source_stage].append(component_id)
-    return SparkPlan(topology, placement, stages, synthesized, stage_of, consumers)
+    return SparkPlan(topology, placement, stages, synthesized, stage_of, consumers, hints)
 
 
 def _fusable_upstream(

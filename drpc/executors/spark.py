@@ -51,7 +51,7 @@ from drpc.errors import (
     Failure,
     InvalidTopologyError,
 )
-from drpc.executors.batch import DATA, FAIL, Record, TaskRun
+from drpc.executors.batch import DATA, FAIL, Record, TaskHints, TaskRun
 from drpc.executors.plan import DRIVER, SparkPlan, StagePlan, compile_plan, explain
 from drpc.model.streams import DEFAULT_STREAM_ID, GlobalStreamId
 from drpc.model.topology import Topology
@@ -91,6 +91,7 @@ def _run_stage(
     token: str,
     broadcast: Any,
     stage: StagePlan,
+    hints: dict[str, TaskHints],
     job: JobSpec,
 ) -> Iterator[tuple[str, int, bytes]]:
     """One partition of a stage: every fused component's task ``index`` in turn."""
@@ -106,7 +107,7 @@ def _run_stage(
             index,
             job_ids=job.ids,
             conf=job.conf,
-            hints=stage.hints.get(component_id),
+            hints=hints[component_id],
         )
         run.run(records)
         if position < last:
@@ -444,6 +445,7 @@ class SparkExecutor:
                     job_ids=spec.ids,
                     conf=self.conf,
                     services=services,
+                    hints=self.plan.hints[component_id],
                 )
                 run.run(records)
                 failures.update(run.failures)
@@ -485,7 +487,12 @@ class SparkExecutor:
                 if records:
                     fed[index] = records
             run = partial(
-                _run_stage, token=self._token, broadcast=self._broadcast, stage=stage, job=job
+                _run_stage,
+                token=self._token,
+                broadcast=self._broadcast,
+                stage=stage,
+                hints={c: plan.hints[c] for c in stage.components},
+                job=job,
             )
             if not stage.spark_inputs:
                 slices = [
