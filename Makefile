@@ -12,8 +12,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The DRPC server with the reach and exclamation examples (Thrift 3772/3773, HTTP 3774).
+# `make serve EXECUTOR=local` runs them without Spark.
+EXECUTOR ?= spark
 serve: $(STAMP)
-	$(PY) -m drpc.examples.reach
+	$(PY) -m server --executor $(EXECUTOR) \
+		--topology drpc.examples.reach:topology --topology drpc.examples.exclamation:topology
 
 test: $(STAMP)
 	$(PY) -m ruff check .

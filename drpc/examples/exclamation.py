@@ -26,3 +26,7 @@ def build_exclamation(
     builder = LinearDRPCTopologyBuilder(function)
     builder.add_bolt(ExclaimBolt(), parallelism)
     return builder
+
+
+topology = build_exclamation()
+"""The exclamation function's builder, for ``--topology drpc.examples.exclamation:topology``."""

@@ -138,6 +138,10 @@ def build_reach(function: str = "reach") -> LinearDRPCTopologyBuilder:
     return builder
 
 
+topology = build_reach()
+"""The reach function's builder, for ``--topology drpc.examples.reach:topology``."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from drpc.testing import LocalDRPC
 

@@ -1,0 +1,146 @@
+"""The command lines as a person runs them: drpc-server, drpc-client, drpc.runner."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from client.cli import main as client_main
+from tests.server.helpers import HOST, exclamation, failing_topology, free_port, running_server
+
+ROOT = Path(__file__).resolve().parents[2]
+LISTENING = re.compile(
+    r"DRPC server serving (?P<functions>.+); execute \(Thrift\) on [\d.]+:(?P<port>\d+), "
+    r"invocations \(Thrift\) on [\d.]+:(?P<invocations>\d+); "
+    r"HTTP on http://[\d.]+:(?P<http>\d+)/drpc/"
+)
+
+
+def test_console_scripts_are_declared() -> None:
+    scripts = {entry.name: entry.value for entry in entry_points(group="console_scripts")}
+    assert scripts["drpc-server"] == "server.cli:main"
+    assert scripts["drpc-client"] == "client.cli:main"
+    assert scripts["drpc-runner"] == "drpc.runner:main"
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        ("server", ["--topology", "--executor", "--master", "--port", "--timeout"]),
+        ("client", ["FUNCTION", "ARGS", "--servers", "--timeout"]),
+        ("drpc.runner", ["--servers", "--topology", "--executor"]),
+    ],
+)
+def test_help(module: str, expected: list[str]) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    for option in expected:
+        assert option in shown
+
+
+def test_the_server_cli_serves_the_examples_until_terminated() -> None:
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "server",
+            "--topology",
+            "drpc.examples.reach:topology",
+            "--topology",
+            "drpc.examples.exclamation:topology",
+            "--executor",
+            "local",
+            "--host",
+            HOST,
+            "--port",
+            "0",
+            "--invocations-port",
+            "0",
+            "--http-port",
+            "0",
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stderr is not None
+    log: list[str] = []
+    try:
+        for line in server.stderr:
+            log.append(line)
+            if listening := LISTENING.search(line):
+                break
+        else:
+            pytest.fail("the server exited without listening:\n" + "".join(log))
+        assert listening["functions"] == "exclamation, reach"
+        called = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "client",
+                "--servers",
+                f"{HOST}:{listening['port']}",
+                "reach",
+                "foo.com/blog/1",
+                "tech.backtype.com/blog/123",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert called.returncode == 0, called.stderr
+        assert called.stdout.splitlines() == [
+            'reach "foo.com/blog/1" => "16"',
+            'reach "tech.backtype.com/blog/123" => "7"',
+        ]
+        url = f"http://{HOST}:{listening['http']}/drpc/exclamation/hello"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            assert response.read() == b"hello!"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, rest = server.communicate(timeout=30)
+        log.append(rest)
+    assert server.returncode == 0, "".join(log)
+    assert "DRPC server stopped" in "".join(log)
+
+
+def test_the_server_cli_refuses_an_unloadable_topology() -> None:
+    refused = subprocess.run(
+        [sys.executable, "-m", "server", "--topology", "drpc.examples.reach:nothing_here"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert "has no 'nothing_here'" in refused.stderr
+
+
+def test_client_cli_output_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with running_server(exclamation(), failing_topology()) as server:
+        servers = f"{HOST}:{server.port}"
+        assert client_main(["--servers", servers, "exclamation", "hello", "a b"]) == 0
+        assert capsys.readouterr().out.splitlines() == [
+            'exclamation "hello" => "hello!"',
+            'exclamation "a b" => "a b!"',
+        ]
+        assert client_main(["--servers", servers, "failing", "bad"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith('failing "bad" failed: FAILED_REQUEST: Request failed: step')
+    assert client_main(["--servers", f"{HOST}:{free_port()}", "exclamation", "x"]) == 3
+    assert "no DRPC server answered" in capsys.readouterr().err
+    assert client_main(["--servers", "host:port", "exclamation", "x"]) == 2

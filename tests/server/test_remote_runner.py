@@ -1,0 +1,148 @@
+"""Remote runners: topologies served from another process through the invocations port."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from client import DRPCClient, DRPCExecutionException
+from drpc.errors import DRPCExceptionType
+from drpc.runner import RemoteInvocations, RemoteRunner
+from server import DRPCServer, ServerThread
+from tests.server.helpers import (
+    HOST,
+    exclamation,
+    failing_topology,
+    running_server,
+    server_options,
+    wait_until,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _invocations(*servers: DRPCServer) -> str:
+    return ",".join(f"{HOST}:{server.invocations_port}" for server in servers)
+
+
+def test_results_go_back_to_the_server_that_issued_each_request() -> None:
+    with running_server() as first, running_server() as second:
+        runner = RemoteRunner(
+            [exclamation(), failing_topology()],
+            _invocations(first, second),
+            executor="local",
+            poll_interval=0.01,
+        )
+        with runner:
+            wait_until(lambda: "exclamation" in first.functions and "failing" in second.functions)
+            calls = [(first, f"a{i}") for i in range(10)] + [(second, f"b{i}") for i in range(10)]
+
+            def call(server: DRPCServer, args: str) -> str:
+                with DRPCClient(HOST, server.port) as drpc:
+                    return drpc.execute("exclamation", args)
+
+            with ThreadPoolExecutor(8) as pool:
+                answers = list(pool.map(lambda item: call(*item), calls))
+            # Both servers issue ids "1", "2", ...: a result sent to the wrong one would be
+            # a wrong answer or a late result there.
+            assert answers == [args + "!" for _, args in calls]
+            with DRPCClient(HOST, second.port) as drpc:
+                with pytest.raises(DRPCExecutionException) as failure:
+                    drpc.execute("failing", "bad")
+                assert failure.value.type is DRPCExceptionType.FAILED_REQUEST
+                assert "ValueError: cannot handle 'bad'" in failure.value.msg
+        assert first.service.late_results == second.service.late_results == 0
+
+
+def test_buffered_requests_per_function_up_to_the_limit() -> None:
+    with running_server(wait_for_unserved=True) as server:
+        pending = ThreadPoolExecutor(5)
+        calls = [
+            pending.submit(lambda i=i: DRPCClient(HOST, server.port).execute("f", str(i)))
+            for i in range(5)
+        ]
+        wait_until(lambda: server.service.queue_depth("f") == 5)
+        invocations = RemoteInvocations(
+            _invocations(server), ["f"], max_buffered=2, poll_interval=0.01
+        )
+        invocations.start()
+        try:
+            wait_until(lambda: invocations.buffered("f") == 2)
+            wait_until(lambda: server.service.queue_depth("f") == 3)
+            first = invocations.fetch_request("f")
+            assert first is not None
+            assert first.return_info.origin == f"{HOST}:{server.invocations_port}"
+            wait_until(lambda: server.service.queue_depth("f") == 2)
+            assert invocations.buffered("f") == 2
+            invocations.result(first.return_info, "answered")
+            assert calls[0].result(10) == "answered"
+        finally:
+            invocations.stop()
+            server.service.shutdown()
+            pending.shutdown()
+
+
+def _serves(server: DRPCServer, args: str) -> bool:
+    try:
+        with DRPCClient(HOST, server.port, timeout=10) as drpc:
+            return drpc.execute("exclamation", args) == args + "!"
+    except DRPCExecutionException as error:
+        assert error.type is DRPCExceptionType.FAILED_REQUEST  # not served (yet)
+        return False
+
+
+@pytest.mark.slow
+def test_a_runner_process_serves_two_servers_and_survives_one_stopping() -> None:
+    first = ServerThread(DRPCServer(**server_options(runner_liveness=0.5)))
+    first.start()
+    with running_server(runner_liveness=0.5) as second:
+        runner = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "drpc.runner",
+                "--servers",
+                _invocations(first.server, second),
+                "--topology",
+                "drpc.examples.exclamation:topology",
+                "--executor",
+                "local",
+                "--poll-interval",
+                "0.02",
+                "--reconnect-interval",
+                "0.1",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            wait_until(lambda: _serves(first.server, "one") and _serves(second, "two"), 30)
+            ports = {
+                "port": first.server.port,
+                "invocations_port": first.server.invocations_port,
+                "http_port": None,
+            }
+            first.stop()
+            for i in range(5):
+                assert _serves(second, f"still {i}")
+            restarted = ServerThread(DRPCServer(**server_options(runner_liveness=0.5, **ports)))
+            restarted.start()
+            try:
+                wait_until(lambda: _serves(restarted.server, "back"), 30)
+            finally:
+                restarted.stop()
+            assert _serves(second, "last")
+        finally:
+            runner.send_signal(signal.SIGTERM)
+            output, _ = runner.communicate(timeout=30)
+            first.stop()
+    assert runner.returncode == 0, output
+    assert "runner serving exclamation for" in output
+    assert "reconnecting in the background" in output
