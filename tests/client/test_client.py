@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 
 import pytest
 
@@ -13,6 +15,7 @@ from client import (
     DRPCClient,
     DRPCConnectionError,
     DRPCExecutionException,
+    DRPCInvocationsClient,
     DRPCTimeoutError,
     ProtocolError,
 )
@@ -203,3 +206,18 @@ def test_parse_address_refuses(text: str) -> None:
 def test_parse_servers() -> None:
     assert parse_servers("a:1, b", 3773) == [("a", 1), ("b", 3773)]
     assert parse_servers([("a", 1), "b:2"], 3773) == [("a", 1), ("b", 2)]
+
+
+def test_invocations_client_timeout_both_sides() -> None:
+    with socket.create_server((HOST, 0)) as silent:  # accepts connections, never answers
+        stuck = DRPCInvocationsClient(HOST, silent.getsockname()[1], timeout=0.3)
+        started = time.monotonic()
+        with pytest.raises(DRPCTimeoutError):
+            stuck.fetch_request("f")
+        assert 0.3 <= time.monotonic() - started < 2
+        stuck.close()
+    with (
+        running_server() as server,
+        DRPCInvocationsClient(HOST, server.invocations_port, timeout=0.3) as prompt,
+    ):
+        assert prompt.fetch_request("f") is None

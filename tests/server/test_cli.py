@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -144,3 +145,26 @@ def test_client_cli_output_and_exit_codes(capsys: pytest.CaptureFixture[str]) ->
     assert client_main(["--servers", f"{HOST}:{free_port()}", "exclamation", "x"]) == 3
     assert "no DRPC server answered" in capsys.readouterr().err
     assert client_main(["--servers", "host:port", "exclamation", "x"]) == 2
+
+
+def test_the_server_cli_exits_1_when_a_port_is_taken() -> None:
+    with socket.create_server((HOST, 0)) as taken:
+        refused = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "server",
+                "--executor",
+                "local",
+                "--host",
+                HOST,
+                "--port",
+                str(taken.getsockname()[1]),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert refused.returncode == 1
+    assert "cannot serve" in refused.stderr

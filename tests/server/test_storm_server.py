@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
-from client import DRPCClient, DRPCExecutionException, DRPCInvocationsClient
+from client import (
+    AuthorizationException,
+    DRPCClient,
+    DRPCExecutionException,
+    DRPCInvocationsClient,
+)
 from drpc.errors import DRPCExceptionType
 from drpc.gen import DistributedRPCInvocations, ttypes
 from server import DRPCServer
@@ -196,3 +201,36 @@ def test_a_runner_fetch_serves_a_function_for_runner_liveness_seconds() -> None:
         with pytest.raises(DRPCExecutionException) as failure:
             client.execute("remote", "after")
         assert failure.value.type is DRPCExceptionType.FAILED_REQUEST
+
+
+def test_a_result_just_inside_the_deadline_is_delivered() -> None:
+    timeout = 1.0
+    with (
+        running_server(timeout=timeout) as server,
+        DRPCInvocationsClient(HOST, server.invocations_port) as invocations,
+    ):
+        invocations.fetch_request("test")
+        started = time.monotonic()
+        pending = _call_in_background(server, "test", "tester")
+        request = None
+        while request is None:
+            request = invocations.fetch_request("test")
+        time.sleep(max(0.0, started + 0.8 * timeout - time.monotonic()))
+        invocations.result(request.return_info.request_id, "in time")
+        assert pending.result(10) == "in time"
+        assert server.service.late_results == 0
+
+
+def test_the_invocations_side_is_authorized_too() -> None:
+    def only_public(identity: str | None, operation: str, function: str) -> None:
+        if function != "public":
+            raise AuthorizationException(f"{operation} on {function} refused")
+
+    with (
+        running_server(authorizer=only_public) as server,
+        DRPCInvocationsClient(HOST, server.invocations_port) as invocations,
+    ):
+        assert invocations.fetch_request("public") is None
+        with pytest.raises(AuthorizationException, match="fetchRequest on secret refused"):
+            invocations.fetch_request("secret")
+        assert server.functions == ["public"]  # a refused fetch does not serve a function
