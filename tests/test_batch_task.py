@@ -191,5 +191,5 @@ def test_implied_zero_reports_let_every_task_finish_every_id() -> None:
     assert run.failures == {}
     assert sorted(r[4] for _, r in outputs_of(run, DATA)) == [[7, 2], [8, 0]]
     # Only the non-zero count travels, to the one task that received the tuples.
-    [(task, shipped)] = outputs_of(run, REPORT)
+    [(_, shipped)] = outputs_of(run, REPORT)
     assert set(shipped[3].values()) == {1} and len(shipped[3]) == 2

@@ -9,7 +9,7 @@ from drpc.examples.reach import EXPECTED_REACH
 
 
 def test_reach_demo_prints_the_reference_results() -> None:
-    # What `make serve` runs until the server exists.
+    # The reach demo that predates the server still prints the reference results.
     out = subprocess.run(
         [sys.executable, "-m", "drpc.examples.reach"],
         capture_output=True,

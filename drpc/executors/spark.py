@@ -1,18 +1,21 @@
 """The Spark executor: DRPC topologies as coordinated batch jobs on a persistent session.
 
 Contract. ``SparkExecutor(topology, services={"drpc.invocations": ...},
-master=None, max_batch_size=256, max_wait=0.002, max_jobs_in_flight=2)``:
+master=None, max_batch_size=256, max_wait=0.01, max_jobs_in_flight=2)``:
 
 - ``start()`` gets the process's SparkSession (``drpc.runtime``), compiles the
   topology (``drpc.executors.plan``), broadcasts it once (cloudpickle, so
   bolts defined in ``__main__`` travel) and starts serving its DRPC function;
   ``stop()`` cancels the jobs in flight and stops serving (the session stays).
 - Coalescing: while a job slot is free, every queued request (up to
-  ``max_batch_size``, gathering for up to ``max_wait`` seconds after the
-  first) goes into one job; with every slot busy, requests wait in their queue
-  and the next free slot takes them all. Each request of a job is an id of its
-  own through the coordinated steps, so one failing request never fails its
-  batch-mates: per-id failures travel as records in the data flow.
+  ``max_batch_size``) goes into one job; with every slot busy, requests wait
+  in their queue and the next free slot takes them all. When a slot frees up
+  while other jobs still run, the executor gathers for up to ``max_wait``
+  seconds first, so the wave of callers a finished job releases lands in one
+  job; an idle executor launches a lone request at once. Each request of a job
+  is an id of its own through the coordinated steps, so one failing request
+  never fails its batch-mates: per-id failures travel as records in the data
+  flow.
 - A job: PrepareRequest on the driver, one Spark job through the compiled
   stages (``drpc.executors.batch`` runs each task: the same bolt runners and
   coordination tracker as the local engine), the last stage's output
@@ -190,7 +193,7 @@ class SparkExecutor:
         master: str | None = None,
         spark_conf: dict[str, Any] | None = None,
         max_batch_size: int = 256,
-        max_wait: float = 0.002,
+        max_wait: float = 0.01,
         max_jobs_in_flight: int = 2,
         poll_interval: float = 0.02,
     ) -> None:
@@ -317,7 +320,8 @@ class SparkExecutor:
                 self._cancel_expired_jobs()
                 if len(self._jobs) < self.max_jobs_in_flight:
                     batch = self._fetch(self.max_batch_size)
-                    if batch and self.max_wait > 0 and len(batch) < self.max_batch_size:
+                    gather = self.max_wait > 0 and self._jobs and len(batch) < self.max_batch_size
+                    if batch and gather:
                         time.sleep(self.max_wait)
                         batch += self._fetch(self.max_batch_size - len(batch))
                     if batch:
