@@ -2,8 +2,9 @@
 
 ``DRPCClient("localhost", 3772).execute("reach", "foo.com/blog/1") -> "16"``;
 failures raise ``client.DRPCExecutionException`` (``.type``, ``.msg``) or
-``client.AuthorizationException`` as in Storm. ``main`` is the ``drpc-client``
-command line.
+``client.AuthorizationException`` as in Storm. ``tls=TLSSettings(...)`` speaks
+TLS (a client certificate's CN is the caller's user); ``HTTPDRPCClient`` calls
+the HTTP port with a bearer token. ``main`` is the ``drpc-client`` command line.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from client.errors import (
     DRPCTimeoutError,
     ProtocolError,
 )
+from client.http import HTTPDRPCClient
 from client.sync import DEFAULT_INVOCATIONS_PORT, DEFAULT_PORT, DRPCClient, DRPCInvocationsClient
-from drpc.errors import DRPCExceptionType
+from drpc.errors import DRPCExceptionType, ServerBusyError
+from drpc.tls import TLSSettings
 from drpc.wire import MAX_FRAME_SIZE
 
 __all__ = [
@@ -32,5 +35,8 @@ __all__ = [
     "DRPCExecutionException",
     "DRPCInvocationsClient",
     "DRPCTimeoutError",
+    "HTTPDRPCClient",
     "ProtocolError",
+    "ServerBusyError",
+    "TLSSettings",
 ]

@@ -10,6 +10,7 @@ and its late reply is dropped; the connection stays usable. A broken
 connection fails every call waiting on it with ``DRPCConnectionError``, after
 which each is retried once on a fresh connection, then on the next server.
 ``async with AsyncDRPCClient(...)`` closes the connections on exit.
+``tls=TLSSettings(...)`` speaks TLS as ``DRPCClient`` does.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
 from client.calls import Address, Call, execute_call, format_address, parse_servers, unwrap
 from client.errors import DRPCConnectionError, DRPCTimeoutError
 from client.sync import DEFAULT_PORT
+from drpc.tls import TLSSettings
 from drpc.wire import (
     FRAME_HEADER_SIZE,
     MAX_FRAME_SIZE,
@@ -53,9 +56,19 @@ class _MultiplexedConnection:
         self._reading = asyncio.create_task(self._read_replies())
 
     @classmethod
-    async def open(cls, address: Address, max_frame_size: int) -> _MultiplexedConnection:
+    async def open(
+        cls,
+        address: Address,
+        max_frame_size: int,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+    ) -> _MultiplexedConnection:
         try:
-            reader, writer = await asyncio.open_connection(*address)
+            reader, writer = await asyncio.open_connection(
+                *address,
+                ssl=tls,
+                server_hostname=(server_hostname or address[0]) if tls is not None else None,
+            )
         except OSError as error:
             raise DRPCConnectionError(f"{format_address(address)}: {error}") from error
         return cls(address, reader, writer, max_frame_size)
@@ -119,12 +132,16 @@ class AsyncDRPCClient:
         *,
         servers: str | Sequence[str | Address] | None = None,
         max_frame_size: int = MAX_FRAME_SIZE,
+        tls: TLSSettings | None = None,
     ) -> None:
         """Parameters as ``DRPCClient``: ``timeout`` bounds each call including connecting;
-        ``servers`` lists servers to fail over between; ``max_frame_size`` bounds replies."""
+        ``servers`` lists servers to fail over between; ``max_frame_size`` bounds replies;
+        ``tls`` connects over TLS."""
         self.servers = parse_servers(servers if servers is not None else [(host, port)], port)
         self.timeout = timeout
         self.max_frame_size = max_frame_size
+        self.tls = tls
+        self._tls_context = tls.client_context() if tls is not None else None
         self._current = 0
         self._connections: dict[int, _MultiplexedConnection] = {}
         self._connecting = asyncio.Lock()
@@ -173,7 +190,12 @@ class AsyncDRPCClient:
                 return current  # another call reconnected meanwhile
             if current is not None:
                 await current.close()
-            connection = await _MultiplexedConnection.open(self.servers[index], self.max_frame_size)
+            connection = await _MultiplexedConnection.open(
+                self.servers[index],
+                self.max_frame_size,
+                self._tls_context,
+                self.tls.server_hostname if self.tls else None,
+            )
             self._connections[index] = connection
             return connection
 

@@ -18,7 +18,12 @@ Contract:
   closed (a late reply cannot be mistaken for the next call's);
 - replies over ``max_frame_size`` bytes (default 1 MiB) raise ``ProtocolError``
   and close the connection;
-- instances are safe to share between threads (calls are serialized).
+- instances are safe to share between threads (calls are serialized);
+- ``tls=TLSSettings(ca, cert, key)`` speaks TLS: the server is verified
+  against ``ca`` (host name included) and ``cert`` is presented, its subject
+  CN being the user name the server authorizes (Thrift has no other place for
+  an identity; bearer tokens travel over HTTP, ``client.http``); a failed
+  handshake is a ``DRPCConnectionError``.
 
 ``DRPCInvocationsClient`` speaks ``DistributedRPCInvocations`` to one server,
 with the same connection, timeout and frame rules; after a connection error
@@ -28,6 +33,7 @@ the next call reconnects.
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +53,7 @@ from client.calls import (
 from client.errors import DRPCConnectionError, DRPCTimeoutError
 from drpc.errors import DRPCExecutionException
 from drpc.requests import DRPCRequest, ReturnInfo
+from drpc.tls import TLSSettings
 from drpc.wire import (
     FRAME_HEADER_SIZE,
     MAX_FRAME_SIZE,
@@ -63,15 +70,30 @@ DEFAULT_INVOCATIONS_PORT = 3773
 class _Connection:
     """One blocking framed-binary Thrift connection; one call at a time."""
 
-    def __init__(self, address: Address, timeout: float | None, max_frame_size: int) -> None:
+    def __init__(
+        self,
+        address: Address,
+        timeout: float | None,
+        max_frame_size: int,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+    ) -> None:
         self.address = address
         self.max_frame_size = max_frame_size
         self.calls = 0
+        raw = None
         try:
-            self._socket = socket.create_connection(address, timeout=timeout)
-        except OSError as error:  # a connect timeout too: the next server may answer
+            raw = socket.create_connection(address, timeout=timeout)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socket = (
+                raw
+                if tls is None
+                else tls.wrap_socket(raw, server_hostname=server_hostname or address[0])
+            )
+        except OSError as error:  # a connect timeout or failed handshake too
+            if raw is not None:
+                raw.close()
             raise DRPCConnectionError(f"{format_address(address)}: {error}") from error
-        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def call(self, call: Call) -> Any:
         self.calls += 1
@@ -118,6 +140,7 @@ class DRPCClient:
         *,
         servers: str | Sequence[str | Address] | None = None,
         max_frame_size: int = MAX_FRAME_SIZE,
+        tls: TLSSettings | None = None,
     ) -> None:
         """
         :param host: server host (ignored when ``servers`` is given).
@@ -127,10 +150,13 @@ class DRPCClient:
         :param servers: servers to fail over between, as "host:port,host:port" or a list
             of "host:port" strings or (host, port) pairs.
         :param max_frame_size: largest reply frame accepted in bytes, default 1 MiB.
+        :param tls: connect over TLS with these settings (None: plain TCP).
         """
         self.servers = parse_servers(servers if servers is not None else [(host, port)], port)
         self.timeout = timeout
         self.max_frame_size = max_frame_size
+        self.tls = tls
+        self._tls_context = tls.client_context() if tls is not None else None
         self._current = 0
         self._connection: _Connection | None = None
         self._lock = threading.Lock()
@@ -164,7 +190,13 @@ class DRPCClient:
             except DRPCConnectionError:
                 self._connection = None  # stale (the server restarted?): one fresh try below
         self._connection = None
-        connection = _Connection(self.servers[index], self.timeout, self.max_frame_size)
+        connection = _Connection(
+            self.servers[index],
+            self.timeout,
+            self.max_frame_size,
+            self._tls_context,
+            self.tls.server_hostname if self.tls else None,
+        )
         self._connection = connection
         try:
             return connection.call(call)
@@ -195,11 +227,14 @@ class DRPCInvocationsClient:
         timeout: float | None = None,
         *,
         max_frame_size: int = MAX_FRAME_SIZE,
+        tls: TLSSettings | None = None,
     ) -> None:
         self.address: Address = (host, port)
         self.origin = format_address(self.address)
         self.timeout = timeout
         self.max_frame_size = max_frame_size
+        self.tls = tls
+        self._tls_context = tls.client_context() if tls is not None else None
         self._connection: _Connection | None = None
         self._lock = threading.Lock()
 
@@ -226,7 +261,13 @@ class DRPCInvocationsClient:
     def _call(self, call: Call, *, returns_value: bool) -> Any:
         with self._lock:
             if self._connection is None:
-                self._connection = _Connection(self.address, self.timeout, self.max_frame_size)
+                self._connection = _Connection(
+                    self.address,
+                    self.timeout,
+                    self.max_frame_size,
+                    self._tls_context,
+                    self.tls.server_hostname if self.tls else None,
+                )
             try:
                 result = self._connection.call(call)
             except (DRPCConnectionError, DRPCTimeoutError, ProtocolError):

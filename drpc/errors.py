@@ -56,6 +56,23 @@ class DRPCExecutionException(DRPCError):
         return (type(self), (self.msg, self.type))
 
 
+class ServerBusyError(DRPCExecutionException):
+    """A call refused at once because a server limit is reached (queue depth, outstanding
+    requests, functions tracked). On the wire it is FAILED_REQUEST with a message starting
+    "server busy"; over HTTP it is 503 with ``Retry-After`` (``retry_after`` seconds, when
+    known). Retrying later may succeed."""
+
+    def __init__(
+        self,
+        msg: str,
+        type: DRPCExceptionType = DRPCExceptionType.FAILED_REQUEST,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(msg, type)
+        self.retry_after = retry_after
+
+
 class AuthorizationException(DRPCError):
     """The caller's identity may not perform the operation."""
 

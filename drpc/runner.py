@@ -19,6 +19,11 @@ Contract:
   seconds by its own poller while the others keep being served; an outcome
   for a server that is down is logged and dropped (the server fails that
   request at its deadline);
+- with ``tls`` every server is reached over TLS; the runner's certificate CN
+  is the user the servers' ACL must name as ``invocation.user`` (Storm's wire
+  protocol has no place for a bearer token, so over Thrift a certificate is
+  the runner's identity); a refusal (``AuthorizationException``) is logged
+  like a lost link and retried every ``reconnect_interval``;
 - ``RemoteRunner`` ties it together: ``start()`` starts pollers and one
   executor per topology, ``stop()`` stops both.
 """
@@ -44,6 +49,7 @@ from client import (
     ProtocolError,
 )
 from client.calls import Address, format_address, parse_servers
+from client.cli import add_tls_arguments, tls_from_args
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExecutionException
@@ -57,6 +63,7 @@ from drpc.hosting import (
 )
 from drpc.model.topology import Topology
 from drpc.requests import DRPCRequest, ReturnInfo
+from drpc.tls import TLSSettings
 from drpc.wire import MAX_FRAME_SIZE
 
 log = logging.getLogger("drpc.runner")  # not "__main__" under python -m
@@ -82,6 +89,7 @@ class RemoteInvocations:
         max_buffered: int = DEFAULT_MAX_BUFFERED,
         timeout: float = DEFAULT_CALL_TIMEOUT,
         max_frame_size: int = MAX_FRAME_SIZE,
+        tls: TLSSettings | None = None,
     ) -> None:
         """
         :param servers: invocations ports, "host:port,..." or a list (port default 3773).
@@ -94,6 +102,7 @@ class RemoteInvocations:
             a poller fetches no more for that function until the topology takes some.
         :param timeout: seconds for connecting and for each call to a server, default 10.
         :param max_frame_size: largest reply frame accepted in bytes, default 1 MiB.
+        :param tls: reach the servers over TLS with these settings (None: plain TCP).
         """
         if max_buffered < 1:
             raise ValueError(f"max_buffered must be >= 1, got {max_buffered!r}")
@@ -104,7 +113,7 @@ class RemoteInvocations:
         self.max_buffered = max_buffered
         self._clients = {
             format_address(address): DRPCInvocationsClient(
-                *address, timeout=timeout, max_frame_size=max_frame_size
+                *address, timeout=timeout, max_frame_size=max_frame_size, tls=tls
             )
             for address in addresses
         }
@@ -317,6 +326,7 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_RECONNECT_INTERVAL,
         help="seconds between attempts to reach a server that is down (default %(default)g)",
     )
+    add_tls_arguments(parser)
     return parser
 
 
@@ -332,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             executor_options=executor_options,
             poll_interval=args.poll_interval,
             reconnect_interval=args.reconnect_interval,
+            tls=tls_from_args(args),
         )
     except ValueError as error:
         parser.error(str(error))

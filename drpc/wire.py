@@ -9,7 +9,9 @@ Contract:
   Storm's server does; ``encode_message`` returns a whole frame, and
   ``decode_message``/``read_struct`` turn any malformed byte into
   ``ProtocolError`` (never another exception type), so a network edge has one
-  thing to catch.
+  thing to catch. ``decode_message(payload, limits)`` first checks the whole
+  message against ``WireLimits`` (string and container lengths, nesting;
+  ``drpc.wire_scan``), so nothing decodes a hostile length.
 - ``to_wire_*``/``from_wire_*`` convert between ``drpc.errors`` exceptions and
   the generated Thrift structs, so a failure looks the same on both sides.
 
@@ -34,6 +36,7 @@ from drpc.errors import (
     DRPCExecutionException,
 )
 from drpc.gen import ttypes
+from drpc.wire_scan import WireLimits, check_message
 
 MAX_FRAME_SIZE = 1024 * 1024
 """Default largest frame body accepted, in bytes (Storm's ``drpc.max_buffer_size``)."""
@@ -106,7 +109,9 @@ def encode_application_error(name: str, seqid: int, error_type: int, message: st
     return encode_message(name, EXCEPTION, seqid, TApplicationException(error_type, message))
 
 
-def decode_message(payload: bytes) -> Message:
+def decode_message(payload: bytes, limits: WireLimits | None = None) -> Message:
+    if limits is not None:
+        check_message(payload, limits, _malformed)
     protocol = _protocol(TMemoryBuffer(payload))
     try:
         name, message_type, seqid = protocol.readMessageBegin()
@@ -115,6 +120,10 @@ def decode_message(payload: bytes) -> Message:
     if not isinstance(name, str):
         raise ProtocolError("malformed message header: method name is not a string")
     return Message(name, message_type, seqid, protocol)
+
+
+def _malformed(reason: str) -> ProtocolError:
+    return ProtocolError(f"malformed message: {reason}")
 
 
 def read_struct(message: Message, struct_type: type[StructT]) -> StructT:

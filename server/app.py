@@ -14,13 +14,18 @@ the at-most-once contract remote runners get through the invocations port.
 ``stop()`` stops accepting, fails every outstanding request with
 SERVER_SHUTDOWN (callers get that reply), stops the hosted runtimes, and closes.
 
-Limits and settings are keyword arguments; see ``DRPCServer.__init__``.
+Limits and settings are keyword arguments; see ``DRPCServer.__init__`` and
+``server.limits.Limits``. With ``ssl_context`` every port speaks TLS; with
+``authorizer`` (e.g. ``server.acl.ACLAuthorizer``) every network operation is
+authorized; ``tokens`` maps HTTP bearer tokens to users.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -32,11 +37,12 @@ from drpc.executors import create_executor
 from drpc.hosting import as_topology, default_executor
 from drpc.model.topology import Topology
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
-from drpc.wire import MAX_FRAME_SIZE
 from server.handlers import execute_methods, invocations_methods
 from server.http import create_http_app
+from server.identity import TokenTable
+from server.limits import Limits
 from server.service import DEFAULT_RUNNER_LIVENESS, Authorizer, DRPCService, EmbeddedInvocations
-from server.thrift_listener import ThriftListener
+from server.thrift_listener import DEFAULT_MAX_CONNECTIONS, ThriftListener
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +61,11 @@ class DRPCServer:
         invocations_port: int = DEFAULT_INVOCATIONS_PORT,
         http_port: int | None = DEFAULT_HTTP_PORT,
         timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        max_frame_size: int = MAX_FRAME_SIZE,
+        max_frame_size: int | None = None,
+        limits: Limits | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        tokens: TokenTable | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         runner_liveness: float = DEFAULT_RUNNER_LIVENESS,
         wait_for_unserved: bool = False,
         executor: str | None = None,
@@ -70,8 +80,14 @@ class DRPCServer:
         :param http_port: HTTP port, default 3774; None serves no HTTP.
         :param timeout: seconds a request may wait for its result before it fails with
             SERVER_TIMEOUT, default 600 (Storm's ``drpc.request.timeout.secs``).
-        :param max_frame_size: largest Thrift frame body, and largest HTTP body, accepted
-            in bytes, default 1 MiB; bigger ones close the connection (HTTP: 413).
+        :param max_frame_size: shortcut setting both ``limits.max_frame_size`` and
+            ``limits.max_body_size`` (largest Thrift frame and HTTP body, default 1 MiB).
+        :param limits: every resource limit (``server.limits.Limits``; its defaults when
+            None).
+        :param ssl_context: serve TLS on every port (``drpc.tls.server_context``); a
+            verified client certificate's CN is the caller's user name.
+        :param tokens: HTTP bearer tokens and their users; None accepts no token.
+        :param max_connections: most open connections per Thrift port, default 4096.
         :param runner_liveness: seconds a remote runner's last ``fetchRequest`` keeps its
             function served, default 30.
         :param wait_for_unserved: queue calls to functions nobody serves until they time
@@ -84,13 +100,16 @@ class DRPCServer:
             operation, function); raises ``AuthorizationException`` to refuse.
         :param shutdown_grace: seconds ``stop()`` waits for replies and runtimes.
         """
-        if max_frame_size < 1:
-            raise ValueError(f"max_frame_size must be positive, got {max_frame_size!r}")
+        limits = limits or Limits()
+        if max_frame_size is not None:
+            limits = replace(limits, max_frame_size=max_frame_size, max_body_size=max_frame_size)
+        self.limits = limits
+        self.ssl_context = ssl_context
+        self.tokens = tokens
         self.host = host
         self.port = port
         self.invocations_port = invocations_port
         self.http_port = http_port
-        self.max_frame_size = max_frame_size
         self.executor = executor or default_executor()
         self.shutdown_grace = shutdown_grace
         self._conf = dict(conf or {})
@@ -100,14 +119,18 @@ class DRPCServer:
             runner_liveness=runner_liveness,
             wait_for_unserved=wait_for_unserved,
             authorizer=authorizer,
+            limits=limits,
         )
+        listener_options: dict[str, Any] = {
+            "limits": limits,
+            "ssl_context": ssl_context,
+            "max_connections": max_connections,
+        }
         self._execute_listener = ThriftListener(
-            "DistributedRPC", execute_methods(self.service), max_frame_size=max_frame_size
+            "DistributedRPC", execute_methods(self.service), **listener_options
         )
         self._invocations_listener = ThriftListener(
-            "DistributedRPCInvocations",
-            invocations_methods(self.service),
-            max_frame_size=max_frame_size,
+            "DistributedRPCInvocations", invocations_methods(self.service), **listener_options
         )
         self._http_runner: web.AppRunner | None = None
         self._runtimes: dict[str, tuple[str, Any]] = {}
@@ -174,10 +197,19 @@ class DRPCServer:
                 self.host, self.invocations_port
             )
             if self.http_port is not None:
-                app = create_http_app(self.service, max_body_size=self.max_frame_size)
-                self._http_runner = web.AppRunner(app, access_log=None)
+                app = create_http_app(self.service, limits=self.limits, tokens=self.tokens)
+                self._http_runner = web.AppRunner(
+                    app,
+                    access_log=None,
+                    # An idle or half-sent request is closed after read_timeout (slowloris).
+                    keepalive_timeout=self.limits.read_timeout,
+                    max_line_size=self.limits.max_header_size,
+                    max_field_size=self.limits.max_header_size,
+                )
                 await self._http_runner.setup()
-                site = web.TCPSite(self._http_runner, self.host, self.http_port)
+                site = web.TCPSite(
+                    self._http_runner, self.host, self.http_port, ssl_context=self.ssl_context
+                )
                 await site.start()
                 self.http_port = int(self._http_runner.addresses[0][1])
         except BaseException:
@@ -189,8 +221,9 @@ class DRPCServer:
 
     def describe(self) -> str:
         functions = ", ".join(self.functions) or "none yet (waiting for remote runners)"
+        scheme = "https" if self.ssl_context is not None else "http"
         http = (
-            f"; HTTP on http://{self.host}:{self.http_port}/drpc/<function>/<args>"
+            f"; HTTP on {scheme}://{self.host}:{self.http_port}/drpc/<function>/<args>"
             if self.http_port is not None
             else ""
         )
@@ -198,6 +231,7 @@ class DRPCServer:
             f"DRPC server serving {functions}; execute (Thrift) on {self.host}:{self.port}, "
             f"invocations (Thrift) on {self.host}:{self.invocations_port}{http}; "
             f"request timeout {self.timeout:g} s"
+            + ("; TLS" if self.ssl_context is not None else "")
         )
 
     async def stop(self) -> None:

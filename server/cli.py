@@ -4,10 +4,14 @@
 [--executor spark|local] [--master local[*]] [--port 3772 --invocations-port
 3773 --http-port 3774] [--timeout 600]`` hosts each topology in-process and
 listens for Thrift and HTTP callers; with no ``--topology`` it serves only
-remote runners (``python -m drpc.runner``). It logs what it serves and where,
-and on SIGINT/SIGTERM fails outstanding calls with SERVER_SHUTDOWN and exits 0.
-Exit status 2 for bad arguments (an unloadable topology included), 1 when a
-port cannot be bound.
+remote runners (``python -m drpc.runner``). Security: ``--acl FILE``
+(Storm's ACL, ``--acl-strict``), ``--tokens FILE`` (HTTP bearer tokens),
+``--tls-cert/--tls-key`` (TLS on every port) and ``--tls-ca`` (client
+certificates required). Every limit of ``server.limits.Limits`` is a flag.
+It logs what it serves and where, and on SIGINT/SIGTERM fails outstanding
+calls with SERVER_SHUTDOWN and exits 0. Exit status 2 for bad arguments (an
+unloadable topology, ACL, tokens or certificate file included), 1 when a port
+cannot be bound.
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ import contextlib
 import logging
 import signal
 from collections.abc import Sequence
+from typing import Any
 
+from drpc.errors import DRPCError
 from drpc.hosting import add_hosting_arguments, hosting_setup
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
-from drpc.wire import MAX_FRAME_SIZE
+from drpc.tls import server_context
+from server.acl import ACLAuthorizer
 from server.app import (
     DEFAULT_HOST,
     DEFAULT_HTTP_PORT,
@@ -29,7 +36,10 @@ from server.app import (
     DEFAULT_PORT,
     DRPCServer,
 )
+from server.identity import TokenTable
+from server.limits import add_limit_arguments, limits_from_args
 from server.service import DEFAULT_RUNNER_LIVENESS
+from server.thrift_listener import DEFAULT_MAX_CONNECTIONS
 
 log = logging.getLogger("drpc-server")
 
@@ -63,12 +73,6 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a request may take before it fails with SERVER_TIMEOUT (default %(default)g)",
     )
     parser.add_argument(
-        "--max-frame-size",
-        type=int,
-        default=MAX_FRAME_SIZE,
-        help="largest Thrift frame and HTTP body in bytes (default %(default)s)",
-    )
-    parser.add_argument(
         "--runner-liveness",
         type=float,
         default=DEFAULT_RUNNER_LIVENESS,
@@ -80,23 +84,80 @@ def _parser() -> argparse.ArgumentParser:
         help="queue calls to functions nobody serves until they time out (Storm's behaviour) "
         "instead of failing them at once",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="most open connections per Thrift port (default %(default)s)",
+    )
+    security = parser.add_argument_group("security")
+    security.add_argument(
+        "--acl",
+        metavar="FILE",
+        help="Storm-style ACL (YAML or JSON): per function, client.users may execute and "
+        "invocation.user may fetchRequest/result/failRequest (default: everyone may do "
+        "everything)",
+    )
+    security.add_argument(
+        "--acl-strict",
+        action="store_true",
+        help="with --acl, functions with no ACL entry are closed to everyone",
+    )
+    security.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help="HTTP bearer tokens (YAML or JSON mapping each user to a token or a list)",
+    )
+    security.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this certificate")
+    security.add_argument(
+        "--tls-key", metavar="FILE", help="the certificate's private key (default: in --tls-cert)"
+    )
+    security.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="require client certificates signed by this CA; their subject CN is the user",
+    )
+    add_limit_arguments(parser)
     return parser
+
+
+def _security(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """The server's security keywords from the flags; bad files exit through ``parser.error``."""
+    if (args.tls_key or args.tls_ca) and not args.tls_cert:
+        parser.error("--tls-key and --tls-ca need --tls-cert")
+    if args.acl_strict and not args.acl:
+        parser.error("--acl-strict needs --acl")
+    try:
+        return {
+            "authorizer": ACLAuthorizer(args.acl, strict=args.acl_strict or None)
+            if args.acl
+            else None,
+            "tokens": TokenTable.from_file(args.tokens) if args.tokens else None,
+            "ssl_context": server_context(args.tls_cert, args.tls_key, args.tls_ca)
+            if args.tls_cert
+            else None,
+            "limits": limits_from_args(args),
+        }
+    except (DRPCError, ValueError) as error:
+        parser.error(str(error))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     topologies, executor_options = hosting_setup(parser, args)
+    security = _security(parser, args)
     server = DRPCServer(
         host=args.host,
         port=args.port,
         invocations_port=args.invocations_port,
         http_port=None if args.http_port < 0 else args.http_port,
         timeout=args.timeout,
-        max_frame_size=args.max_frame_size,
+        max_connections=args.max_connections,
         runner_liveness=args.runner_liveness,
         wait_for_unserved=args.wait_for_unserved,
         executor=args.executor,
+        **security,
     )
     try:
         for topology in topologies:

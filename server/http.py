@@ -7,10 +7,15 @@ Contract:
   UTF-8) answer 200 with the raw result as ``text/plain``;
 - a failed call answers JSON ``{"error": TYPE_NAME, "errorMessage": msg}``
   with FAILED_REQUEST → 400, SERVER_SHUTDOWN → 503, SERVER_TIMEOUT → 504,
-  any other type → 500; a refused identity → 401 with
-  ``"error": "AuthorizationException"``;
-- a body over ``max_body_size`` bytes is refused with 413 (aiohttp's limit);
-  a body that is not UTF-8 gets 400;
+  any other type → 500; a refused identity, a malformed ``Authorization``
+  header or an unknown bearer token → 401 with
+  ``"error": "AuthorizationException"``; a call refused by a server limit
+  (``ServerBusyError``) → 503 with ``Retry-After: limits.retry_after``;
+- the caller is the user of its bearer token (``tokens``), else the CN of
+  its verified TLS client certificate, else anonymous (``server.identity``);
+- a body over ``limits.max_body_size`` bytes is refused with 413 (aiohttp's
+  limit), a body that does not arrive within ``limits.read_timeout`` seconds
+  gets 408; a body or path that is not UTF-8 gets 400;
 - ``GET /health`` answers 200 JSON ``{"status": "ok", "functions": [...],
   "outstanding": n}`` while serving, 503 with ``"status": "shutting down"``
   after shutdown began.
@@ -18,10 +23,20 @@ Contract:
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from aiohttp import web
 
-from drpc.errors import AuthorizationException, DRPCExceptionType, DRPCExecutionException
-from drpc.wire import MAX_FRAME_SIZE
+from drpc.errors import (
+    AuthorizationException,
+    DRPCExceptionType,
+    DRPCExecutionException,
+    ServerBusyError,
+)
+from drpc.tls import common_name
+from server.identity import TokenTable, bearer_user
+from server.limits import Limits
 from server.service import EXECUTE, DRPCService
 
 HTTP_STATUS = {
@@ -31,14 +46,22 @@ HTTP_STATUS = {
 }
 """HTTP status of each failure type; any other type answers 500."""
 
+audit = logging.getLogger("drpc.audit")
+
 _SERVICE = web.AppKey("drpc_service", DRPCService)
+_TOKENS = web.AppKey("drpc_tokens", TokenTable)
+_LIMITS = web.AppKey("drpc_limits", Limits)
 
 
 def create_http_app(
-    service: DRPCService, *, max_body_size: int = MAX_FRAME_SIZE
+    service: DRPCService, *, limits: Limits | None = None, tokens: TokenTable | None = None
 ) -> web.Application:
-    app = web.Application(client_max_size=max_body_size)
+    limits = limits or service.limits
+    app = web.Application(client_max_size=limits.max_body_size)
     app[_SERVICE] = service
+    app[_LIMITS] = limits
+    if tokens is not None:
+        app[_TOKENS] = tokens
     app.router.add_get("/drpc/{function}", _execute_get)
     app.router.add_get("/drpc/{function}/{args:.*}", _execute_get)
     app.router.add_post("/drpc/{function}", _execute_post)
@@ -51,7 +74,14 @@ async def _execute_get(request: web.Request) -> web.Response:
 
 
 async def _execute_post(request: web.Request) -> web.Response:
-    body = await request.read()
+    timeout = request.app[_LIMITS].read_timeout
+    try:
+        async with asyncio.timeout(timeout):
+            body = await request.read()
+    except TimeoutError:
+        return _error(
+            408, "FAILED_REQUEST", f"the request body did not arrive within {timeout:g} s"
+        )
     try:
         args = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -59,12 +89,39 @@ async def _execute_post(request: web.Request) -> web.Response:
     return await _execute(request, args)
 
 
+def _identity(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization")
+    if header is not None:
+        return bearer_user(header, request.app.get(_TOKENS))
+    transport = request.transport
+    return common_name(transport.get_extra_info("peercert")) if transport else None
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: the path's bytes were not UTF-8
+        return False
+    return True
+
+
 async def _execute(request: web.Request, args: str) -> web.Response:
     service = request.app[_SERVICE]
     function = request.match_info["function"]
+    if not (_is_utf8(function) and _is_utf8(args)):
+        return _error(400, "FAILED_REQUEST", "the request path is not UTF-8")
     try:
-        service.authorize(None, EXECUTE, function)
+        identity = _identity(request)
+    except AuthorizationException as error:
+        audit.warning("denied %s of %r from %s: %s", EXECUTE, function, request.remote, error.msg)
+        return _error(401, "AuthorizationException", error.msg)
+    try:
+        service.authorize(identity, EXECUTE, function)
         result = await service.execute(function, args)
+    except ServerBusyError as error:
+        response = _error(503, error.type.name, error.msg)
+        response.headers["Retry-After"] = str(request.app[_LIMITS].retry_after)
+        return response
     except DRPCExecutionException as error:
         return _error(HTTP_STATUS.get(error.type, 500), error.type.name, error.msg)
     except AuthorizationException as error:

@@ -21,8 +21,16 @@ runtimes may live in other threads:
   served functions, unless ``wait_for_unserved`` (Storm's behaviour: queue it
   and let it time out);
 - every operation from the network passes ``authorize(identity, operation,
-  function)`` first; the default allows everything (access control plugs in
-  here).
+  function)`` first; the default allows everything (``server.acl`` plugs in
+  here);
+- limits (``server.limits.Limits``) refuse a call at once with
+  ``ServerBusyError`` (FAILED_REQUEST "server busy: …") when its function
+  already has ``max_queue_depth`` requests waiting, when ``max_outstanding``
+  requests are held, or when it would open a queue for one function name more
+  than ``max_functions``; runner fetches of more than ``max_functions``
+  distinct names are served but not remembered; a result over
+  ``max_result_size`` UTF-8 bytes fails its request with FAILED_REQUEST
+  instead of reaching the caller.
 
 ``EmbeddedInvocations`` is the ``Invocations`` handle in-process runtimes pull
 from: the same table and the same at-most-once contract remote runners get.
@@ -38,7 +46,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from drpc.errors import DRPCExceptionType, DRPCExecutionException
+from drpc.errors import DRPCExceptionType, DRPCExecutionException, ServerBusyError
 from drpc.hosting import Wakeups
 from drpc.requests import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -48,6 +56,7 @@ from drpc.requests import (
     RequestTable,
     ReturnInfo,
 )
+from server.limits import Limits
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +86,7 @@ class DRPCService:
         runner_liveness: float = DEFAULT_RUNNER_LIVENESS,
         wait_for_unserved: bool = False,
         authorizer: Authorizer | None = None,
+        limits: Limits | None = None,
     ) -> None:
         if runner_liveness < 0:
             raise ValueError(f"runner_liveness must be >= 0, got {runner_liveness!r}")
@@ -84,6 +94,8 @@ class DRPCService:
         self.runner_liveness = runner_liveness
         self.wait_for_unserved = wait_for_unserved
         self._authorizer = authorizer
+        self.limits = limits or Limits()
+        self.refused_busy = 0
         self._lock = threading.Lock()
         self._embedded: set[str] = set()
         self._remote_fetches: dict[str, float] = {}
@@ -153,11 +165,27 @@ class DRPCService:
                     f" served functions: {served}",
                     DRPCExceptionType.FAILED_REQUEST,
                 )
+            self._check_capacity(function)
             request = self._table.submit(function, args, now)
             request.waiter = waiter
         self._arm_expiry(request.deadline)
         self._wakeups.notify(function)
         return await waiter
+
+    def _check_capacity(self, function: str) -> None:
+        """Refuse a new request for ``function`` if a limit is reached. Holds the lock."""
+        limits = self.limits
+        reason = None
+        depth = self._table.queue_depth(function)
+        if len(self._table) >= limits.max_outstanding:
+            reason = f"{len(self._table)} requests outstanding (limit {limits.max_outstanding})"
+        elif depth >= limits.max_queue_depth:
+            reason = f"{depth} requests of {function!r} waiting (limit {limits.max_queue_depth})"
+        elif depth == 0 and len(self._table.queued_functions()) >= limits.max_functions:
+            reason = f"{limits.max_functions} functions have queued requests (limit reached)"
+        if reason is not None:
+            self.refused_busy += 1
+            raise ServerBusyError(f"server busy: {reason}", DRPCExceptionType.FAILED_REQUEST)
 
     # -- runtimes and runners (any thread) ------------------------------------------------
 
@@ -165,9 +193,29 @@ class DRPCService:
         """Hand out the oldest queued request for ``function`` (at most once), or None."""
         with self._lock:
             if remote:
-                self._remote_fetches[function] = time.monotonic()
+                self._remember_fetch(function, time.monotonic())
             request = self._table.fetch(function)
         return None if request is None else request.as_request(origin)
+
+    def _remember_fetch(self, function: str, now: float) -> None:
+        fetches = self._remote_fetches
+        if function not in fetches and len(fetches) >= self.limits.max_functions:
+            for name, fetched in list(fetches.items()):
+                if now - fetched > self.runner_liveness:
+                    del fetches[name]
+            if len(fetches) >= self.limits.max_functions:
+                log.warning(
+                    "not tracking runner fetches of %r: %d functions tracked (limit)",
+                    function[:100],
+                    len(fetches),
+                )
+                return
+        fetches[function] = now
+
+    def tracked_functions(self) -> int:
+        """Distinct function names held: runner fetches remembered and non-empty queues."""
+        with self._lock:
+            return len(set(self._remote_fetches) | set(self._table.queued_functions()))
 
     def function_of(self, request_id: str) -> str | None:
         with self._lock:
@@ -175,7 +223,24 @@ class DRPCService:
             return None if request is None else request.function
 
     def complete(self, request_id: str, result: str) -> bool:
-        """Settle a request with its result; False if the id is unknown or already settled."""
+        """Settle a request with its result; False if the id is unknown or already settled.
+        A result over ``max_result_size`` bytes fails the request instead."""
+        size = _utf8_size(result, self.limits.max_result_size)
+        if size > self.limits.max_result_size:
+            log.warning(
+                "request %s: failed a result of %d bytes (limit %d)",
+                request_id[:40],
+                size,
+                self.limits.max_result_size,
+            )
+            return self.fail(
+                request_id,
+                DRPCExecutionException(
+                    f"Request failed: the result of {size} bytes exceeds the limit of "
+                    f"{self.limits.max_result_size}",
+                    DRPCExceptionType.FAILED_REQUEST,
+                ),
+            )
         with self._lock:
             request = self._table.complete(request_id, result)
         if request is None:
@@ -268,6 +333,13 @@ class DRPCService:
                 loop.call_soon_threadsafe(_resolve, request)
         except RuntimeError:
             log.debug("event loop closed; dropped %d outcome(s)", len(requests))
+
+
+def _utf8_size(text: str, limit: int) -> int:
+    """The UTF-8 size of ``text``, encoding it only when it might exceed ``limit``."""
+    if len(text) * 4 <= limit:
+        return len(text)  # a lower bound, and under the limit even at 4 bytes a character
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _resolve(request: PendingRequest) -> None:

@@ -65,10 +65,10 @@ REASONS = {
     "huge frame length": "exceeds the limit",
     "negative frame length": "negative frame length -1",
     "garbage bytes (an HTTP request)": "exceeds the limit",
-    "garbage inside a frame": "malformed message header",
+    "garbage inside a frame": "malformed message",
     "truncated frame": "truncated frame",
     "truncated frame header": "truncated frame header",
-    "empty frame": "malformed message header",
+    "empty frame": "malformed message",
 }
 
 

@@ -1,0 +1,189 @@
+"""Storm's DRPC ACL (``DRPCSimpleACLAuthorizer``): who may call and who may serve each function.
+
+Contract. The ACL file (``--acl FILE``, YAML or JSON) has Storm's shape::
+
+    drpc.authorizer.acl:
+      reach:
+        client.users: [alice, bob]      # may execute
+        invocation.user: runner         # may fetchRequest, result, failRequest(V2)
+    drpc.authorizer.acl.strict: false   # optional; --acl-strict sets it
+
+Decisions, exactly Storm's:
+
+- ``execute`` is allowed when the user is in the function's ``client.users``;
+  ``fetchRequest``, ``result`` and ``failRequest`` (V2 included) when the user
+  is its ``invocation.user``; a missing key allows nobody;
+- a function with no entry is open to everyone unless strict, then closed;
+- an empty function name and any other operation are refused;
+- a refusal raises ``AuthorizationException("DRPC request '<op>' for '<user>'
+  user is not authorized")``; every decision (allow and deny) is logged on the
+  ``drpc.audit`` logger with the user, operation and function.
+
+``ACLAuthorizer`` reloads its file when the file's modification time changes
+(checked at most every ``reload_interval`` seconds, default 1), as Storm
+re-reads its ACL; a file that no longer loads keeps the previous ACL in force
+and logs why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drpc.errors import AuthorizationException
+from server.files import ConfigFileError, load_mapping
+from server.identity import ANONYMOUS
+from server.service import EXECUTE, FAIL_REQUEST, FETCH_REQUEST, RESULT
+
+audit = logging.getLogger("drpc.audit")
+
+ACL_KEY = "drpc.authorizer.acl"
+STRICT_KEY = "drpc.authorizer.acl.strict"
+CLIENT_USERS_KEY = "client.users"
+INVOCATION_USER_KEY = "invocation.user"
+INVOCATION_OPERATIONS = frozenset({FETCH_REQUEST, RESULT, FAIL_REQUEST})
+DEFAULT_RELOAD_INTERVAL = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionACL:
+    client_users: frozenset[str] = frozenset()
+    invocation_user: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ACL:
+    entries: Mapping[str, FunctionACL]
+    strict: bool = False
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], source: str = "ACL") -> ACL:
+        unknown = set(data) - {ACL_KEY, STRICT_KEY}
+        if unknown:
+            raise ConfigFileError(
+                f"{source}: unknown key(s) {sorted(unknown)}; expected {ACL_KEY!r} "
+                f"and optionally {STRICT_KEY!r}"
+            )
+        strict = data.get(STRICT_KEY, False)
+        if not isinstance(strict, bool):
+            raise ConfigFileError(f"{source}: {STRICT_KEY!r} must be true or false")
+        functions = data.get(ACL_KEY) or {}
+        if not isinstance(functions, Mapping):
+            raise ConfigFileError(f"{source}: {ACL_KEY!r} must map function names to entries")
+        return cls(
+            {str(name): _entry(name, value, source) for name, value in functions.items()}, strict
+        )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ACL:
+        return cls.from_mapping(load_mapping(path, "ACL"), f"ACL file {str(path)!r}")
+
+    def permits(self, user: str, operation: str, function: str) -> bool:
+        if not function:
+            return False
+        if operation != EXECUTE and operation not in INVOCATION_OPERATIONS:
+            return False
+        entry = self.entries.get(function)
+        if entry is None:
+            return not self.strict
+        if operation == EXECUTE:
+            return user in entry.client_users
+        return entry.invocation_user is not None and user == entry.invocation_user
+
+
+def _entry(name: object, value: object, source: str) -> FunctionACL:
+    if not isinstance(value, Mapping):
+        raise ConfigFileError(f"{source}: the entry of function {name!r} must be a mapping")
+    unknown = set(value) - {CLIENT_USERS_KEY, INVOCATION_USER_KEY}
+    if unknown:
+        raise ConfigFileError(f"{source}: function {name!r} has unknown key(s) {sorted(unknown)}")
+    clients = value.get(CLIENT_USERS_KEY) or []
+    if isinstance(clients, str):
+        clients = [clients]
+    if not isinstance(clients, Iterable) or not all(isinstance(u, str) for u in clients):
+        raise ConfigFileError(f"{source}: {CLIENT_USERS_KEY!r} of {name!r} must list user names")
+    invocation = value.get(INVOCATION_USER_KEY)
+    if invocation is not None and not isinstance(invocation, str):
+        raise ConfigFileError(f"{source}: {INVOCATION_USER_KEY!r} of {name!r} must be one user")
+    if invocation is None:
+        audit.warning(
+            "%s: function %r has no %s: nobody may serve it", source, name, INVOCATION_USER_KEY
+        )
+    return FunctionACL(frozenset(clients), invocation)
+
+
+def refusal(operation: str, user: str) -> AuthorizationException:
+    return AuthorizationException(f"DRPC request '{operation}' for '{user}' user is not authorized")
+
+
+class ACLAuthorizer:
+    """The server's ``authorizer``: Storm's decisions over an ACL, reloaded when its file
+    changes. ``strict`` (when not None) overrides the file's strict setting."""
+
+    def __init__(
+        self,
+        acl: ACL | str | Path,
+        *,
+        strict: bool | None = None,
+        reload_interval: float = DEFAULT_RELOAD_INTERVAL,
+    ) -> None:
+        self._strict = strict
+        self._path = None if isinstance(acl, ACL) else Path(acl)
+        self.reload_interval = reload_interval
+        self._lock = threading.Lock()
+        self._mtime: int | None = None
+        self._checked = time.monotonic()
+        if isinstance(acl, ACL):
+            self._acl = self._apply_strict(acl)
+        else:
+            self._mtime = _mtime(self._path)
+            self._acl = self._apply_strict(ACL.from_file(acl))
+
+    @property
+    def acl(self) -> ACL:
+        self._maybe_reload()
+        return self._acl
+
+    def _apply_strict(self, acl: ACL) -> ACL:
+        return acl if self._strict is None else ACL(acl.entries, self._strict)
+
+    def _maybe_reload(self) -> None:
+        if self._path is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked < self.reload_interval:
+                return
+            self._checked = now
+            mtime = _mtime(self._path)
+            if mtime == self._mtime:
+                return
+            self._mtime = mtime
+            try:
+                self._acl = self._apply_strict(ACL.from_file(self._path))
+            except ConfigFileError as error:
+                audit.error("kept the previous ACL: %s", error)
+                return
+        audit.info("reloaded the ACL from %s", self._path)
+
+    def __call__(self, identity: str | None, operation: str, function: str) -> None:
+        user = identity or ANONYMOUS
+        allowed = self.acl.permits(user, operation, function)
+        if allowed:
+            audit.info("allowed %s of %r for user %r", operation, function, user)
+            return
+        audit.warning("denied %s of %r for user %r", operation, function, user)
+        raise refusal(operation, user)
+
+
+def _mtime(path: Path | None) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns if path is not None else None
+    except OSError:
+        return None

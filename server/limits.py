@@ -1,0 +1,103 @@
+"""Every resource limit of the DRPC server, with its safe default, in one place.
+
+Contract. ``Limits`` is a frozen dataclass: each field is a limit, its
+default the value a server runs with unless told otherwise, and its
+``help`` metadata the text of its ``drpc-server`` flag (``--max-queue-depth``
+for ``max_queue_depth``…). ``Limits(...)`` refuses a non-positive value with
+``ValueError`` naming the field. ``add_limit_arguments`` adds one flag per
+field to a parser; ``limits_from_args`` builds ``Limits`` from the parsed
+flags. What each limit stops, and what happens at it, is in each help text
+and in THREAT_MODEL.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from drpc.wire import MAX_FRAME_SIZE
+
+
+def _limit(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_frame_size: int = _limit(
+        MAX_FRAME_SIZE,
+        "largest Thrift frame in bytes; a frame is one whole message (framed transport), so "
+        "this also bounds a message; a bigger or negative length closes the connection "
+        "before its body is read",
+    )
+    max_string_length: int = _limit(
+        MAX_FRAME_SIZE, "largest string inside a Thrift message, in bytes"
+    )
+    max_container_length: int = _limit(
+        1024, "most elements a Thrift list, set or map may announce (DRPC sends none)"
+    )
+    max_nesting_depth: int = _limit(
+        64, "deepest nesting of structs and containers in a Thrift message"
+    )
+    max_body_size: int = _limit(
+        MAX_FRAME_SIZE, "largest HTTP request body in bytes; a bigger one is answered 413"
+    )
+    max_header_size: int = _limit(
+        8190, "longest HTTP request line and header field in bytes; longer ones are refused"
+    )
+    max_queue_depth: int = _limit(
+        4096,
+        "most requests of one function waiting to be fetched; past it calls are refused at "
+        "once (Thrift: FAILED_REQUEST 'server busy', HTTP: 503 with Retry-After)",
+    )
+    max_outstanding: int = _limit(
+        16384, "most requests the server holds in total (queued or running); refused the same way"
+    )
+    max_functions: int = _limit(
+        1024,
+        "most distinct function names tracked (queues and runner fetches); calls that would "
+        "track one more are refused the same way",
+    )
+    read_timeout: float = _limit(
+        10.0,
+        "seconds a started Thrift frame or HTTP request (headers and body) has to arrive "
+        "whole; a slower one closes its connection",
+    )
+    max_result_size: int = _limit(
+        1_000_000,
+        "largest result in UTF-8 bytes; a bigger one fails its request with FAILED_REQUEST "
+        "(keep it below max_frame_size so the reply fits the client's frame limit)",
+    )
+    max_calls_per_connection: int = _limit(
+        4096,
+        "most calls in flight on one Thrift connection; the server reads no more from that "
+        "connection until one finishes",
+    )
+    retry_after: int = _limit(1, "seconds a refused HTTP caller is told to wait (Retry-After)")
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"limit {item.name} must be a positive number, got {value!r}")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("limits")
+    for item in fields(Limits):
+        group.add_argument(
+            _flag(item.name),
+            type=type(item.default),
+            default=item.default,
+            metavar="SECONDS" if isinstance(item.default, float) else "N",
+            help=f"{item.metadata['help']} (default %(default)s)",
+        )
+
+
+def limits_from_args(args: argparse.Namespace) -> Limits:
+    return Limits(**{item.name: getattr(args, item.name) for item in fields(Limits)})
