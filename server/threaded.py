@@ -3,17 +3,23 @@
 Contract: ``with ServerThread(DRPCServer(...)) as server:`` starts the server
 on a new loop in a daemon thread and returns once it listens (ports bound,
 readable on ``server``), re-raising any error from ``start()``; leaving the
-block (or ``stop()``) stops the server and joins the thread. For synchronous
-programs, notebooks and tests that call the server with blocking clients.
+block (or ``stop()``) stops the server and joins the thread; ``run(coroutine)``
+runs a coroutine on the server's loop and returns a ``concurrent.futures``
+future of its outcome. For synchronous programs, notebooks and tests that
+call the server with blocking clients.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Coroutine
 from concurrent.futures import Future
+from typing import Any, TypeVar
 
 from server.app import DRPCServer
+
+T = TypeVar("T")
 
 
 class ServerThread:
@@ -47,6 +53,13 @@ class ServerThread:
             await self._stopped.wait()
         finally:
             await self.server.stop()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+        """Run ``coroutine`` on the running server's event loop."""
+        if self._loop is None or self._thread is None:
+            coroutine.close()
+            raise RuntimeError("the server thread is not running")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def stop(self) -> None:
         if self._thread is None:
