@@ -112,16 +112,18 @@ def test_the_matrix_over_thrift_with_client_certificates(
     listed = function == LISTED
     port = secured.server.port
     # execute
-    with ThreadPoolExecutor(1) as pool:
-        with DRPCClient(HOST, port, timeout=20, tls=secured.tls(user)) as client:
-            call = pool.submit(client.execute, function, "x")
-            if storm_allows(role, "execute", listed, strict):
-                secured.answer_next(function, "x!")
-                assert call.result(20) == "x!"
-            else:
-                with pytest.raises(AuthorizationException) as denied:
-                    call.result(20)
-                assert denied.value.msg == refusal("execute", user)
+    with (
+        ThreadPoolExecutor(1) as pool,
+        DRPCClient(HOST, port, timeout=20, tls=secured.tls(user)) as client,
+    ):
+        call = pool.submit(client.execute, function, "x")
+        if storm_allows(role, "execute", listed, strict):
+            secured.answer_next(function, "x!")
+            assert call.result(20) == "x!"
+        else:
+            with pytest.raises(AuthorizationException) as denied:
+                call.result(20)
+            assert denied.value.msg == refusal("execute", user)
     # fetchRequest and result, on a queued request of the function
     outcome, request_id = secured.queue(function, "y")
     with DRPCInvocationsClient(
@@ -220,11 +222,13 @@ async def test_a_bad_or_malformed_token_is_refused_not_downgraded(secured: Secur
 
 def test_failrequest_and_v2_are_the_invocation_users(secured: Secured) -> None:
     outcome, request_id = secured.queue(LISTED, "z")
-    with DRPCInvocationsClient(
-        HOST, secured.server.invocations_port, timeout=20, tls=secured.tls("alice")
-    ) as client_user:
-        with pytest.raises(AuthorizationException, match=refusal("failRequest", "alice")):
-            client_user.fail_request(request_id)
+    with (
+        DRPCInvocationsClient(
+            HOST, secured.server.invocations_port, timeout=20, tls=secured.tls("alice")
+        ) as client_user,
+        pytest.raises(AuthorizationException, match=refusal("failRequest", "alice")),
+    ):
+        client_user.fail_request(request_id)
     with DRPCInvocationsClient(
         HOST, secured.server.invocations_port, timeout=20, tls=secured.tls("runner")
     ) as runner:
@@ -243,9 +247,11 @@ def test_no_identity_is_the_anonymous_user(tmp_path: Path) -> None:
         with pytest.raises(AuthorizationException) as denied:
             client.execute("shut", "x")
         assert denied.value.msg == refusal("execute", "anonymous")
-        with HTTPDRPCClient(f"http://{HOST}:{running.http_port}", timeout=10) as http:
-            with pytest.raises(AuthorizationException, match=refusal("execute", "anonymous")):
-                http.execute("shut", "x")
+        with (
+            HTTPDRPCClient(f"http://{HOST}:{running.http_port}", timeout=10) as http,
+            pytest.raises(AuthorizationException, match=refusal("execute", "anonymous")),
+        ):
+            http.execute("shut", "x")
         with pytest.raises(AuthorizationException, match=refusal("fetchRequest", "anonymous")):
             DRPCInvocationsClient(HOST, running.invocations_port, timeout=10).fetch_request("open")
 

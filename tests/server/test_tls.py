@@ -107,9 +107,9 @@ def test_plain_bytes_on_a_tls_port_close_that_connection_only(
 
 
 def test_unusable_tls_files_are_named(pki: PKI, tmp_path: Path) -> None:
-    with pytest.raises(TLSConfigError, match="missing.pem"):
+    with pytest.raises(TLSConfigError, match=r"missing\.pem"):
         server_context(str(tmp_path / "missing.pem"))
-    with pytest.raises(TLSConfigError, match="client-alice.key"):
+    with pytest.raises(TLSConfigError, match=r"client-alice\.key"):
         server_context(pki.server_cert, pki.clients["alice"][1])  # key of another certificate
 
 
