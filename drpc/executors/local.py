@@ -20,7 +20,10 @@ every task of the topology until ``stop()``:
   coordination tuples keep the request's tree open until each task finishes,
   exactly as Storm's CoordinatedBolt;
 - spouts are polled with a short idle back-off; a spout whose source can
-  notify calls ``context.request_wakeup()`` to be polled at once.
+  notify calls ``context.request_wakeup()`` to be polled at once;
+- a bolt's collector is thread-safe: a rich bolt may emit, ack and fail from
+  threads of its own (acking asynchronously, as Storm allows); such calls
+  wait while the task handles a message.
 
 Engine bugs and exceptions from spout callbacks are logged, never allowed to
 kill a worker thread.
@@ -217,10 +220,15 @@ class _Task(_Actor):
 
 
 class _BoltCollector(OutputCollector):
-    """The output collector of one bolt task, with acking and coordination bookkeeping."""
+    """The output collector of one bolt task, with acking and coordination bookkeeping.
+
+    Every call holds the task's lock, which the task also holds while it handles
+    a message, so calls from a bolt's own threads are serialized with it.
+    """
 
     def __init__(self, task: _BoltTask) -> None:
         self._task = task
+        self._lock = task.lock
 
     def _anchors(self, anchors: Any) -> Sequence[Tuple]:
         if anchors is None:
@@ -241,11 +249,12 @@ class _BoltCollector(OutputCollector):
     def emit(
         self, values: Sequence[Any], anchors: Any = None, stream: str = DEFAULT_STREAM_ID
     ) -> list[int]:
-        router = self._task.router
-        router.check(stream, values, direct=False)
-        targets = router.targets(stream, values)
-        self._task.send(stream, values, targets, self._anchors(anchors))
-        return targets
+        with self._lock:
+            router = self._task.router
+            router.check(stream, values, direct=False)
+            targets = router.targets(stream, values)
+            self._task.send(stream, values, targets, self._anchors(anchors))
+            return targets
 
     def emit_direct(
         self,
@@ -254,24 +263,27 @@ class _BoltCollector(OutputCollector):
         anchors: Any = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
-        router = self._task.router
-        router.check(stream, values, direct=True)
-        self._task.send(
-            stream, values, router.direct_target(stream, task_id), self._anchors(anchors)
-        )
+        with self._lock:
+            router = self._task.router
+            router.check(stream, values, direct=True)
+            self._task.send(
+                stream, values, router.direct_target(stream, task_id), self._anchors(anchors)
+            )
 
     def ack(self, tuple: Tuple) -> None:
-        if tuple._done:
-            log.warning(
-                "step %r acked a tuple twice; ignoring the second ack", self._task.component_id
-            )
-            return
-        self._task.on_ack(tuple)
+        with self._lock:
+            if tuple._done:
+                log.warning(
+                    "step %r acked a tuple twice; ignoring the second ack", self._task.component_id
+                )
+                return
+            self._task.on_ack(tuple)
 
     def fail(self, tuple: Tuple, reason: Failure | BaseException | str | None = None) -> None:
-        if tuple._done:
-            return
-        self._task.on_fail(tuple, self._task.runner.failure_from(reason))
+        with self._lock:
+            if tuple._done:
+                return
+            self._task.on_fail(tuple, self._task.runner.failure_from(reason))
 
     def report_error(self, error: BaseException) -> None:
         log.error(
@@ -282,6 +294,7 @@ class _BoltCollector(OutputCollector):
 class _BoltTask(_Task):
     def __init__(self, engine: LocalExecutor, spec: ComponentSpec, task_id: int) -> None:
         super().__init__(engine, spec, task_id)
+        self.lock = threading.RLock()
         topology = engine.topology
         self.runner: BoltRunner = runner_for(instantiate(spec.user_component, spec.id), spec.id)
         self.collector = _BoltCollector(self)
@@ -311,7 +324,11 @@ class _BoltTask(_Task):
 
     def prepare(self) -> None:
         context = TopologyContext(
-            self.engine.topology, self.component_id, self.task_id, services=self.engine.services
+            self.engine.topology,
+            self.component_id,
+            self.task_id,
+            services=self.engine.services,
+            conf=self.conf,
         )
         self.runner.prepare(self.conf, context, self.collector)
 
@@ -319,12 +336,13 @@ class _BoltTask(_Task):
 
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
-        if kind == _TUPLE:
-            self.receive(message[1], message[2], message[3], message[4], message[5])
-        elif kind == _ABANDON:
-            self.abandon_root(message[1])
-        elif kind == _TICK:
-            self.tick(message[1])
+        with self.lock:
+            if kind == _TUPLE:
+                self.receive(message[1], message[2], message[3], message[4], message[5])
+            elif kind == _ABANDON:
+                self.abandon_root(message[1])
+            elif kind == _TICK:
+                self.tick(message[1])
 
     def receive(
         self, source: str, stream: str, source_task: int, payload: bytes, message_id: dict[int, int]
@@ -588,6 +606,7 @@ class _SpoutTask(_Task):
             self.task_id,
             services=self.engine.services,
             wakeup=self.wake,
+            conf=self.conf,
         )
         self.spout.open(self.conf, context, self.collector)
         self.spout.activate()
