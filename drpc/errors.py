@@ -210,3 +210,7 @@ class StateKeyError(StateError, ValueError):
 
 class StateValueError(StateError, TypeError):
     """A state value cannot be pickled, so it could not be stored."""
+
+
+class TransactionalError(DRPCError):
+    """A transactional run cannot go on (e.g. one batch kept failing)."""

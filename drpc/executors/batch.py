@@ -178,6 +178,7 @@ class TaskRun:
         self.reports_out: dict[int, dict[Hashable, int]] = {}
         self.failures: dict[Hashable, Failure] = {}
         self.uncoordinated_failures: list[tuple[list[Any], Failure]] = []
+        self.unrouted: list[tuple[str, list[Any]]] = []  # emits no component subscribes to
         self.executed: Counter[Hashable] = Counter()
         self.current: Tuple | None = None
         self._fields: dict[tuple[str, str], Fields] = {}
@@ -193,7 +194,9 @@ class TaskRun:
         try:
             self.runner.prepare(
                 self.conf,
-                TopologyContext(topology, component_id, self.task_id, services=services),
+                TopologyContext(
+                    topology, component_id, self.task_id, services=services, conf=self.conf
+                ),
                 self.collector,
             )
         except Exception as error:
@@ -394,6 +397,9 @@ class TaskRun:
 
     def send(self, stream: str, values: Sequence[Any], targets: list[int]) -> None:
         record = (DATA, self.component_id, stream, self.task_id, list(values))
+        if not targets:
+            self.unrouted.append((stream, record[4]))
+            return
         tracker = self.tracker if stream != COORDINATED_STREAM_ID else None
         for target in targets:
             self.outputs.setdefault(target, []).append(record)

@@ -238,6 +238,7 @@ class SparkExecutor:
         self._pool: ThreadPoolExecutor | None = None
         self._broadcast: Any = None
         self._sc: Any = None
+        self._stages: SparkStages | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -254,6 +255,7 @@ class SparkExecutor:
         session = runtime.get_session(self.master, self.spark_conf)
         self._sc = session.sparkContext
         self._broadcast = self._sc.broadcast(frozen)
+        self._stages = SparkStages(self._sc, self.plan, self._token, self._broadcast)
         self._pool = ThreadPoolExecutor(self.max_jobs_in_flight, thread_name_prefix=self._pool_name)
         self._running = True
         add_listener = getattr(self.invocations, "add_listener", None)
@@ -434,7 +436,7 @@ class SparkExecutor:
                 if record[0] == DATA and record[1] == PREPARE_ID and record[2] == "ret":
                     returns[record[4][0]] = record[4][1]
         spec = JobSpec(tuple(returns), self.conf)
-        collected = self._run_spark(spec, driver_records)
+        collected = self._stages.run(spec, driver_records)
         failures: dict[Hashable, Failure] = {}
         for component_id in self.plan.driver_components():
             if not self.plan.after_spark(component_id):
@@ -469,13 +471,28 @@ class SparkExecutor:
             )
             self.invocations.fail_request(return_info, failure.to_exception())
 
-    def _run_spark(
-        self, job: JobSpec, driver_records: dict[int, list[Record]]
-    ) -> dict[int, list[Record]]:
-        """Build and run the job's Spark DAG; returns records for driver tasks, by task id."""
-        sc = self._sc
-        topology = self.topology
+
+class SparkStages:
+    """Runs a plan's Spark stages for one job; returns the records for driver tasks.
+
+    ``driver_records`` holds what driver-side components emitted, by receiving
+    task id; records for the stages' heads are taken out of it (shipped, or
+    dropped when their stream is counted locally), the rest stays for the
+    driver's own components.
+    """
+
+    def __init__(self, sc: Any, plan: SparkPlan, token: str, broadcast: Any) -> None:
+        self.sc = sc
+        self.plan = plan
+        self.token = token
+        self.broadcast = broadcast
+
+    def run(self, job: JobSpec, driver_records: dict[int, list[Record]]) -> dict[int, list[Record]]:
+        sc = self.sc
         plan = self.plan
+        topology = plan.topology
+        if not plan.stages:
+            return {}
         rdds: dict[int, Any] = {}
         persisted: list[Any] = []
         for stage in plan.stages:
@@ -492,8 +509,8 @@ class SparkExecutor:
                     fed[index] = records
             run = partial(
                 _run_stage,
-                token=self._token,
-                broadcast=self._broadcast,
+                token=self.token,
+                broadcast=self.broadcast,
                 stage=stage,
                 hints={c: plan.hints[c] for c in stage.components},
                 job=job,
@@ -510,15 +527,11 @@ class SparkExecutor:
                     for source in stage.spark_inputs
                 ]
                 if fed:
-                    parts.append(
-                        sc.parallelize(
-                            [
-                                (i, pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL))
-                                for i, r in fed.items()
-                            ],
-                            max(1, len(fed)),
-                        )
-                    )
+                    blobs = [
+                        (index, pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL))
+                        for index, records in fed.items()
+                    ]
+                    parts.append(sc.parallelize(blobs, len(blobs)))
                 rdd = parts[0] if len(parts) == 1 else sc.union(parts)
                 rdd = rdd.partitionBy(stage.parallelism, _task_index)
             rdd = rdd.mapPartitionsWithIndex(run)
@@ -533,7 +546,7 @@ class SparkExecutor:
         ]
         try:
             final = [rdds[i] for i in driver_stages]
-            result = (final[0] if len(final) == 1 else sc.union(final)).collect()
+            result = (final[0] if len(final) == 1 else sc.union(final)).collect() if final else []
         finally:
             for rdd in persisted:
                 rdd.unpersist()

@@ -1,10 +1,11 @@
 """``TopologyContext``: what a task knows about itself and the topology.
 
 Contract: read-only facts (this task's id and index, every component's task
-ids and output fields, this component's sources and targets) plus two hooks an
+ids and output fields, this component's sources and targets) plus hooks an
 executor fills in: ``request_wakeup()`` (a spout whose source can notify asks
-for ``next_tuple`` to run soon) and ``services`` (objects the executor lends
-to built-in components, such as the DRPC invocations handle).
+for ``next_tuple`` to run soon), ``services`` (objects the executor lends to
+built-in components, such as the DRPC invocations handle) and ``state`` (the
+LMDB state maps of a transactional run, see ``drpc.transactional.state``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class TopologyContext:
         *,
         services: dict[str, Any] | None = None,
         wakeup: Callable[[], None] | None = None,
+        conf: dict[str, Any] | None = None,
     ) -> None:
         self._topology = topology
         self.this_component_id = component_id
@@ -36,6 +38,7 @@ class TopologyContext:
         tasks = topology.component_task_ids[component_id]
         self.this_task_index = tasks.index(task_id)
         self.services: dict[str, Any] = services if services is not None else {}
+        self.conf: dict[str, Any] = conf if conf is not None else {}
         self._wakeup = wakeup
 
     @property
@@ -71,6 +74,13 @@ class TopologyContext:
             ):
                 targets.setdefault(stream_id, {})[subscriber] = grouping
         return targets
+
+    @property
+    def state(self) -> Any:
+        """The state maps of this run (``drpc.transactional.state.TopologyState``)."""
+        from drpc.transactional.state import state_for
+
+        return state_for(self.services, self.conf)
 
     def request_wakeup(self) -> None:
         """Ask the executor to call this spout's ``next_tuple`` soon. Thread-safe."""

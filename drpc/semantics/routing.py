@@ -112,8 +112,9 @@ def id_owner_check(
     """Whether task ``index`` of a coordinated component owns an id (receives its id tuple).
 
     None when every task owns every id it sees (no id stream, or a single task).
-    The id stream is grouped on the id, its first field, so ownership is the
-    grouping's choice for a tuple carrying that id.
+    The id stream is grouped on the id, its first field (or all-grouped, when
+    every task owns every id), so ownership is the grouping's choice for a
+    tuple carrying that id.
     """
     spec = topology.components[component_id]
     coordination = spec.coordination
@@ -124,4 +125,4 @@ def id_owner_check(
     source_tasks = topology.components[stream.component_id].parallelism
     partitioner = spec.inputs[stream].partitioner(fields, 0, source_tasks, spec.parallelism)
     padding = [None] * (len(fields) - 1)
-    return lambda id: partitioner.choose([id, *padding])[0] == index
+    return lambda id: index in partitioner.choose([id, *padding])

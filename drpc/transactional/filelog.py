@@ -1,0 +1,238 @@
+"""A replayable source: a directory of append-only partition files of JSON lines.
+
+Contract. Each file matching ``pattern`` (sorted by name) is a partition; each
+complete line (ending in a newline) is one JSON value: with one declared
+field it is that field's value, with several it must be a list of that many
+values. A batch takes up to ``take_per_batch`` lines per partition; its
+metadata is the byte range it read (``FileLogMeta(start, end, lines)``).
+
+- ``FileLogTransactionalSpout`` (partitioned): a new batch starts where the
+  previous one ended; a replay re-reads exactly the stored byte range, so
+  the same txid always emits the same tuples.
+- ``OpaqueFileLogTransactionalSpout``: a batch starts where the last
+  committed (or, pipelined, the previous emitted) one ended; a replay may read
+  more lines than the first attempt did if more were appended.
+- Lines appended later are picked up by later batches; a partly written last
+  line is left until its newline arrives. A line that is not valid JSON (or
+  has the wrong number of values) is skipped and logged, or fails the batch
+  with ``invalid="fail"``.
+
+``append_lines(directory, partition, values)`` appends values to a partition
+file (for producers and tests).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from drpc.errors import FailedException
+from drpc.model.components import BatchOutputCollector, Conf
+from drpc.model.context import TopologyContext
+from drpc.model.fields import Fields
+from drpc.model.streams import OutputFieldsDeclarer
+from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.spouts import (
+    BaseOpaquePartitionedTransactionalSpout,
+    BasePartitionedTransactionalSpout,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATTERN = "*.jsonl"
+READ_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class FileLogMeta:
+    start: int
+    end: int
+    lines: int
+
+
+def partition_files(
+    directory: str | os.PathLike[str], pattern: str = DEFAULT_PATTERN
+) -> list[Path]:
+    return sorted(Path(directory).glob(pattern))
+
+
+def append_lines(
+    directory: str | os.PathLike[str], partition: int, values: Iterable[Any], width: int = 4
+) -> Path:
+    """Append JSON values to partition file ``part-<partition>.jsonl`` (created if needed)."""
+    path = Path(directory) / f"part-{partition:0{width}d}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as out:
+        out.writelines(json.dumps(value) + "\n" for value in values)
+    return path
+
+
+class _Reader:
+    def __init__(
+        self, directory: str, pattern: str, fields: Fields, take: int, invalid: str
+    ) -> None:
+        self.directory = directory
+        self.pattern = pattern
+        self.fields = fields
+        self.take = take
+        self.invalid = invalid
+        self._files: dict[int, BinaryIO] = {}
+
+    def number_of_partitions(self) -> int:
+        return len(partition_files(self.directory, self.pattern))
+
+    def is_ready(self) -> bool:
+        return True
+
+    def _file(self, partition: int) -> BinaryIO:
+        handle = self._files.get(partition)
+        if handle is None:
+            files = partition_files(self.directory, self.pattern)
+            handle = self._files[partition] = files[partition].open("rb")
+        return handle
+
+    def _values(self, line: bytes, partition: int, offset: int) -> list[Any] | None:
+        try:
+            value = json.loads(line)
+            if len(self.fields) == 1:
+                return [value]
+            if isinstance(value, list) and len(value) == len(self.fields):
+                return value
+            raise ValueError(f"expected a list of {len(self.fields)} values")
+        except ValueError as error:
+            where = f"partition {partition} at byte {offset} of {self.directory}"
+            if self.invalid == "fail":
+                raise FailedException(f"invalid line in {where}: {error}") from error
+            log.error("skipped an invalid line in %s: %s", where, error)
+            return None
+
+    def _complete_lines(self, handle: BinaryIO, start: int, end: int | None) -> bytes:
+        """The bytes of exactly [start, end), or of up to ``take`` complete lines from start."""
+        handle.seek(start)
+        if end is not None:
+            return handle.read(end - start)
+        body = bytearray()
+        found = 0
+        while found < self.take:
+            chunk = handle.read(READ_CHUNK)
+            if not chunk:
+                break
+            found += chunk.count(b"\n")
+            body += chunk
+        cut = 0
+        for _ in range(self.take):
+            newline = body.find(b"\n", cut)
+            if newline < 0:
+                break
+            cut = newline + 1
+        return bytes(body[:cut])
+
+    def read(
+        self,
+        attempt: TransactionAttempt,
+        collector: BatchOutputCollector,
+        partition: int,
+        start: int,
+        end: int | None,
+    ) -> FileLogMeta:
+        """Emit the lines of [start, end), or up to ``take`` new complete lines from start."""
+        body = self._complete_lines(self._file(partition), start, end)
+        position, lines = start, 0
+        for line in body.split(b"\n")[:-1]:
+            values = self._values(line, partition, position)
+            position += len(line) + 1
+            lines += 1
+            if values is not None:
+                collector.emit([attempt, *values])
+        return FileLogMeta(start, start + len(body), lines)
+
+    def close(self) -> None:
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()
+
+
+class _TransactionalEmitter(_Reader):
+    def emit_partition_batch_new(
+        self,
+        attempt: TransactionAttempt,
+        collector: BatchOutputCollector,
+        partition: int,
+        last_meta: Any,
+    ) -> FileLogMeta:
+        start = 0 if last_meta is None else last_meta.end
+        return self.read(attempt, collector, partition, start, None)
+
+    def emit_partition_batch(
+        self,
+        attempt: TransactionAttempt,
+        collector: BatchOutputCollector,
+        partition: int,
+        meta: Any,
+    ) -> None:
+        replayed = self.read(attempt, collector, partition, meta.start, meta.end)
+        if replayed.end != meta.end:
+            raise FailedException(
+                f"partition {partition} of {self.directory} no longer holds bytes "
+                f"{meta.start}-{meta.end}: the log was truncated, a batch cannot be replayed"
+            )
+
+
+class _OpaqueEmitter(_Reader):
+    def emit_partition_batch(
+        self,
+        attempt: TransactionAttempt,
+        collector: BatchOutputCollector,
+        partition: int,
+        last_meta: Any,
+    ) -> FileLogMeta:
+        start = 0 if last_meta is None else last_meta.end
+        return self.read(attempt, collector, partition, start, None)
+
+
+class _FileLogSpout:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        fields: Fields | Iterable[str] | str = ("value",),
+        take_per_batch: int = 1000,
+        *,
+        pattern: str = DEFAULT_PATTERN,
+        invalid: str = "skip",
+    ) -> None:
+        if take_per_batch < 1:
+            raise ValueError(f"take_per_batch must be >= 1, got {take_per_batch}")
+        if invalid not in ("skip", "fail"):
+            raise ValueError(f"invalid must be 'skip' or 'fail', got {invalid!r}")
+        self.directory = str(directory)
+        self.fields = Fields.of(fields)
+        self.take_per_batch = take_per_batch
+        self.pattern = pattern
+        self.invalid = invalid
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("tx", *self.fields))
+
+    def _reader(self, kind: type[_Reader]) -> _Reader:
+        return kind(self.directory, self.pattern, self.fields, self.take_per_batch, self.invalid)
+
+
+class FileLogTransactionalSpout(_FileLogSpout, BasePartitionedTransactionalSpout):
+    def get_coordinator(self, conf: Conf, context: TopologyContext) -> Any:
+        return self._reader(_TransactionalEmitter)
+
+    def get_emitter(self, conf: Conf, context: TopologyContext) -> Any:
+        return self._reader(_TransactionalEmitter)
+
+
+class OpaqueFileLogTransactionalSpout(_FileLogSpout, BaseOpaquePartitionedTransactionalSpout):
+    def get_coordinator(self, conf: Conf, context: TopologyContext) -> Any:
+        return self._reader(_OpaqueEmitter)
+
+    def get_emitter(self, conf: Conf, context: TopologyContext) -> Any:
+        return self._reader(_OpaqueEmitter)

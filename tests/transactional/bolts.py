@@ -1,0 +1,161 @@
+"""Bolts for the transactional tests (module-level: Spark workers import them)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from drpc import (
+    BaseBasicBolt,
+    BaseRichBolt,
+    BasicOutputCollector,
+    BatchOutputCollector,
+    FailedException,
+    Fields,
+    OutputCollector,
+    OutputFieldsDeclarer,
+    TopologyContext,
+    Tuple,
+    stable_hash,
+)
+from drpc.transactional import BaseTransactionalBolt, ICommitter, TransactionAttempt
+
+
+def first_time(marker_dir: str, name: str) -> bool:
+    """True exactly once per name, across processes (an O_EXCL marker file)."""
+    try:
+        os.close(os.open(Path(marker_dir) / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def fails_first_attempt(marker_dir: str | None, phase: str, txid: int, percent: int) -> bool:
+    if marker_dir is None or stable_hash([phase, txid]) % 100 >= percent:
+        return False
+    return first_time(marker_dir, f"{phase}-{txid}")
+
+
+def log_event(log_dir: str | None, event: str) -> None:
+    if log_dir is not None:
+        with open(Path(log_dir) / "events.log", "a") as out:
+            out.write(f"{time.monotonic():.6f} {event}\n")
+
+
+class PartialWordCount(BaseTransactionalBolt):
+    """Processing phase: counts the batch's words this task saw; may fail a first attempt."""
+
+    def __init__(
+        self, marker_dir: str | None = None, percent: int = 20, log_dir: str | None = None
+    ) -> None:
+        self.marker_dir, self.percent, self.log_dir = marker_dir, percent, log_dir
+
+    def prepare(
+        self,
+        conf: dict[str, Any],
+        context: TopologyContext,
+        collector: BatchOutputCollector,
+        attempt: TransactionAttempt,
+    ) -> None:
+        self.collector, self.attempt = collector, attempt
+        self.counts: Counter[str] = Counter()
+        self.index = context.this_task_index
+
+    def execute(self, tuple: Tuple) -> None:
+        self.counts[tuple[1]] += 1
+
+    def finish_batch(self) -> None:
+        if fails_first_attempt(
+            self.marker_dir, f"process{self.index}", self.attempt.txid, self.percent
+        ):
+            raise FailedException(f"injected failure in processing batch {self.attempt.txid}")
+        log_event(self.log_dir, f"processed {self.attempt.txid}")
+        for word, count in self.counts.items():
+            self.collector.emit([self.attempt, word, count])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "word", "count"))
+
+
+class CommitWordCounts(BaseTransactionalBolt, ICommitter):
+    """Commit phase: adds the batch's counts to a map; may fail a first commit attempt."""
+
+    def __init__(
+        self,
+        map_name: str = "counts",
+        opaque: bool = False,
+        marker_dir: str | None = None,
+        percent: int = 20,
+        log_dir: str | None = None,
+    ) -> None:
+        self.map_name, self.opaque = map_name, opaque
+        self.marker_dir, self.percent, self.log_dir = marker_dir, percent, log_dir
+
+    def prepare(
+        self,
+        conf: dict[str, Any],
+        context: TopologyContext,
+        collector: BatchOutputCollector,
+        attempt: TransactionAttempt,
+    ) -> None:
+        self.collector, self.attempt = collector, attempt
+        self.counts: Counter[str] = Counter()
+        self.index = context.this_task_index
+        kind = context.state.opaque_map if self.opaque else context.state.transactional_map
+        self.map = kind(self.map_name, default=0)
+
+    def execute(self, tuple: Tuple) -> None:
+        self.counts[tuple[1]] += tuple[2]
+
+    def finish_batch(self) -> None:
+        log_event(self.log_dir, f"commit {self.attempt.txid}")
+        self.map.multi_update({w: (lambda v, n=n: v + n) for w, n in self.counts.items()})
+        if fails_first_attempt(
+            self.marker_dir, f"commit{self.index}", self.attempt.txid, self.percent
+        ):
+            raise FailedException(f"injected failure in committing batch {self.attempt.txid}")
+        self.collector.emit([self.attempt, sum(self.counts.values())])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "words"))
+
+
+class AckFirstBatchLate(BaseRichBolt):
+    """Acks batch 1's tuples from a timer thread after a delay: later batches overtake it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def prepare(
+        self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        self.collector = collector
+
+    def execute(self, tuple: Tuple) -> None:
+        self.collector.emit(tuple.values, anchors=tuple)
+        if tuple[0].txid == 1:
+            threading.Timer(self.seconds, self.collector.ack, [tuple]).start()
+        else:
+            self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "word"))
+
+
+class SlowFirstBatch(BaseBasicBolt):
+    """Holds up batch 1 so later batches finish processing before it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        if tuple[0].txid == 1:
+            time.sleep(self.seconds)
+        collector.emit(tuple.values)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "word"))

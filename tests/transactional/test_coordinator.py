@@ -1,0 +1,172 @@
+"""The transactional coordinator as exact traces, Storm's own test first."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.coordinator import (
+    Committed,
+    Decision,
+    EmitBatch,
+    EmitCommit,
+    Status,
+    TransactionalCoordinator,
+)
+
+
+class Source:
+    """Metadata as Storm's test gives it: a value when ready, cached per txid once given."""
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.cache: dict[int, Any] = {}
+
+    def has_cache(self, txid: int) -> bool:
+        return txid in self.cache
+
+    def is_ready(self) -> bool:
+        return self.value is not None
+
+    def get_state(self, txid: int) -> Any:
+        if txid not in self.cache:
+            self.cache[txid] = self.value
+        return self.cache[txid]
+
+
+def batches(decisions: list[Decision]) -> list[tuple[int, Any]]:
+    return [(d.attempt.txid, d.metadata) for d in decisions if isinstance(d, EmitBatch)]
+
+
+def commits(decisions: list[Decision]) -> list[int]:
+    return [d.attempt.txid for d in decisions if isinstance(d, EmitCommit)]
+
+
+def attempts(decisions: list[Decision]) -> list[TransactionAttempt]:
+    return [d.attempt for d in decisions if isinstance(d, (EmitBatch, EmitCommit))]
+
+
+def test_storms_coordinator_trace() -> None:
+    source = Source()
+    coordinator = TransactionalCoordinator(
+        max_spout_pending=4, attempt_ids=itertools.count(100).__next__
+    )
+    source.value = 10
+    out = coordinator.next_tuple(source)
+    assert batches(out) == [(1, 10), (2, 10), (3, 10), (4, 10)]
+    first_attempts = attempts(out)
+    assert coordinator.next_tuple(source) == []
+
+    # fail tx2 with four pending -> re-emit 2, 3, 4, with a new attempt for 2
+    out = coordinator.fail(first_attempts[1], source)
+    assert batches(out) == [(2, 10), (3, 10), (4, 10)] and commits(out) == []
+    replayed = attempts(out)
+    assert replayed[0].txid == 2 and replayed[0] != first_attempts[1]
+    assert coordinator.fail(first_attempts[1], source) == []  # a stale attempt is ignored
+    assert coordinator.ack(replayed[0], source) == []  # 2 processed, 1 not committed yet
+
+    # ack tx1 -> commit 1
+    out = coordinator.ack(first_attempts[0], source)
+    assert commits(out) == [1] and batches(out) == []
+    commit_1 = attempts(out)[0]
+
+    source.value = 12
+    out = coordinator.ack(commit_1, source)
+    assert out[0] == Committed(1)
+    assert commits(out) == [2] and batches(out) == [(5, 12)]
+    commit_2 = attempts(out)[0]
+
+    source.value = None  # the spout is not ready: no new transactions
+    assert coordinator.ack(commit_2, source) == [Committed(2)]
+
+    # fail tx3: 3, 4, 5 re-emitted with their cached metadata although the spout is not ready
+    out = coordinator.fail(replayed[1], source)
+    assert batches(out) == [(3, 10), (4, 10), (5, 12)]
+    live = attempts(out)
+
+    source.value = 12
+    assert batches(coordinator.next_tuple(source)) == [(6, 12)]
+    out = coordinator.ack(live[0], source)
+    assert commits(out) == [3]
+    commit_3 = attempts(out)[0]
+    assert coordinator.ack(live[1], source) == []
+
+    # fail commit 3 -> re-emit 3, 4, 5, 6
+    out = coordinator.fail(commit_3, source)
+    assert batches(out) == [(3, 10), (4, 10), (5, 12), (6, 12)]
+    live = attempts(out)
+    out = coordinator.ack(live[0], source)
+    assert commits(out) == [3]
+    commit_3 = attempts(out)[0]
+    assert coordinator.ack(live[1], source) == []
+    assert coordinator.next_tuple(source) == []
+
+    out = coordinator.ack(commit_3, source)
+    assert out[0] == Committed(3)
+    assert commits(out) == [4] and batches(out) == [(7, 12)]
+
+
+def test_default_of_one_pending_batch_processes_and_commits_strictly_in_order() -> None:
+    source = Source()
+    source.value = "meta"
+    coordinator = TransactionalCoordinator(attempt_ids=itertools.count(1).__next__)
+    trace: list[str] = []
+    pending = coordinator.next_tuple(source)
+    for _ in range(3):
+        [batch] = pending
+        assert isinstance(batch, EmitBatch)
+        trace.append(f"process {batch.attempt.txid}")
+        [commit] = coordinator.ack(batch.attempt, source)
+        assert isinstance(commit, EmitCommit)
+        trace.append(f"commit {commit.attempt.txid}")
+        done, *pending = coordinator.ack(commit.attempt, source)
+        assert done == Committed(commit.attempt.txid)
+    assert trace == ["process 1", "commit 1", "process 2", "commit 2", "process 3", "commit 3"]
+
+
+def test_a_later_batch_processed_first_waits_for_the_earlier_commit() -> None:
+    source = Source()
+    source.value = 0
+    coordinator = TransactionalCoordinator(
+        max_spout_pending=3, attempt_ids=itertools.count(1).__next__
+    )
+    one, two, three = attempts(coordinator.next_tuple(source))
+    assert coordinator.ack(three, source) == [] and coordinator.ack(two, source) == []
+    assert coordinator.active == {1: Status.PROCESSING, 2: Status.PROCESSED, 3: Status.PROCESSED}
+    [commit_one] = coordinator.ack(one, source)
+    assert commit_one == EmitCommit(one)
+    out = coordinator.ack(one, source)  # the commit of 1 succeeded
+    assert out[:2] == [Committed(1), EmitCommit(two)]
+    assert batches(out) == [(4, 0)]
+
+
+def test_the_window_starts_at_the_first_uncommitted_txid_after_a_restart() -> None:
+    source = Source()
+    source.cache = {8: "cached"}
+    source.value = "new"
+    coordinator = TransactionalCoordinator(
+        max_spout_pending=2, current_txid=8, attempt_ids=itertools.count(1).__next__
+    )
+    out = coordinator.next_tuple(source)
+    assert batches(out) == [(8, "cached"), (9, "new")]
+    assert [d.last_committed for d in out if isinstance(d, EmitBatch)] == [7, 7]
+
+
+@pytest.mark.parametrize("options", [{"max_spout_pending": 0}, {"current_txid": 0}])
+def test_invalid_settings_are_refused(options: dict[str, int]) -> None:
+    with pytest.raises(ValueError):
+        TransactionalCoordinator(**options)
+
+
+def test_attempts_order_hash_and_name_the_txid() -> None:
+    from drpc import stable_hash
+
+    attempt = TransactionAttempt(3, 77)
+    assert attempt.transaction_id == 3 and str(attempt) == "3:77"
+    assert stable_hash([attempt]) == stable_hash([TransactionAttempt(3, 77)])
+    assert sorted([TransactionAttempt(2, 9), TransactionAttempt(1, 10)])[0].txid == 1
+    with pytest.raises(ValueError):
+        TransactionAttempt(0, 1)
