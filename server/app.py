@@ -38,7 +38,7 @@ from drpc.hosting import as_topology, default_executor
 from drpc.model.topology import Topology
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
 from server.handlers import execute_methods, invocations_methods
-from server.http import create_http_app
+from server.http import RequestDeadline, create_http_app
 from server.identity import TokenTable
 from server.limits import Limits
 from server.service import DEFAULT_RUNNER_LIVENESS, Authorizer, DRPCService, EmbeddedInvocations
@@ -133,6 +133,7 @@ class DRPCServer:
             "DistributedRPCInvocations", invocations_methods(self.service), **listener_options
         )
         self._http_runner: web.AppRunner | None = None
+        self._http_deadline: asyncio.Task[None] | None = None
         self._runtimes: dict[str, tuple[str, Any]] = {}
         self.started = False
         self.stopped = False
@@ -197,12 +198,16 @@ class DRPCServer:
                 self.host, self.invocations_port
             )
             if self.http_port is not None:
-                app = create_http_app(self.service, limits=self.limits, tokens=self.tokens)
+                deadline = RequestDeadline(self.limits.read_timeout)
+                app = create_http_app(
+                    self.service, limits=self.limits, tokens=self.tokens, deadline=deadline
+                )
                 self._http_runner = web.AppRunner(
                     app,
                     access_log=None,
                     # An idle or half-sent request is closed after read_timeout (slowloris).
                     keepalive_timeout=self.limits.read_timeout,
+                    lingering_time=self.limits.read_timeout,
                     max_line_size=self.limits.max_header_size,
                     max_field_size=self.limits.max_header_size,
                 )
@@ -212,6 +217,8 @@ class DRPCServer:
                 )
                 await site.start()
                 self.http_port = int(self._http_runner.addresses[0][1])
+                assert self._http_runner.server is not None
+                self._http_deadline = asyncio.create_task(deadline.run(self._http_runner.server))
         except BaseException:
             await self._close_listeners()
             raise
@@ -254,6 +261,9 @@ class DRPCServer:
     async def _close_listeners(self) -> None:
         await self._execute_listener.close(self.shutdown_grace)
         await self._invocations_listener.close(self.shutdown_grace)
+        if self._http_deadline is not None:
+            self._http_deadline.cancel()
+            self._http_deadline = None
         if self._http_runner is not None:
             await self._http_runner.cleanup()
             self._http_runner = None

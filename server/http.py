@@ -15,7 +15,11 @@ Contract:
   its verified TLS client certificate, else anonymous (``server.identity``);
 - a body over ``limits.max_body_size`` bytes is refused with 413 (aiohttp's
   limit), a body that does not arrive within ``limits.read_timeout`` seconds
-  gets 408; a body or path that is not UTF-8 gets 400;
+  gets 408, a connection whose first request has not arrived whole within
+  ``read_timeout`` (checked every half of it) is closed by ``RequestDeadline``
+  (later requests on a kept-alive connection are bounded by aiohttp's
+  keep-alive timeout, set to ``read_timeout`` too); a body or path that is
+  not UTF-8 gets 400;
 - ``GET /health`` answers 200 JSON ``{"status": "ok", "functions": [...],
   "outstanding": n}`` while serving, 503 with ``"status": "shutting down"``
   after shutdown began.
@@ -25,6 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
@@ -46,6 +53,7 @@ HTTP_STATUS = {
 }
 """HTTP status of each failure type; any other type answers 500."""
 
+log = logging.getLogger(__name__)
 audit = logging.getLogger("drpc.audit")
 
 _SERVICE = web.AppKey("drpc_service", DRPCService)
@@ -53,11 +61,62 @@ _TOKENS = web.AppKey("drpc_tokens", TokenTable)
 _LIMITS = web.AppKey("drpc_limits", Limits)
 
 
+class RequestDeadline:
+    """Closes HTTP connections whose first request does not arrive whole in time.
+
+    ``middleware`` marks a connection once a request of it reaches a handler;
+    ``run(server)`` sweeps ``server.connections`` every ``timeout / 2`` seconds."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.closed = 0
+        self._first_seen: dict[asyncio.BaseTransport, float] = {}
+        self._requested: set[asyncio.BaseTransport] = set()
+
+    @web.middleware
+    async def middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.transport is not None:
+            self._requested.add(request.transport)
+        return await handler(request)
+
+    async def run(self, server: web.Server) -> None:
+        while True:
+            await asyncio.sleep(self.timeout / 2)
+            self.sweep([handler.transport for handler in server.connections], time.monotonic())
+
+    def sweep(self, transports: Iterable[asyncio.BaseTransport | None], now: float) -> None:
+        first_seen: dict[asyncio.BaseTransport, float] = {}
+        live = {transport for transport in transports if transport is not None}
+        self._requested &= live
+        for transport in live - self._requested:
+            first = self._first_seen.get(transport, now)
+            if now - first < self.timeout:
+                first_seen[transport] = first
+                continue
+            self.closed += 1
+            log.warning(
+                "HTTP: closing connection from %s: no whole request within %g s",
+                transport.get_extra_info("peername"),
+                self.timeout,
+            )
+            transport.close()
+        self._first_seen = first_seen
+
+
 def create_http_app(
-    service: DRPCService, *, limits: Limits | None = None, tokens: TokenTable | None = None
+    service: DRPCService,
+    *,
+    limits: Limits | None = None,
+    tokens: TokenTable | None = None,
+    deadline: RequestDeadline | None = None,
 ) -> web.Application:
     limits = limits or service.limits
-    app = web.Application(client_max_size=limits.max_body_size)
+    app = web.Application(
+        client_max_size=limits.max_body_size,
+        middlewares=[deadline.middleware] if deadline is not None else [],
+    )
     app[_SERVICE] = service
     app[_LIMITS] = limits
     if tokens is not None:
@@ -97,10 +156,12 @@ def _identity(request: web.Request) -> str | None:
     return common_name(transport.get_extra_info("peercert")) if transport else None
 
 
-def _is_utf8(text: str) -> bool:
+def _path_is_utf8(request: web.Request) -> bool:
+    """Whether the percent-decoded path is UTF-8 (the URL parser leaves escapes of other
+    bytes, such as %FF, undecoded instead of refusing them)."""
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: the path's bytes were not UTF-8
+        urllib.parse.unquote_to_bytes(request.raw_path.partition("?")[0]).decode("utf-8")
+    except UnicodeDecodeError:
         return False
     return True
 
@@ -108,7 +169,7 @@ def _is_utf8(text: str) -> bool:
 async def _execute(request: web.Request, args: str) -> web.Response:
     service = request.app[_SERVICE]
     function = request.match_info["function"]
-    if not (_is_utf8(function) and _is_utf8(args)):
+    if not _path_is_utf8(request):
         return _error(400, "FAILED_REQUEST", "the request path is not UTF-8")
     try:
         identity = _identity(request)

@@ -44,7 +44,9 @@ class Limits:
         MAX_FRAME_SIZE, "largest HTTP request body in bytes; a bigger one is answered 413"
     )
     max_header_size: int = _limit(
-        8190, "longest HTTP request line and header field in bytes; longer ones are refused"
+        8190,
+        "longest HTTP request line, header name and header value in bytes; longer ones are "
+        "answered 400",
     )
     max_queue_depth: int = _limit(
         4096,

@@ -135,6 +135,8 @@ class ThriftListener:
         self._connections.add(task)
         try:
             await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            pass  # close() cancelled this connection: it is closed, nothing to report
         finally:
             self._connections.discard(task)
 

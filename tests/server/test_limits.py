@@ -1,0 +1,201 @@
+"""The server's resource limits, each on both sides: at the limit served, past it refused
+at once with a typed answer (Thrift FAILED_REQUEST "server busy", HTTP 503 + Retry-After)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import aiohttp
+import pytest
+
+from client import (
+    AsyncDRPCClient,
+    DRPCClient,
+    DRPCExecutionException,
+    HTTPDRPCClient,
+    ServerBusyError,
+)
+from drpc.errors import DRPCExceptionType
+from server import DRPCServer, ServerThread
+from server.limits import Limits
+from tests.server.helpers import HOST, closed_by_server, raw_connection, server_options, wait_until
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(16) as executor:
+        yield executor
+
+
+def _serve(**limits: object) -> ServerThread:
+    limited = Limits(**limits)  # type: ignore[arg-type]
+    return ServerThread(DRPCServer(**server_options(wait_for_unserved=True), limits=limited))
+
+
+def _call(pool: ThreadPoolExecutor, server: DRPCServer, function: str, args: str) -> Future[str]:
+    def call() -> str:
+        with DRPCClient(HOST, server.port, timeout=20) as client:
+            return client.execute(function, args)
+
+    return pool.submit(call)
+
+
+def _answer_all(server: DRPCServer, function: str) -> None:
+    while (request := server.service.fetch(function, "test", remote=False)) is not None:
+        server.service.complete(request.return_info.request_id, request.args + "!")
+
+
+def _refused_busy(server: DRPCServer, function: str, reason: str) -> None:
+    started = time.monotonic()
+    with (
+        DRPCClient(HOST, server.port, timeout=20) as client,
+        pytest.raises(DRPCExecutionException) as refused,
+    ):
+        client.execute(function, "refused")
+    assert time.monotonic() - started < 1  # at once, not at a deadline
+    assert refused.value.type is DRPCExceptionType.FAILED_REQUEST
+    assert refused.value.msg.startswith("server busy: ")
+    assert reason in refused.value.msg
+
+
+def test_queue_depth_per_function(pool: ThreadPoolExecutor) -> None:
+    with _serve(max_queue_depth=3) as server:
+        calls = [_call(pool, server, "f", str(i)) for i in range(3)]
+        wait_until(lambda: server.service.queue_depth("f") == 3)  # at the limit: queued
+        _refused_busy(server, "f", "3 requests of 'f' waiting (limit 3)")
+        other = _call(pool, server, "g", "other")  # another function still has room
+        wait_until(lambda: server.service.queue_depth("g") == 1)
+        _answer_all(server, "f")
+        _answer_all(server, "g")
+        assert sorted(call.result(10) for call in calls) == ["0!", "1!", "2!"]
+        assert other.result(10) == "other!"
+        assert _call(pool, server, "f", "again").done() is False  # room again
+        wait_until(lambda: server.service.queue_depth("f") == 1)
+        _answer_all(server, "f")
+        assert server.service.refused_busy == 1
+
+
+def test_total_outstanding(pool: ThreadPoolExecutor) -> None:
+    with _serve(max_outstanding=4) as server:
+        calls = [_call(pool, server, f"f{i % 2}", str(i)) for i in range(4)]
+        wait_until(lambda: server.service.outstanding() == 4)
+        # Fetched (running) requests count too.
+        assert server.service.fetch("f0", "test", remote=False) is not None
+        _refused_busy(server, "f2", "4 requests outstanding (limit 4)")
+        server.service.shutdown()
+        for call in calls:
+            with pytest.raises(DRPCExecutionException):
+                call.result(10)
+
+
+def test_distinct_functions_tracked(pool: ThreadPoolExecutor) -> None:
+    with _serve(max_functions=2) as server:
+        calls = [_call(pool, server, name, "x") for name in ("a", "b")]
+        wait_until(lambda: server.service.tracked_functions() == 2)
+        _refused_busy(server, "c", "2 functions have queued requests")
+        third = _call(pool, server, "a", "same function")  # a tracked name is no new name
+        wait_until(lambda: server.service.queue_depth("a") == 2)
+        for name in ("a", "b"):
+            _answer_all(server, name)
+        assert [call.result(10) for call in [*calls, third]] == ["x!", "x!", "same function!"]
+
+
+async def test_http_busy_is_503_with_retry_after() -> None:
+    with _serve(max_queue_depth=1, retry_after=7) as server:
+        base = f"http://{HOST}:{server.http_port}/drpc/f"
+        async with aiohttp.ClientSession() as session:
+            waiting = asyncio.ensure_future(session.get(f"{base}/first"))
+            while server.service.queue_depth("f") < 1:
+                await asyncio.sleep(0.01)
+            async with session.get(f"{base}/second") as response:
+                assert response.status == 503
+                assert response.headers["Retry-After"] == "7"
+                body = await response.json()
+                assert body["error"] == "FAILED_REQUEST"
+                assert body["errorMessage"].startswith("server busy: ")
+            await asyncio.to_thread(_answer_all, server, "f")
+            async with await waiting as response:
+                assert (response.status, await response.text()) == (200, "first!")
+
+
+def test_the_http_client_raises_server_busy_with_retry_after(pool: ThreadPoolExecutor) -> None:
+    with _serve(max_queue_depth=1, retry_after=3) as server:
+        first = _call(pool, server, "f", "first")
+        wait_until(lambda: server.service.queue_depth("f") == 1)
+        with (
+            HTTPDRPCClient(f"http://{HOST}:{server.http_port}", timeout=10) as http,
+            pytest.raises(ServerBusyError) as busy,
+        ):
+            http.execute("f", "second")
+        assert busy.value.retry_after == 3.0
+        _answer_all(server, "f")
+        assert first.result(10) == "first!"
+
+
+def test_result_size(pool: ThreadPoolExecutor) -> None:
+    with _serve(max_result_size=10) as server:
+        fits = _call(pool, server, "f", "x")
+        too_big = _call(pool, server, "f", "y")
+        wait_until(lambda: server.service.queue_depth("f") == 2)
+        for result in ("\u00e9" * 5, "\u00e9" * 5 + "z"):  # 10 and 11 UTF-8 bytes
+            request = server.service.fetch("f", "test", remote=False)
+            assert request is not None
+            server.service.complete(request.return_info.request_id, result)
+        outcomes = {}
+        for call in (fits, too_big):
+            try:
+                outcomes["ok"] = call.result(10)
+            except DRPCExecutionException as error:
+                outcomes["failed"] = error
+        assert outcomes["ok"] == "\u00e9" * 5
+        assert outcomes["failed"].type is DRPCExceptionType.FAILED_REQUEST
+        assert "result of 11 bytes exceeds the limit of 10" in outcomes["failed"].msg
+
+
+async def test_calls_in_flight_per_connection() -> None:
+    with _serve(max_calls_per_connection=2) as server:
+        async with AsyncDRPCClient(HOST, server.port, timeout=20) as client:
+            calls = [asyncio.ensure_future(client.execute("f", str(i))) for i in range(5)]
+            await asyncio.sleep(0.5)
+            # At the limit: two calls in flight; the other three wait unread in the socket.
+            assert server.service.queue_depth("f") == 2
+            answered = 0
+            while answered < 5:
+                await asyncio.sleep(0.05)
+                depth = server.service.queue_depth("f")
+                assert depth <= 2
+                if depth:
+                    await asyncio.to_thread(_answer_all, server, "f")
+                answered = sum(call.done() for call in calls)
+            assert await asyncio.gather(*calls) == [f"{i}!" for i in range(5)]
+
+
+def test_connections_per_port() -> None:
+    thread = ServerThread(DRPCServer(**server_options(), max_connections=2))
+    with thread as server:
+        with raw_connection(server.port) as first, raw_connection(server.port) as second:
+            wait_until(lambda: len(server._execute_listener._connections) == 2)
+            with raw_connection(server.port) as third:
+                assert closed_by_server(third) == b""  # over the limit: closed at once
+            for kept in (first, second):
+                kept.settimeout(0.2)
+                with pytest.raises(socket.timeout):
+                    kept.recv(1)  # at the limit: kept open
+        wait_until(lambda: len(server._execute_listener._connections) == 0)
+        with (
+            DRPCClient(HOST, server.port, timeout=10) as client,
+            pytest.raises(DRPCExecutionException, match="not served"),
+        ):
+            client.execute("f", "x")
+        assert server._execute_listener.refused_connections == 1
+
+
+def test_limits_refuse_non_positive_values() -> None:
+    with pytest.raises(ValueError, match="max_queue_depth"):
+        Limits(max_queue_depth=0)
+    with pytest.raises(ValueError, match="read_timeout"):
+        Limits(read_timeout=-1.0)
