@@ -7,8 +7,10 @@ Contract:
   executor is named;
 - ``load_topology("package.module:attr")`` imports the module and resolves
   ``attr`` (dots allowed) to a ``Topology``: the attribute may be a built
-  ``Topology``, a ``LinearDRPCTopologyBuilder``, or a zero-argument callable
-  returning either; anything else raises ``ValueError`` naming the spec;
+  ``Topology``, a builder (anything with ``create_topology()``: a
+  ``LinearDRPCTopologyBuilder``, a ``TransactionalTopologyBuilder``), or a
+  zero-argument callable returning one; anything else raises ``ValueError``
+  naming the spec;
 - ``as_topology`` does the same conversion for a value already in hand;
 - ``Wakeups`` is a thread-safe registry of per-function callbacks, the
   ``add_listener`` half of an invocations handle that can wake its spouts;
@@ -43,14 +45,16 @@ def default_executor() -> str:
 
 
 def as_topology(value: Any, source: str = "value") -> Topology:
-    if isinstance(value, LinearDRPCTopologyBuilder):
-        return value.create_topology()
     if isinstance(value, Topology):
         return value
+    if isinstance(value, LinearDRPCTopologyBuilder) or callable(
+        getattr(value, "create_topology", None)
+    ):
+        return value.create_topology()
     if callable(value):
         return as_topology(value(), f"{source}()")
     raise ValueError(
-        f"{source} is a {type(value).__name__}, not a Topology, a LinearDRPCTopologyBuilder "
+        f"{source} is a {type(value).__name__}, not a Topology, a topology builder "
         "or a zero-argument callable returning one"
     )
 

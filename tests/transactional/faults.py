@@ -1,0 +1,44 @@
+"""The word count used by the fault tests; configured by environment for subprocess runs.
+
+``DRPC_TEST_LOG_DIR``: the file-log directory; ``DRPC_TEST_MARKERS``: where
+injected first-attempt failures leave their markers (unset: no failures);
+``DRPC_TEST_OPAQUE``: "1" for the opaque spout and map; ``DRPC_TEST_TAKE``:
+lines per partition per batch.
+"""
+
+from __future__ import annotations
+
+import os
+
+from drpc import Fields
+from drpc.transactional import TransactionalTopologyBuilder
+from drpc.transactional.filelog import FileLogTransactionalSpout, OpaqueFileLogTransactionalSpout
+
+from . import bolts
+
+TAKE_PER_BATCH = 1000
+
+
+def word_count(
+    log_dir: str, markers: str | None = None, opaque: bool = False, take: int = TAKE_PER_BATCH
+) -> TransactionalTopologyBuilder:
+    kind = OpaqueFileLogTransactionalSpout if opaque else FileLogTransactionalSpout
+    builder = TransactionalTopologyBuilder(
+        "fault-words", "spout", kind(log_dir, Fields("word"), take), 2
+    )
+    builder.set_bolt("partial", bolts.PartialWordCount(markers), 3).fields_grouping(
+        "spout", Fields("word")
+    )
+    builder.set_bolt(
+        "commit", bolts.CommitWordCounts(opaque=opaque, marker_dir=markers), 2
+    ).fields_grouping("partial", Fields("word"))
+    return builder
+
+
+def topology() -> TransactionalTopologyBuilder:
+    return word_count(
+        os.environ["DRPC_TEST_LOG_DIR"],
+        os.environ.get("DRPC_TEST_MARKERS"),
+        os.environ.get("DRPC_TEST_OPAQUE") == "1",
+        int(os.environ.get("DRPC_TEST_TAKE", TAKE_PER_BATCH)),
+    )

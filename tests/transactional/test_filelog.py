@@ -1,0 +1,109 @@
+"""The file-log source: exact replays, appended lines, partial and invalid lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drpc import FailedException, Fields
+from drpc.model.components import BatchOutputCollector, OutputCollector
+from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.filelog import (
+    FileLogMeta,
+    FileLogTransactionalSpout,
+    OpaqueFileLogTransactionalSpout,
+    append_lines,
+)
+
+
+class Capture(OutputCollector):
+    def __init__(self) -> None:
+        self.emitted: list[list[Any]] = []
+
+    def emit(self, values: Any, anchors: Any = None, stream: str = "default") -> list[int]:
+        self.emitted.append(list(values))
+        return []
+
+
+def emitter(spout: Any) -> Any:
+    return spout.get_emitter({}, None)
+
+
+ATTEMPT = TransactionAttempt(1, 1)
+
+
+def batch(spout_emitter: Any, method: str, partition: int, meta: Any) -> tuple[list[Any], Any]:
+    capture = Capture()
+    result = getattr(spout_emitter, method)(ATTEMPT, BatchOutputCollector(capture), partition, meta)
+    return [values[1:] for values in capture.emitted], result
+
+
+def test_new_batches_continue_and_replays_are_exact(tmp_path: Path) -> None:
+    append_lines(tmp_path, 0, ["a", "b", "c", "d", "e"])
+    source = emitter(FileLogTransactionalSpout(tmp_path, Fields("word"), 2))
+    first, meta1 = batch(source, "emit_partition_batch_new", 0, None)
+    second, meta2 = batch(source, "emit_partition_batch_new", 0, meta1)
+    assert (first, second) == ([["a"], ["b"]], [["c"], ["d"]])
+    assert meta1 == FileLogMeta(0, 8, 2) and meta2.start == 8
+    append_lines(tmp_path, 0, ["f"])  # appended lines do not change a replay
+    replay, _ = batch(source, "emit_partition_batch", 0, meta2)
+    assert replay == second
+    third, meta3 = batch(source, "emit_partition_batch_new", 0, meta2)
+    assert third == [["e"], ["f"]]
+    assert batch(source, "emit_partition_batch_new", 0, meta3)[0] == []
+
+
+def test_a_partial_last_line_waits_for_its_newline(tmp_path: Path) -> None:
+    path = append_lines(tmp_path, 0, ["a"])
+    with path.open("a") as out:
+        out.write('"b')
+    source = emitter(FileLogTransactionalSpout(tmp_path, Fields("word"), 10))
+    lines, meta = batch(source, "emit_partition_batch_new", 0, None)
+    assert lines == [["a"]]
+    with path.open("a") as out:
+        out.write('"\n')
+    assert batch(source, "emit_partition_batch_new", 0, meta)[0] == [["b"]]
+
+
+def test_invalid_lines_are_skipped_or_fail_the_batch(tmp_path: Path) -> None:
+    path = append_lines(tmp_path, 0, [["a", 1]])
+    with path.open("a") as out:
+        out.write("{not json\n" + json.dumps(["b"]) + "\n" + json.dumps(["c", 3]) + "\n")
+    fields = Fields("word", "n")
+    lines, meta = batch(
+        emitter(FileLogTransactionalSpout(tmp_path, fields, 10)),
+        "emit_partition_batch_new",
+        0,
+        None,
+    )
+    assert lines == [["a", 1], ["c", 3]] and meta.lines == 4
+    strict = emitter(FileLogTransactionalSpout(tmp_path, fields, 10, invalid="fail"))
+    with pytest.raises(FailedException, match="invalid line in partition 0 at byte 9"):
+        batch(strict, "emit_partition_batch_new", 0, None)
+
+
+def test_a_truncated_log_cannot_be_replayed(tmp_path: Path) -> None:
+    path = append_lines(tmp_path, 0, ["a", "b"])
+    source = emitter(FileLogTransactionalSpout(tmp_path, Fields("word"), 10))
+    _, meta = batch(source, "emit_partition_batch_new", 0, None)
+    path.write_text('"a"\n')
+    source = emitter(FileLogTransactionalSpout(tmp_path, Fields("word"), 10))
+    with pytest.raises(FailedException, match="truncated"):
+        batch(source, "emit_partition_batch", 0, meta)
+
+
+def test_opaque_batches_start_from_the_given_meta(tmp_path: Path) -> None:
+    append_lines(tmp_path, 0, ["a", "b", "c"])
+    source = emitter(OpaqueFileLogTransactionalSpout(tmp_path, Fields("word"), 2))
+    first, meta = batch(source, "emit_partition_batch", 0, None)
+    assert first == [["a"], ["b"]]
+    assert batch(source, "emit_partition_batch", 0, meta)[0] == [["c"]]
+
+
+@pytest.mark.parametrize("options", [{"take_per_batch": 0}, {"invalid": "ignore"}])
+def test_settings_are_checked(tmp_path: Path, options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        FileLogTransactionalSpout(tmp_path, Fields("word"), **{"take_per_batch": 5, **options})
