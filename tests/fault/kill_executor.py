@@ -1,0 +1,84 @@
+"""Run as ``python -m tests.fault.kill_executor WORKDIR``: a DRPC server on a Spark
+standalone cluster (master + two workers on 127.0.0.1), 100 reach calls in flight, one
+executor JVM SIGKILLed meanwhile, then 20 more calls. Prints one JSON line:
+``{"answers": {...}, "errors": {...}, "wrong": [...], "after": [...], "killed": pid,
+"in_flight_at_kill": n}``.
+Its own SparkSession: one per process, so it cannot share the test run's."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from client import AsyncDRPCClient, DRPCExecutionException
+from drpc.examples.reach import EXPECTED_REACH, build_reach
+from server import DRPCServer, ServerThread
+from tests.fault.processes import HOST, kill, standalone_cluster
+
+CALLS = 100
+
+
+async def _calls(port: int, count: int, offset: int) -> list[tuple[str, str, str]]:
+    urls = list(EXPECTED_REACH)
+    async with AsyncDRPCClient(HOST, port, timeout=240) as client:
+
+        async def one(i: int) -> tuple[str, str, str]:
+            url = urls[(i + offset) % len(urls)]
+            try:
+                return url, "ok", await client.execute("reach", url)
+            except DRPCExecutionException as error:
+                return url, error.type.name, error.msg
+
+        return await asyncio.gather(*(one(i) for i in range(count)))
+
+
+def main(workdir: Path) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with standalone_cluster(workdir) as cluster:
+        server = DRPCServer(host=HOST, port=0, invocations_port=0, http_port=None, timeout=200)
+        server.register(
+            build_reach(), executor="spark", master=cluster.master_url,
+            max_batch_size=5, max_jobs_in_flight=2,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while len(cluster.executor_pids()) < 2:
+            assert time.monotonic() < deadline, "two executors did not start"
+            time.sleep(0.5)
+        with ServerThread(server) as running:
+            asyncio.run(_calls(running.port, 4, 0))  # warm: every executor has run tasks
+
+            async def load_and_kill() -> tuple[list[tuple[str, str, str]], int, int]:
+                calls = asyncio.ensure_future(_calls(running.port, CALLS, 0))
+                while running.service.outstanding() < CALLS // 2:
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.5)  # jobs are running on both executors
+                victim = cluster.executor_pids()[0]
+                in_flight = running.service.outstanding()
+                kill(victim)
+                return await calls, victim, in_flight
+
+            during, victim, in_flight = asyncio.run(load_and_kill())
+            after = asyncio.run(_calls(running.port, 20, 1))
+    answers = collections.Counter(outcome for _, outcome, _ in during)
+    wrong = [
+        (url, result)
+        for url, outcome, result in during + after
+        if outcome == "ok" and result != EXPECTED_REACH[url]
+    ]
+    errors = collections.Counter(
+        f"{outcome}: {msg[:120]}" for _, outcome, msg in during if outcome != "ok"
+    )
+    print(json.dumps({
+        "answers": dict(answers), "errors": dict(errors), "wrong": wrong,
+        "after": [outcome for _, outcome, _ in after], "killed": victim,
+        "in_flight_at_kill": in_flight,
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,195 @@
+"""Fault injection: processes die mid-request and every caller still gets a correct answer
+or a typed error, in bounded time, and serving resumes.
+
+- an executor JVM of a Spark standalone cluster SIGKILLed with 100 reach calls in flight;
+- a Python worker crashing (os._exit) inside a step, through the server;
+- the server process SIGKILLed under load, then restarted on the same ports;
+- a remote runner SIGKILLed while it holds a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from client import AsyncDRPCClient, DRPCClient, DRPCConnectionError, DRPCExecutionException
+from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
+from drpc.errors import DRPCError, DRPCExceptionType
+from drpc.examples.exclamation import build_exclamation
+from server import DRPCServer, ServerThread
+from tests.fault.processes import free_port, kill
+from tests.server.helpers import HOST, server_options, wait_until
+from tests.spark.workload import CrashOn
+
+pytestmark = [pytest.mark.fault, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(420)
+def test_sigkill_of_an_executor_jvm_with_100_reach_calls_in_flight(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.fault.kill_executor", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["in_flight_at_kill"] > 0  # the kill landed while calls were in flight
+    assert report["wrong"] == []  # never a wrong answer
+    assert sum(report["answers"].values()) == 100  # every call ended...
+    assert set(report["answers"]) <= {"ok", "INTERNAL_ERROR", "FAILED_REQUEST"}  # ...typed
+    assert report["after"] == ["ok"] * 20  # and every later call succeeds
+    executor_lost = [line for line in run.stderr.splitlines() if "Lost executor" in line]
+    assert executor_lost, "Spark never saw the executor die"
+
+
+@pytest.mark.usefixtures("spark_session")
+def test_a_python_worker_crash_in_a_step_fails_that_job_typed_and_serving_goes_on() -> None:
+    crashing = LinearDRPCTopologyBuilder("fragile")
+    crashing.add_bolt(CrashOn())
+    server = DRPCServer(**server_options(executor="spark", http_port=None))
+    server.register(crashing)
+    server.register(build_exclamation(parallelism=2))
+    with ServerThread(server) as running, DRPCClient(HOST, running.port, timeout=120) as client:
+        assert client.execute("fragile", "fine") == "fine!"
+        with pytest.raises(DRPCExecutionException) as crashed:
+            client.execute("fragile", "crash")
+        assert crashed.value.type is DRPCExceptionType.INTERNAL_ERROR
+        assert "Python worker exited unexpectedly" in crashed.value.msg
+        assert [client.execute("fragile", f"after{i}") for i in range(3)] == [
+            f"after{i}!" for i in range(3)
+        ]
+        assert client.execute("exclamation", "other") == "other!"
+        assert running.service.outstanding() == 0
+
+
+def _start_server(ports: dict[str, int]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "server", "--executor", "local", "--host", HOST,
+         "--port", str(ports["port"]), "--invocations-port", str(ports["invocations"]),
+         "--http-port", "-1", "--topology", "drpc.examples.exclamation:topology",
+         "--log-level", "WARNING"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+
+
+def _serves(port: int) -> bool:
+    try:
+        with DRPCClient(HOST, port, timeout=5) as client:
+            return client.execute("exclamation", "up") == "up!"
+    except DRPCConnectionError:
+        return False
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_of_the_server_under_load_then_restart() -> None:
+    ports = {"port": free_port(), "invocations": free_port()}
+    server = _start_server(ports)
+    outcomes: collections.Counter[str] = collections.Counter()
+    wrong: list[tuple[str, str]] = []
+    phase = {"name": "before"}
+
+    async def caller(index: int, stop: asyncio.Event) -> None:
+        n = 0
+        async with AsyncDRPCClient(HOST, ports["port"], timeout=10) as client:
+            while not stop.is_set():
+                n += 1
+                args = f"{index}-{n}"
+                try:
+                    answer = await client.execute("exclamation", args)
+                except DRPCConnectionError:
+                    outcomes[f"{phase['name']}: connection error"] += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                except DRPCError as error:  # any other typed error is counted, then judged
+                    outcomes[f"{phase['name']}: {type(error).__name__}"] += 1
+                    continue
+                if answer != args + "!":
+                    wrong.append((args, answer))
+                outcomes[f"{phase['name']}: ok"] += 1
+
+    async def load() -> None:
+        stop = asyncio.Event()
+        callers = [asyncio.ensure_future(caller(i, stop)) for i in range(40)]
+        await asyncio.sleep(1.5)
+        phase["name"] = "killed"
+        server.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(server.wait, 10)
+        await asyncio.sleep(0.5)
+        phase["name"] = "restarted"
+        restarted = _start_server(ports)
+        try:
+            deadline = time.monotonic() + 60
+            while outcomes["restarted: ok"] < 200:
+                assert time.monotonic() < deadline, dict(outcomes)
+                await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await asyncio.gather(*callers)
+            restarted.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(restarted.wait, 30)
+
+    try:
+        wait_until(lambda: _serves(ports["port"]), 30)
+        asyncio.run(load())
+    finally:
+        kill(server.pid)
+    assert wrong == []
+    assert outcomes["before: ok"] > 0 and outcomes["restarted: ok"] >= 200
+    assert outcomes["killed: connection error"] > 0  # callers noticed, as connection errors
+    kinds = {kind.partition(": ")[2] for kind in outcomes}
+    assert kinds <= {"ok", "connection error"}, dict(outcomes)
+
+
+@pytest.mark.timeout(60)
+def test_a_runner_killed_mid_request_fails_by_the_deadline_typed() -> None:
+    timeout = 3.0
+    server = DRPCServer(**server_options(timeout=timeout, runner_liveness=0.5, http_port=None))
+    with ServerThread(server) as running:
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "drpc.runner", "--servers", f"{HOST}:{running.invocations_port}",
+             "--topology", "tests.fault.topologies:slow", "--executor", "local",
+             "--poll-interval", "0.01", "--log-level", "WARNING"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: "slow" in running.functions, 30)
+            with DRPCClient(HOST, running.port, timeout=30) as client:
+                assert client.execute("slow", "0") == "done"
+
+                async def call_and_kill() -> tuple[BaseException | str, float]:
+                    started = time.monotonic()
+                    call = asyncio.ensure_future(asyncio.to_thread(client.execute, "slow", "60"))
+                    while running.service.outstanding() == 0 or running.service.queue_depth("slow"):
+                        await asyncio.sleep(0.01)  # until the runner fetched it
+                    runner.send_signal(signal.SIGKILL)
+                    try:
+                        outcome: BaseException | str = await call
+                    except DRPCError as error:
+                        outcome = error
+                    return outcome, time.monotonic() - started
+
+                outcome, elapsed = asyncio.run(call_and_kill())
+        finally:
+            kill(runner.pid)
+            runner.wait(10)
+        assert isinstance(outcome, DRPCExecutionException), outcome
+        assert outcome.type is DRPCExceptionType.SERVER_TIMEOUT
+        assert elapsed < timeout + 1.0  # never a hang past the deadline
+        time.sleep(0.6)  # past runner_liveness: nobody serves "slow" now
+        with DRPCClient(HOST, running.port, timeout=10) as client:
+            started = time.monotonic()
+            with pytest.raises(DRPCExecutionException, match="is not served"):
+                client.execute("slow", "0")
+            assert time.monotonic() - started < 1.0
+        assert running.service.outstanding() == 0
