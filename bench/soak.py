@@ -1,0 +1,367 @@
+"""Soak: 1 000 concurrent callers against a DRPC server on Spark, bounded in time.
+
+The server runs in its own process (``python -m server``, Spark executor,
+``local[2]`` by default) serving reach, exclamation and ``soakfail`` (always
+fails), with ``--wait-for-unserved`` so calls to ``soakheld`` (served by
+nobody) wait for the server's deadline. The callers, in this process, each
+loop until the time is up:
+
+- good: reach (the four reference urls) and exclamation over Thrift
+  (``AsyncDRPCClient``, several callers per connection), every answer checked;
+- good over HTTP (aiohttp), every answer checked;
+- failing: ``soakfail`` over Thrift, expecting FAILED_REQUEST;
+- timeouts: ``soakheld`` over Thrift, expecting SERVER_TIMEOUT at the deadline;
+- slow clients: raw sockets that send each request frame in three pieces with
+  pauses and read the reply in two, within the server's read deadline.
+
+A warm-up at the same concurrency comes first; the server's RSS after it and
+after the soak (once every call has drained) are compared. Reported: throughput,
+p50/p99 per kind, outcome counts by type, peak RSS (the server's Python
+process and its Spark JVM), open fds at start and end. Exit status 1 when an
+outcome the mix does not ask for occurred (a wrong answer, a connection
+error, INTERNAL_ERROR, "server busy"...) or memory grew by more than 10 %.
+
+Usage: ``python bench/soak.py [--callers 1000] [--duration 60] [--warmup 20]
+[--master local[2]] [--out bench/results/soak.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+import aiohttp  # noqa: E402
+
+from client import AsyncDRPCClient, DRPCExecutionException  # noqa: E402
+from client.calls import execute_call  # noqa: E402
+from drpc.examples.reach import EXPECTED_REACH  # noqa: E402
+from drpc.wire import decode_message  # noqa: E402
+
+HOST = "127.0.0.1"
+SERVER_TIMEOUT = 20.0
+CALLERS_PER_CONNECTION = 10
+MIX = {"good": 0.50, "http": 0.15, "failing": 0.15, "timeout": 0.10, "slow": 0.10}
+EXPECTED = {
+    "good": {"ok"},
+    "http": {"ok"},
+    "failing": {"FAILED_REQUEST"},
+    "timeout": {"SERVER_TIMEOUT"},
+    "slow": {"ok"},
+}
+
+
+@dataclass
+class Tally:
+    outcomes: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
+    latencies: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
+    examples: dict[tuple[str, str], str] = field(default_factory=dict)
+    recording: bool = False
+
+    def record(self, kind: str, outcome: str, started: float, detail: str = "") -> None:
+        if not self.recording:
+            return
+        self.outcomes[kind, outcome] += 1
+        self.latencies[kind].append(time.monotonic() - started)
+        if outcome not in EXPECTED[kind]:
+            self.examples.setdefault((kind, outcome), detail[:200])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def _proc(pid: int, key: str) -> int:
+    """A ``/proc/PID/status`` value in KiB (VmRSS, VmHWM)."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(rf"^{key}:\s+(\d+) kB", text, re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rpartition(")")[2].split()[1]) == parent:
+                    found.append(int(entry))
+                    todo.append(int(entry))
+    return found
+
+
+def _jvm(pid: int) -> int | None:
+    for child in _descendants(pid):
+        try:
+            if b"java" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]:
+                return child
+        except OSError:
+            continue
+    return None
+
+
+# -- callers ------------------------------------------------------------------------------
+
+
+async def _thrift_caller(
+    kind: str, client: AsyncDRPCClient, index: int, stop: float, tally: Tally
+) -> None:
+    urls = list(EXPECTED_REACH)
+    n = 0
+    while time.monotonic() < stop:
+        n += 1
+        if kind == "good":
+            function, args = (
+                ("reach", urls[n % len(urls)]) if n % 2 else ("exclamation", f"{index}.{n}")
+            )
+            expected = EXPECTED_REACH[args] if function == "reach" else args + "!"
+        else:
+            function = "soakfail" if kind == "failing" else "soakheld"
+            args, expected = f"{index}.{n}", ""
+        started = time.monotonic()
+        try:
+            answer = await client.execute(function, args)
+        except DRPCExecutionException as error:
+            tally.record(kind, error.type.name, started, error.msg)
+            continue
+        except Exception as error:  # counted as an outcome the mix does not ask for
+            tally.record(kind, type(error).__name__, started, str(error))
+            await asyncio.sleep(0.1)
+            continue
+        tally.record(kind, "ok" if answer == expected else "WRONG", started, answer)
+
+
+async def _http_caller(
+    session: aiohttp.ClientSession, base: str, index: int, stop: float, tally: Tally
+) -> None:
+    n = 0
+    while time.monotonic() < stop:
+        n += 1
+        args = f"h{index}.{n}"
+        started = time.monotonic()
+        try:
+            async with session.post(f"{base}/drpc/exclamation", data=args.encode()) as response:
+                text = await response.text()
+                if response.status != 200:
+                    tally.record("http", f"HTTP {response.status}", started, text)
+                    continue
+        except Exception as error:
+            tally.record("http", type(error).__name__, started, str(error))
+            await asyncio.sleep(0.1)
+            continue
+        tally.record("http", "ok" if text == args + "!" else "WRONG", started, text)
+
+
+async def _slow_caller(port: int, index: int, stop: float, tally: Tally) -> None:
+    n = 0
+    reader = writer = None
+    while time.monotonic() < stop:
+        n += 1
+        args = f"s{index}.{n}"
+        started = time.monotonic()
+        try:
+            if writer is None:
+                reader, writer = await asyncio.open_connection(HOST, port)
+            assert reader is not None
+            data = execute_call("exclamation", args).encode(n)
+            for piece in (data[:3], data[3:20], data[20:]):
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.2)
+            header = await reader.readexactly(4)
+            await asyncio.sleep(0.2)
+            reply = decode_message(await reader.readexactly(int.from_bytes(header, "big")))
+            answer = execute_call("exclamation", args).check_reply(reply, n).success
+        except Exception as error:
+            tally.record("slow", type(error).__name__, started, str(error))
+            if writer is not None:
+                writer.close()
+            reader = writer = None
+            await asyncio.sleep(0.1)
+            continue
+        tally.record("slow", "ok" if answer == args + "!" else "WRONG", started, str(answer))
+    if writer is not None:
+        writer.close()
+
+
+async def _load(ports: dict[str, int], callers: int, seconds: float, tally: Tally) -> None:
+    counts = {kind: round(share * callers) for kind, share in MIX.items()}
+    counts["good"] += callers - sum(counts.values())
+    stop = time.monotonic() + seconds
+    clients: list[AsyncDRPCClient] = []
+    tasks = []
+    index = 0
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=counts["http"])
+    ) as session:
+        for kind in ("good", "failing", "timeout"):
+            for i in range(counts[kind]):
+                if i % CALLERS_PER_CONNECTION == 0:
+                    clients.append(
+                        AsyncDRPCClient(HOST, ports["port"], timeout=SERVER_TIMEOUT + 30)
+                    )
+                index += 1
+                tasks.append(_thrift_caller(kind, clients[-1], index, stop, tally))
+        base = f"http://{HOST}:{ports['http']}"
+        tasks += [_http_caller(session, base, i, stop, tally) for i in range(counts["http"])]
+        tasks += [_slow_caller(ports["port"], i, stop, tally) for i in range(counts["slow"])]
+        async with asyncio.timeout(seconds + SERVER_TIMEOUT + 60):  # bounded, whatever happens
+            await asyncio.gather(*tasks)
+        for client in clients:
+            await client.close()
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def _start_server(master: str, ports: dict[str, int]) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", HOST)
+    return subprocess.Popen(
+        [sys.executable, "-m", "server", "--executor", "spark", "--master", master,
+         "--host", HOST, "--port", str(ports["port"]), "--invocations-port",
+         str(ports["invocations"]), "--http-port", str(ports["http"]),
+         "--timeout", str(SERVER_TIMEOUT), "--wait-for-unserved", "--log-level", "WARNING",
+         "--topology", "drpc.examples.reach:topology",
+         "--topology", "drpc.examples.exclamation:topology",
+         "--topology", "bench.soak_topologies:failing"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _wait_until_serving(server: subprocess.Popen[str], port: int, timeout: float) -> None:
+    async def probe() -> bool:
+        try:
+            async with AsyncDRPCClient(HOST, port, timeout=30) as client:
+                return await client.execute("exclamation", "up") == "up!"
+        except Exception:
+            return False
+
+    deadline = time.monotonic() + timeout
+    while not asyncio.run(probe()):
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(
+                f"the server did not start: {server.stderr.read() if server.stderr else ''}"
+            )
+        time.sleep(1)
+
+
+def run(callers: int, seconds: float, warmup: float, master: str) -> dict[str, Any]:
+    ports = {"port": _free_port(), "invocations": _free_port(), "http": _free_port()}
+    server = _start_server(master, ports)
+    try:
+        _wait_until_serving(server, ports["port"], 180)
+        jvm = _jvm(server.pid)
+        print(f"server pid {server.pid} (Spark JVM {jvm}); warm-up {warmup:g} s", flush=True)
+        asyncio.run(_load(ports, callers, warmup, Tally()))
+        time.sleep(2)
+        start = {"rss_kib": _proc(server.pid, "VmRSS"), "fds": _fds(server.pid)}
+        if jvm:
+            start["jvm_rss_kib"] = _proc(jvm, "VmRSS")
+        print(f"after warm-up: {start}; soak {seconds:g} s with {callers} callers", flush=True)
+        tally = Tally(recording=True)
+        began = time.monotonic()
+        asyncio.run(_load(ports, callers, seconds, tally))
+        elapsed = time.monotonic() - began
+        time.sleep(2)
+        end = {"rss_kib": _proc(server.pid, "VmRSS"), "fds": _fds(server.pid)}
+        peak = {"server_rss_kib": _proc(server.pid, "VmHWM")}
+        if jvm:
+            end["jvm_rss_kib"] = _proc(jvm, "VmRSS")
+            peak["jvm_rss_kib"] = _proc(jvm, "VmHWM")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    total = sum(tally.outcomes.values())
+    unexpected = {
+        f"{kind}: {outcome}": count
+        for (kind, outcome), count in tally.outcomes.items()
+        if outcome not in EXPECTED[kind]
+    }
+    growth = (end["rss_kib"] - start["rss_kib"]) / start["rss_kib"]
+    return {
+        "callers": callers,
+        "seconds": round(elapsed, 1),
+        "master": master,
+        "mix": MIX,
+        "calls": total,
+        "throughput_per_s": round(total / elapsed, 1),
+        "latency_ms": {
+            kind: {
+                "n": len(samples),
+                "p50": round(_percentile(samples, 50) * 1000),
+                "p99": round(_percentile(samples, 99) * 1000),
+            }
+            for kind, samples in sorted(tally.latencies.items())
+        },
+        "outcomes": {
+            f"{kind}: {outcome}": n for (kind, outcome), n in sorted(tally.outcomes.items())
+        },
+        "unexpected": unexpected,
+        "unexpected_examples": {f"{k}: {o}": d for (k, o), d in tally.examples.items()},
+        "after_warmup": start,
+        "after_soak": end,
+        "peak": peak,
+        "server_rss_growth": round(growth, 4),
+        "ok": not unexpected and growth <= 0.10,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--callers", type=int, default=1000, help="concurrent callers (default %(default)s)"
+    )
+    parser.add_argument(
+        "--duration", type=float, default=60.0, help="soak seconds (default %(default)g)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=20.0, help="warm-up seconds (default %(default)g)"
+    )
+    parser.add_argument("--master", default="local[2]", help="Spark master (default %(default)s)")
+    parser.add_argument(
+        "--out", default=str(HERE / "results" / "soak.json"), help="JSON report file"
+    )
+    args = parser.parse_args()
+    report = run(args.callers, args.duration, args.warmup, args.master)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
