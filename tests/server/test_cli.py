@@ -34,9 +34,41 @@ def test_console_scripts_are_declared() -> None:
 @pytest.mark.parametrize(
     ("module", "expected"),
     [
-        ("server", ["--topology", "--executor", "--master", "--port", "--timeout"]),
-        ("client", ["FUNCTION", "ARGS", "--servers", "--timeout"]),
-        ("drpc.runner", ["--servers", "--topology", "--executor"]),
+        (
+            "server",
+            [
+                "--topology",
+                "--executor",
+                "--master",
+                "--port",
+                "--timeout",
+                "--acl",
+                "--acl-strict",
+                "--tokens",
+                "--tls-cert",
+                "--tls-key",
+                "--tls-ca",
+                "--max-frame-size",
+                "--max-queue-depth",
+                "--read-timeout",
+                "--max-connections",
+            ],
+        ),
+        (
+            "client",
+            [
+                "FUNCTION",
+                "ARGS",
+                "--servers",
+                "--timeout",
+                "--http",
+                "--token-file",
+                "--tls-ca",
+                "--tls-cert",
+                "--tls-key",
+            ],
+        ),
+        ("drpc.runner", ["--servers", "--topology", "--executor", "--tls-ca", "--tls-cert"]),
     ],
 )
 def test_help(module: str, expected: list[str]) -> None:
