@@ -1,0 +1,108 @@
+"""Observation hooks: what executors, runners and servers report for metrics, dashboards and traces.
+
+Contract. An ``Observer`` receives events as they happen; ``Observer`` itself
+ignores every event, so an implementation overrides only what it needs.
+Events come from any thread, must be cheap, and an observer's exception never
+reaches the engine that reported it: call through ``notify(observer, name,
+...)``, which logs and drops it.
+
+Runtimes find their observer in their services under ``OBSERVER_SERVICE``
+(``observer_of(services)``; missing means ``NULL_OBSERVER``). Times are
+``time.monotonic()`` of the reporting process, in seconds.
+
+Request events (``return_info`` names the request and the server that issued it):
+
+- ``step_started(return_info, step, now)``: a step began work on the request;
+- ``step_finished(return_info, step, start, end, attrs)``: a step's span for
+  the request (``attrs`` e.g. ``{"spark_job_id": 3}``);
+- ``request_failed_in(return_info, step, reason)``: the step where a request failed.
+
+Executor events: ``job_started(function, job, request_count, now)`` and
+``job_finished(function, job, ok, seconds)`` (a Spark job, ``job`` its tag),
+``batch_coalesced(function, size)``.
+
+Transactional events (``topology`` is the transactional topology id):
+``tx_started(topology, txid, attempt_id, now)``, ``tx_committed(topology,
+txid, commit_seconds, tuples)``, ``tx_replayed(topology, txid, cause)``
+(``cause``: "failed", "timeout", "commit-failed", "after-earlier-failure",
+"state-full", "restart").
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+OBSERVER_SERVICE = "drpc.observer"
+
+
+class Observer:
+    """Ignores every event; subclass and override what you need."""
+
+    def step_started(self, return_info: Any, step: str, now: float) -> None:
+        pass
+
+    def step_finished(
+        self, return_info: Any, step: str, start: float, end: float, attrs: dict[str, Any]
+    ) -> None:
+        pass
+
+    def request_failed_in(self, return_info: Any, step: str, reason: str) -> None:
+        pass
+
+    def job_started(self, function: str, job: str, request_count: int, now: float) -> None:
+        pass
+
+    def job_finished(self, function: str, job: str, ok: bool, seconds: float) -> None:
+        pass
+
+    def batch_coalesced(self, function: str, size: int) -> None:
+        pass
+
+    def tx_started(self, topology: str, txid: int, attempt_id: int, now: float) -> None:
+        pass
+
+    def tx_committed(self, topology: str, txid: int, commit_seconds: float, tuples: int) -> None:
+        pass
+
+    def tx_replayed(self, topology: str, txid: int, cause: str) -> None:
+        pass
+
+
+NULL_OBSERVER = Observer()
+
+
+class FanOut(Observer):
+    """Passes every event to each of several observers."""
+
+    def __init__(self, *observers: Observer) -> None:
+        self.observers = [o for o in observers if o is not NULL_OBSERVER]
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("_") or name == "observers" or not hasattr(Observer, name):
+            return object.__getattribute__(self, name)
+        observers = object.__getattribute__(self, "observers")
+
+        def fan_out(*args: Any) -> None:
+            for observer in observers:
+                notify(observer, name, *args)
+
+        return fan_out
+
+
+def observer_of(services: dict[str, Any] | None) -> Observer:
+    if not services:
+        return NULL_OBSERVER
+    return services.get(OBSERVER_SERVICE) or NULL_OBSERVER
+
+
+def notify(observer: Observer, event: str, *args: Any) -> None:
+    """Call ``observer.<event>(*args)``; an exception is logged, never raised."""
+    if observer is NULL_OBSERVER:
+        return
+    try:
+        getattr(observer, event)(*args)
+    except Exception:
+        log.exception("observer %r failed on %s", observer, event)
