@@ -36,6 +36,7 @@ from drpc.errors import DRPCError
 from drpc.executors import create_executor
 from drpc.hosting import as_topology, default_executor
 from drpc.model.topology import Topology
+from drpc.observe import OBSERVER_SERVICE, FanOut
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
 from server.handlers import execute_methods, invocations_methods
 from server.http import RequestDeadline, create_http_app
@@ -135,6 +136,9 @@ class DRPCServer:
         self._http_runner: web.AppRunner | None = None
         self._http_deadline: asyncio.Task[None] | None = None
         self._runtimes: dict[str, tuple[str, Any]] = {}
+        self.observer = FanOut()
+        """Every hosted runtime reports here (``drpc.observe``); append observers to
+        ``observer.observers``."""
         self.started = False
         self.stopped = False
 
@@ -167,7 +171,10 @@ class DRPCServer:
         runtime = create_executor(
             name,
             built,
-            services={INVOCATIONS_SERVICE: EmbeddedInvocations(self.service)},
+            services={
+                INVOCATIONS_SERVICE: EmbeddedInvocations(self.service),
+                OBSERVER_SERVICE: self.observer,
+            },
             conf=self._conf,
             **executor_options,
         )
