@@ -537,6 +537,23 @@ class StateEnvironment:
                 raise self._wrap(error, "resize") from error
 
 
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"65536"``, ``"64MiB"``, ``"64M"``, ``"16GiB"`` (binary units); ValueError
+    naming the text otherwise."""
+    raw = text.strip().lower().removesuffix("b").removesuffix("i")
+    number, unit = (raw[:-1], raw[-1]) if raw and raw[-1] in _SIZE_UNITS else (raw, "")
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (use bytes or KiB, MiB, GiB, TiB)") from None
+    if value <= 0 or value != value or value == float("inf"):
+        raise ValueError(f"a size must be positive, got {text!r}")
+    return int(value)
+
+
 def _round_up(size: int) -> int:
     return -(-size // _PAGE_SIZE) * _PAGE_SIZE
 

@@ -2,7 +2,7 @@
 
     drpc-transactional run MODULE:ATTR --state-dir DIR [--executor local|spark]
                        [--master URL] [--max-spout-pending N] [--until-idle | --forever]
-                       [--max-batches N]
+                       [--max-batches N] [--map-size SIZE] [--max-map-size SIZE]
     drpc-transactional status --state-dir DIR [--json]
 
 ``run`` resumes after the last commit in ``DIR`` and shows a live progress line
@@ -31,8 +31,52 @@ from drpc.hosting import load_topology
 from drpc.progress import Progress
 from drpc.state import CoordinatorState, StateEnvironment
 from drpc.state.codec import decode_names
-from drpc.state.env import CATALOG_DB, MAPS_DB
+from drpc.state.env import (
+    CATALOG_DB,
+    DEFAULT_MAP_SIZE,
+    DEFAULT_MAX_MAP_SIZE,
+    MAPS_DB,
+    MIN_MAP_SIZE,
+    parse_size,
+)
 from drpc.transactional.run import EXECUTORS, CommitInfo, TransactionalRunner
+
+
+def _size(text: str) -> int:
+    try:
+        size = parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if size < MIN_MAP_SIZE:
+        raise argparse.ArgumentTypeError(f"at least {MIN_MAP_SIZE} bytes, got {text!r}")
+    return size
+
+
+def add_state_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--map-size`` and ``--max-map-size`` of the LMDB state directory."""
+    parser.add_argument(
+        "--map-size",
+        type=_size,
+        default=DEFAULT_MAP_SIZE,
+        metavar="SIZE",
+        help="initial LMDB map size, e.g. 64MiB (default 64MiB; it doubles on demand)",
+    )
+    parser.add_argument(
+        "--max-map-size",
+        type=_size,
+        default=DEFAULT_MAX_MAP_SIZE,
+        metavar="SIZE",
+        help="the map never grows past this, e.g. 16GiB (default 16GiB); a commit that "
+        "does not fit stops the run with nothing of it committed",
+    )
+
+
+def state_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, int]:
+    if args.max_map_size < args.map_size:
+        parser.error(
+            f"--max-map-size ({args.max_map_size}) must be at least --map-size ({args.map_size})"
+        )
+    return {"map_size": args.map_size, "max_map_size": args.max_map_size}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,6 +120,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="give up when a batch fails N times (default 100)",
     )
+    add_state_arguments(run)
     run.add_argument("--log-level", default="WARNING", help="logging level (default %(default)s)")
     status = commands.add_parser("status", help="show the topologies and maps of a state directory")
     status.add_argument("--state-dir", required=True)
@@ -94,6 +139,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(str(error))
     if topology.transactional is None:
         parser.error(f"{args.topology} is not a transactional topology")
+    options = state_options(parser, args)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -119,6 +165,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             max_spout_pending=args.max_spout_pending,
             master=args.master,
             max_attempts=args.max_attempts,
+            state_options=options,
         ) as runner:
             result = runner.run(
                 until_idle=args.until_idle,

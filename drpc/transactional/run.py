@@ -26,7 +26,16 @@ until its source runs dry (a committed batch emitted nothing) or
   that fails ``max_attempts`` times (default 100) stops the run with
   ``TransactionalError`` naming it and its last failure (a batch that can never
   pass would otherwise replay forever, as in Storm);
-- restarting with the same state directory resumes after the last commit.
+- a commit that does not fit in the state directory even after the map grew
+  to ``max_map_size`` (``state_options``) stops the run at once with
+  ``TransactionalError`` caused by ``StateFullError``: nothing of that batch
+  is committed, earlier commits stay, and a restart with a larger
+  ``max_map_size`` commits it (a replay would write the same data again);
+- restarting with the same state directory resumes after the last commit;
+- events go to the ``drpc.observe`` observer given as ``observer``
+  (``tx_started``, ``tx_committed``, ``tx_replayed`` with cause
+  "processing" or "commit"); ``status()`` is a snapshot for dashboards,
+  safe from any thread.
 """
 
 from __future__ import annotations
@@ -44,13 +53,20 @@ from typing import Any
 
 from drpc import config
 from drpc.builders.transactional import TransactionalInfo, TransactionalTopologyBuilder
-from drpc.errors import DRPCExceptionType, Failure, InvalidTopologyError, TransactionalError
+from drpc.errors import (
+    DRPCExceptionType,
+    Failure,
+    InvalidTopologyError,
+    StateFullError,
+    TransactionalError,
+)
 from drpc.executors.batch import DATA, FAIL, REPORT, Record, TaskHints, TaskRun
 from drpc.model.components import BaseRichBolt, Conf, OutputCollector
 from drpc.model.context import TopologyContext
 from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology, TopologyBuilder
 from drpc.model.tuples import Tuple
+from drpc.observe import NULL_OBSERVER, OBSERVER_SERVICE, Observer, notify
 from drpc.state import CoordinatorState, StateEnvironment
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.coordinator import (
@@ -475,7 +491,14 @@ class TransactionalRunner:
         spark_conf: dict[str, Any] | None = None,
         threads: int = 4,
         max_attempts: int | None = 100,
+        state_options: dict[str, Any] | None = None,
+        observer: Observer | None = None,
     ) -> None:
+        """
+        :param state_options: options of ``StateEnvironment.open`` for ``state_dir``
+            (e.g. ``map_size``, ``max_map_size``, ``sync``); defaults otherwise.
+        :param observer: receives ``tx_*`` events (``drpc.observe``).
+        """
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be None or >= 1, got {max_attempts}")
         if isinstance(topology, TransactionalTopologyBuilder):
@@ -492,12 +515,14 @@ class TransactionalRunner:
         self.info = info
         self.executor = executor
         self.conf = config.resolve(topology.conf, conf, {STATE_DIR_CONF: str(state_dir)})
-        self.env = StateEnvironment.open(str(state_dir))
+        self.env = StateEnvironment.open(str(state_dir), **(state_options or {}))
+        self.observer = observer or NULL_OBSERVER
         self.coordinator_state = CoordinatorState(self.env, info.id)
         self.transactional = TransactionalServices(info.id, self.coordinator_state)
         self.services: dict[str, Any] = {
             TRANSACTIONAL_SERVICE: self.transactional,
             STATE_SERVICE: TopologyState(self.env),
+            OBSERVER_SERVICE: self.observer,
         }
         coordinator_task = topology.component_task_ids[info.coordinator_id][0]
         context = TopologyContext(
@@ -539,6 +564,19 @@ class TransactionalRunner:
         self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._captured: dict[TransactionAttempt, Processed] = {}
         self._started = False
+        self._status_lock = threading.Lock()
+        self._status: dict[str, Any] = {
+            "topology": info.id,
+            "executor": executor,
+            "running": False,
+            "last_txid": last.txid if (last := self.coordinator_state.last_commit()) else None,
+            "in_flight": 0,
+            "batches": 0,
+            "tuples": 0,
+            "replays": {},
+            "last_commit_seconds": None,
+            "error": None,
+        }
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -566,6 +604,21 @@ class TransactionalRunner:
         if close is not None:
             close()
 
+    def status(self) -> dict[str, Any]:
+        """Last committed txid, batches in flight, commits, tuples and replays of this run."""
+        with self._status_lock:
+            return {**self._status, "replays": dict(self._status["replays"])}
+
+    def _update_status(self, **changes: Any) -> None:
+        with self._status_lock:
+            self._status.update(changes)
+            self._status["in_flight"] = len(self.coordinator.active)
+
+    def _replayed(self, result: RunResult, txid: int, cause: str) -> None:
+        result.replays[cause] += 1
+        self._update_status(replays=dict(result.replays))
+        notify(self.observer, "tx_replayed", self.info.id, txid, cause)
+
     # -- the loop --------------------------------------------------------------------------
 
     def run(
@@ -580,6 +633,33 @@ class TransactionalRunner:
         self.start()
         result = RunResult(self.info.id)
         started = time.monotonic()
+        self._update_status(running=True, error=None)
+        try:
+            self._loop(result, until_idle, max_batches, stop, on_commit, poll_interval)
+        except BaseException as error:
+            self._update_status(running=False, error=f"{type(error).__name__}: {error}")
+            raise
+        self._update_status(running=False)
+        result.seconds = time.monotonic() - started
+        log.info(
+            "transactional topology %r: %d batch(es) committed (%d tuples) in %.1f s, replays %s",
+            self.info.id,
+            len(result.commits),
+            result.tuples,
+            result.seconds,
+            dict(result.replays) or "none",
+        )
+        return result
+
+    def _loop(
+        self,
+        result: RunResult,
+        until_idle: bool,
+        max_batches: int | None,
+        stop: threading.Event | None,
+        on_commit: Callable[[CommitInfo], None] | None,
+        poll_interval: float,
+    ) -> None:
         log.info(
             "running transactional topology %r on the %s executor from txid %d, up to %d "
             "batch(es) in flight",
@@ -595,9 +675,17 @@ class TransactionalRunner:
             while pending:
                 decision = pending.popleft()
                 if isinstance(decision, EmitBatch):
-                    self.backend.submit(
-                        decision.attempt, decision.metadata, decision.last_committed
+                    attempt = decision.attempt
+                    self._update_status()
+                    notify(
+                        self.observer,
+                        "tx_started",
+                        self.info.id,
+                        attempt.txid,
+                        attempt.attempt_id,
+                        time.monotonic(),
                     )
+                    self.backend.submit(attempt, decision.metadata, decision.last_committed)
                 elif isinstance(decision, EmitCommit):
                     pending.extend(
                         self._commit(decision.attempt, result, on_commit, until_idle, max_batches)
@@ -612,16 +700,6 @@ class TransactionalRunner:
                 pending.extend(self.coordinator.next_tuple(self.metadata))
                 continue
             pending.extend(self._on_event(event, result))
-        result.seconds = time.monotonic() - started
-        log.info(
-            "transactional topology %r: %d batch(es) committed (%d tuples) in %.1f s, replays %s",
-            self.info.id,
-            len(result.commits),
-            result.tuples,
-            result.seconds,
-            dict(result.replays) or "none",
-        )
-        return result
 
     def _on_event(self, event: Event, result: RunResult) -> list[Decision]:
         attempt = event.attempt
@@ -631,7 +709,7 @@ class TransactionalRunner:
                 self._captured[attempt] = event
             return self.coordinator.ack(attempt, self.metadata)
         if current:
-            result.replays["processing"] += 1
+            self._replayed(result, attempt.txid, "processing")
             log.warning(
                 "batch %s failed in processing, replaying: %s", attempt, event.failure.message
             )
@@ -668,9 +746,15 @@ class TransactionalRunner:
             outputs = self.env.run_write(
                 lambda txn: self._commit_in(txn, attempt, processed.captured)
             )
+        except StateFullError as error:
+            raise TransactionalError(
+                f"transactional topology {self.info.id!r}: batch {attempt.txid} cannot commit: "
+                f"{error}; nothing of batch {attempt.txid} was committed, the run stops (a "
+                "replay would write the same data); restart it with a larger max_map_size"
+            ) from error
         except Exception as error:
             failure = error.failure if isinstance(error, CommitFailed) else None
-            result.replays["commit"] += 1
+            self._replayed(result, attempt.txid, "commit")
             reason = failure.message if failure else f"{type(error).__name__}: {error}"
             log.warning(
                 "commit of batch %s failed, replaying from txid %d: %s",
@@ -686,6 +770,13 @@ class TransactionalRunner:
             attempt.txid, attempt, processed.tuples, outputs, time.monotonic() - started
         )
         result.commits.append(info)
+        self._update_status(
+            last_txid=info.txid,
+            batches=len(result.commits),
+            tuples=self._status["tuples"] + info.tuples,
+            last_commit_seconds=info.seconds,
+        )
+        notify(self.observer, "tx_committed", self.info.id, info.txid, info.seconds, info.tuples)
         if on_commit is not None:
             on_commit(info)
         if (until_idle and info.tuples == 0) or (
@@ -741,6 +832,8 @@ def run(
     on_commit: Callable[[CommitInfo], None] | None = None,
     stop: threading.Event | None = None,
     max_attempts: int | None = 100,
+    state_options: dict[str, Any] | None = None,
+    observer: Observer | None = None,
 ) -> RunResult:
     """Run a transactional topology until it is idle (or ``max_batches`` commit)."""
     with TransactionalRunner(
@@ -751,6 +844,8 @@ def run(
         conf=conf,
         master=master,
         max_attempts=max_attempts,
+        state_options=state_options,
+        observer=observer,
     ) as runner:
         return runner.run(
             until_idle=until_idle, max_batches=max_batches, stop=stop, on_commit=on_commit

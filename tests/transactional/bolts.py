@@ -159,3 +159,34 @@ class SlowFirstBatch(BaseBasicBolt):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(Fields("id", "word"))
+
+
+class CommitCountsAndPayloads(BaseTransactionalBolt, ICommitter):
+    """Commit phase over [word, size]: counts each word, and stores a payload of ``size``
+    bytes under the word when size > 0, in the same commit (to fill a state directory)."""
+
+    def prepare(
+        self,
+        conf: dict[str, Any],
+        context: TopologyContext,
+        collector: BatchOutputCollector,
+        attempt: TransactionAttempt,
+    ) -> None:
+        self.counts: Counter[str] = Counter()
+        self.payloads: dict[str, int] = {}
+        self.count_map = context.state.transactional_map("counts", default=0)
+        self.payload_map = context.state.transactional_map("payloads", default="")
+
+    def execute(self, tuple: Tuple) -> None:
+        word, size = tuple[1], tuple[2]
+        self.counts[word] += 1
+        if size:
+            self.payloads[word] = size
+
+    def finish_batch(self) -> None:
+        self.count_map.multi_update({w: (lambda v, n=n: v + n) for w, n in self.counts.items()})
+        for word, size in self.payloads.items():
+            self.payload_map.put(word, "x" * size)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        pass
