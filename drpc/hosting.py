@@ -59,6 +59,16 @@ def as_topology(value: Any, source: str = "value") -> Topology:
     )
 
 
+def as_transactional(value: Any, source: str = "value") -> Topology:
+    """``as_topology`` for a transactional topology; ValueError naming ``source`` otherwise."""
+    topology = as_topology(value, source)
+    if topology.transactional is None:
+        raise ValueError(
+            f"{source} is not a transactional topology (build it with TransactionalTopologyBuilder)"
+        )
+    return topology
+
+
 def load_topology(spec: str) -> Topology:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:

@@ -34,7 +34,7 @@ from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError
 from drpc.executors import create_executor
-from drpc.hosting import as_topology, default_executor
+from drpc.hosting import as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
 from drpc.observe import OBSERVER_SERVICE, FanOut
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
@@ -44,6 +44,7 @@ from server.identity import TokenTable
 from server.limits import Limits
 from server.service import DEFAULT_RUNNER_LIVENESS, Authorizer, DRPCService, EmbeddedInvocations
 from server.thrift_listener import DEFAULT_MAX_CONNECTIONS, ThriftListener
+from server.transactional import HostedTransactional
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ class DRPCServer:
         self._http_runner: web.AppRunner | None = None
         self._http_deadline: asyncio.Task[None] | None = None
         self._runtimes: dict[str, tuple[str, Any]] = {}
+        self.transactional: dict[str, HostedTransactional] = {}
         self.observer = FanOut()
         """Every hosted runtime reports here (``drpc.observe``); append observers to
         ``observer.observers``."""
@@ -188,6 +190,41 @@ class DRPCServer:
         log.info("registered DRPC function %r on the %s executor", function, name)
         return runtime
 
+    def register_transactional(
+        self,
+        topology: Any,
+        *,
+        state_dir: str,
+        executor: str | None = None,
+        **options: Any,
+    ) -> HostedTransactional:
+        """Run a transactional topology in this process while the server serves
+        (``server.transactional.HostedTransactional``; its ``options`` are keywords of
+        it). It starts with ``start()`` (at once if the server already started), resumes
+        after the last commit in ``state_dir``, and stops with the server."""
+        if self.stopped:
+            raise DRPCError("the DRPC server is stopped")
+        hosted = HostedTransactional(
+            as_transactional(topology),
+            state_dir=state_dir,
+            executor=executor or self.executor,
+            observer=self.observer,
+            **options,
+        )
+        if hosted.topology_id in self.transactional:
+            hosted.runner.close()
+            raise DRPCError(f"transactional topology {hosted.topology_id!r} is already registered")
+        self.transactional[hosted.topology_id] = hosted
+        if self.started:
+            hosted.start()
+        log.info(
+            "registered transactional topology %r on the %s executor, state in %s",
+            hosted.topology_id,
+            hosted.runner.executor,
+            state_dir,
+        )
+        return hosted
+
     @property
     def functions(self) -> list[str]:
         """Functions served now: registered here or fetched recently by a remote runner."""
@@ -230,6 +267,8 @@ class DRPCServer:
             await self._close_listeners()
             raise
         self.started = True
+        for hosted in self.transactional.values():
+            hosted.start()
         log.info("%s", self.describe())
         return self
 
@@ -257,6 +296,11 @@ class DRPCServer:
             log.info("failed %d outstanding request(s) with SERVER_SHUTDOWN", failed)
         await self._close_listeners()
         loop = asyncio.get_running_loop()
+        for topology_id, hosted in self.transactional.items():
+            try:
+                await loop.run_in_executor(None, hosted.stop)
+            except Exception:
+                log.exception("stopping transactional topology %r failed", topology_id)
         for function, (_, runtime) in list(self._runtimes.items()):
             self.service.unregister_embedded(function)
             try:

@@ -8,6 +8,10 @@ remote runners (``python -m drpc.runner``). Security: ``--acl FILE``
 (Storm's ACL, ``--acl-strict``), ``--tokens FILE`` (HTTP bearer tokens),
 ``--tls-cert/--tls-key`` (TLS on every port) and ``--tls-ca`` (client
 certificates required). Every limit of ``server.limits.Limits`` is a flag.
+``--transactional MODULE:ATTR --state-dir DIR`` also runs transactional
+topologies in the server process (``--max-spout-pending``, ``--map-size``,
+``--max-map-size``), resuming after their last commit in DIR; hosted DRPC
+functions can answer from that committed state.
 It logs what it serves and where, and on SIGINT/SIGTERM fails outstanding
 calls with SERVER_SHUTDOWN and exits 0. Exit status 2 for bad arguments (an
 unloadable topology, ACL, tokens or certificate file included), 1 when a port
@@ -25,9 +29,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from drpc.errors import DRPCError
-from drpc.hosting import add_hosting_arguments, hosting_setup
+from drpc.hosting import add_hosting_arguments, as_transactional, hosting_setup, load_topology
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
 from drpc.tls import server_context
+from drpc.transactional.cli import add_state_arguments, state_options
 from server.acl import ACLAuthorizer
 from server.app import (
     DEFAULT_HOST,
@@ -117,8 +122,42 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="require client certificates signed by this CA; their subject CN is the user",
     )
+    transactional = parser.add_argument_group("transactional topologies")
+    transactional.add_argument(
+        "--transactional",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="also run this transactional topology in the server (repeatable), e.g. "
+        "drpc.examples.transactional_words:topology; needs --state-dir",
+    )
+    transactional.add_argument(
+        "--state-dir", metavar="DIR", help="LMDB state directory of --transactional runs"
+    )
+    transactional.add_argument(
+        "--max-spout-pending",
+        type=int,
+        default=1,
+        metavar="N",
+        help="batches in flight per transactional run (default %(default)s)",
+    )
+    add_state_arguments(transactional)
     add_limit_arguments(parser)
     return parser
+
+
+def _transactional(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Any]:
+    """The ``--transactional`` topologies; bad values exit through ``parser.error``."""
+    if not args.transactional:
+        return []
+    if not args.state_dir:
+        parser.error("--transactional needs --state-dir")
+    if args.max_spout_pending < 1:
+        parser.error("--max-spout-pending must be >= 1")
+    try:
+        return [as_transactional(load_topology(spec), spec) for spec in args.transactional]
+    except ValueError as error:
+        parser.error(str(error))
 
 
 def _security(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -147,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     topologies, executor_options = hosting_setup(parser, args)
     security = _security(parser, args)
+    transactional = _transactional(parser, args)
+    options = state_options(parser, args)
     server = DRPCServer(
         host=args.host,
         port=args.port,
@@ -162,6 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for topology in topologies:
             server.register(topology, **executor_options)
+        for topology in transactional:
+            server.register_transactional(
+                topology,
+                state_dir=args.state_dir,
+                max_spout_pending=args.max_spout_pending,
+                state_options=options,
+                **executor_options,
+            )
         return asyncio.run(_serve(server))
     except OSError as error:
         log.error("cannot serve: %s", error)

@@ -352,6 +352,15 @@ class StateEnvironment:
             _registry[real] = env
             return env
 
+    @staticmethod
+    def opened(path: str | os.PathLike[str]) -> StateEnvironment | None:
+        """The environment of ``path`` already open in this process, whatever its options."""
+        with _registry_lock:
+            env = _registry.get(os.path.realpath(os.fspath(path)))
+        if env is None or env._closed or env._pid != os.getpid():
+            return None
+        return env
+
     def __reduce__(self) -> tuple[object, ...]:
         return (_reopen, (self.path, asdict(self.options)))
 

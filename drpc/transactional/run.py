@@ -147,12 +147,17 @@ class _Metadata:
         self.state = state
         self.coordinator = coordinator
         self.stopped = False
+        self.resume_at = 0.0  # no new transaction before this time.monotonic() (idle source)
 
     def has_cache(self, txid: int) -> bool:
         return self.state.batch_meta.has_cache(txid)
 
     def is_ready(self) -> bool:
-        return not self.stopped and bool(self.coordinator.is_ready())
+        return (
+            not self.stopped
+            and time.monotonic() >= self.resume_at
+            and bool(self.coordinator.is_ready())
+        )
 
     def get_state(self, txid: int) -> Any:
         return self.state.batch_meta.get_state(txid, self.coordinator.initialize_transaction)
@@ -629,13 +634,25 @@ class TransactionalRunner:
         stop: threading.Event | None = None,
         on_commit: Callable[[CommitInfo], None] | None = None,
         poll_interval: float = 0.05,
+        idle_interval: float = 0.5,
     ) -> RunResult:
+        """Process and commit batches until idle (``until_idle``), ``max_batches``
+        commits, or ``stop`` is set (then the batches in flight finish first).
+
+        Without ``until_idle`` the source is polled forever; after a committed batch
+        that was empty, the next transaction opens ``idle_interval`` seconds later
+        (default 0.5), so an idle source costs a commit every that often, not a
+        busy loop of empty commits. ``poll_interval`` (0.05 s) bounds how long a
+        stop or a new transaction waits for the loop to notice it.
+        """
         self.start()
         result = RunResult(self.info.id)
         started = time.monotonic()
         self._update_status(running=True, error=None)
         try:
-            self._loop(result, until_idle, max_batches, stop, on_commit, poll_interval)
+            self._loop(
+                result, until_idle, max_batches, stop, on_commit, poll_interval, idle_interval
+            )
         except BaseException as error:
             self._update_status(running=False, error=f"{type(error).__name__}: {error}")
             raise
@@ -659,6 +676,7 @@ class TransactionalRunner:
         stop: threading.Event | None,
         on_commit: Callable[[CommitInfo], None] | None,
         poll_interval: float,
+        idle_interval: float,
     ) -> None:
         log.info(
             "running transactional topology %r on the %s executor from txid %d, up to %d "
@@ -688,7 +706,14 @@ class TransactionalRunner:
                     self.backend.submit(attempt, decision.metadata, decision.last_committed)
                 elif isinstance(decision, EmitCommit):
                     pending.extend(
-                        self._commit(decision.attempt, result, on_commit, until_idle, max_batches)
+                        self._commit(
+                            decision.attempt,
+                            result,
+                            on_commit,
+                            until_idle,
+                            max_batches,
+                            idle_interval,
+                        )
                     )
             if stop is not None and stop.is_set():
                 self.metadata.stopped = True
@@ -739,6 +764,7 @@ class TransactionalRunner:
         on_commit: Callable[[CommitInfo], None] | None,
         until_idle: bool,
         max_batches: int | None,
+        idle_interval: float,
     ) -> list[Decision]:
         processed = self._captured.pop(attempt)
         started = time.monotonic()
@@ -783,6 +809,8 @@ class TransactionalRunner:
             max_batches is not None and len(result.commits) >= max_batches
         ):
             self.metadata.stopped = True  # before the coordinator opens the next transaction
+        elif info.tuples == 0:
+            self.metadata.resume_at = time.monotonic() + idle_interval
         return self.coordinator.ack(attempt, self.metadata)
 
     def _commit_in(

@@ -115,7 +115,9 @@ class TopologyState:
 
     @classmethod
     def at(cls, directory: str) -> TopologyState:
-        return cls(StateEnvironment.open(directory))
+        """The state of ``directory``: the environment this process already has open for it
+        (a hosted run's, with its options), else one opened with the default options."""
+        return cls(StateEnvironment.opened(directory) or StateEnvironment.open(directory))
 
     def transactional_map(self, name: str, default: Any = None) -> StateMap:
         return StateMap(TransactionalMap(self.env, name, default=default))

@@ -4,6 +4,8 @@ or a typed error, in bounded time, and serving resumes.
 - an executor JVM of a Spark standalone cluster SIGKILLed with 100 reach calls in flight;
 - a Python worker crashing (os._exit) inside a step, through the server;
 - the server process SIGKILLed under load, then restarted on the same ports;
+- a server hosting a transactional run SIGKILLed twice mid-run under load, then
+  restarted: the run resumes and counts exactly once;
 - a remote runner SIGKILLed while it holds a request.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
+import random
 import signal
 import subprocess
 import sys
@@ -24,10 +28,13 @@ from client import AsyncDRPCClient, DRPCClient, DRPCConnectionError, DRPCExecuti
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExceptionType
 from drpc.examples.exclamation import build_exclamation
+from drpc.state import CoordinatorState
+from drpc.transactional.state import TopologyState
 from server import DRPCServer, ServerThread
 from tests.fault.processes import free_port, kill
 from tests.server.helpers import HOST, server_options, wait_until
 from tests.spark.workload import CrashOn
+from tests.transactional.test_faults import committed, write_words
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,3 +200,112 @@ def test_a_runner_killed_mid_request_fails_by_the_deadline_typed() -> None:
                 client.execute("slow", "0")
             assert time.monotonic() - started < 1.0
         assert running.service.outstanding() == 0
+
+
+def _start_transactional_server(
+    ports: dict[str, int], env: dict[str, str], state_dir: Path
+) -> subprocess.Popen[str]:
+    with open(state_dir.parent / "server.log", "a") as log:  # read when an assertion fails
+        return subprocess.Popen(
+            [sys.executable, "-m", "server", "--executor", "local", "--host", HOST,
+             "--port", str(ports["port"]), "--invocations-port", str(ports["invocations"]),
+             "--http-port", "-1", "--topology", "tests.transactional.faults:count_query",
+             "--transactional", "tests.transactional.faults:topology",
+             "--state-dir", str(state_dir), "--max-spout-pending", "3", "--log-level", "WARNING"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True,
+        )  # fmt: skip
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("opaque", [False, True])
+def test_sigkill_of_a_server_hosting_a_transactional_run_then_restart(
+    opaque: bool, tmp_path: Path
+) -> None:
+    """Killed twice mid-run while 20 callers read the committed counts: callers see only
+    answers that were true at some commit (never more than the input, never going back)
+    or connection errors, and the restarted server finishes the run exactly once."""
+    log_dir, state_dir = tmp_path / "log", tmp_path / "state"
+    expected = write_words(log_dir, seed=5)
+    vocabulary = sorted(expected)
+    env = {
+        **os.environ,
+        "DRPC_TEST_LOG_DIR": str(log_dir),
+        "DRPC_TEST_OPAQUE": "1" if opaque else "0",
+        "DRPC_TEST_TAKE": "150",  # ~100 batches of 600 words
+        "DRPC_STATE_DIR": str(state_dir),
+    }
+    env.pop("DRPC_TEST_MARKERS", None)
+    ports = {"port": free_port(), "invocations": free_port()}
+    outcomes: collections.Counter[str] = collections.Counter()
+    wrong: list[str] = []
+    phase = {"name": "first run"}
+    rng = random.Random(5)
+    targets = sorted(rng.sample(range(10, 70), 2))
+
+    def next_txid() -> int:
+        if not (state_dir / "data.mdb").exists():
+            return 1
+        return CoordinatorState(TopologyState.at(str(state_dir)).env, "fault-words").next_txid()
+
+    async def caller(index: int, stop: asyncio.Event) -> None:
+        seen: dict[str, int] = {}
+        words = random.Random(index)
+        async with AsyncDRPCClient(HOST, ports["port"], timeout=30) as client:
+            while not stop.is_set():
+                word = words.choice(vocabulary)
+                try:
+                    answer = int(await client.execute("count", word))
+                except DRPCConnectionError:
+                    outcomes[f"{phase['name']}: connection error"] += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                except DRPCError as error:
+                    outcomes[f"{phase['name']}: {type(error).__name__}"] += 1
+                    continue
+                if not seen.get(word, 0) <= answer <= expected[word]:
+                    wrong.append(f"{word}: {answer} after {seen.get(word, 0)}, input has "
+                                 f"{expected[word]}")  # fmt: skip
+                seen[word] = answer
+                outcomes[f"{phase['name']}: ok"] += 1
+
+    async def load() -> int:
+        stop = asyncio.Event()
+        server = _start_transactional_server(ports, env, state_dir)
+        callers = [asyncio.ensure_future(caller(i, stop)) for i in range(20)]
+        kills = 0
+        try:
+            for number, target in enumerate(targets, start=1):
+                deadline = time.monotonic() + 120
+                while next_txid() <= target and server.poll() is None:
+                    assert time.monotonic() < deadline, "the run made no progress"
+                    await asyncio.sleep(0.01)
+                assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+                server.send_signal(signal.SIGKILL)
+                await asyncio.to_thread(server.wait, 10)
+                kills += 1
+                phase["name"] = f"killed {number}"
+                await asyncio.sleep(0.3)
+                phase["name"] = f"restart {number}"
+                server = _start_transactional_server(ports, env, state_dir)
+            deadline = time.monotonic() + 150
+            while committed(state_dir, opaque) != expected:
+                assert time.monotonic() < deadline, "the restarted run did not finish"
+                assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(1.5)  # it keeps polling the source: nothing more is counted
+        finally:
+            stop.set()
+            await asyncio.gather(*callers)
+            server.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(server.wait, 60)
+        assert server.returncode == 0
+        return kills
+
+    kills = asyncio.run(load())
+    assert kills == 2
+    assert wrong == []
+    assert committed(state_dir, opaque) == expected
+    assert outcomes["first run: ok"] > 0 and outcomes["restart 2: ok"] > 0
+    assert outcomes["killed 1: connection error"] + outcomes["killed 2: connection error"] > 0
+    kinds = {kind.partition(": ")[2] for kind in outcomes}
+    assert kinds <= {"ok", "connection error"}, dict(outcomes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -52,6 +53,10 @@ def test_console_scripts_are_declared() -> None:
                 "--max-queue-depth",
                 "--read-timeout",
                 "--max-connections",
+                "--transactional",
+                "--state-dir",
+                "--max-spout-pending",
+                "--max-map-size",
             ],
         ),
         (
@@ -161,6 +166,47 @@ def test_the_server_cli_refuses_an_unloadable_topology() -> None:
     )
     assert refused.returncode == 2
     assert "has no 'nothing_here'" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "arguments", "message"),
+    [
+        ("server", ["--transactional", "tests.transactional.faults:topology"], "needs --state-dir"),
+        (
+            "server",
+            ["--transactional", "drpc.examples.reach:topology", "--state-dir", "s"],
+            "is not a transactional topology",
+        ),
+        (
+            "server",
+            ["--transactional", "drpc.examples.transactional_words:topology", "--state-dir", "s",
+             "--max-spout-pending", "0"],
+            "--max-spout-pending must be >= 1",
+        ),
+        ("server", ["--max-map-size", "lots"], "not a size: 'lots'"),
+        ("server", ["--map-size", "1GiB", "--max-map-size", "64MiB"], "must be at least"),
+        (
+            "drpc.transactional.cli",
+            ["run", "drpc.examples.transactional_words:topology", "--state-dir", "s",
+             "--map-size", "4KiB"],
+            "at least 65536 bytes",
+        ),
+    ],
+)  # fmt: skip
+def test_bad_transactional_flags_exit_2_naming_them(
+    module: str, arguments: list[str], message: str, tmp_path: Path
+) -> None:
+    refused = subprocess.run(
+        [sys.executable, "-m", module, *arguments],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert message in refused.stderr
+    assert not (tmp_path / "s").exists()  # refused before anything was created
 
 
 def test_client_cli_output_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:

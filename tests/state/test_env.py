@@ -29,6 +29,7 @@ from drpc.state import (
     TransactionalMap,
 )
 from drpc.state.env import MAPS_DB
+from drpc.transactional.state import TopologyState
 from tests.state.processes import expect_line, kill, spawn
 
 KIB = 1024
@@ -75,6 +76,18 @@ def test_reopening_with_other_options_is_refused_naming_them(
     with pytest.raises(StateError, match=r"other options.*'sync': \(True, False\)"):
         StateEnvironment.open(state_dir, sync=False)
     assert StateEnvironment.open(state_dir, sync=True, map_size=DEFAULT_MAP_SIZE) is env
+
+
+def test_opened_finds_the_open_environment_whatever_its_options(tmp_path: Path) -> None:
+    directory = tmp_path / "sized"
+    assert StateEnvironment.opened(directory) is None
+    env = StateEnvironment.open(directory, map_size=MIN_MAP_SIZE, sync=False)
+    try:
+        assert StateEnvironment.opened(tmp_path / "sized" / ".." / "sized") is env
+        assert TopologyState.at(str(directory)).env is env  # not refused for its options
+    finally:
+        env.close()
+    assert StateEnvironment.opened(directory) is None
 
 
 def test_the_constructor_is_not_the_way_to_open() -> None:

@@ -3,16 +3,28 @@
 ``DRPC_TEST_LOG_DIR``: the file-log directory; ``DRPC_TEST_MARKERS``: where
 injected first-attempt failures leave their markers (unset: no failures);
 ``DRPC_TEST_OPAQUE``: "1" for the opaque spout and map; ``DRPC_TEST_TAKE``:
-lines per partition per batch.
+lines per partition per batch; ``DRPC_STATE_DIR``: the state directory
+``count_query`` answers from.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from drpc import Fields
+from drpc import (
+    BaseBasicBolt,
+    BasicOutputCollector,
+    Fields,
+    LinearDRPCTopologyBuilder,
+    OutputFieldsDeclarer,
+    Topology,
+    TopologyContext,
+    Tuple,
+)
 from drpc.transactional import TransactionalTopologyBuilder
 from drpc.transactional.filelog import FileLogTransactionalSpout, OpaqueFileLogTransactionalSpout
+from drpc.transactional.state import STATE_DIR_CONF
 
 from . import bolts
 
@@ -42,3 +54,25 @@ def topology() -> TransactionalTopologyBuilder:
         os.environ.get("DRPC_TEST_OPAQUE") == "1",
         int(os.environ.get("DRPC_TEST_TAKE", TAKE_PER_BATCH)),
     )
+
+
+class CommittedCount(BaseBasicBolt):
+    """[id, word] -> [id, the word's committed count in the fault word count's state]."""
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        opaque = os.environ.get("DRPC_TEST_OPAQUE") == "1"
+        kind = context.state.opaque_map if opaque else context.state.transactional_map
+        self.counts = kind("counts", default=0)
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        collector.emit([tuple[0], str(self.counts.get(tuple[1]))])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "count"))
+
+
+def count_query() -> Topology:
+    """DRPC function ``count``: a word's committed count, from ``DRPC_STATE_DIR``."""
+    builder = LinearDRPCTopologyBuilder("count")
+    builder.add_bolt(CommittedCount(), 2)
+    return builder.create_topology({STATE_DIR_CONF: os.environ["DRPC_STATE_DIR"]})
