@@ -5,7 +5,8 @@ Contract. ``async with DRPCServer(...) as server`` (or ``await start()`` /
 
 - ``DistributedRPC`` (Thrift, framed binary) on ``port`` (3772),
 - ``DistributedRPCInvocations`` on ``invocations_port`` (3773),
-- HTTP on ``http_port`` (3774; None disables it);
+- HTTP on ``http_port`` (3774; None disables it), with ``/metrics``
+  (``self.metrics``) and the live dashboard at ``/`` (``self.dashboard``);
 
 port 0 picks a free port, readable after ``start()`` from the same attribute.
 ``register(topology, executor=...)`` hosts a DRPC topology in this process:
@@ -38,10 +39,12 @@ from drpc.hosting import as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
 from drpc.observe import OBSERVER_SERVICE, FanOut
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
+from server.dashboard import Dashboard
 from server.handlers import execute_methods, invocations_methods
 from server.http import RequestDeadline, create_http_app
 from server.identity import TokenTable
 from server.limits import Limits
+from server.metrics import ServerMetrics
 from server.service import DEFAULT_RUNNER_LIVENESS, Authorizer, DRPCService, EmbeddedInvocations
 from server.thrift_listener import DEFAULT_MAX_CONNECTIONS, ThriftListener
 from server.transactional import HostedTransactional
@@ -74,6 +77,8 @@ class DRPCServer:
         conf: dict[str, Any] | None = None,
         authorizer: Authorizer | None = None,
         shutdown_grace: float = 5.0,
+        metrics: ServerMetrics | None = None,
+        dashboard: Dashboard | None = None,
     ) -> None:
         """
         :param host: interface to listen on (default every interface, as Storm).
@@ -101,6 +106,10 @@ class DRPCServer:
         :param authorizer: called before every network operation with (identity,
             operation, function); raises ``AuthorizationException`` to refuse.
         :param shutdown_grace: seconds ``stop()`` waits for replies and runtimes.
+        :param metrics: the Prometheus metrics served at ``GET /metrics``; by default
+            ``ServerMetrics`` with its function label bound at ``limits.max_functions``.
+        :param dashboard: the live page at ``GET /``; by default ``Dashboard`` tracking at
+            most ``limits.max_outstanding`` requests (its other bounds are its defaults).
         """
         limits = limits or Limits()
         if max_frame_size is not None:
@@ -123,6 +132,10 @@ class DRPCServer:
             authorizer=authorizer,
             limits=limits,
         )
+        self.metrics = metrics or ServerMetrics(max_functions=limits.max_functions)
+        self.metrics.bind(self.service)
+        self.dashboard = dashboard or Dashboard(max_tracked=limits.max_outstanding)
+        self.service.listeners += [self.metrics, self.dashboard]
         listener_options: dict[str, Any] = {
             "limits": limits,
             "ssl_context": ssl_context,
@@ -138,7 +151,7 @@ class DRPCServer:
         self._http_deadline: asyncio.Task[None] | None = None
         self._runtimes: dict[str, tuple[str, Any]] = {}
         self.transactional: dict[str, HostedTransactional] = {}
-        self.observer = FanOut()
+        self.observer = FanOut(self.metrics, self.dashboard)
         """Every hosted runtime reports here (``drpc.observe``); append observers to
         ``observer.observers``."""
         self.started = False
@@ -244,7 +257,12 @@ class DRPCServer:
             if self.http_port is not None:
                 deadline = RequestDeadline(self.limits.read_timeout)
                 app = create_http_app(
-                    self.service, limits=self.limits, tokens=self.tokens, deadline=deadline
+                    self.service,
+                    limits=self.limits,
+                    tokens=self.tokens,
+                    deadline=deadline,
+                    metrics=self.metrics,
+                    dashboard=self.dashboard,
                 )
                 self._http_runner = web.AppRunner(
                     app,

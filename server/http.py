@@ -22,7 +22,17 @@ Contract:
   not UTF-8 gets 400;
 - ``GET /health`` answers 200 JSON ``{"status": "ok", "functions": [...],
   "outstanding": n}`` while serving, 503 with ``"status": "shutting down"``
-  after shutdown began.
+  after shutdown began;
+- with ``metrics`` (``server.metrics.ServerMetrics``), ``GET /metrics``
+  answers the Prometheus text format (requests by function and outcome,
+  latencies, queues, jobs, transactional progress: see that module);
+- with ``dashboard`` (``server.dashboard.Dashboard``), ``GET /`` is a live
+  page of the server (functions, in-flight requests, recent failures,
+  transactional topologies), ``GET /api/status`` the JSON it polls and
+  ``GET /ui/{file}`` its script and style sheet. These operations endpoints,
+  like ``/health``, need no token: they show function names, counts, request
+  ids and failure messages, never call arguments or results; keep the HTTP
+  port on a trusted network if failure messages are sensitive.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 
 from drpc.errors import (
     AuthorizationException,
@@ -42,8 +53,10 @@ from drpc.errors import (
     ServerBusyError,
 )
 from drpc.tls import common_name
+from server.dashboard import Dashboard, add_routes
 from server.identity import TokenTable, bearer_user
 from server.limits import Limits
+from server.metrics import ServerMetrics
 from server.service import EXECUTE, DRPCService
 
 HTTP_STATUS = {
@@ -111,6 +124,8 @@ def create_http_app(
     limits: Limits | None = None,
     tokens: TokenTable | None = None,
     deadline: RequestDeadline | None = None,
+    metrics: ServerMetrics | None = None,
+    dashboard: Dashboard | None = None,
 ) -> web.Application:
     limits = limits or service.limits
     app = web.Application(
@@ -125,7 +140,20 @@ def create_http_app(
     app.router.add_get("/drpc/{function}/{args:.*}", _execute_get)
     app.router.add_post("/drpc/{function}", _execute_post)
     app.router.add_get("/health", _health)
+    if metrics is not None:
+        app.router.add_get("/metrics", _metrics_handler(metrics))
+    if dashboard is not None:
+        add_routes(app, dashboard, service)
     return app
+
+
+def _metrics_handler(
+    metrics: ServerMetrics,
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
+    return handler
 
 
 async def _execute_get(request: web.Request) -> web.Response:
@@ -174,6 +202,7 @@ async def _execute(request: web.Request, args: str) -> web.Response:
     try:
         identity = _identity(request)
     except AuthorizationException as error:
+        service.refused(function, error)
         audit.warning("denied %s of %r from %s: %s", EXECUTE, function, request.remote, error.msg)
         return _error(401, "AuthorizationException", error.msg)
     try:

@@ -31,6 +31,13 @@ runtimes may live in other threads:
   distinct names are served but not remembered; a result over
   ``max_result_size`` UTF-8 bytes fails its request with FAILED_REQUEST
   instead of reaching the caller.
+- ``listeners`` (``RequestListener``s) hear every request's life for metrics
+  and the dashboard: ``submitted`` and ``fetched`` (called with the service
+  lock held: must be cheap and must not call back into the service),
+  ``settled`` (before the waiting caller is woken, so a caller that got its
+  answer finds it counted) and ``refused`` (execute calls answered without
+  queueing: busy, unauthorized, not served, shut down). A listener's exception
+  is logged, never raised; append to ``listeners`` before serving.
 
 ``EmbeddedInvocations`` is the ``Invocations`` handle in-process runtimes pull
 from: the same table and the same at-most-once contract remote runners get.
@@ -43,10 +50,15 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from drpc.errors import DRPCExceptionType, DRPCExecutionException, ServerBusyError
+from drpc.errors import (
+    AuthorizationException,
+    DRPCExceptionType,
+    DRPCExecutionException,
+    ServerBusyError,
+)
 from drpc.hosting import Wakeups
 from drpc.requests import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -68,6 +80,63 @@ FETCH_REQUEST = "fetchRequest"
 RESULT = "result"
 FAIL_REQUEST = "failRequest"
 
+OK = "ok"
+FAILED = "failed"
+TIMEOUT = "timeout"
+SHUTDOWN = "shutdown"
+INTERNAL_ERROR = "internal_error"
+UNAUTHORIZED = "unauthorized"
+BUSY = "busy"
+OUTCOMES = (OK, FAILED, TIMEOUT, SHUTDOWN, INTERNAL_ERROR, UNAUTHORIZED, BUSY)
+"""What an execute call can end in, as metrics and the dashboard count it."""
+
+_OUTCOME_OF_TYPE = {
+    DRPCExceptionType.FAILED_REQUEST: FAILED,
+    DRPCExceptionType.SERVER_TIMEOUT: TIMEOUT,
+    DRPCExceptionType.SERVER_SHUTDOWN: SHUTDOWN,
+    DRPCExceptionType.INTERNAL_ERROR: INTERNAL_ERROR,
+}
+
+
+def outcome_of(error: BaseException | None) -> str:
+    """The outcome of a call that ended with ``error`` (None: a result)."""
+    if error is None:
+        return OK
+    if isinstance(error, ServerBusyError):
+        return BUSY
+    if isinstance(error, AuthorizationException):
+        return UNAUTHORIZED
+    if isinstance(error, DRPCExecutionException):
+        return _OUTCOME_OF_TYPE.get(error.type, FAILED)
+    return INTERNAL_ERROR
+
+
+class RequestListener:
+    """Hears the life of every execute call; each method here does nothing.
+
+    ``known`` in ``refused`` says whether the function is served (registered here or
+    fetched lately by a runner): metrics use it to bound their label values."""
+
+    def submitted(self, request: PendingRequest) -> None:
+        pass
+
+    def fetched(self, request: PendingRequest, now: float) -> None:
+        pass
+
+    def settled(self, request: PendingRequest, now: float) -> None:
+        pass
+
+    def refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
+        pass
+
+
+def _tell(listeners: list[RequestListener], event: str, *args: object) -> None:
+    for listener in listeners:
+        try:
+            getattr(listener, event)(*args)
+        except Exception:
+            log.exception("request listener %r failed on %s", listener, event)
+
 
 class Authorizer(Protocol):
     """Decides whether ``identity`` (None when unauthenticated) may do ``operation`` on
@@ -87,6 +156,7 @@ class DRPCService:
         wait_for_unserved: bool = False,
         authorizer: Authorizer | None = None,
         limits: Limits | None = None,
+        listeners: Sequence[RequestListener] = (),
     ) -> None:
         if runner_liveness < 0:
             raise ValueError(f"runner_liveness must be >= 0, got {runner_liveness!r}")
@@ -96,6 +166,7 @@ class DRPCService:
         self._authorizer = authorizer
         self.limits = limits or Limits()
         self.refused_busy = 0
+        self.listeners = list(listeners)
         self._lock = threading.Lock()
         self._embedded: set[str] = set()
         self._remote_fetches: dict[str, float] = {}
@@ -143,8 +214,24 @@ class DRPCService:
         return fetched is not None and now - fetched <= self.runner_liveness
 
     def authorize(self, identity: str | None, operation: str, function: str) -> None:
-        if self._authorizer is not None:
+        if self._authorizer is None:
+            return
+        try:
             self._authorizer(identity, operation, function)
+        except AuthorizationException as error:
+            if operation == EXECUTE:
+                self.refused(function, error)
+            raise
+
+    def refused(self, function: str, error: BaseException) -> None:
+        """Report an execute call answered with ``error`` without being queued (front ends
+        call this for refusals the service does not see, such as an unknown token)."""
+        if not self.listeners:
+            return
+        now = time.monotonic()
+        with self._lock:
+            known = self._is_served(function, now)
+        _tell(self.listeners, "refused", function, error, known, now)
 
     # -- callers (event loop) -------------------------------------------------------------
 
@@ -157,17 +244,23 @@ class DRPCService:
         now = time.monotonic()
         with self._lock:
             refuse = not (self.wait_for_unserved or self._table.closed)
-            if refuse and not self._is_served(function, now):
-                served = ", ".join(self._served(now)) or "none"
-                raise DRPCExecutionException(
-                    f"function {function!r} is not served: no topology is registered "
-                    f"for it and no runner fetched it in the last {self.runner_liveness:g} s;"
-                    f" served functions: {served}",
-                    DRPCExceptionType.FAILED_REQUEST,
-                )
-            self._check_capacity(function)
-            request = self._table.submit(function, args, now)
+            try:
+                if refuse and not self._is_served(function, now):
+                    served = ", ".join(self._served(now)) or "none"
+                    raise DRPCExecutionException(
+                        f"function {function!r} is not served: no topology is registered "
+                        f"for it and no runner fetched it in the last "
+                        f"{self.runner_liveness:g} s; served functions: {served}",
+                        DRPCExceptionType.FAILED_REQUEST,
+                    )
+                self._check_capacity(function)
+                request = self._table.submit(function, args, now)
+            except DRPCExecutionException as error:
+                known = self._is_served(function, now)
+                _tell(self.listeners, "refused", function, error, known, now)
+                raise
             request.waiter = waiter
+            _tell(self.listeners, "submitted", request)
         self._arm_expiry(request.deadline)
         self._wakeups.notify(function)
         return await waiter
@@ -192,9 +285,12 @@ class DRPCService:
     def fetch(self, function: str, origin: str, *, remote: bool) -> DRPCRequest | None:
         """Hand out the oldest queued request for ``function`` (at most once), or None."""
         with self._lock:
+            now = time.monotonic()
             if remote:
-                self._remember_fetch(function, time.monotonic())
+                self._remember_fetch(function, now)
             request = self._table.fetch(function)
+            if request is not None:
+                _tell(self.listeners, "fetched", request, now)
         return None if request is None else request.as_request(origin)
 
     def _remember_fetch(self, function: str, now: float) -> None:
@@ -316,11 +412,21 @@ class DRPCService:
         with self._lock:
             return self._table.queue_depth(function)
 
+    def queue_depths(self) -> dict[str, int]:
+        """Requests waiting, for every function that has some."""
+        with self._lock:
+            table = self._table
+            return {name: table.queue_depth(name) for name in table.queued_functions()}
+
     # -- handing outcomes to waiters ------------------------------------------------------------
 
     def _settle(self, requests: list[PendingRequest]) -> None:
         if not requests:
             return
+        if self.listeners:
+            now = time.monotonic()
+            for request in requests:
+                _tell(self.listeners, "settled", request, now)
         if threading.get_ident() == self._loop_thread:
             for request in requests:
                 _resolve(request)

@@ -1,0 +1,580 @@
+"""The live dashboard of one DRPC server: ``GET /`` (a page) and ``GET /api/status`` (JSON).
+
+Contract. ``Dashboard`` is both a ``server.service.RequestListener`` and a
+``drpc.observe.Observer``; it keeps, in memory and bounded:
+
+- per function, slots of ``resolution`` seconds (default 5) over the last
+  ``window`` seconds (default 600): calls by outcome and a latency histogram
+  (log-spaced bins 10 % apart, so p50/p99 are within 10 %); at most
+  ``max_functions`` functions (default 64) get their own, the rest share
+  ``"__other__"``; totals per function and outcome since the server started;
+- the requests the server holds (queued, or fetched and running a step), at
+  most ``max_tracked`` (default 16384, the server passes
+  ``Limits.max_outstanding``; past it requests go untracked and counted);
+  the oldest ``max_in_flight_shown`` (default 50) are shown with their age and
+  current step (from ``step_started``; "queued" before a runtime fetched it);
+- the last ``max_failures`` (default 50) calls that got no result: when, the
+  function, outcome, typed reason (DRPCExceptionType name, or
+  AuthorizationException, and message, cut to ``max_message`` characters,
+  default 500) and the step that failed (``request_failed_in``; for a timeout
+  the step it was in or "queued"; a refused call "refused"; else "unknown");
+- per transactional topology (at most ``max_topologies``, default 16):
+  last committed txid, commits, tuples, commit latency, batches in flight (at
+  most ``max_tx_in_flight`` listed, default 256), replays by cause (at most
+  ``max_causes``, default 32) and the last ``max_replays_shown`` replays
+  (default 20).
+
+Names shown (functions, steps, topologies) are cut to ``max_name`` characters
+(default 200).
+
+``status(service)`` is the JSON the page polls every second; the page
+(``static/index.html``, ``dashboard.js``, ``dashboard.css``: plain files, no
+build step, nothing fetched from elsewhere, charts drawn as inline SVG) is
+served with a Content-Security-Policy that allows only this origin, and it
+writes every server-supplied string as text, never as markup.
+``add_routes(app, dashboard, service)`` mounts ``/``, ``/api/status`` and
+``/ui/{file}``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from array import array
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from drpc.errors import AuthorizationException, DRPCExecutionException
+from drpc.observe import Observer
+from server.metrics import OTHER, BoundedLabels
+from server.service import TIMEOUT, PendingRequest, RequestListener, outcome_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from server.service import DRPCService
+
+DEFAULT_WINDOW = 600.0
+DEFAULT_RESOLUTION = 5.0
+DEFAULT_SUMMARY = 60.0
+DEFAULT_MAX_FUNCTIONS = 64
+DEFAULT_MAX_TRACKED = 16384
+DEFAULT_MAX_IN_FLIGHT_SHOWN = 50
+DEFAULT_MAX_FAILURES = 50
+DEFAULT_MAX_MESSAGE = 500
+DEFAULT_MAX_TOPOLOGIES = 16
+DEFAULT_MAX_TX_IN_FLIGHT = 256
+DEFAULT_MAX_REPLAYS_SHOWN = 20
+DEFAULT_MAX_CAUSES = 32
+DEFAULT_MAX_NAME = 200
+
+LATENCY_BASE = 1e-4
+LATENCY_RATIO = 1.1
+LATENCY_BINS = 1 + math.ceil(math.log(3600 / LATENCY_BASE) / math.log(LATENCY_RATIO))
+"""Bin 0 holds latencies up to 0.1 ms, bin i up to 0.1 ms * 1.1**i; the last bin an hour
+and everything slower."""
+
+
+def latency_bin(seconds: float) -> int:
+    if seconds <= LATENCY_BASE:
+        return 0
+    index = math.ceil(math.log(seconds / LATENCY_BASE) / math.log(LATENCY_RATIO) - 1e-9)
+    return min(index, LATENCY_BINS - 1)
+
+
+def bin_upper(index: int) -> float:
+    return LATENCY_BASE * LATENCY_RATIO**index
+
+
+def percentile(bins: array[int] | None, q: float) -> float | None:
+    """The upper bound of the bin holding the ``q`` quantile, None when there is no data."""
+    if bins is None:
+        return None
+    total = sum(bins)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for index, count in enumerate(bins):
+        seen += count
+        if seen >= rank and count:
+            return bin_upper(index)
+    return bin_upper(LATENCY_BINS - 1)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class _Slot:
+    index: int
+    outcomes: Counter[str] = field(default_factory=Counter)
+    latency: array[int] | None = None
+
+    def add_latency(self, seconds: float) -> None:
+        if self.latency is None:
+            self.latency = array("I", bytes(4 * LATENCY_BINS))
+        self.latency[latency_bin(seconds)] += 1
+
+
+class _Series:
+    """Slots of ``resolution`` seconds over the last ``count`` slots, oldest first."""
+
+    def __init__(self, resolution: float, count: int) -> None:
+        self.resolution = resolution
+        self.count = count
+        self.slots: deque[_Slot] = deque()
+
+    def slot(self, now: float) -> _Slot:
+        index = int(now // self.resolution)
+        slots = self.slots
+        if slots and slots[-1].index >= index:
+            if slots[-1].index == index:
+                return slots[-1]
+            for slot in reversed(slots):  # an event reported a little late
+                if slot.index == index:
+                    return slot
+            return slots[-1]
+        slots.append(_Slot(index))
+        while slots and slots[0].index <= index - self.count:
+            slots.popleft()
+        return slots[-1]
+
+    def aligned(self, now: float) -> list[_Slot | None]:
+        """``count`` entries, one per slot up to now's, None where nothing happened."""
+        last = int(now // self.resolution)
+        by_index = {slot.index: slot for slot in self.slots}
+        return [by_index.get(index) for index in range(last - self.count + 1, last + 1)]
+
+
+@dataclass
+class _Function:
+    series: _Series
+    totals: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class _Tracked:
+    id: str
+    function: str
+    submitted: float
+    fetched: bool = False
+    step: str | None = None
+    step_since: float | None = None
+    failed_step: str | None = None
+
+
+@dataclass
+class _Topology:
+    series: _Series
+    last_committed: int | None = None
+    commits: int = 0
+    tuples: int = 0
+    last_commit_seconds: float | None = None
+    active: dict[int, tuple[int, float]] = field(default_factory=dict)
+    replays: Counter[str] = field(default_factory=Counter)
+    recent_replays: deque[dict[str, Any]] = field(default_factory=deque)
+
+
+class Dashboard(Observer, RequestListener):
+    def __init__(
+        self,
+        *,
+        window: float = DEFAULT_WINDOW,
+        resolution: float = DEFAULT_RESOLUTION,
+        summary: float = DEFAULT_SUMMARY,
+        max_functions: int = DEFAULT_MAX_FUNCTIONS,
+        max_tracked: int = DEFAULT_MAX_TRACKED,
+        max_in_flight_shown: int = DEFAULT_MAX_IN_FLIGHT_SHOWN,
+        max_failures: int = DEFAULT_MAX_FAILURES,
+        max_message: int = DEFAULT_MAX_MESSAGE,
+        max_topologies: int = DEFAULT_MAX_TOPOLOGIES,
+        max_tx_in_flight: int = DEFAULT_MAX_TX_IN_FLIGHT,
+        max_replays_shown: int = DEFAULT_MAX_REPLAYS_SHOWN,
+        max_causes: int = DEFAULT_MAX_CAUSES,
+        max_name: int = DEFAULT_MAX_NAME,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """
+        :param window: seconds of history kept for the charts (default 600).
+        :param resolution: seconds per chart slot (default 5).
+        :param summary: seconds the rate, p50 and p99 columns cover (default 60).
+        :param max_functions: functions with history of their own (default 64).
+        :param max_tracked: requests tracked for the in-flight table (default 16384).
+        :param max_in_flight_shown: oldest in-flight requests listed (default 50).
+        :param max_failures: failures kept, newest first (default 50).
+        :param max_message: characters of a failure message kept (default 500).
+        :param max_topologies: transactional topologies with their own (default 16).
+        :param max_tx_in_flight: in-flight transactions listed per topology (default 256).
+        :param max_replays_shown: recent replays kept per topology (default 20).
+        :param max_causes: replay causes counted apart per topology (default 32); the
+            rest count as ``"__other__"``.
+        :param max_name: characters of a function, step or topology name shown (default
+            200: names can be as long as a Thrift string).
+        :param clock: monotonic seconds (tests pass a fake one).
+        """
+        for name, value in {
+            "window": window,
+            "resolution": resolution,
+            "summary": summary,
+            "max_tracked": max_tracked,
+            "max_in_flight_shown": max_in_flight_shown,
+            "max_failures": max_failures,
+            "max_message": max_message,
+            "max_tx_in_flight": max_tx_in_flight,
+            "max_replays_shown": max_replays_shown,
+            "max_name": max_name,
+        }.items():
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
+        self.window = window
+        self.resolution = resolution
+        self.summary = min(summary, window)
+        self.slot_count = max(1, math.ceil(window / resolution))
+        self.max_tracked = max_tracked
+        self.max_in_flight_shown = max_in_flight_shown
+        self.max_message = max_message
+        self.max_tx_in_flight = max_tx_in_flight
+        self.max_replays_shown = max_replays_shown
+        self.max_name = max_name
+        self.clock = clock
+        self.started = clock()
+        self.untracked = 0
+        """Requests not tracked because ``max_tracked`` were."""
+        self._labels = BoundedLabels(max_functions)
+        self._topology_labels = BoundedLabels(max_topologies)
+        self._causes = BoundedLabels(max_causes)
+        self._functions: dict[str, _Function] = {}
+        self._tracked: dict[str, _Tracked] = {}
+        self._failures: deque[dict[str, Any]] = deque(maxlen=max_failures)
+        self._topologies: dict[str, _Topology] = {}
+        self._lock = threading.Lock()
+
+    # -- requests (server.service.RequestListener) -------------------------------------------
+
+    def submitted(self, request: PendingRequest) -> None:
+        with self._lock:
+            self._function(request.function, admit=True)
+            if len(self._tracked) >= self.max_tracked:
+                self.untracked += 1
+                return
+            self._tracked[request.id] = _Tracked(request.id, request.function, request.submitted)
+
+    def fetched(self, request: PendingRequest, now: float) -> None:
+        with self._lock:
+            tracked = self._tracked.get(request.id)
+            if tracked is not None:
+                tracked.fetched = True
+
+    def settled(self, request: PendingRequest, now: float) -> None:
+        outcome = outcome_of(request.error)
+        with self._lock:
+            tracked = self._tracked.pop(request.id, None)
+            function = self._function(request.function, admit=True)
+            function.totals[outcome] += 1
+            slot = function.series.slot(now)
+            slot.outcomes[outcome] += 1
+            slot.add_latency(max(0.0, now - request.submitted))
+            if request.error is None:
+                return
+            if tracked is None:
+                step = "unknown"
+            elif tracked.failed_step is not None:
+                step = tracked.failed_step
+            elif outcome == TIMEOUT:
+                step = f"in {tracked.step}" if tracked.step else "queued"
+                if tracked.step is None and tracked.fetched:
+                    step = "fetched, no step started"
+            else:
+                step = "unknown"
+            self._add_failure(request.id, request.function, outcome, request.error, step)
+
+    def refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
+        outcome = outcome_of(error)
+        with self._lock:
+            entry = self._function(function, admit=known)
+            entry.totals[outcome] += 1
+            entry.series.slot(now).outcomes[outcome] += 1
+            self._add_failure(None, function, outcome, error, "refused")
+
+    def _function(self, name: str, admit: bool) -> _Function:
+        label = self._labels(name, admit)
+        entry = self._functions.get(label)
+        if entry is None:
+            entry = self._functions[label] = _Function(_Series(self.resolution, self.slot_count))
+        return entry
+
+    def _add_failure(
+        self, request_id: str | None, function: str, outcome: str, error: BaseException, step: str
+    ) -> None:
+        if isinstance(error, DRPCExecutionException):
+            kind, message = error.type.name, error.msg
+        elif isinstance(error, AuthorizationException):
+            kind, message = "AuthorizationException", error.msg
+        else:
+            kind, message = type(error).__name__, str(error)
+        self._failures.appendleft(
+            {
+                "time": time.time(),
+                "id": request_id,
+                "function": _clip(function, self.max_name),
+                "outcome": outcome,
+                "type": kind,
+                "message": _clip(message, self.max_message),
+                "step": _clip(step, self.max_name),
+            }
+        )
+
+    # -- runtimes (drpc.observe.Observer) -----------------------------------------------------
+
+    def step_started(self, return_info: Any, step: str, now: float) -> None:
+        with self._lock:
+            tracked = self._tracked.get(getattr(return_info, "request_id", None) or "")
+            if tracked is not None:
+                tracked.fetched = True
+                tracked.step, tracked.step_since = step, now
+
+    def request_failed_in(self, return_info: Any, step: str, reason: str) -> None:
+        request_id = getattr(return_info, "request_id", None)
+        if request_id is None:
+            return
+        with self._lock:
+            tracked = self._tracked.get(request_id)
+            if tracked is not None:
+                tracked.failed_step = step
+                return
+            for failure in self._failures:  # the failure settled before this event came
+                if failure["id"] == request_id:
+                    if failure["step"] == "unknown":
+                        failure["step"] = _clip(step, self.max_name)
+                    return
+
+    def tx_started(self, topology: str, txid: int, attempt_id: int, now: float) -> None:
+        with self._lock:
+            entry = self._topology(topology)
+            entry.active[txid] = (attempt_id, self.clock())
+            while len(entry.active) > self.max_tx_in_flight:
+                del entry.active[min(entry.active)]
+
+    def tx_committed(self, topology: str, txid: int, commit_seconds: float, tuples: int) -> None:
+        with self._lock:
+            entry = self._topology(topology)
+            for done in [t for t in entry.active if t <= txid]:
+                del entry.active[done]
+            entry.last_committed = txid
+            entry.commits += 1
+            entry.tuples += tuples
+            entry.last_commit_seconds = commit_seconds
+            slot = entry.series.slot(self.clock())
+            slot.outcomes["commits"] += 1
+            slot.outcomes["tuples"] += tuples
+            slot.add_latency(commit_seconds)
+
+    def tx_replayed(self, topology: str, txid: int, cause: str) -> None:
+        with self._lock:
+            entry = self._topology(topology)
+            cause = self._causes(cause)
+            entry.replays[cause] += 1
+            entry.series.slot(self.clock()).outcomes["replays"] += 1
+            entry.recent_replays.appendleft({"time": time.time(), "txid": txid, "cause": cause})
+            while len(entry.recent_replays) > self.max_replays_shown:
+                entry.recent_replays.pop()
+
+    def _topology(self, topology: str) -> _Topology:
+        label = self._topology_labels(topology)
+        entry = self._topologies.get(label)
+        if entry is None:
+            series = _Series(self.resolution, self.slot_count)
+            entry = self._topologies[label] = _Topology(series)
+        return entry
+
+    # -- the JSON the page polls --------------------------------------------------------------
+
+    def status(self, service: DRPCService | None = None) -> dict[str, Any]:
+        """Everything the page shows. ``service`` adds the served functions and counts."""
+        served = service.served_functions() if service is not None else []
+        now = self.clock()
+        with self._lock:
+            for name in served:
+                self._function(name, admit=True)
+            in_flight = sorted(self._tracked.values(), key=lambda t: t.submitted)
+            held: dict[str, Counter[str]] = {}
+            for tracked in in_flight:
+                label = self._labels(tracked.function, admit=False)
+                held.setdefault(label, Counter())["running" if tracked.fetched else "queued"] += 1
+            functions = [
+                self._function_status(name, entry, now, name in served, held.get(name))
+                for name, entry in sorted(self._functions.items())
+            ]
+            shown = [
+                {
+                    "id": t.id,
+                    "function": _clip(t.function, self.max_name),
+                    "age": now - t.submitted,
+                    "state": "running" if t.fetched else "queued",
+                    "step": _clip(t.step, self.max_name) if t.step else None,
+                    "step_age": None if t.step_since is None else now - t.step_since,
+                }
+                for t in in_flight[: self.max_in_flight_shown]
+            ]
+            status: dict[str, Any] = {
+                "time": time.time(),
+                "uptime": now - self.started,
+                "window": self.slot_count * self.resolution,
+                "resolution": self.resolution,
+                "summary": self.summary,
+                "functions": functions,
+                "in_flight": shown,
+                "in_flight_total": len(in_flight),
+                "untracked": self.untracked,
+                "failures": [dict(failure) for failure in self._failures],
+                "transactional": [
+                    self._topology_status(name, entry, now)
+                    for name, entry in sorted(self._topologies.items())
+                ],
+            }
+        if service is not None:
+            status["server"] = {
+                "served": [_clip(name, self.max_name) for name in served],
+                "outstanding": service.outstanding(),
+                "late_results": service.late_results,
+                "refused_busy": service.refused_busy,
+                "shutting_down": service.closed,
+            }
+        return status
+
+    def _summary_slots(self, series: _Series, now: float) -> list[_Slot]:
+        first = int((now - self.summary) // self.resolution) + 1
+        return [slot for slot in series.slots if slot.index >= first]
+
+    def _function_status(
+        self, name: str, entry: _Function, now: float, served: bool, held: Counter[str] | None
+    ) -> dict[str, Any]:
+        recent = self._summary_slots(entry.series, now)
+        merged = _merge(recent)
+        count = sum(merged[0].values())
+        return {
+            "name": _clip(name, self.max_name),
+            "served": served,
+            "other": name == OTHER,
+            "totals": dict(entry.totals),
+            "total": sum(entry.totals.values()),
+            "recent": dict(merged[0]),
+            "queued": held["queued"] if held else 0,
+            "running": held["running"] if held else 0,
+            "rate": count / self.summary,
+            "p50": percentile(merged[1], 0.5),
+            "p99": percentile(merged[1], 0.99),
+            "series": [
+                None
+                if slot is None
+                else {
+                    "outcomes": dict(slot.outcomes),
+                    "p50": percentile(slot.latency, 0.5),
+                    "p99": percentile(slot.latency, 0.99),
+                }
+                for slot in entry.series.aligned(now)
+            ],
+        }
+
+    def _topology_status(self, name: str, entry: _Topology, now: float) -> dict[str, Any]:
+        recent = self._summary_slots(entry.series, now)
+        merged = _merge(recent)
+        return {
+            "topology": _clip(name, self.max_name),
+            "last_committed": entry.last_committed,
+            "commits": entry.commits,
+            "tuples": entry.tuples,
+            "tuples_per_second": merged[0]["tuples"] / self.summary,
+            "commit_p50": percentile(merged[1], 0.5),
+            "commit_p99": percentile(merged[1], 0.99),
+            "last_commit_seconds": entry.last_commit_seconds,
+            "in_flight": [
+                {"txid": txid, "attempt": attempt, "age": now - since}
+                for txid, (attempt, since) in sorted(entry.active.items())
+            ],
+            "replays": dict(entry.replays),
+            "recent_replays": [dict(replay) for replay in entry.recent_replays],
+            "series": [
+                None if slot is None else dict(slot.outcomes) for slot in entry.series.aligned(now)
+            ],
+        }
+
+
+def _merge(slots: list[_Slot]) -> tuple[Counter[str], array[int] | None]:
+    outcomes: Counter[str] = Counter()
+    latency: array[int] | None = None
+    for slot in slots:
+        outcomes.update(slot.outcomes)
+        if slot.latency is not None:
+            if latency is None:
+                latency = array("I", slot.latency)
+            else:
+                for index, count in enumerate(slot.latency):
+                    if count:
+                        latency[index] += count
+    return outcomes, latency
+
+
+# -- HTTP ---------------------------------------------------------------------------------------
+
+STATIC_FILES = {
+    "index.html": "text/html",
+    "dashboard.css": "text/css",
+    "dashboard.js": "text/javascript",
+}
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+_DASHBOARD = web.AppKey("drpc_dashboard", Dashboard)
+_STATIC = web.AppKey("drpc_dashboard_static", dict)
+
+
+def _static_files() -> dict[str, bytes]:
+    folder = resources.files(__package__).joinpath("static")
+    return {name: folder.joinpath(name).read_bytes() for name in STATIC_FILES}
+
+
+def add_routes(app: web.Application, dashboard: Dashboard, service: DRPCService) -> None:
+    """Serve the page at ``/``, its files at ``/ui/{file}`` and the JSON at ``/api/status``."""
+    app[_DASHBOARD] = dashboard
+    app[_STATIC] = _static_files()
+
+    async def page(request: web.Request) -> web.Response:
+        return _file(request, "index.html")
+
+    async def ui_file(request: web.Request) -> web.Response:
+        name = request.match_info["file"]
+        if name not in STATIC_FILES or name == "index.html":
+            raise web.HTTPNotFound()
+        return _file(request, name)
+
+    async def api_status(request: web.Request) -> web.Response:
+        response = web.json_response(request.app[_DASHBOARD].status(service))
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    app.router.add_get("/", page)
+    app.router.add_get("/ui/{file}", ui_file)
+    app.router.add_get("/api/status", api_status)
+
+
+def _file(request: web.Request, name: str) -> web.Response:
+    response = web.Response(
+        body=request.app[_STATIC][name], content_type=STATIC_FILES[name], charset="utf-8"
+    )
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+__all__ = ["Dashboard", "add_routes", "latency_bin", "percentile"]

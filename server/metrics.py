@@ -1,0 +1,393 @@
+"""Prometheus metrics of one DRPC server, served at ``GET /metrics``.
+
+Contract. ``ServerMetrics`` is both a ``server.service.RequestListener`` (the
+service tells it how every execute call ended) and a ``drpc.observe.Observer``
+(hosted runtimes tell it about jobs, batches, steps and transactions). Every
+metric lives in the instance's own ``CollectorRegistry`` (``registry``), never
+prometheus-client's global one, so many servers in one process never share or
+clash; ``exposition()`` is the text format ``GET /metrics`` answers.
+
+Metrics (``function`` labels the DRPC function, ``topology`` a transactional
+topology):
+
+- ``drpc_requests_total{function,outcome}``: execute calls by outcome: ok,
+  failed (FAILED_REQUEST, "not served" included), timeout, shutdown,
+  internal_error (INTERNAL_ERROR), unauthorized, busy (refused by a limit);
+- ``drpc_request_duration_seconds{function}``: submission to outcome of every
+  queued call (refusals never queued and are not in it);
+- ``drpc_queue_wait_seconds{function}``: submission to fetch by a runtime;
+- ``drpc_step_duration_seconds{function,step}``: each step's span for a request;
+- ``drpc_requests_in_flight{function}``: fetched by a runtime, not settled;
+- ``drpc_queue_depth{function}`` (only functions with requests waiting) and
+  ``drpc_requests_outstanding``: read from the service at each scrape;
+- ``drpc_late_results_total``: results and failures for unknown or settled ids;
+- ``drpc_batch_size{function}``: requests coalesced into one executor job;
+- ``drpc_spark_jobs_in_flight{function}``, ``drpc_spark_job_duration_seconds
+  {function}``, ``drpc_spark_jobs_total{function,outcome}`` (ok / failed);
+- ``drpc_tx_last_committed_txid{topology}``, ``drpc_tx_batches_in_flight
+  {topology}``, ``drpc_tx_commits_total{topology}``, ``drpc_tx_replays_total
+  {topology,cause}``, ``drpc_tx_commit_duration_seconds{topology}``,
+  ``drpc_tx_tuples_total{topology}`` (``rate()`` of it is tuples per second).
+
+Label cardinality is bounded: a function name gets a label value of its own
+only if the function is served or its call was queued, and at most
+``max_functions`` names do (default 1024, the server passes
+``Limits.max_functions``); every other name (refused calls to names nobody
+serves, names past the bound) is counted under ``function="__other__"``, so
+callers sending random names add one series, not one each. Steps
+(``max_steps``, default 256), topologies (``max_topologies``, default 64) and
+replay causes (``max_causes``, default 32) are bounded the same way. A step
+span that ends after its request settled is attributed through a map of the
+last ``max_recent`` settled requests (default 4096).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from drpc.observe import Observer
+from server.service import OUTCOMES, PendingRequest, RequestListener, outcome_of
+
+if TYPE_CHECKING:
+    from server.service import DRPCService
+
+OTHER = "__other__"
+"""The label value of every name past a label bound."""
+
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
+"""Seconds, from a millisecond to Storm's default request timeout."""
+
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+
+DEFAULT_MAX_FUNCTIONS = 1024
+DEFAULT_MAX_STEPS = 256
+DEFAULT_MAX_TOPOLOGIES = 64
+DEFAULT_MAX_CAUSES = 32
+DEFAULT_MAX_RECENT = 4096
+
+
+class BoundedLabels:
+    """At most ``limit`` distinct label values; past it every new name maps to ``OTHER``.
+    Thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"a label bound must be >= 1, got {limit!r}")
+        self.limit = limit
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str, admit: bool = True) -> str:
+        """``name`` if it has a value already, or may get one (``admit``) within the bound;
+        else ``OTHER``."""
+        if name in self._names:
+            return name
+        if not admit:
+            return OTHER
+        with self._lock:
+            if name in self._names:
+                return name
+            if len(self._names) >= self.limit:
+                return OTHER
+            self._names.add(name)
+            return name
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+class RecentRequests:
+    """The function of the last ``limit`` requests (id → function), oldest dropped first.
+    Thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"max_recent must be >= 1, got {limit!r}")
+        self.limit = limit
+        self._functions: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, request_id: str, function: str) -> None:
+        with self._lock:
+            self._functions[request_id] = function
+            while len(self._functions) > self.limit:
+                self._functions.popitem(last=False)
+
+    def get(self, request_id: str) -> str | None:
+        with self._lock:
+            return self._functions.get(request_id)
+
+    def __len__(self) -> int:
+        return len(self._functions)
+
+
+class ServerMetrics(Observer, RequestListener):
+    def __init__(
+        self,
+        *,
+        max_functions: int = DEFAULT_MAX_FUNCTIONS,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        max_topologies: int = DEFAULT_MAX_TOPOLOGIES,
+        max_causes: int = DEFAULT_MAX_CAUSES,
+        max_recent: int = DEFAULT_MAX_RECENT,
+    ) -> None:
+        """
+        :param max_functions: most function names with label values of their own
+            (default 1024); others count under ``"__other__"``.
+        :param max_steps: most step names with label values of their own (default 256).
+        :param max_topologies: most transactional topologies with their own (default 64).
+        :param max_causes: most replay causes with their own (default 32).
+        :param max_recent: settled requests remembered to attribute late step spans
+            to their function (default 4096).
+        """
+        self.functions = BoundedLabels(max_functions)
+        self.steps = BoundedLabels(max_steps)
+        self.topologies = BoundedLabels(max_topologies)
+        self.causes = BoundedLabels(max_causes)
+        self.recent = RecentRequests(max_recent)
+        self._service: DRPCService | None = None
+        registry = self.registry = CollectorRegistry(auto_describe=True)
+
+        self.requests = Counter(
+            "drpc_requests",
+            "Execute calls by function and outcome.",
+            ["function", "outcome"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "drpc_request_duration_seconds",
+            "Seconds from submission to outcome of queued execute calls.",
+            ["function"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.queue_wait = Histogram(
+            "drpc_queue_wait_seconds",
+            "Seconds a request waited in its queue before a runtime fetched it.",
+            ["function"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.step_duration = Histogram(
+            "drpc_step_duration_seconds",
+            "Seconds a step spent on one request.",
+            ["function", "step"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.batch_size = Histogram(
+            "drpc_batch_size",
+            "Requests coalesced into one executor job.",
+            ["function"],
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "drpc_requests_in_flight",
+            "Requests fetched by a runtime and not settled yet.",
+            ["function"],
+            registry=registry,
+        )
+        self.jobs_in_flight = Gauge(
+            "drpc_spark_jobs_in_flight",
+            "Spark jobs running now.",
+            ["function"],
+            registry=registry,
+        )
+        self.job_duration = Histogram(
+            "drpc_spark_job_duration_seconds",
+            "Seconds each Spark job ran.",
+            ["function"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.jobs = Counter(
+            "drpc_spark_jobs",
+            "Spark jobs finished, by outcome (ok or failed).",
+            ["function", "outcome"],
+            registry=registry,
+        )
+        self.tx_last_committed = Gauge(
+            "drpc_tx_last_committed_txid",
+            "Last committed transaction id.",
+            ["topology"],
+            registry=registry,
+        )
+        self.tx_in_flight = Gauge(
+            "drpc_tx_batches_in_flight",
+            "Transactions started and not committed yet.",
+            ["topology"],
+            registry=registry,
+        )
+        self.tx_commits = Counter(
+            "drpc_tx_commits", "Committed transactions.", ["topology"], registry=registry
+        )
+        self.tx_replays = Counter(
+            "drpc_tx_replays",
+            "Transactions replayed, by cause.",
+            ["topology", "cause"],
+            registry=registry,
+        )
+        self.tx_commit_duration = Histogram(
+            "drpc_tx_commit_duration_seconds",
+            "Seconds each commit took.",
+            ["topology"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.tx_tuples = Counter(
+            "drpc_tx_tuples",
+            "Tuples of committed transactions; rate() gives tuples per second.",
+            ["topology"],
+            registry=registry,
+        )
+        self._tx_lock = threading.Lock()
+        self._tx_active: dict[str, set[int]] = {}
+        registry.register(_ServiceCollector(self))
+
+    def bind(self, service: DRPCService) -> None:
+        """Read queue depths, in-flight counts and late results from ``service`` at scrape."""
+        self._service = service
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric."""
+        return generate_latest(self.registry)
+
+    # -- requests (server.service.RequestListener) -------------------------------------------
+
+    def submitted(self, request: PendingRequest) -> None:
+        self.functions(request.function)
+
+    def fetched(self, request: PendingRequest, now: float) -> None:
+        function = self.functions(request.function)
+        self.queue_wait.labels(function).observe(max(0.0, now - request.submitted))
+        self.in_flight.labels(function).inc()
+
+    def settled(self, request: PendingRequest, now: float) -> None:
+        function = self.functions(request.function)
+        if request.fetched:
+            self.in_flight.labels(function).dec()
+        self.requests.labels(function, outcome_of(request.error)).inc()
+        self.duration.labels(function).observe(max(0.0, now - request.submitted))
+        self.recent.add(request.id, request.function)
+
+    def refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
+        self.requests.labels(self.functions(function, admit=known), outcome_of(error)).inc()
+
+    # -- runtimes (drpc.observe.Observer) -----------------------------------------------------
+
+    def step_finished(
+        self, return_info: Any, step: str, start: float, end: float, attrs: dict[str, Any]
+    ) -> None:
+        request_id = getattr(return_info, "request_id", None)
+        if request_id is None:
+            return
+        function = self._function_of(request_id)
+        if function is None:
+            return
+        self.step_duration.labels(self.functions(function), self.steps(step)).observe(
+            max(0.0, end - start)
+        )
+
+    def _function_of(self, request_id: str) -> str | None:
+        service = self._service
+        function = service.function_of(request_id) if service is not None else None
+        return function if function is not None else self.recent.get(request_id)
+
+    def batch_coalesced(self, function: str, size: int) -> None:
+        self.batch_size.labels(self.functions(function)).observe(size)
+
+    def job_started(self, function: str, job: str, request_count: int, now: float) -> None:
+        self.jobs_in_flight.labels(self.functions(function)).inc()
+
+    def job_finished(self, function: str, job: str, ok: bool, seconds: float) -> None:
+        label = self.functions(function)
+        self.jobs_in_flight.labels(label).dec()
+        self.job_duration.labels(label).observe(seconds)
+        self.jobs.labels(label, "ok" if ok else "failed").inc()
+
+    def tx_started(self, topology: str, txid: int, attempt_id: int, now: float) -> None:
+        label = self.topologies(topology)
+        with self._tx_lock:
+            active = self._tx_active.setdefault(label, set())
+            active.add(txid)
+            self.tx_in_flight.labels(label).set(len(active))
+
+    def tx_committed(self, topology: str, txid: int, commit_seconds: float, tuples: int) -> None:
+        label = self.topologies(topology)
+        with self._tx_lock:
+            active = self._tx_active.setdefault(label, set())
+            active.difference_update([t for t in active if t <= txid])
+            self.tx_in_flight.labels(label).set(len(active))
+            self.tx_last_committed.labels(label).set(txid)
+        self.tx_commits.labels(label).inc()
+        self.tx_commit_duration.labels(label).observe(commit_seconds)
+        self.tx_tuples.labels(label).inc(tuples)
+
+    def tx_replayed(self, topology: str, txid: int, cause: str) -> None:
+        self.tx_replays.labels(self.topologies(topology), self.causes(cause)).inc()
+
+
+class _ServiceCollector:
+    """Gauges and counters read from the service at each scrape."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        service = self._metrics._service
+        if service is None:
+            return
+        labels = self._metrics.functions
+        by_label: dict[str, int] = {}
+        for function, queued in service.queue_depths().items():
+            label = labels(function, admit=False)
+            by_label[label] = by_label.get(label, 0) + queued
+        depth = GaugeMetricFamily(
+            "drpc_queue_depth", "Requests waiting to be fetched.", labels=["function"]
+        )
+        for label, queued in sorted(by_label.items()):
+            depth.add_metric([label], queued)
+        yield depth
+        outstanding = GaugeMetricFamily(
+            "drpc_requests_outstanding", "Requests the server holds (queued or in flight)."
+        )
+        outstanding.add_metric([], service.outstanding())
+        yield outstanding
+        late = CounterMetricFamily(
+            "drpc_late_results",
+            "Results and failures that arrived for unknown or already settled requests.",
+        )
+        late.add_metric([], service.late_results)
+        yield late
+
+
+__all__ = ["OTHER", "OUTCOMES", "BoundedLabels", "RecentRequests", "ServerMetrics"]

@@ -1,0 +1,176 @@
+"""``GET /metrics`` end to end: a real server, real sockets and the real clients; the
+Prometheus text parses with prometheus-client's parser and its counters match, outcome by
+outcome, the calls this test made."""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from client import (
+    AuthorizationException,
+    DRPCClient,
+    DRPCExecutionException,
+    DRPCInvocationsClient,
+    HTTPDRPCClient,
+)
+from drpc.errors import DRPCExceptionType
+from server import DRPCServer
+from server.identity import TokenTable
+from server.limits import Limits
+from server.metrics import OTHER
+from tests.server.helpers import HOST, exclamation, failing_topology, running_server, wait_until
+
+ALICE_TOKEN = "alice-token-0123456789"
+MALLORY_TOKEN = "mallory-token-0123456789"
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse(text: str) -> Samples:
+    """Every sample of a Prometheus text exposition, by name and sorted labels."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def scrape(server: DRPCServer) -> tuple[str, Samples]:
+    with urllib.request.urlopen(f"http://{HOST}:{server.http_port}/metrics", timeout=10) as reply:
+        assert reply.status == 200
+        assert reply.headers["Content-Type"].startswith("text/plain; version=")
+        text = reply.read().decode("utf-8")
+    return text, parse(text)
+
+
+def requests_by_outcome(samples: Samples) -> dict[tuple[str, str], float]:
+    return {
+        (labels["function"], labels["outcome"]): value
+        for (name, items), value in samples.items()
+        if name == "drpc_requests_total" and (labels := dict(items))
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def refuse_mallory(identity: str | None, operation: str, function: str) -> None:
+    if identity == "mallory":
+        raise AuthorizationException(f"DRPC request {operation!r} for 'mallory' is refused")
+
+
+class Call(threading.Thread):
+    """One execute call on a thread of its own; ``error`` is how it failed."""
+
+    def __init__(self, port: int, function: str, args: str) -> None:
+        super().__init__(daemon=True)
+        self.port, self.function, self.args = port, function, args
+        self.error: DRPCExecutionException | None = None
+        self.start()
+
+    def run(self) -> None:
+        with DRPCClient(HOST, self.port, timeout=20) as client:
+            try:
+                client.execute(self.function, self.args)
+            except DRPCExecutionException as error:
+                self.error = error
+
+    def failed_with(self) -> DRPCExceptionType | None:
+        self.join(20)
+        assert not self.is_alive()
+        return None if self.error is None else self.error.type
+
+
+def test_counters_match_the_calls_sent_by_outcome() -> None:
+    tokens = TokenTable({"alice": ALICE_TOKEN, "mallory": MALLORY_TOKEN})
+    options = {
+        "wait_for_unserved": True,  # "held" queues until it times out, as in Storm
+        "timeout": 2.0,
+        "limits": Limits(max_queue_depth=2),
+        "tokens": tokens,
+        "authorizer": refuse_mallory,
+    }
+    with running_server(exclamation(), failing_topology(), **options) as server:
+        port, url = server.port, f"http://{HOST}:{server.http_port}"
+        # two calls wait in the queue of "held" (the limit), a third is refused at once
+        held = [Call(port, "held", "x") for _ in range(2)]
+        wait_until(lambda: server.service.queue_depth("held") == 2)
+        with DRPCClient(HOST, port, timeout=20) as client:
+            with pytest.raises(DRPCExecutionException, match=r"^server busy: "):
+                client.execute("held", "refused")
+            for i in range(5):
+                assert client.execute("exclamation", str(i)) == f"{i}!"
+            assert client.execute("failing", "fine") == "fine!"
+            for _ in range(2):
+                with pytest.raises(DRPCExecutionException) as failed:
+                    client.execute("failing", "bad")
+                assert failed.value.type is DRPCExceptionType.FAILED_REQUEST
+        with HTTPDRPCClient(url, token=ALICE_TOKEN, timeout=20) as alice:
+            assert alice.execute("exclamation", "http") == "http!"
+        for token in (MALLORY_TOKEN, "no-such-token-at-all"):  # refused by the ACL; unknown
+            with (
+                HTTPDRPCClient(url, token=token, timeout=20) as caller,
+                pytest.raises(AuthorizationException),
+            ):
+                caller.execute("exclamation", "denied")
+        with DRPCInvocationsClient(HOST, server.invocations_port, timeout=20) as runner:
+            runner.result("999999", "too late")  # an id the server never issued
+        assert [call.failed_with() for call in held] == [DRPCExceptionType.SERVER_TIMEOUT] * 2
+
+        text, samples = scrape(server)
+        assert requests_by_outcome(samples) == {
+            ("exclamation", "ok"): 6,
+            ("exclamation", "unauthorized"): 2,
+            ("failing", "ok"): 1,
+            ("failing", "failed"): 2,
+            ("held", "busy"): 1,
+            ("held", "timeout"): 2,
+        }
+        # latencies of queued calls only: refusals never queued
+        assert value(samples, "drpc_request_duration_seconds_count", function="exclamation") == 6
+        assert value(samples, "drpc_request_duration_seconds_count", function="held") == 2
+        assert value(samples, "drpc_request_duration_seconds_sum", function="held") >= 2 * 2.0
+        assert value(samples, "drpc_queue_wait_seconds_count", function="exclamation") == 6
+        assert value(samples, "drpc_queue_wait_seconds_count", function="held") is None
+        assert value(samples, "drpc_late_results_total") == 1
+        assert value(samples, "drpc_requests_outstanding") == 0
+        assert value(samples, "drpc_requests_in_flight", function="exclamation") == 0
+        assert "# TYPE drpc_requests_total counter" in text
+        assert "# TYPE drpc_request_duration_seconds histogram" in text
+
+        # a call held when the server stops ends with SERVER_SHUTDOWN
+        last = Call(port, "held", "until shutdown")
+        wait_until(lambda: server.service.queue_depth("held") == 1)
+        _, samples = scrape(server)
+        assert value(samples, "drpc_queue_depth", function="held") == 1
+        assert value(samples, "drpc_requests_outstanding") == 1
+    assert last.failed_with() is DRPCExceptionType.SERVER_SHUTDOWN
+    samples = parse(server.metrics.exposition().decode("utf-8"))
+    assert requests_by_outcome(samples)[("held", "shutdown")] == 1
+
+
+def test_names_nobody_serves_share_one_series() -> None:
+    with running_server(exclamation()) as server, DRPCClient(HOST, server.port) as client:
+        for i in range(20):
+            with pytest.raises(DRPCExecutionException) as refused:
+                client.execute(f"random-{i}", "x")
+            assert "is not served" in refused.value.msg
+        assert client.execute("exclamation", "x") == "x!"
+        text, samples = scrape(server)
+    assert requests_by_outcome(samples) == {(OTHER, "failed"): 20, ("exclamation", "ok"): 1}
+    assert "random-" not in text
+
+
+def test_each_server_has_its_own_registry() -> None:
+    with running_server(exclamation()) as first, running_server(exclamation()) as second:
+        with DRPCClient(HOST, first.port) as client:
+            assert client.execute("exclamation", "one") == "one!"
+        _, first_samples = scrape(first)
+        _, second_samples = scrape(second)
+    assert requests_by_outcome(first_samples) == {("exclamation", "ok"): 1}
+    assert requests_by_outcome(second_samples) == {}
