@@ -151,6 +151,9 @@ class DRPCServer:
         self._http_deadline: asyncio.Task[None] | None = None
         self._runtimes: dict[str, tuple[str, Any]] = {}
         self.transactional: dict[str, HostedTransactional] = {}
+        self.dashboard.watch_transactional(
+            lambda: {name: hosted.status() for name, hosted in self.transactional.items()}
+        )
         self.observer = FanOut(self.metrics, self.dashboard)
         """Every hosted runtime reports here (``drpc.observe``); append observers to
         ``observer.observers``."""

@@ -22,7 +22,8 @@ Contract. ``Dashboard`` is both a ``server.service.RequestListener`` and a
   last committed txid, commits, tuples, commit latency, batches in flight (at
   most ``max_tx_in_flight`` listed, default 256), replays by cause (at most
   ``max_causes``, default 32) and the last ``max_replays_shown`` replays
-  (default 20).
+  (default 20); with ``watch_transactional(hosted)``, whether each hosted run
+  is running and its last error.
 
 Names shown (functions, steps, topologies) are cut to ``max_name`` characters
 (default 200).
@@ -55,7 +56,7 @@ from server.metrics import OTHER, BoundedLabels
 from server.service import TIMEOUT, PendingRequest, RequestListener, outcome_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from server.service import DRPCService
 
@@ -254,7 +255,14 @@ class Dashboard(Observer, RequestListener):
         self._tracked: dict[str, _Tracked] = {}
         self._failures: deque[dict[str, Any]] = deque(maxlen=max_failures)
         self._topologies: dict[str, _Topology] = {}
+        self._hosted: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
         self._lock = threading.Lock()
+
+    def watch_transactional(self, hosted: Callable[[], Mapping[str, Mapping[str, Any]]]) -> None:
+        """``hosted()`` maps each transactional topology the server hosts to its run's
+        status (``running``, ``error``, ``executor``, ``last_txid``…); the page shows
+        whether each run is up, and runs that have not committed yet."""
+        self._hosted = hosted
 
     # -- requests (server.service.RequestListener) -------------------------------------------
 
@@ -439,6 +447,7 @@ class Dashboard(Observer, RequestListener):
                     for name, entry in sorted(self._topologies.items())
                 ],
             }
+        self._add_hosted(status["transactional"])
         if service is not None:
             status["server"] = {
                 "served": [_clip(name, self.max_name) for name in served],
@@ -448,6 +457,26 @@ class Dashboard(Observer, RequestListener):
                 "shutting_down": service.closed,
             }
         return status
+
+    def _add_hosted(self, topologies: list[dict[str, Any]]) -> None:
+        hosted = self._hosted() if self._hosted is not None else {}
+        by_name = {entry["topology"]: entry for entry in topologies}
+        for name, run in sorted(hosted.items()):
+            entry = by_name.get(_clip(name, self.max_name))
+            if entry is None:  # hosted, no event yet: what its run says
+                empty = _Topology(_Series(self.resolution, self.slot_count))
+                empty.last_committed = run.get("last_txid")
+                entry = self._topology_status(name, empty, self.clock())
+                topologies.append(entry)
+            entry["running"] = bool(run.get("running"))
+            entry["executor"] = run.get("executor")
+            error = run.get("error")
+            entry["error"] = None if error is None else _clip(str(error), self.max_message)
+        topologies.sort(key=lambda entry: entry["topology"])
+
+    def _summary_span(self, now: float) -> float:
+        """Seconds the summary columns cover: ``summary``, or less just after start."""
+        return max(self.resolution, min(self.summary, now - self.started))
 
     def _summary_slots(self, series: _Series, now: float) -> list[_Slot]:
         first = int((now - self.summary) // self.resolution) + 1
@@ -468,7 +497,7 @@ class Dashboard(Observer, RequestListener):
             "recent": dict(merged[0]),
             "queued": held["queued"] if held else 0,
             "running": held["running"] if held else 0,
-            "rate": count / self.summary,
+            "rate": count / self._summary_span(now),
             "p50": percentile(merged[1], 0.5),
             "p99": percentile(merged[1], 0.99),
             "series": [
@@ -491,7 +520,7 @@ class Dashboard(Observer, RequestListener):
             "last_committed": entry.last_committed,
             "commits": entry.commits,
             "tuples": entry.tuples,
-            "tuples_per_second": merged[0]["tuples"] / self.summary,
+            "tuples_per_second": merged[0]["tuples"] / self._summary_span(now),
             "commit_p50": percentile(merged[1], 0.5),
             "commit_p99": percentile(merged[1], 0.99),
             "last_commit_seconds": entry.last_commit_seconds,

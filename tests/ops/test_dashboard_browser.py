@@ -14,19 +14,29 @@ import pytest
 
 from client import DRPCClient, DRPCExecutionException, HTTPDRPCClient
 from drpc.errors import DRPCExceptionType
-from server import DRPCServer
+from server import DRPCServer, ServerThread
 from server.dashboard import Dashboard
 from tests.ops.cdp import Chromium, find_chromium
-from tests.server.helpers import HOST, exclamation, failing_topology, running_server, wait_until
+from tests.server.helpers import HOST, exclamation, failing_topology, server_options, wait_until
+from tests.server.test_transactional_hosting import append_words
+from tests.transactional.faults import word_count
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 WIDTH = 1360
 RESOLUTION = 1.0
+TOPOLOGY = "fault-words"
 
 
 def _cell(function: str, selector: str) -> str:
     return (
         f"(document.querySelector('#functions tr[data-function=\"{function}\"] {selector}')"
+        " || {}).textContent"
+    )
+
+
+def _topology_cell(selector: str) -> str:
+    return (
+        f"(document.querySelector('#transactional tr[data-topology=\"{TOPOLOGY}\"] {selector}')"
         " || {}).textContent"
     )
 
@@ -91,6 +101,11 @@ async def _look(executable: str, url: str, profile: Path, shot: Path) -> list[st
         )
         assert "held" in held
         assert "queued" in held
+        commits = await page.evaluate(_topology_cell(".commits"))
+        assert int(commits) > 0
+        replays = await page.evaluate(_topology_cell(".replays"))
+        assert "processing" in replays or "commit" in replays
+        assert await page.evaluate(_topology_cell(".run-state")) == "running"
         updates = int(await page.evaluate("document.body.dataset.updates"))
         await page.wait_for(f"Number(document.body.dataset.updates) >= {updates + 2}")
         await page.screenshot(shot, WIDTH)
@@ -103,10 +118,22 @@ def test_the_dashboard_shows_the_calls_sent_with_no_console_errors(tmp_path: Pat
         pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
     shot = tmp_path / "dashboard.png"
     dashboard = Dashboard(resolution=RESOLUTION, window=120.0)
-    with running_server(
-        exclamation(), failing_topology(), wait_for_unserved=True, dashboard=dashboard
-    ) as server:
+    server = DRPCServer(**server_options(wait_for_unserved=True, dashboard=dashboard))
+    server.register(exclamation())
+    server.register(failing_topology())
+    # a transactional run beside them, whose injected first-attempt failures replay
+    log_dir, markers = tmp_path / "log", tmp_path / "markers"
+    markers.mkdir()
+    words = sum(append_words(log_dir, 300, seed=5).values())
+    hosted = server.register_transactional(
+        word_count(str(log_dir), str(markers), take=60),
+        state_dir=str(tmp_path / "state"),
+        max_spout_pending=2,
+        idle_interval=0.5,
+    )
+    with ServerThread(server):
         _send_calls(server)
+        wait_until(lambda: hosted.status()["tuples"] == words, 60)
         held = _hold_one(server)
         url = f"http://{HOST}:{server.http_port}/"
         errors = asyncio.run(_look(executable, url, tmp_path / "chromium-profile", shot))

@@ -70,6 +70,7 @@ def test_percentiles_are_within_ten_percent() -> None:
 def test_totals_rate_percentiles_and_series() -> None:
     clock = Clock()
     board = dashboard(clock, resolution=1.0, window=10.0, summary=5.0)
+    clock.now += 10  # up for longer than the summary: the rate is over its 5 s
     for i in range(4):
         call(board, clock, str(i), seconds=0.1)
     call(board, clock, "4", seconds=0.2, error=DRPCExecutionException("boom", FAILED))
@@ -82,6 +83,17 @@ def test_totals_rate_percentiles_and_series() -> None:
     assert len(status["series"]) == 10
     counted = [slot["outcomes"] for slot in status["series"] if slot is not None]
     assert sum(sum(outcomes.values()) for outcomes in counted) == 5
+
+
+def test_just_after_start_the_rate_is_over_the_time_up() -> None:
+    clock = Clock()
+    board = dashboard(clock, resolution=1.0, summary=60.0)
+    clock.now += 4.0
+    for i in range(8):
+        call(board, clock, str(i), seconds=0.0)
+    assert function_status(board, "f")["rate"] == pytest.approx(8 / 4.0)
+    clock.now += 0.5 - 4.0  # never over less than one slot
+    assert function_status(board, "f")["rate"] == pytest.approx(8 / 1.0)
 
 
 def test_the_window_keeps_slots_up_to_its_length_and_no_longer() -> None:
@@ -209,6 +221,7 @@ def test_messages_and_names_are_cut_at_their_limits() -> None:
 def test_transactional_progress_in_flight_and_replays() -> None:
     clock = Clock()
     board = dashboard(clock, resolution=1.0, window=60.0, summary=10.0)
+    clock.now += 20  # up for longer than the summary
     for txid in (1, 2, 3):
         board.tx_started("words", txid, 1, clock.now)
     board.tx_replayed("words", 2, "processing")
@@ -250,6 +263,28 @@ def test_transactional_bounds_on_both_sides() -> None:
     board.tx_committed("other-topology", 1, 0.01, 1)  # past max_topologies
     names = [t["topology"] for t in board.status()["transactional"]]
     assert names == [OTHER, "words"]
+
+
+def test_hosted_runs_show_their_state_even_before_their_first_event() -> None:
+    clock = Clock()
+    board = dashboard(clock, max_message=20)
+    runs = {
+        "quiet": {"running": True, "executor": "local", "last_txid": 7, "error": None},
+        "words": {
+            "running": False,
+            "executor": "spark",
+            "error": "TransactionalError: " + "x" * 30,
+        },
+    }
+    board.watch_transactional(lambda: runs)
+    board.tx_committed("words", 3, 0.01, 5)
+    quiet, words = board.status()["transactional"]
+    assert (quiet["topology"], quiet["running"], quiet["last_committed"]) == ("quiet", True, 7)
+    assert quiet["commits"] == 0 and quiet["error"] is None
+    assert len(quiet["series"]) == board.slot_count
+    assert (words["topology"], words["running"], words["last_committed"]) == ("words", False, 3)
+    assert words["error"] == "TransactionalError:…"  # cut at max_message
+    assert words["executor"] == "spark"
 
 
 @pytest.mark.parametrize("name", ["window", "resolution", "max_failures", "max_tracked"])

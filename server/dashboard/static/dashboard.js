@@ -118,7 +118,7 @@ function barChart(series, keys, width, fullHeight, unit, window) {
       chart.append(bar);
     }
   });
-  chart.append(svg("text", { class: "label", x: 2, y: 9 }, `${peak} ${unit}`));
+  if (Math.max(...totals) > 0) chart.append(svg("text", { class: "label", x: 2, y: 9 }, `${peak} ${unit}`));
   return chart;
 }
 
@@ -203,7 +203,7 @@ function renderFunctions(status) {
       el("td", { class: "num p50" }, seconds(fn.p50)),
       el("td", { class: "num p99" }, seconds(fn.p99)),
       el("td", { class: "num held" }, `${fn.running} / ${fn.queued}`),
-      el("td", {}, barChart(counts, OUTCOMES, CHART_WIDTH, CHART_HEIGHT, "calls", status.window)),
+      el("td", {}, barChart(counts, OUTCOMES, CHART_WIDTH, CHART_HEIGHT, "calls max", status.window)),
       el("td", {}, latencyChart(fn.series, CHART_WIDTH, CHART_HEIGHT, status.window)),
     );
   });
@@ -266,17 +266,23 @@ function renderTransactional(status) {
     const replays = causes.length
       ? el("div", { class: "pills" }, ...causes.map(([cause, count]) => pill(cause, count)))
       : el("span", { class: "muted" }, "none");
+    const name = el("td", { class: "name" }, tx.topology);
+    if (tx.running !== undefined) {
+      const state = tx.error ? "stopped" : tx.running ? "running" : "not running";
+      name.append(el("div", { class: `run-state run-${state.replace(" ", "-")}` }, state));
+      if (tx.error) name.append(el("div", { class: "run-error" }, tx.error));
+    }
     return el(
       "tr",
       { "data-topology": tx.topology },
-      el("td", { class: "name" }, tx.topology),
+      name,
       el("td", { class: "num last-committed" }, tx.last_committed ?? "—"),
       el("td", { class: "num commits" }, tx.commits),
       el("td", { class: "num" }, rate(tx.tuples_per_second)),
       el("td", { class: "num" }, seconds(tx.commit_p50)),
       el("td", { class: "mono" }, inFlight),
-      el("td", {}, replays),
-      el("td", {}, barChart(tx.series, ["commits", "replays"], CHART_WIDTH, CHART_HEIGHT, "per slot", status.window)),
+      el("td", { class: "replays" }, replays),
+      el("td", {}, barChart(tx.series, ["commits", "replays"], CHART_WIDTH, CHART_HEIGHT, "max", status.window)),
     );
   });
   fill("transactional", rows);
