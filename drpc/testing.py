@@ -15,6 +15,8 @@ process and blocks for the answer:
 - on exit every outstanding request fails with SERVER_SHUTDOWN.
 
 ``submit`` returns a ``concurrent.futures.Future`` for concurrent callers.
+``observer`` (a ``drpc.observe.Observer``) is handed to the hosted runtimes,
+which then report their events to it.
 LocalDRPC is also the ``Invocations`` handle the hosted topologies pull from
 (at most once per request, never blocking).
 """
@@ -33,6 +35,7 @@ from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExceptionType, DRPCExecutionException
 from drpc.executors import create_executor
 from drpc.model.topology import Topology
+from drpc.observe import OBSERVER_SERVICE, Observer
 from drpc.requests import (
     DEFAULT_REQUEST_TIMEOUT,
     LOCAL_ORIGIN,
@@ -52,9 +55,11 @@ class LocalDRPC:
         *,
         timeout: float = DEFAULT_REQUEST_TIMEOUT,
         conf: dict[str, Any] | None = None,
+        observer: Observer | None = None,
         **executor_options: Any,
     ) -> None:
         self.executor_name = executor
+        self.observer = observer
         self.timeout = timeout
         self._conf = dict(conf or {})
         self._conf.setdefault("topology.message.timeout.secs", timeout)
@@ -89,7 +94,7 @@ class LocalDRPC:
             runtime = create_executor(
                 self.executor_name,
                 topology,
-                services={INVOCATIONS_SERVICE: self},
+                services={INVOCATIONS_SERVICE: self, OBSERVER_SERVICE: self.observer},
                 conf=self._conf,
                 **self._executor_options,
             )

@@ -19,6 +19,11 @@ Records (plain tuples, pickled in blobs between tasks):
   forwarded further by one designated task per component, so copies do not
   multiply; ``forward`` (set on fused edges, where the designated task may
   never see it) makes the receiving task forward it too.
+- ``(TIMING, component, task_index, started, ended, busy)``: a task's wall
+  clock span (``time.time()`` of its worker) and, per id, the seconds it
+  spent executing that id's tuples and finishing it (``busy``, from a
+  ``TaskRun(timed=True)``). The Spark executor ships these to the driver
+  with the data when it observes; ``TaskRun.run`` never sees them.
 
 Implied zero reports: a Spark task's output is all or nothing, and a task
 that does not finish an id always sends a FAIL record for it, so on Spark a
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -74,6 +80,7 @@ log = logging.getLogger(__name__)
 DATA = 0
 REPORT = 1
 FAIL = 2
+TIMING = 3
 
 Record = tuple[Any, ...]
 
@@ -142,6 +149,7 @@ class TaskRun:
         conf: dict[str, Any] | None = None,
         services: dict[str, Any] | None = None,
         hints: TaskHints | None = None,
+        timed: bool = False,
     ) -> None:
         spec = topology.components[component_id]
         self.topology = topology
@@ -180,6 +188,8 @@ class TaskRun:
         self.uncoordinated_failures: list[tuple[list[Any], Failure]] = []
         self.unrouted: list[tuple[str, list[Any]]] = []  # emits no component subscribes to
         self.executed: Counter[Hashable] = Counter()
+        self.busy: dict[Hashable, float] | None = {} if timed else None
+        """Seconds spent executing each id's tuples and finishing it (``timed`` only)."""
         self.current: Tuple | None = None
         self._fields: dict[tuple[str, str], Fields] = {}
         self._fail_targets = sorted(
@@ -240,7 +250,13 @@ class TaskRun:
                 if is_ignored(tracker.tuple_received(id, 0.0)):
                     continue
                 self.executed[id] += 1
-                self.execute(received)
+                busy = self.busy
+                if busy is None:
+                    self.execute(received)
+                else:
+                    started = time.perf_counter()
+                    self.execute(received)
+                    busy[id] = busy.get(id, 0.0) + time.perf_counter() - started
         if self.hints.synthesize_ids:
             owns = id_owner_check(self.topology, self.component_id, self.index)
             for id in self.job_ids:
@@ -336,6 +352,7 @@ class TaskRun:
         for decision in decisions:
             if isinstance(decision, FinishBatch):
                 previous, self.current = self.current, trigger
+                started = time.perf_counter() if self.busy is not None else 0.0
                 try:
                     self.runner.finished_id(decision.id)
                 except Exception as error:
@@ -346,6 +363,9 @@ class TaskRun:
                     more = tracker.finish_done(decision.id)
                 finally:
                     self.current = previous
+                    if self.busy is not None:
+                        spent = time.perf_counter() - started
+                        self.busy[decision.id] = self.busy.get(decision.id, 0.0) + spent
                 self.apply(more, trigger)
             elif isinstance(decision, SendReport):
                 if decision.count or not self.hints.omit_zero_reports:

@@ -27,6 +27,22 @@ every task of the topology until ``stop()``:
 
 Engine bugs and exceptions from spout callbacks are logged, never allowed to
 kill a worker thread.
+
+Observation (``drpc.observe``; only when ``services`` holds an observer and
+the topology serves a DRPC function, otherwise nothing is measured). Every
+tuple of a request's tree carries its spout root, so a step's span for a
+request runs from the first message of that tree a task of the step began
+handling to the end of the last one it handled (coordination reports
+included): ``step_started`` is reported when the span opens, and when the
+request settles (the runtime hands its result or failure to the invocations
+handle) ``step_finished`` for every step it went through, before the outcome,
+so an issuer sees all spans by the time it sees the outcome. Steps are the
+topology's components: ``prepare-request``, the user's steps, ``join-result``
+and ``return-results`` (whose span ends when it hands the result over).
+``attrs`` hold ``busy_ms`` (time this step's tasks spent handling the
+request's messages) and ``tasks`` (how many of its tasks did). A failed tree
+reports ``request_failed_in`` with the failure's step (for a timeout, the
+step that began last) and ``"TYPE: message"``.
 """
 
 from __future__ import annotations
@@ -43,6 +59,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from drpc import config
+from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.errors import (
     Failure,
     InvalidTopologyError,
@@ -60,6 +77,8 @@ from drpc.model.fields import Fields
 from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
 from drpc.model.topology import ComponentSpec, CoordinatedBolt, Topology
 from drpc.model.tuples import Tuple
+from drpc.observe import NULL_OBSERVER, Observer, notify, observer_of
+from drpc.requests import ReturnInfo
 from drpc.semantics.acker import Acker, RootCompleted, new_edge_id
 from drpc.semantics.coordination import (
     Abandoned,
@@ -336,6 +355,17 @@ class _BoltTask(_Task):
 
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
+        spans = self.engine.spans
+        if spans is not None and kind == _TUPLE and message[5]:
+            roots = message[5]
+            started = time.monotonic()
+            spans.begin(self.component_id, self.task_id, roots, started)
+            try:
+                with self.lock:
+                    self.receive(message[1], message[2], message[3], message[4], roots)
+            finally:
+                spans.end(self.component_id, roots, started, time.monotonic())
+            return
         with self.lock:
             if kind == _TUPLE:
                 self.receive(message[1], message[2], message[3], message[4], message[5])
@@ -654,6 +684,9 @@ class _SpoutTask(_Task):
         msg_id = self.pending.pop(root, _MISSING)
         if msg_id is _MISSING:
             return
+        spans = self.engine.spans
+        if spans is not None and failure is not None:
+            spans.failed(root, failure)
         try:
             if failure is None:
                 self.spout.ack(msg_id)
@@ -665,6 +698,8 @@ class _SpoutTask(_Task):
             log.exception(
                 "spout %r %s raised", self.component_id, "ack" if failure is None else "fail"
             )
+        if spans is not None:
+            spans.forget(root)
         if self.max_pending is not None:
             self.wake()
 
@@ -679,6 +714,9 @@ class _SpoutTask(_Task):
             return
         root = new_edge_id()
         self.pending[root] = msg_id
+        spans = self.engine.spans
+        if spans is not None and isinstance(msg_id, ReturnInfo):
+            spans.opened(root, msg_id)
         if not targets:
             self.engine.post(self, (_ROOT_DONE, root, None))
             return
@@ -733,6 +771,144 @@ class _AckerTask(_Actor):
                 self.engine.broadcast_abandon(decision.root)
 
 
+class _StepSpan:
+    """One step's work on one request so far."""
+
+    __slots__ = ("busy", "end", "open", "opened", "start", "tasks")
+
+    def __init__(self, now: float, task: int) -> None:
+        self.start = now
+        self.end = now
+        self.open = 1
+        self.opened = now
+        self.busy = 0.0
+        self.tasks = {task}
+
+
+class _Tree:
+    __slots__ = ("return_info", "steps")
+
+    def __init__(self, return_info: ReturnInfo) -> None:
+        self.return_info = return_info
+        self.steps: dict[str, _StepSpan] = {}
+
+
+class _RequestSpans:
+    """The steps each request's tuple tree went through, by spout root; reports them
+    to the observer when the request settles (see the module docstring). Thread-safe."""
+
+    def __init__(self, observer: Observer) -> None:
+        self.observer = observer
+        self._lock = threading.Lock()
+        self._trees: dict[int, _Tree] = {}
+        self._roots: dict[ReturnInfo, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._trees)
+
+    def opened(self, root: int, return_info: ReturnInfo) -> None:
+        with self._lock:
+            self._trees[root] = _Tree(return_info)
+            self._roots[return_info] = root
+
+    def begin(self, step: str, task: int, roots: dict[int, int], now: float) -> None:
+        started: list[ReturnInfo] = []
+        with self._lock:
+            for root in roots:
+                tree = self._trees.get(root)
+                if tree is None:
+                    continue
+                span = tree.steps.get(step)
+                if span is None:
+                    tree.steps[step] = _StepSpan(now, task)
+                    started.append(tree.return_info)
+                    continue
+                if not span.open:
+                    span.opened = now
+                span.open += 1
+                span.tasks.add(task)
+        for return_info in started:
+            notify(self.observer, "step_started", return_info, step, now)
+
+    def end(self, step: str, roots: dict[int, int], started: float, now: float) -> None:
+        with self._lock:
+            for root in roots:
+                tree = self._trees.get(root)
+                span = None if tree is None else tree.steps.get(step)
+                if span is None:
+                    continue
+                span.open -= 1
+                span.busy += now - started
+                if now > span.end:
+                    span.end = now
+
+    def failed(self, root: int, failure: Failure) -> None:
+        with self._lock:
+            tree = self._trees.get(root)
+            if tree is None:
+                return
+            step = failure.component
+            if step is None:
+                latest = max(tree.steps.items(), key=lambda item: item[1].start, default=None)
+                step = latest[0] if latest is not None else "unknown"
+            return_info = tree.return_info
+        notify(
+            self.observer,
+            "request_failed_in",
+            return_info,
+            step,
+            f"{failure.type.name}: {failure.message}",
+        )
+
+    def settle(self, return_info: ReturnInfo) -> None:
+        """Report every span of the request; call just before its outcome is handed over.
+
+        Steps still handling a message (the one handing the outcome over) end after the
+        others were reported, so the request's remaining time is the hand-over alone."""
+        with self._lock:
+            root = self._roots.pop(return_info, None)
+            tree = self._trees.pop(root, None) if root is not None else None
+            if tree is None:
+                return
+            steps = sorted(tree.steps.items(), key=lambda item: (item[1].open > 0, item[1].end))
+        for step, span in steps:
+            end, busy = span.end, span.busy
+            if span.open > 0:
+                end = time.monotonic()
+                busy += end - span.opened
+            attrs = {"busy_ms": round(busy * 1000.0, 3), "tasks": len(span.tasks)}
+            notify(self.observer, "step_finished", return_info, step, span.start, end, attrs)
+
+    def forget(self, root: int) -> None:
+        with self._lock:
+            tree = self._trees.pop(root, None)
+            if tree is not None:
+                self._roots.pop(tree.return_info, None)
+
+
+class _ObservedInvocations:
+    """The invocations handle the topology sees: reports a request's spans before its
+    outcome goes to the real handle."""
+
+    def __init__(self, invocations: Any, spans: _RequestSpans) -> None:
+        self._invocations = invocations
+        self._spans = spans
+
+    def fetch_request(self, function: str) -> Any:
+        return self._invocations.fetch_request(function)
+
+    def result(self, return_info: ReturnInfo, result: str) -> None:
+        self._spans.settle(return_info)
+        self._invocations.result(return_info, result)
+
+    def fail_request(self, return_info: ReturnInfo, error: Any) -> None:
+        self._spans.settle(return_info)
+        self._invocations.fail_request(return_info, error)
+
+    def __getattr__(self, name: str) -> Any:  # add_listener, when the real handle has it
+        return getattr(self._invocations, name)
+
+
 class LocalExecutor:
     """Runs a topology's tasks in this process until ``stop()``."""
 
@@ -754,6 +930,16 @@ class LocalExecutor:
         self.topology = topology
         self.conf = config.resolve(topology.conf, conf)
         self.services = dict(services or {})
+        self.observer: Observer = observer_of(self.services)
+        self.spans: _RequestSpans | None = None
+        invocations = self.services.get(INVOCATIONS_SERVICE)
+        if (
+            self.observer is not NULL_OBSERVER
+            and topology.drpc_function is not None
+            and invocations is not None
+        ):
+            self.spans = _RequestSpans(self.observer)
+            self.services[INVOCATIONS_SERVICE] = _ObservedInvocations(invocations, self.spans)
         self.tick_interval = tick_interval
         label = topology.name
         self.scheduler = _Scheduler(threads, label)

@@ -28,6 +28,34 @@ master=None, max_batch_size=256, max_wait=0.01, max_jobs_in_flight=2)``:
   cleared in ``finally``); its requests get SERVER_TIMEOUT.
 - Jobs run in a FAIR scheduler pool per function, so a short function's jobs
   do not queue behind a long one's.
+
+Observation (``drpc.observe``; only when ``services`` holds an observer,
+otherwise nothing is measured, shipped or looked up): ``batch_coalesced``
+and ``job_started`` at each launch, ``job_finished(function, tag, ok,
+seconds)`` when the job ends. Per request, before its outcome reaches the
+invocations handle, ``step_finished`` for each of:
+
+- ``coalesce``: fetched until its job launched;
+- ``prepare-request``, ``join-result``, ``return-results`` (ending when it
+  hands the outcome over): driver steps, ``attrs`` ``job`` (the tag) and
+  ``batch_size``;
+- every Spark step, from the first of its tasks' start to the last one's
+  end; ``attrs``: ``spark_job_id`` (and ``spark_job_ids`` if the tag ran
+  several jobs), ``job``, ``batch_size``, ``tasks`` and ``busy_ms`` (the
+  seconds its tasks spent on this request, summed);
+- ``spark-job``: the job itself, from its submission until the driver
+  collected its output (so past the last step: moving results to the driver).
+
+``request_failed_in`` names the failing step (``spark-job`` when the whole
+job failed or was cancelled). ``step_started`` is reported live for
+``coalesce``, the driver steps and the first Spark step (at submission);
+later Spark steps and ``spark-job`` only get ``step_finished``. Spark steps
+run in tasks on worker processes: each task measures its span with
+``time.time()`` and its per-id seconds, and ships them with the data
+(``TIMING`` records forwarded stage to stage to the driver, never
+accumulators). The driver converts wall time to its ``time.monotonic()``:
+worker clocks are assumed in sync with the driver's (one machine, or NTP;
+skew shifts those spans by it).
 """
 
 from __future__ import annotations
@@ -54,10 +82,12 @@ from drpc.errors import (
     Failure,
     InvalidTopologyError,
 )
-from drpc.executors.batch import DATA, FAIL, Record, TaskHints, TaskRun
+from drpc.executors.batch import DATA, FAIL, TIMING, Record, TaskHints, TaskRun
 from drpc.executors.plan import DRIVER, SparkPlan, StagePlan, compile_plan, explain
+from drpc.logs import request_extra
 from drpc.model.streams import DEFAULT_STREAM_ID, GlobalStreamId
 from drpc.model.topology import Topology
+from drpc.observe import NULL_OBSERVER, Observer, notify, observer_of
 from drpc.requests import DRPCRequest, Invocations, ReturnInfo
 from drpc.semantics.runners import freeze
 
@@ -72,6 +102,7 @@ class JobSpec:
 
     ids: tuple[Hashable, ...]
     conf: dict[str, Any]
+    timed: bool = False  # tasks measure themselves and ship TIMING records
 
 
 # -- worker side ------------------------------------------------------------------------------
@@ -96,12 +127,22 @@ def _run_stage(
     stage: StagePlan,
     hints: dict[str, TaskHints],
     job: JobSpec,
+    timing_sink: str | None = None,
 ) -> Iterator[tuple[str, int, bytes]]:
-    """One partition of a stage: every fused component's task ``index`` in turn."""
+    """One partition of a stage: every fused component's task ``index`` in turn.
+
+    When ``job.timed``, the TIMING records that came in and this partition's own go
+    on to task 0 of ``timing_sink`` (the stage's first consumer) in a blob of their own."""
+    began = time.time() if job.timed else 0.0
     topology = _load_topology(token, broadcast)
     records: list[Record] = []
     for _, blob in items:
         records.extend(pickle.loads(blob))
+    timings: list[Record] = []
+    if job.timed:
+        timings = [r for r in records if r[0] == TIMING]
+        if timings:
+            records = [r for r in records if r[0] != TIMING]
     last = len(stage.components) - 1
     for position, component_id in enumerate(stage.components):
         run = TaskRun(
@@ -111,6 +152,7 @@ def _run_stage(
             job_ids=job.ids,
             conf=job.conf,
             hints=hints[component_id],
+            timed=job.timed,
         )
         run.run(records)
         if position < last:
@@ -120,8 +162,16 @@ def _run_stage(
             # partitions are forwarded by this partition's successor instead.
             records = run.records_by_task().get(local_task, [])
             records.extend((FAIL, id, failure, True) for id, failure in run.failures.items())
+            if job.timed:
+                ended = time.time()
+                timings.append((TIMING, component_id, index, began, ended, run.busy))
+                began = ended
             continue
-        for task, blob in run.blobs():
+        blobs = run.blobs()
+        if job.timed and timing_sink is not None:
+            timings.append((TIMING, component_id, index, began, time.time(), run.busy))
+            yield timing_sink, 0, pickle.dumps(timings, protocol=pickle.HIGHEST_PROTOCOL)
+        for task, blob in blobs:
             component = topology.task_component[task]
             yield component, task - topology.component_task_ids[component][0], blob
 
@@ -142,22 +192,126 @@ def _task_index(key: int) -> int:
 
 
 class _RecordingInvocations:
-    """The job's view of the invocations handle: remembers which requests got results."""
+    """The job's view of the invocations handle: remembers which requests got results,
+    and reports a request's spans (``trace``) before its outcome goes out."""
 
-    def __init__(self, invocations: Invocations) -> None:
+    def __init__(self, invocations: Invocations, trace: _JobTrace | None = None) -> None:
         self._invocations = invocations
+        self._trace = trace
         self.delivered: set[str] = set()
 
     def fetch_request(self, function: str) -> DRPCRequest | None:
         return None
 
     def result(self, return_info: ReturnInfo, result: str) -> None:
+        if self._trace is not None:
+            self._trace.settle(return_info)
         self._invocations.result(return_info, result)
         self.delivered.add(return_info.request_id)
 
     def fail_request(self, return_info: ReturnInfo, error: DRPCExecutionException) -> None:
+        if self._trace is not None:
+            self._trace.settle(return_info)
         self._invocations.fail_request(return_info, error)
         self.delivered.add(return_info.request_id)
+
+
+SPARK_JOB_STEP = "spark-job"
+"""The Spark job's own span (submitted until its output was collected), and the step a
+request failed in when its whole job failed or was cancelled."""
+COALESCE_STEP = "coalesce"
+
+
+class _JobTrace:
+    """The spans of one job's requests, reported per request when it settles.
+
+    Used by the job's thread only. Spans shared by every request of the job are
+    kept once; ``busy`` holds per-id seconds of Spark steps."""
+
+    def __init__(self, observer: Observer, job: _Job) -> None:
+        self.observer = observer
+        self.job = job
+        self.common = {"job": job.tag, "batch_size": len(job.requests)}
+        self.spans: list[tuple[str, float, float, dict[str, Any]]] = []
+        self.busy: dict[str, dict[Hashable, float]] = {}
+        self.ids: dict[ReturnInfo, Hashable] = {}
+        self.current: tuple[str, float] | None = None
+        self.reported: set[ReturnInfo] = set()
+
+    def started(self, step: str, now: float) -> None:
+        """A step began for every request of the job (reported live)."""
+        for request in self.job.requests:
+            notify(self.observer, "step_started", request.return_info, step, now)
+
+    def begin(self, step: str) -> float:
+        now = time.monotonic()
+        self.current = (step, now)
+        self.started(step, now)
+        return now
+
+    def finish(self) -> None:
+        assert self.current is not None
+        step, start = self.current
+        self.spans.append((step, start, time.monotonic(), self.common))
+        self.current = None
+
+    def add_spark_steps(self, timings: list[Record], attrs: dict[str, Any]) -> None:
+        """Spark steps from their tasks' TIMING records (worker wall clock to monotonic)."""
+        offset = time.time() - time.monotonic()
+        steps: dict[str, list[Any]] = {}
+        for _, component, _, began, ended, busy in timings:
+            step = steps.get(component)
+            if step is None:
+                steps[component] = [began, ended, 1]
+            else:
+                step[0], step[1], step[2] = min(step[0], began), max(step[1], ended), step[2] + 1
+            if busy:
+                per_id = self.busy.setdefault(component, {})
+                for id, seconds in busy.items():
+                    per_id[id] = per_id.get(id, 0.0) + seconds
+        for component, (began, ended, tasks) in sorted(steps.items(), key=lambda i: i[1][1]):
+            self.spans.append(
+                (
+                    component,
+                    began - offset,
+                    ended - offset,
+                    {**attrs, **self.common, "tasks": tasks},
+                )
+            )
+
+    def failed(self, return_info: ReturnInfo, failure: Failure) -> None:
+        step = failure.component
+        if step is None:
+            step = self.current[0] if self.current is not None else SPARK_JOB_STEP
+        reason = f"{failure.type.name}: {failure.message}"
+        notify(self.observer, "request_failed_in", return_info, step, reason)
+
+    def settle(self, return_info: ReturnInfo) -> None:
+        """Report the request's spans so far (the running step ends now)."""
+        if return_info in self.reported:
+            return
+        self.reported.add(return_info)
+        job, observer = self.job, self.observer
+        fetched = job.fetched.get(return_info, job.started)
+        notify(
+            observer,
+            "step_finished",
+            return_info,
+            COALESCE_STEP,
+            fetched,
+            job.started,
+            self.common,
+        )
+        id = self.ids.get(return_info)
+        for step, start, end, attrs in self.spans:
+            busy = self.busy.get(step)
+            if busy is not None:
+                attrs = {**attrs, "busy_ms": round(busy.get(id, 0.0) * 1000.0, 3)}
+            notify(observer, "step_finished", return_info, step, start, end, attrs)
+        if self.current is not None:
+            step, start = self.current
+            end = time.monotonic()
+            notify(observer, "step_finished", return_info, step, start, end, self.common)
 
 
 @dataclass
@@ -167,6 +321,8 @@ class _Job:
     deadline: float
     started: float
     cancelled: bool = False
+    fetched: dict[ReturnInfo, float] = field(default_factory=dict)  # when (observing only)
+    trace: _JobTrace | None = None
 
 
 @dataclass
@@ -217,6 +373,8 @@ class SparkExecutor:
         if INVOCATIONS_SERVICE not in self.services:
             raise ValueError(f"the Spark executor needs services[{INVOCATIONS_SERVICE!r}]")
         self.invocations: Invocations = self.services[INVOCATIONS_SERVICE]
+        self.observer: Observer = observer_of(self.services)
+        self._observing = self.observer is not NULL_OBSERVER
         self.master = master
         self.spark_conf = dict(spark_conf or {})
         self.max_batch_size = max_batch_size
@@ -317,17 +475,19 @@ class SparkExecutor:
             self._cond.notify()
 
     def _serve(self) -> None:
+        fetched: dict[ReturnInfo, float] = {}
         while self._running:
             try:
                 self._cancel_expired_jobs()
                 if len(self._jobs) < self.max_jobs_in_flight:
-                    batch = self._fetch(self.max_batch_size)
+                    batch = self._fetch(self.max_batch_size, fetched)
                     gather = self.max_wait > 0 and self._jobs and len(batch) < self.max_batch_size
                     if batch and gather:
                         time.sleep(self.max_wait)
-                        batch += self._fetch(self.max_batch_size - len(batch))
+                        batch += self._fetch(self.max_batch_size - len(batch), fetched)
                     if batch:
-                        self._launch(batch)
+                        self._launch(batch, fetched)
+                        fetched = {}
                         continue
             except Exception:
                 log.exception("the serving loop of %r failed; continuing", self.function)
@@ -338,16 +498,20 @@ class SparkExecutor:
                     self._cond.wait(self.poll_interval)
                 self._woken = False
 
-    def _fetch(self, limit: int) -> list[DRPCRequest]:
+    def _fetch(self, limit: int, fetched: dict[ReturnInfo, float]) -> list[DRPCRequest]:
         batch: list[DRPCRequest] = []
         while len(batch) < limit:
             request = self.invocations.fetch_request(self.function)
             if request is None:
                 break
             batch.append(request)
+        if batch and self._observing:
+            now = time.monotonic()
+            for request in batch:
+                fetched[request.return_info] = now
         return batch
 
-    def _launch(self, batch: list[DRPCRequest]) -> None:
+    def _launch(self, batch: list[DRPCRequest], fetched: dict[ReturnInfo, float]) -> None:
         now = time.monotonic()
         deadline = max(
             r.deadline if r.deadline is not None else now + self.message_timeout for r in batch
@@ -356,6 +520,14 @@ class SparkExecutor:
         self._jobs[job.tag] = job
         self.stats.requests += len(batch)
         self.stats.batch_sizes.append(len(batch))
+        if self._observing:
+            job.fetched = fetched
+            job.trace = _JobTrace(self.observer, job)
+            notify(self.observer, "batch_coalesced", self.function, len(batch))
+            notify(self.observer, "job_started", self.function, job.tag, len(batch), now)
+            for request in batch:
+                started = fetched.get(request.return_info, now)
+                notify(self.observer, "step_started", request.return_info, COALESCE_STEP, started)
         assert self._pool is not None
         self._pool.submit(self._run_job, job)
 
@@ -369,6 +541,11 @@ class SparkExecutor:
                     job.tag,
                     self.function,
                     len(job.requests),
+                    extra={
+                        "function": self.function,
+                        "job": job.tag,
+                        "request_ids": [r.return_info.request_id for r in job.requests],
+                    },
                 )
                 self._sc.cancelJobsWithTag(job.tag)
 
@@ -382,7 +559,9 @@ class SparkExecutor:
             sc.setLocalProperty("spark.scheduler.pool", self._pool_name)
             sc.setJobDescription(f"drpc {self.function}: {len(job.requests)} requests")
             self._execute(job)
+            ok = True
         except Exception as error:
+            ok = False
             self._fail_job(job, error)
         finally:
             try:
@@ -394,6 +573,8 @@ class SparkExecutor:
             elapsed = time.monotonic() - job.started
             self.stats.jobs += 1
             self.stats.job_seconds.append(elapsed)
+            if self._observing:
+                notify(self.observer, "job_finished", self.function, job.tag, ok, elapsed)
             with self._cond:
                 self._jobs.pop(job.tag, None)
                 self._cond.notify()
@@ -414,16 +595,45 @@ class SparkExecutor:
                 f"Internal error: the Spark job for {len(job.requests)} requests of "
                 f"{self.function!r} failed: {_describe_spark_error(error)}",
             )
-            log.error("Spark job %s of %r failed: %s", job.tag, self.function, failure.message)
-        exception = failure.to_exception()
+            log.error(
+                "Spark job %s of %r failed: %s",
+                job.tag,
+                self.function,
+                failure.message,
+                extra={
+                    "function": self.function,
+                    "job": job.tag,
+                    "request_ids": [r.return_info.request_id for r in job.requests],
+                },
+            )
         for request in job.requests:
-            self.invocations.fail_request(request.return_info, exception)
+            self._fail(job, request.return_info, failure)
+
+    def _fail(self, job: _Job, return_info: ReturnInfo, failure: Failure) -> None:
+        """Fail one request of ``job``, reporting where and its spans first."""
+        trace = job.trace
+        if trace is not None:
+            trace.failed(return_info, failure)
+            trace.settle(return_info)
+        self.invocations.fail_request(return_info, failure.to_exception())
+
+    def _spark_job_ids(self, tag: str) -> list[int]:
+        """Ids of the Spark jobs that ran with ``tag`` (empty if Spark cannot tell)."""
+        try:
+            tracker = self._sc._jsc.sc().statusTracker()
+            return sorted(int(job_id) for job_id in tracker.getJobIdsForTag(tag))
+        except Exception:
+            log.debug("could not look up the Spark jobs of tag %s", tag, exc_info=True)
+            return []
 
     def _execute(self, job: _Job) -> None:
         topology = self.topology
-        recording = _RecordingInvocations(self.invocations)
+        trace = job.trace
+        recording = _RecordingInvocations(self.invocations, trace)
         services = {**self.services, INVOCATIONS_SERVICE: recording}
         spout_task = topology.component_task_ids[SPOUT_ID][0]
+        if trace is not None:
+            trace.begin(PREPARE_ID)
         prepare = TaskRun(topology, PREPARE_ID, 0, job_ids=(), conf=self.conf, services=services)
         prepare.run(
             (DATA, SPOUT_ID, DEFAULT_STREAM_ID, spout_task, [r.args, r.return_info])
@@ -435,12 +645,30 @@ class SparkExecutor:
             for record in records:
                 if record[0] == DATA and record[1] == PREPARE_ID and record[2] == "ret":
                     returns[record[4][0]] = record[4][1]
-        spec = JobSpec(tuple(returns), self.conf)
-        collected = self._stages.run(spec, driver_records)
+        spec = JobSpec(tuple(returns), self.conf, timed=trace is not None)
+        if trace is None:
+            collected = self._stages.run(spec, driver_records)
+        else:
+            trace.finish()
+            trace.ids = {return_info: id for id, return_info in returns.items()}
+            timings: list[Record] = []
+            submitted = time.monotonic()
+            if self.plan.stages:
+                trace.started(self.plan.stages[0].head, submitted)
+            collected = self._stages.run(spec, driver_records, timings)
+            collected_at = time.monotonic()
+            job_ids = self._spark_job_ids(job.tag)
+            attrs: dict[str, Any] = {"spark_job_id": job_ids[-1]} if job_ids else {}
+            if len(job_ids) > 1:
+                attrs["spark_job_ids"] = job_ids
+            trace.add_spark_steps(timings, attrs)
+            trace.spans.append((SPARK_JOB_STEP, submitted, collected_at, {**attrs, **trace.common}))
         failures: dict[Hashable, Failure] = {}
         for component_id in self.plan.driver_components():
             if not self.plan.after_spark(component_id):
                 continue
+            if trace is not None:
+                trace.begin(component_id)
             for index in range(topology.components[component_id].parallelism):
                 task = topology.component_task_ids[component_id][index]
                 records = driver_records.pop(task, []) + collected.pop(task, [])
@@ -456,12 +684,22 @@ class SparkExecutor:
                 run.run(records)
                 failures.update(run.failures)
                 for values, failure in run.uncoordinated_failures:
-                    log.error("driver step %r failed: %s", component_id, failure.message)
                     if len(values) == 2 and isinstance(values[1], ReturnInfo):
-                        self.invocations.fail_request(values[1], failure.to_exception())
+                        log.error(
+                            "driver step %r failed for request %s: %s",
+                            component_id,
+                            values[1].request_id,
+                            failure.message,
+                            extra=request_extra(values[1].request_id, self.function),
+                        )
+                        self._fail(job, values[1], failure)
                         recording.delivered.add(values[1].request_id)
+                    else:
+                        log.error("driver step %r failed: %s", component_id, failure.message)
                 for target, out in run.records_by_task().items():
                     driver_records.setdefault(target, []).extend(out)
+            if trace is not None:
+                trace.finish()
         for id, return_info in returns.items():
             if return_info.request_id in recording.delivered:
                 continue
@@ -469,7 +707,7 @@ class SparkExecutor:
                 DRPCExceptionType.INTERNAL_ERROR,
                 "Internal error: the request's job finished without an outcome for it",
             )
-            self.invocations.fail_request(return_info, failure.to_exception())
+            self._fail(job, return_info, failure)
 
 
 class SparkStages:
@@ -478,7 +716,8 @@ class SparkStages:
     ``driver_records`` holds what driver-side components emitted, by receiving
     task id; records for the stages' heads are taken out of it (shipped, or
     dropped when their stream is counted locally), the rest stays for the
-    driver's own components.
+    driver's own components. With ``job.timed`` the tasks' TIMING records are
+    appended to ``timings`` (never to the returned records).
     """
 
     def __init__(self, sc: Any, plan: SparkPlan, token: str, broadcast: Any) -> None:
@@ -487,7 +726,12 @@ class SparkStages:
         self.token = token
         self.broadcast = broadcast
 
-    def run(self, job: JobSpec, driver_records: dict[int, list[Record]]) -> dict[int, list[Record]]:
+    def run(
+        self,
+        job: JobSpec,
+        driver_records: dict[int, list[Record]],
+        timings: list[Record] | None = None,
+    ) -> dict[int, list[Record]]:
         sc = self.sc
         plan = self.plan
         topology = plan.topology
@@ -514,6 +758,7 @@ class SparkStages:
                 stage=stage,
                 hints={c: plan.hints[c] for c in stage.components},
                 job=job,
+                timing_sink=next(iter(plan.consumers.get(stage.index, ())), None),
             )
             if not stage.spark_inputs:
                 slices = [
@@ -554,8 +799,13 @@ class SparkStages:
         for component, index, blob in result:
             if plan.placement.get(component) != DRIVER:
                 continue
+            records = pickle.loads(blob)
+            if job.timed and records and records[0][0] == TIMING:
+                if timings is not None:
+                    timings.extend(records)
+                continue
             task = topology.component_task_ids[component][index]
-            collected.setdefault(task, []).extend(pickle.loads(blob))
+            collected.setdefault(task, []).extend(records)
         return collected
 
 

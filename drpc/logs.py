@@ -1,0 +1,187 @@
+"""Logging set-up shared by every drpc command line: readable text or one JSON object a line.
+
+Contract. ``configure_logging(level, format="text", stream=None)`` configures
+the root logger for the process (replacing the handler an earlier call
+installed; like ``logging.basicConfig`` it leaves a root logger with handlers
+of someone else's alone) and returns its handler:
+
+- ``"text"`` (the default): ``TIME LEVEL LOGGER: message``, followed by the
+  record's extra fields as ``[key=value ...]`` (``[request_id=12 function=reach]``);
+- ``"json"``: one JSON object per line with ``time`` (UTC, ISO 8601 with
+  milliseconds), ``level``, ``logger``, ``message`` and every extra field the
+  record carries (``request_id``, ``function``, ``txid``, ``job``, ... given
+  as ``extra=`` or by the context below; values that are not JSON become their
+  ``repr``); an exception is serialized as ``exception`` (type, message and
+  the formatted traceback as one string) and a stack as ``stack``.
+
+Context. ``log_context(request_id=..., function=...)`` sets fields for every
+record logged in the current thread or asyncio task until the block ends
+(``contextvars``); fields passed as ``extra=`` win over the context.
+``request_extra(request_id, function)`` is the ``extra=`` dict of a log line
+about one request. ``LOG_FORMATS`` lists the formats for ``--log-format``;
+``add_logging_arguments`` adds ``--log-level`` and ``--log-format`` to a parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import contextvars
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+LOG_FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_CONTEXT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "drpc_log_context", default=None
+)
+
+# Attributes every LogRecord has; anything else on a record is an extra field.
+_STANDARD = frozenset(vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+
+def request_extra(request_id: str, function: str | None = None) -> dict[str, Any]:
+    """``extra=`` fields of a log line about one request."""
+    if function is None:
+        return {"request_id": request_id}
+    return {"request_id": request_id, "function": function}
+
+
+@contextlib.contextmanager
+def log_context(**fields: Any) -> Iterator[None]:
+    """Add ``fields`` to every record logged in this thread or task inside the block."""
+    current = _CONTEXT.get()
+    token = _CONTEXT.set({**current, **fields} if current else fields)
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
+
+
+class ContextFilter(logging.Filter):
+    """Copies the ``log_context`` fields onto each record (``extra=`` fields win)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = _CONTEXT.get()
+        if context:
+            for key, value in context.items():
+                if key not in record.__dict__:
+                    record.__dict__[key] = value
+        return True
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The fields of a record beyond the standard ones, in the order they were set."""
+    return {
+        key: value
+        for key, value in record.__dict__.items()
+        if key not in _STANDARD and not key.startswith("_")
+    }
+
+
+class TextFormatter(logging.Formatter):
+    """``TIME LEVEL LOGGER: message key=value ...``."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        fields = extra_fields(record)
+        if not fields:
+            return text
+        context = " ".join(f"{key}={value}" for key, value in fields.items())
+        head, newline, rest = text.partition("\n")
+        return f"{head} [{context}]{newline}{rest}"
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": _iso_time(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in extra_fields(record).items():
+            entry.setdefault(key, _jsonable(value))
+        if record.exc_info and record.exc_info[0] is not None:
+            error = record.exc_info[1]
+            entry["exception"] = {
+                "type": record.exc_info[0].__name__,
+                "message": str(error),
+                "traceback": self.formatException(record.exc_info),
+            }
+        elif record.exc_text:
+            entry["exception"] = {"traceback": record.exc_text}
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, ensure_ascii=False, default=repr)
+
+
+def _iso_time(created: float) -> str:
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+    return f"{seconds}.{int(created % 1 * 1000):03d}Z"
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    return repr(value)
+
+
+_installed: logging.Handler | None = None
+
+
+def configure_logging(
+    level: str | int = "INFO", format: str = "text", stream: TextIO | None = None
+) -> logging.Handler | None:
+    """Log to ``stream`` (default stderr) at ``level`` in ``format`` ("text" or "json").
+
+    Like ``logging.basicConfig``, it leaves a root logger that already has handlers
+    someone else installed (a test harness, an embedding application) alone and
+    returns None; a handler installed by an earlier call is replaced."""
+    global _installed
+    if format not in LOG_FORMATS:
+        raise ValueError(f"unknown log format {format!r}; choose one of {', '.join(LOG_FORMATS)}")
+    root = logging.getLogger()
+    if any(handler is not _installed for handler in root.handlers):
+        return None
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JSONFormatter() if format == "json" else TextFormatter())
+    handler.addFilter(ContextFilter())
+    if _installed is not None:
+        root.removeHandler(_installed)
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    _installed = handler
+    logging.captureWarnings(format == "json")
+    return handler
+
+
+def add_logging_arguments(parser: argparse.ArgumentParser, *, default_level: str = "INFO") -> None:
+    """``--log-level`` and ``--log-format`` (text or json)."""
+    parser.add_argument(
+        "--log-level", default=default_level, help="logging level (default %(default)s)"
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text: readable lines; json: one JSON object per line (default %(default)s)",
+    )
