@@ -39,6 +39,8 @@ writes every server-supplied string as text, never as markup.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import threading
 import time
@@ -94,18 +96,18 @@ def bin_upper(index: int) -> float:
 
 def percentile(bins: array[int] | None, q: float) -> float | None:
     """The upper bound of the bin holding the ``q`` quantile, None when there is no data."""
+    return percentiles(bins, (q,))[0]
+
+
+def percentiles(bins: array[int] | None, qs: tuple[float, ...]) -> list[float | None]:
+    """``percentile`` for each of ``qs``, from one pass over the bins."""
     if bins is None:
-        return None
-    total = sum(bins)
+        return [None] * len(qs)
+    cumulative = list(itertools.accumulate(bins))
+    total = cumulative[-1]
     if total == 0:
-        return None
-    rank = q * total
-    seen = 0
-    for index, count in enumerate(bins):
-        seen += count
-        if seen >= rank and count:
-            return bin_upper(index)
-    return bin_upper(LATENCY_BINS - 1)
+        return [None] * len(qs)
+    return [bin_upper(bisect.bisect_left(cumulative, max(1e-9, q * total))) for q in qs]
 
 
 def _clip(text: str, limit: int) -> str:
@@ -501,14 +503,7 @@ class Dashboard(Observer, RequestListener):
             "p50": percentile(merged[1], 0.5),
             "p99": percentile(merged[1], 0.99),
             "series": [
-                None
-                if slot is None
-                else {
-                    "outcomes": dict(slot.outcomes),
-                    "p50": percentile(slot.latency, 0.5),
-                    "p99": percentile(slot.latency, 0.99),
-                }
-                for slot in entry.series.aligned(now)
+                None if slot is None else _slot_status(slot) for slot in entry.series.aligned(now)
             ],
         }
 
@@ -534,6 +529,11 @@ class Dashboard(Observer, RequestListener):
                 None if slot is None else dict(slot.outcomes) for slot in entry.series.aligned(now)
             ],
         }
+
+
+def _slot_status(slot: _Slot) -> dict[str, Any]:
+    p50, p99 = percentiles(slot.latency, (0.5, 0.99))
+    return {"outcomes": dict(slot.outcomes), "p50": p50, "p99": p99}
 
 
 def _merge(slots: list[_Slot]) -> tuple[Counter[str], array[int] | None]:
