@@ -37,8 +37,8 @@ serves, names past the bound) is counted under ``function="__other__"``, so
 callers sending random names add one series, not one each. Steps
 (``max_steps``, default 256), topologies (``max_topologies``, default 64) and
 replay causes (``max_causes``, default 32) are bounded the same way. A step
-span that ends after its request settled is attributed through a map of the
-last ``max_recent`` settled requests (default 4096).
+span is attributed to its function through a map of the last ``max_recent``
+requests submitted (default 4096), then the service's table of held requests.
 """
 
 from __future__ import annotations
@@ -162,8 +162,8 @@ class ServerMetrics(Observer, RequestListener):
         :param max_steps: most step names with label values of their own (default 256).
         :param max_topologies: most transactional topologies with their own (default 64).
         :param max_causes: most replay causes with their own (default 32).
-        :param max_recent: settled requests remembered to attribute late step spans
-            to their function (default 4096).
+        :param max_recent: submitted requests remembered to attribute step spans to
+            their function without the service's lock (default 4096).
         """
         self.functions = BoundedLabels(max_functions)
         self.steps = BoundedLabels(max_steps)
@@ -282,6 +282,7 @@ class ServerMetrics(Observer, RequestListener):
 
     def submitted(self, request: PendingRequest) -> None:
         self.functions(request.function)
+        self.recent.add(request.id, request.function)
 
     def fetched(self, request: PendingRequest, now: float) -> None:
         function = self.functions(request.function)
@@ -294,7 +295,6 @@ class ServerMetrics(Observer, RequestListener):
             self.in_flight.labels(function).dec()
         self.requests.labels(function, outcome_of(request.error)).inc()
         self.duration.labels(function).observe(max(0.0, now - request.submitted))
-        self.recent.add(request.id, request.function)
 
     def refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
         self.requests.labels(self.functions(function, admit=known), outcome_of(error)).inc()
@@ -315,9 +315,10 @@ class ServerMetrics(Observer, RequestListener):
         )
 
     def _function_of(self, request_id: str) -> str | None:
-        service = self._service
-        function = service.function_of(request_id) if service is not None else None
-        return function if function is not None else self.recent.get(request_id)
+        function = self.recent.get(request_id)
+        if function is None and self._service is not None:  # older, maybe still held
+            function = self._service.function_of(request_id)
+        return function
 
     def batch_coalesced(self, function: str, size: int) -> None:
         self.batch_size.labels(self.functions(function)).observe(size)
