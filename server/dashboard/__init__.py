@@ -12,7 +12,9 @@ Contract. ``Dashboard`` is both a ``server.service.RequestListener`` and a
   most ``max_tracked`` (default 16384, the server passes
   ``Limits.max_outstanding``; past it requests go untracked and counted);
   the oldest ``max_in_flight_shown`` (default 50) are shown with their age and
-  current step (from ``step_started``; "queued" before a runtime fetched it);
+  current step: the step that started last (``step_started``), except
+  ``join-result``, which starts with the request and waits for its result;
+  "queued" before a runtime fetched it;
 - the last ``max_failures`` (default 50) calls that got no result: when, the
   function, outcome, typed reason (DRPCExceptionType name, or
   AuthorizationException, and message, cut to ``max_message`` characters,
@@ -52,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from drpc.builders.linear_drpc import JOIN_ID
 from drpc.errors import AuthorizationException, DRPCExecutionException
 from drpc.observe import Observer
 from server.metrics import OTHER, BoundedLabels
@@ -346,8 +349,10 @@ class Dashboard(Observer, RequestListener):
     def step_started(self, return_info: Any, step: str, now: float) -> None:
         with self._lock:
             tracked = self._tracked.get(getattr(return_info, "request_id", None) or "")
-            if tracked is not None:
-                tracked.fetched = True
+            if tracked is None:
+                return
+            tracked.fetched = True
+            if step != JOIN_ID or tracked.step is None:
                 tracked.step, tracked.step_since = step, now
 
     def request_failed_in(self, return_info: Any, step: str, reason: str) -> None:

@@ -157,7 +157,11 @@ def test_in_flight_tracking_queued_running_steps_and_its_bounds() -> None:
     board = dashboard(clock, max_in_flight_shown=3)
     for pending in held[:3]:
         board.submitted(pending)
+    board.step_started(ReturnInfo("2"), "join-result", clock.now - 3)  # first: shown
+    (third,) = [r for r in board.status()["in_flight"] if r["id"] == "2"]
+    assert (third["state"], third["step"], third["step_age"]) == ("running", "join-result", 3)
     board.step_started(ReturnInfo("2"), "bolt1", clock.now - 1)
+    board.step_started(ReturnInfo("2"), "join-result", clock.now)  # waits for bolt1: ignored
     (third,) = [r for r in board.status()["in_flight"] if r["id"] == "2"]
     assert (third["state"], third["step"], third["step_age"]) == ("running", "bolt1", 1)
     assert board.untracked == 0
