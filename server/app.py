@@ -296,8 +296,9 @@ class DRPCServer:
     def describe(self) -> str:
         functions = ", ".join(self.functions) or "none yet (waiting for remote runners)"
         scheme = "https" if self.ssl_context is not None else "http"
+        base = f"{scheme}://{self.host}:{self.http_port}"
         http = (
-            f"; HTTP on {scheme}://{self.host}:{self.http_port}/drpc/<function>/<args>"
+            f"; HTTP on {base}/drpc/<function>/<args> (dashboard {base}/, metrics {base}/metrics)"
             if self.http_port is not None
             else ""
         )
