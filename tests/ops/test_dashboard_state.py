@@ -157,6 +157,7 @@ def test_in_flight_tracking_queued_running_steps_and_its_bounds() -> None:
     board = dashboard(clock, max_in_flight_shown=3)
     for pending in held[:3]:
         board.submitted(pending)
+    assert [r["id"] for r in board.status()["in_flight"]] == ["0", "1", "2"]  # at the bound
     board.step_started(ReturnInfo("2"), "join-result", clock.now - 3)  # first: shown
     (third,) = [r for r in board.status()["in_flight"] if r["id"] == "2"]
     assert (third["state"], third["step"], third["step_age"]) == ("running", "join-result", 3)
