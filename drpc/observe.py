@@ -93,9 +93,8 @@ class FanOut(Observer):
 
 
 def observer_of(services: dict[str, Any] | None) -> Observer:
-    if not services:
-        return NULL_OBSERVER
-    return services.get(OBSERVER_SERVICE) or NULL_OBSERVER
+    observer = services.get(OBSERVER_SERVICE) if services else None
+    return NULL_OBSERVER if observer is None else observer  # not `or`: an observer may be falsy
 
 
 def notify(observer: Observer, event: str, *args: Any) -> None:

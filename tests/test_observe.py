@@ -41,3 +41,14 @@ def test_observer_of_services() -> None:
 def test_unknown_events_are_not_swallowed() -> None:
     with pytest.raises(AttributeError):
         FanOut(Recording()).no_such_event  # noqa: B018
+
+
+class Sized(Observer):
+    def __len__(self) -> int:
+        return 0  # an empty collection of things, still an observer
+
+
+def test_a_falsy_observer_is_still_the_observer() -> None:
+    sized = Sized()
+    assert observer_of({OBSERVER_SERVICE: sized}) is sized
+    assert observer_of({OBSERVER_SERVICE: None}) is NULL_OBSERVER
