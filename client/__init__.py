@@ -4,7 +4,8 @@
 failures raise ``client.DRPCExecutionException`` (``.type``, ``.msg``) or
 ``client.AuthorizationException`` as in Storm. ``tls=TLSSettings(...)`` speaks
 TLS (a client certificate's CN is the caller's user); ``HTTPDRPCClient`` calls
-the HTTP port with a bearer token. ``main`` is the ``drpc-client`` command line.
+the HTTP port with a bearer token, and ``execute_traced`` returns a call's
+per-step timings (``TracedResult``). ``main`` is the ``drpc-client`` command line.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from client.errors import (
     DRPCTimeoutError,
     ProtocolError,
 )
-from client.http import HTTPDRPCClient
+from client.http import HTTPDRPCClient, TracedResult
 from client.sync import DEFAULT_INVOCATIONS_PORT, DEFAULT_PORT, DRPCClient, DRPCInvocationsClient
 from drpc.errors import DRPCExceptionType, ServerBusyError
 from drpc.tls import TLSSettings
@@ -39,4 +40,5 @@ __all__ = [
     "ProtocolError",
     "ServerBusyError",
     "TLSSettings",
+    "TracedResult",
 ]

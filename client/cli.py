@@ -7,17 +7,25 @@ failed, 2 for usage errors, 3 when no server could be reached. ``--http URL``
 calls the HTTP port instead, with the bearer token of ``--token-file`` or of
 the ``DRPC_TOKEN`` environment variable (never a command-line argument, which
 other local users can read); ``--tls-ca/--tls-cert/--tls-key`` speak TLS.
+
+``--trace`` prints the server's timings of each call under its result line
+(request id, total, then each step with its milliseconds and Spark job id).
+Traces travel over HTTP only (Storm's Thrift ``execute`` returns a bare
+string), so ``--trace`` without ``--http`` calls ``http(s)://HOST:3774`` of
+the first ``--servers`` host (https when TLS options are given).
+``--log-level`` (default WARNING) and ``--log-format text|json`` set up its
+logging (``drpc.logs``).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from client.calls import format_address, parse_servers
 from client.errors import (
     AuthorizationException,
     DRPCConnectionError,
@@ -25,12 +33,14 @@ from client.errors import (
     DRPCTimeoutError,
     ProtocolError,
 )
-from client.http import HTTPDRPCClient
+from client.http import HTTPDRPCClient, TracedResult
 from client.sync import DEFAULT_PORT, DRPCClient
 from drpc.errors import DRPCError
+from drpc.logs import add_logging_arguments, configure_logging
 from drpc.tls import TLSSettings
 
 TOKEN_ENVIRONMENT = "DRPC_TOKEN"
+DEFAULT_HTTP_PORT = 3774
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,8 +71,24 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help=f"bearer token for --http, read from FILE (default: ${TOKEN_ENVIRONMENT} if set)",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="print the server's per-step timings of each call (over HTTP: --http URL, or "
+        f"port {DEFAULT_HTTP_PORT} of the first --servers host)",
+    )
     add_tls_arguments(parser)
+    add_logging_arguments(parser, default_level="WARNING")
     return parser
+
+
+def _trace_url(args: argparse.Namespace) -> str:
+    """Where ``--trace`` calls: ``--http``, else the HTTP port of the first server."""
+    if args.http:
+        return str(args.http)
+    host, _ = parse_servers(args.servers, DEFAULT_PORT)[0]
+    scheme = "https" if args.tls_ca or args.tls_cert else "http"
+    return f"{scheme}://{format_address((host, DEFAULT_HTTP_PORT))}"
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,14 +114,15 @@ def _token(args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, args.log_format)
     status = 0
     try:
         client: DRPCClient | HTTPDRPCClient
-        if args.http:
-            https = args.http.startswith("https:")
+        if args.http or args.trace:
+            url = _trace_url(args)
+            https = url.startswith("https:")
             client = HTTPDRPCClient(
-                args.http,
+                url,
                 token=_token(args),
                 tls=tls_from_args(args, force=https),
                 timeout=args.timeout,
@@ -107,18 +134,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         with client:
             for argument in args.args:
                 try:
-                    result = client.execute(args.function, argument)
+                    if args.trace:
+                        assert isinstance(client, HTTPDRPCClient)
+                        traced = client.execute_traced(args.function, argument)
+                        result = traced.result
+                    else:
+                        result = client.execute(args.function, argument)
                 except DRPCExecutionException as error:
                     print(
                         f'{args.function} "{argument}" failed: {error.type.name}: {error.msg}',
                         file=sys.stderr,
                     )
+                    _print_failed_trace(error)
                     status = 1
                 except (AuthorizationException, DRPCTimeoutError, ProtocolError) as error:
                     print(f'{args.function} "{argument}" failed: {error}', file=sys.stderr)
                     status = 1
                 else:
                     print(f'{args.function} "{argument}" => "{result}"', flush=True)
+                    if args.trace:
+                        print(traced.describe(), flush=True)
     except DRPCConnectionError as error:
         print(f"drpc-client: {error}", file=sys.stderr)
         return 3
@@ -126,6 +161,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"drpc-client: {error}", file=sys.stderr)
         return 2
     return status
+
+
+def _print_failed_trace(error: Exception) -> None:
+    """The server's trace of a failed traced call, to stderr."""
+    answer = getattr(error, "trace", None)
+    if not isinstance(answer, dict) or "trace" not in answer:
+        return
+    traced = TracedResult(
+        "", str(answer.get("request_id")), float(answer.get("total_ms", 0.0)), answer["trace"]
+    )
+    failed_in = answer.get("failed_in")
+    if isinstance(failed_in, dict):
+        print(f"failed in {failed_in.get('step')}", file=sys.stderr)
+    print(traced.describe(), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -14,16 +14,26 @@ Contract:
   ``DRPCExecutionException`` of that type; any other status →
   ``ProtocolError`` naming it; no answer → ``DRPCConnectionError``; past
   ``timeout`` → ``DRPCTimeoutError``;
+- ``execute_traced(function, args)`` asks the server for the call's trace
+  (``?trace=1``) and returns a ``TracedResult``: ``result``, ``request_id``
+  (the server's id of the call, as its logs show it), ``total_ms`` and
+  ``trace``, a list of ``{"step", "ms", ...}`` whose ``ms`` sum to
+  ``total_ms`` (see ``server.http``); a failure raises as ``execute`` does,
+  with the server's trace (request id, total, steps, ``failed_in``) as the
+  exception's ``trace`` attribute;
 - one connection is kept and reused (HTTP keep-alive); instances are safe to
   share between threads (calls are serialized).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
 import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
 
 from client.errors import DRPCConnectionError, DRPCTimeoutError
 from drpc.errors import (
@@ -36,6 +46,25 @@ from drpc.tls import TLSSettings
 from drpc.wire import ProtocolError
 
 DEFAULT_HTTP_URL = "http://localhost:3774"
+
+
+@dataclass(frozen=True)
+class TracedResult:
+    """A call's result with the server's timings of it."""
+
+    result: str
+    request_id: str
+    total_ms: float
+    trace: list[dict[str, Any]] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line per entry: step, milliseconds, and its Spark job id if any."""
+        lines = [f"request {self.request_id}: {self.total_ms:.1f} ms"]
+        for entry in self.trace:
+            job = entry.get("spark_job_id")
+            suffix = f"  (Spark job {job})" if job is not None else ""
+            lines.append(f"  {entry['step']:<20}{entry['ms']:>10.1f} ms{suffix}")
+        return "\n".join(lines)
 
 
 class HTTPDRPCClient:
@@ -76,7 +105,34 @@ class HTTPDRPCClient:
         return self._connection
 
     def execute(self, function: str, args: str) -> str:
-        path = f"{self._prefix}/drpc/{urllib.parse.quote(function, safe='')}"
+        status, body, retry_after = self._call(function, args, "")
+        if status == 200:
+            return body.decode("utf-8")
+        raise _failure(status, body, retry_after)
+
+    def execute_traced(self, function: str, args: str) -> TracedResult:
+        """Call ``function`` and return its result with the server's trace of the call."""
+        status, body, retry_after = self._call(function, args, "?trace=1")
+        if status != 200:
+            error = _failure(status, body, retry_after)
+            with contextlib.suppress(ValueError):
+                error.trace = json.loads(body)  # type: ignore[attr-defined]
+            raise error
+        try:
+            answer = json.loads(body)
+            return TracedResult(
+                str(answer["result"]),
+                str(answer["request_id"]),
+                float(answer["total_ms"]),
+                list(answer["trace"]),
+            )
+        except (ValueError, KeyError, TypeError) as error:
+            raise ProtocolError(
+                f"HTTP 200 without a trace: {body[:200].decode('utf-8', 'replace')}"
+            ) from error
+
+    def _call(self, function: str, args: str, query: str) -> tuple[int, bytes, str | None]:
+        path = f"{self._prefix}/drpc/{urllib.parse.quote(function, safe='')}{query}"
         with self._lock:
             connection = self._connect()
             try:
@@ -90,9 +146,7 @@ class HTTPDRPCClient:
             except (OSError, http.client.HTTPException) as error:
                 self._drop()
                 raise DRPCConnectionError(f"{self.url}: {error}") from error
-        if status == 200:
-            return body.decode("utf-8")
-        raise _failure(status, body, retry_after)
+        return status, body, retry_after
 
     def _drop(self) -> None:  # with the lock held
         if self._connection is not None:

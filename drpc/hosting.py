@@ -16,7 +16,8 @@ Contract:
   ``add_listener`` half of an invocations handle that can wake its spouts;
 - ``add_hosting_arguments``/``hosting_setup`` give the command lines that host
   topologies (``drpc-server``, ``drpc.runner``) the same ``--topology``,
-  ``--executor``, ``--master`` and ``--log-level`` options.
+  ``--executor``, ``--master``, ``--log-level`` and ``--log-format text|json``
+  options (logging set up by ``drpc.logs.configure_logging``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.executors import EXECUTORS
+from drpc.logs import add_logging_arguments, configure_logging
 from drpc.model.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -134,7 +136,7 @@ def add_hosting_arguments(parser: argparse.ArgumentParser, *, topology_required:
     parser.add_argument(
         "--master", help="Spark master URL for --executor spark, e.g. local[*] or spark://host:7077"
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default %(default)s)")
+    add_logging_arguments(parser)
 
 
 def hosting_setup(
@@ -142,9 +144,7 @@ def hosting_setup(
 ) -> tuple[list[Topology], dict[str, Any]]:
     """Configure logging, load ``--topology`` values and build executor options from
     parsed ``add_hosting_arguments`` options; bad values exit through ``parser.error``."""
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, args.log_format)
     try:
         topologies = [load_topology(spec) for spec in args.topology]
     except ValueError as error:

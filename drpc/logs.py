@@ -12,11 +12,16 @@ of someone else's alone) and returns its handler:
   record carries (``request_id``, ``function``, ``txid``, ``job``, ... given
   as ``extra=`` or by the context below; values that are not JSON become their
   ``repr``); an exception is serialized as ``exception`` (type, message and
-  the formatted traceback as one string) and a stack as ``stack``.
+  the formatted traceback as one string) and a stack as ``stack``; whatever
+  else the process (or a child, such as the Spark JVM) writes to its stderr
+  becomes one such object per line too, logger ``stderr``, level WARNING.
 
 Context. ``log_context(request_id=..., function=...)`` sets fields for every
 record logged in the current thread or asyncio task until the block ends
-(``contextvars``); fields passed as ``extra=`` win over the context.
+(``contextvars``); fields passed as ``extra=`` win over the context
+(``push_context``/``pop_context`` do the same without a ``with`` block). The
+local executor puts ``request_id`` and ``function`` there while a step
+handles a request's tuple, so a bolt's own log lines carry them too.
 ``request_extra(request_id, function)`` is the ``extra=`` dict of a log line
 about one request. ``LOG_FORMATS`` lists the formats for ``--log-format``;
 ``add_logging_arguments`` adds ``--log-level`` and ``--log-format`` to a parser.
@@ -25,11 +30,14 @@ about one request. ``LOG_FORMATS`` lists the formats for ``--log-format``;
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import contextvars
 import json
 import logging
+import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -65,6 +73,16 @@ def log_context(**fields: Any) -> Iterator[None]:
         yield
     finally:
         _CONTEXT.reset(token)
+
+
+def push_context(fields: dict[str, Any]) -> contextvars.Token[dict[str, Any] | None]:
+    """``log_context`` for hot paths: set ``fields`` (replacing the current context);
+    hand the token to ``pop_context`` when done."""
+    return _CONTEXT.set(fields)
+
+
+def pop_context(token: contextvars.Token[dict[str, Any] | None]) -> None:
+    _CONTEXT.reset(token)
 
 
 class ContextFilter(logging.Filter):
@@ -146,6 +164,8 @@ def _jsonable(value: Any) -> Any:
 
 
 _installed: logging.Handler | None = None
+_stderr: TextIO | None = None
+STDERR_LOGGER = "stderr"
 
 
 def configure_logging(
@@ -155,14 +175,19 @@ def configure_logging(
 
     Like ``logging.basicConfig``, it leaves a root logger that already has handlers
     someone else installed (a test harness, an embedding application) alone and
-    returns None; a handler installed by an earlier call is replaced."""
+    returns None; a handler installed by an earlier call is replaced. In "json" to
+    the process's stderr, whatever else writes to file descriptor 2 (the Spark JVM
+    and its Python workers, a traceback the interpreter prints) is wrapped too: one
+    object per line, logger "stderr", level WARNING."""
     global _installed
     if format not in LOG_FORMATS:
         raise ValueError(f"unknown log format {format!r}; choose one of {', '.join(LOG_FORMATS)}")
     root = logging.getLogger()
     if any(handler is not _installed for handler in root.handlers):
         return None
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    if stream is None:
+        stream = _capture_stderr() if format == "json" else (_stderr or sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(JSONFormatter() if format == "json" else TextFormatter())
     handler.addFilter(ContextFilter())
     if _installed is not None:
@@ -172,6 +197,49 @@ def configure_logging(
     _installed = handler
     logging.captureWarnings(format == "json")
     return handler
+
+
+def _capture_stderr() -> TextIO:
+    """Point file descriptor 2 at a pipe whose lines are logged as JSON; returns a stream
+    on the real stderr for the log handler. Done once per process."""
+    global _stderr
+    if _stderr is not None:
+        return _stderr
+    try:
+        sys.stderr.flush()
+        original = os.dup(2)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+    except OSError:  # no usable descriptor 2: log to whatever sys.stderr is
+        return sys.stderr
+    _stderr = os.fdopen(original, "w", buffering=1, encoding="utf-8", errors="replace")
+    pump = threading.Thread(
+        target=_pump_stderr, args=(read_end,), name="drpc-stderr-json", daemon=True
+    )
+    pump.start()
+
+    def drain() -> None:  # at exit: stop writing into the pipe, log what is left in it
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+            os.dup2(original, 2)
+        pump.join(1.0)
+
+    atexit.register(drain)
+    return _stderr
+
+
+def _pump_stderr(read_end: int) -> None:
+    logger = logging.getLogger(STDERR_LOGGER)
+    with os.fdopen(read_end, "rb") as pipe:
+        for raw in pipe:
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if text:
+                handler = _installed
+                if handler is not None:
+                    handler.handle(
+                        logger.makeRecord(STDERR_LOGGER, logging.WARNING, "", 0, text, (), None)
+                    )
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser, *, default_level: str = "INFO") -> None:

@@ -13,6 +13,31 @@ locks, clocks and waiters (``PendingRequest.waiter`` is theirs to use).
 an in-process table (LocalDRPC, the embedded server) or a Thrift client of a
 remote server's invocations port. ``ReturnInfo`` says which server issued a
 request so the result goes back there.
+
+Tracing. A request submitted with a ``RequestTrace`` collects its spans:
+the issuer stamps ``submitted``, ``fetched`` (and whether a remote runner
+fetched it) and ``settled`` (its result or failure reached the issuer, the
+end of the request's total time), and ``TraceCollector``, an observer
+(``drpc.observe``) in the runtimes' services, adds each ``step_finished``
+span reported for a watched request id of its origin. ``timeline()`` lays
+them out as contiguous entries whose ``ms`` sum to ``total`` (settled minus
+submitted):
+
+- ``queue``: submitted until a runtime fetched it (until settled, if never);
+- each step in the order it finished the request, with ``ms`` = its end minus
+  the previous entry's end: the time this step added to the request (its own
+  wait, e.g. Spark scheduling or a mailbox, counts as its time); ``start_ms``
+  and ``end_ms`` are its measured span from the submission, unclamped (steps
+  overlap on the streaming engine: ``start_ms`` may precede the previous
+  entry's end), and the step's ``attrs`` are copied in (``busy_ms``,
+  ``spark_job_id``, ...);
+- ``runner`` instead of steps for a request a remote runner fetched (its
+  spans stay in the runner's process: Storm's ``result`` call has no room
+  for them): fetched until settled;
+- ``return``: the last span's end until settled: what no step accounts for.
+
+For ``ms`` a span is clamped to [fetched, settled]; a trace whose steps
+cover the request leaves a small ``return``.
 """
 
 from __future__ import annotations
@@ -24,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from drpc.errors import DRPCExceptionType, DRPCExecutionException
+from drpc.observe import Observer
 
 DEFAULT_REQUEST_TIMEOUT = 600.0
 LOCAL_ORIGIN = "local"
@@ -71,6 +97,131 @@ SHUTDOWN_MESSAGE = "Server Shutting Down"
 TIMEOUT_MESSAGE = "Timed Out"
 
 
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One step's work on a request: ``time.monotonic()`` of the issuing server."""
+
+    step: str
+    start: float
+    end: float
+    attrs: dict[str, Any]
+
+
+class RequestTrace:
+    """The spans of one traced request. Spans may be added from any thread."""
+
+    __slots__ = (
+        "failed_in",
+        "fetched",
+        "function",
+        "remote",
+        "request_id",
+        "settled",
+        "spans",
+        "submitted",
+    )
+
+    def __init__(self, function: str = "") -> None:
+        self.function = function
+        self.request_id: str | None = None
+        self.submitted: float | None = None
+        self.fetched: float | None = None
+        self.remote = False
+        self.settled: float | None = None
+        self.spans: list[Span] = []
+        self.failed_in: tuple[str, str] | None = None
+
+    def add(self, step: str, start: float, end: float, attrs: dict[str, Any]) -> None:
+        self.spans.append(Span(step, start, end, attrs))  # list.append is atomic
+
+    @property
+    def total(self) -> float:
+        """Seconds from submission to the outcome (0 before both are stamped)."""
+        if self.submitted is None or self.settled is None:
+            return 0.0
+        return max(0.0, self.settled - self.submitted)
+
+    def timeline(self) -> list[dict[str, Any]]:
+        """Contiguous entries (see the module docstring) whose ``ms`` sum to the total."""
+        if self.submitted is None:
+            return []
+        origin = self.submitted
+        settled = max(origin, self.settled if self.settled is not None else origin)
+        fetched = settled if self.fetched is None else min(max(self.fetched, origin), settled)
+        entries: list[dict[str, Any]] = [{"step": "queue", "ms": _ms(fetched - origin)}]
+        cursor = fetched
+        if self.remote:
+            entries.append({"step": "runner", "ms": _ms(settled - cursor)})
+            cursor = settled
+        else:
+            for span in sorted(self.spans, key=lambda s: (s.end, s.start)):
+                end = min(max(span.end, cursor), settled)
+                entry: dict[str, Any] = {
+                    "step": span.step,
+                    "ms": _ms(end - cursor),
+                    "start_ms": _ms(span.start - origin),
+                    "end_ms": _ms(span.end - origin),
+                }
+                for key, value in span.attrs.items():
+                    entry.setdefault(key, value)
+                entries.append(entry)
+                cursor = end
+        entries.append({"step": "return", "ms": _ms(settled - cursor)})
+        return entries
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"request_id", "function", "total_ms", "trace": [...]}`` (+ ``failed_in``)."""
+        answer: dict[str, Any] = {
+            "request_id": self.request_id,
+            "function": self.function,
+            "total_ms": _ms(self.total),
+            "trace": self.timeline(),
+        }
+        if self.failed_in is not None:
+            answer["failed_in"] = {"step": self.failed_in[0], "reason": self.failed_in[1]}
+        return answer
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+class TraceCollector(Observer):
+    """Adds the spans runtimes report to the traces of watched requests of one origin."""
+
+    def __init__(self, origin: str = LOCAL_ORIGIN) -> None:
+        self.origin = origin
+        self._traces: dict[str, RequestTrace] = {}
+
+    def watch(self, request_id: str, trace: RequestTrace) -> None:
+        self._traces[request_id] = trace
+
+    def unwatch(self, request_id: str) -> None:
+        self._traces.pop(request_id, None)
+
+    @property
+    def watching(self) -> int:
+        """How many requests are watched now."""
+        return len(self._traces)
+
+    def _trace(self, return_info: Any) -> RequestTrace | None:
+        if not self._traces or getattr(return_info, "origin", None) != self.origin:
+            return None
+        return self._traces.get(return_info.request_id)
+
+    def step_finished(
+        self, return_info: Any, step: str, start: float, end: float, attrs: dict[str, Any]
+    ) -> None:
+        trace = self._trace(return_info)
+        if trace is not None:
+            trace.add(step, start, end, attrs)
+
+    def request_failed_in(self, return_info: Any, step: str, reason: str) -> None:
+        trace = self._trace(return_info)
+        if trace is not None and trace.failed_in is None:
+            trace.failed_in = (step, reason)
+
+
 @dataclass(slots=True, eq=False)
 class PendingRequest:
     id: str
@@ -84,6 +235,7 @@ class PendingRequest:
     result: str | None = None
     error: DRPCExecutionException | None = None
     waiter: Any = field(default=None, repr=False)
+    trace: RequestTrace | None = field(default=None, repr=False)
 
     def as_request(self, origin: str = LOCAL_ORIGIN) -> DRPCRequest:
         return DRPCRequest(self.function, self.args, ReturnInfo(self.id, origin), self.deadline)

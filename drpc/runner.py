@@ -26,6 +26,11 @@ Contract:
   like a lost link and retried every ``reconnect_interval``;
 - ``RemoteRunner`` ties it together: ``start()`` starts pollers and one
   executor per topology, ``stop()`` stops both.
+
+Tracing: the executors' spans stay in this process (Storm's ``result`` call
+carries only the result), so a server's trace of a request a runner served
+shows its queue wait and the ``runner`` time, fetch to result. Log lines about
+one request carry its ``request_id`` and ``server`` (``--log-format json``).
 """
 
 from __future__ import annotations
@@ -185,6 +190,7 @@ class RemoteInvocations:
                 what,
                 return_info.request_id,
                 return_info.origin,
+                extra={"request_id": return_info.request_id, "server": return_info.origin},
             )
             return
         try:
@@ -196,6 +202,7 @@ class RemoteInvocations:
                 return_info.request_id,
                 return_info.origin,
                 error,
+                extra={"request_id": return_info.request_id, "server": return_info.origin},
             )
 
     def _poll(self, origin: str, client: DRPCInvocationsClient) -> None:

@@ -154,7 +154,7 @@ class DRPCServer:
         self.dashboard.watch_transactional(
             lambda: {name: hosted.status() for name, hosted in self.transactional.items()}
         )
-        self.observer = FanOut(self.metrics, self.dashboard)
+        self.observer = FanOut(self.metrics, self.dashboard, self.service.tracer)
         """Every hosted runtime reports here (``drpc.observe``); append observers to
         ``observer.observers``."""
         self.started = False

@@ -5,6 +5,14 @@ Contract:
 - ``GET /drpc/{function}/{args}`` (args percent-decoded; slashes allowed),
   ``GET /drpc/{function}`` (args ""), ``POST /drpc/{function}`` (body = args,
   UTF-8) answer 200 with the raw result as ``text/plain``;
+- with ``?trace=1`` (or true/yes/on) the answer is JSON instead of text:
+  ``{"result": ..., "request_id": "12", "function": ..., "total_ms": ...,
+  "trace": [{"step": "queue", "ms": ...}, {"step": "bolt0", "ms": ...,
+  "start_ms": ..., "end_ms": ..., "busy_ms": ..., "spark_job_id": ...}, ...,
+  {"step": "return", "ms": ...}]}``, the entries' ``ms`` summing to
+  ``total_ms`` (``drpc.requests.RequestTrace.timeline``); a traced call that
+  fails adds the same fields (and ``failed_in``: step and reason) to its error
+  body;
 - a failed call answers JSON ``{"error": TYPE_NAME, "errorMessage": msg}``
   with FAILED_REQUEST → 400, SERVER_SHUTDOWN → 503, SERVER_TIMEOUT → 504,
   any other type → 500; a refused identity, a malformed ``Authorization``
@@ -42,6 +50,7 @@ import logging
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
@@ -52,12 +61,16 @@ from drpc.errors import (
     DRPCExecutionException,
     ServerBusyError,
 )
+from drpc.requests import RequestTrace
 from drpc.tls import common_name
 from server.dashboard import Dashboard, add_routes
 from server.identity import TokenTable, bearer_user
 from server.limits import Limits
 from server.metrics import ServerMetrics
 from server.service import EXECUTE, DRPCService
+
+TRACE_ON = ("1", "true", "yes", "on")
+"""Values of the ``trace`` query parameter that ask for a traced answer."""
 
 HTTP_STATUS = {
     DRPCExceptionType.FAILED_REQUEST: 400,
@@ -205,22 +218,32 @@ async def _execute(request: web.Request, args: str) -> web.Response:
         service.refused(function, error)
         audit.warning("denied %s of %r from %s: %s", EXECUTE, function, request.remote, error.msg)
         return _error(401, "AuthorizationException", error.msg)
+    trace = RequestTrace(function) if _wants_trace(request) else None
     try:
         service.authorize(identity, EXECUTE, function)
-        result = await service.execute(function, args)
+        result = await service.execute(function, args, trace=trace)
     except ServerBusyError as error:
         response = _error(503, error.type.name, error.msg)
         response.headers["Retry-After"] = str(request.app[_LIMITS].retry_after)
         return response
     except DRPCExecutionException as error:
-        return _error(HTTP_STATUS.get(error.type, 500), error.type.name, error.msg)
+        return _error(HTTP_STATUS.get(error.type, 500), error.type.name, error.msg, trace)
     except AuthorizationException as error:
         return _error(401, "AuthorizationException", error.msg)
+    if trace is not None:
+        return web.json_response({"result": result, **trace.as_json()})
     return web.Response(text=result, content_type="text/plain", charset="utf-8")
 
 
-def _error(status: int, kind: str, message: str) -> web.Response:
-    return web.json_response({"error": kind, "errorMessage": message}, status=status)
+def _wants_trace(request: web.Request) -> bool:
+    return bool(request.query_string) and request.query.get("trace", "").lower() in TRACE_ON
+
+
+def _error(status: int, kind: str, message: str, trace: RequestTrace | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": kind, "errorMessage": message}
+    if trace is not None and trace.request_id is not None:
+        body.update(trace.as_json())
+    return web.json_response(body, status=status)
 
 
 async def _health(request: web.Request) -> web.Response:

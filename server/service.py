@@ -38,6 +38,12 @@ runtimes may live in other threads:
   answer finds it counted) and ``refused`` (execute calls answered without
   queueing: busy, unauthorized, not served, shut down). A listener's exception
   is logged, never raised; append to ``listeners`` before serving.
+- tracing: ``execute(function, args, trace=RequestTrace(...))`` records the
+  call's id, its queue wait, the step spans its runtime reports and when it
+  settled (``drpc.requests``); ``tracer`` (a listener, and an observer that
+  hosted runtimes must report to) does the recording, and forgets a trace
+  once its call settled. Log lines about one request (a failure, a timeout,
+  a late or oversized result) carry ``request_id`` and ``function`` fields.
 
 ``EmbeddedInvocations`` is the ``Invocations`` handle in-process runtimes pull
 from: the same table and the same at-most-once contract remote runners get.
@@ -60,13 +66,16 @@ from drpc.errors import (
     ServerBusyError,
 )
 from drpc.hosting import Wakeups
+from drpc.logs import request_extra
 from drpc.requests import (
     DEFAULT_REQUEST_TIMEOUT,
     LOCAL_ORIGIN,
     DRPCRequest,
     PendingRequest,
     RequestTable,
+    RequestTrace,
     ReturnInfo,
+    TraceCollector,
 )
 from server.limits import Limits
 
@@ -138,6 +147,28 @@ def _tell(listeners: list[RequestListener], event: str, *args: object) -> None:
             log.exception("request listener %r failed on %s", listener, event)
 
 
+class RequestTracer(TraceCollector, RequestListener):
+    """Stamps traced requests (``PendingRequest.trace``) as they live and collects the
+    spans runtimes report for them (an observer: put it in the runtimes' fan-out)."""
+
+    def submitted(self, request: PendingRequest) -> None:
+        trace = request.trace
+        if trace is not None:
+            trace.request_id = request.id
+            trace.function = request.function
+            trace.submitted = request.submitted
+            self.watch(request.id, trace)
+
+    def fetched(self, request: PendingRequest, now: float) -> None:
+        if request.trace is not None:
+            request.trace.fetched = now
+
+    def settled(self, request: PendingRequest, now: float) -> None:
+        if request.trace is not None:
+            request.trace.settled = now
+            self.unwatch(request.id)
+
+
 class Authorizer(Protocol):
     """Decides whether ``identity`` (None when unauthenticated) may do ``operation`` on
     ``function``; raises ``AuthorizationException`` to refuse."""
@@ -167,6 +198,9 @@ class DRPCService:
         self.limits = limits or Limits()
         self.refused_busy = 0
         self.listeners = list(listeners)
+        self.tracer = RequestTracer()
+        """Collects the spans of traced calls: add it to the hosted runtimes' observer."""
+        self.listeners.append(self.tracer)
         self._lock = threading.Lock()
         self._embedded: set[str] = set()
         self._remote_fetches: dict[str, float] = {}
@@ -235,8 +269,11 @@ class DRPCService:
 
     # -- callers (event loop) -------------------------------------------------------------
 
-    async def execute(self, function: str, args: str) -> str:
-        """Queue a request and wait for its outcome. Call on the attached loop."""
+    async def execute(self, function: str, args: str, *, trace: RequestTrace | None = None) -> str:
+        """Queue a request and wait for its outcome. Call on the attached loop.
+
+        With ``trace`` the request's id, times and step spans are recorded there
+        (``drpc.requests.RequestTrace``; read it once this returns or raises)."""
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self.attach(loop)
@@ -260,6 +297,7 @@ class DRPCService:
                 _tell(self.listeners, "refused", function, error, known, now)
                 raise
             request.waiter = waiter
+            request.trace = trace
             _tell(self.listeners, "submitted", request)
         self._arm_expiry(request.deadline)
         self._wakeups.notify(function)
@@ -291,6 +329,8 @@ class DRPCService:
             request = self._table.fetch(function)
             if request is not None:
                 _tell(self.listeners, "fetched", request, now)
+        if request is not None and request.trace is not None:
+            request.trace.remote = remote
         return None if request is None else request.as_request(origin)
 
     def _remember_fetch(self, function: str, now: float) -> None:
@@ -328,6 +368,7 @@ class DRPCService:
                 request_id[:40],
                 size,
                 self.limits.max_result_size,
+                extra=request_extra(request_id[:40], self.function_of(request_id)),
             )
             return self.fail(
                 request_id,
@@ -340,7 +381,11 @@ class DRPCService:
         with self._lock:
             request = self._table.complete(request_id, result)
         if request is None:
-            log.debug("ignored a late result for request %s", request_id)
+            log.debug(
+                "ignored a late result for request %s",
+                request_id[:40],
+                extra=request_extra(request_id[:40]),
+            )
             return False
         self._settle([request])
         return True
@@ -349,9 +394,21 @@ class DRPCService:
         with self._lock:
             request = self._table.fail(request_id, error)
         if request is None:
-            log.debug("ignored a late failure for request %s", request_id)
+            log.debug(
+                "ignored a late failure for request %s",
+                request_id[:40],
+                extra=request_extra(request_id[:40]),
+            )
             return False
         self._settle([request])
+        log.info(
+            "request %s of %r failed: %s: %s",
+            request.id,
+            request.function,
+            error.type.name,
+            error.msg,
+            extra=request_extra(request.id, request.function),
+        )
         return True
 
     def add_listener(self, function: str, callback: Callable[[], None]) -> Callable[[], None]:
@@ -376,9 +433,15 @@ class DRPCService:
         with self._lock:
             expired = self._table.expire(time.monotonic())
             next_deadline = self._table.next_deadline()
-        if expired:
-            log.info("%d request(s) timed out", len(expired))
         self._settle(expired)
+        for request in expired:
+            log.info(
+                "request %s of %r timed out after %g s",
+                request.id,
+                request.function,
+                request.timeout,
+                extra=request_extra(request.id, request.function),
+            )
         if next_deadline is not None:
             self._arm_expiry(next_deadline)
 

@@ -3,6 +3,7 @@
     drpc-transactional run MODULE:ATTR --state-dir DIR [--executor local|spark]
                        [--master URL] [--max-spout-pending N] [--until-idle | --forever]
                        [--max-batches N] [--map-size SIZE] [--max-map-size SIZE]
+                       [--log-level LEVEL] [--log-format text|json]
     drpc-transactional status --state-dir DIR [--json]
 
 ``run`` resumes after the last commit in ``DIR`` and shows a live progress line
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import signal
 import sys
 import threading
@@ -28,6 +28,7 @@ from typing import Any
 
 from drpc.errors import DRPCError
 from drpc.hosting import load_topology
+from drpc.logs import add_logging_arguments, configure_logging
 from drpc.progress import Progress
 from drpc.state import CoordinatorState, StateEnvironment
 from drpc.state.codec import decode_names
@@ -121,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
         help="give up when a batch fails N times (default 100)",
     )
     add_state_arguments(run)
-    run.add_argument("--log-level", default="WARNING", help="logging level (default %(default)s)")
+    add_logging_arguments(run, default_level="WARNING")
     status = commands.add_parser("status", help="show the topologies and maps of a state directory")
     status.add_argument("--state-dir", required=True)
     status.add_argument("--json", action="store_true", help="print JSON")
@@ -222,9 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "status":
         return _status(args)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, args.log_format)
     return _run(parser, args)
 
 

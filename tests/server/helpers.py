@@ -18,6 +18,8 @@ from server import DRPCServer, ServerThread
 from tests.topologies.bolts import FailOn
 
 HOST = "127.0.0.1"
+EPHEMERAL_PORTS = ["--host", HOST, "--port", "0", "--invocations-port", "0", "--http-port", "0"]
+"""``drpc-server`` flags: listen on 127.0.0.1, every port picked by the system."""
 
 
 def server_options(**options: Any) -> dict[str, Any]:

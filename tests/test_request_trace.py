@@ -1,0 +1,76 @@
+"""``RequestTrace.timeline``: contiguous entries that sum to the total, and the collector."""
+
+from __future__ import annotations
+
+import pytest
+
+from drpc.requests import LOCAL_ORIGIN, RequestTrace, ReturnInfo, TraceCollector
+
+
+def trace_of(
+    spans: list[tuple[str, float, float]], *, fetched: float | None = 1.0, settled: float = 10.0
+) -> RequestTrace:
+    trace = RequestTrace("f")
+    trace.request_id = "7"
+    trace.submitted, trace.fetched, trace.settled = 0.0, fetched, settled
+    for step, start, end in spans:
+        trace.add(step, start, end, {"busy_ms": 1.0})
+    return trace
+
+
+def steps_and_ms(trace: RequestTrace) -> list[tuple[str, float]]:
+    return [(entry["step"], entry["ms"]) for entry in trace.timeline()]
+
+
+def test_each_step_takes_the_time_since_the_previous_end() -> None:
+    # b overlaps a (streaming): it is charged only the time it added after a ended
+    trace = trace_of([("b", 2.0, 6.0), ("a", 1.5, 4.0), ("c", 6.5, 9.0)])
+    assert steps_and_ms(trace) == [
+        ("queue", 1000.0),
+        ("a", 3000.0),
+        ("b", 2000.0),
+        ("c", 3000.0),
+        ("return", 1000.0),
+    ]
+    answer = trace.as_json()
+    assert answer["total_ms"] == 10_000.0
+    assert sum(entry["ms"] for entry in answer["trace"]) == pytest.approx(10_000.0)
+    b = answer["trace"][2]
+    assert (b["start_ms"], b["end_ms"], b["busy_ms"]) == (2000.0, 6000.0, 1.0)
+
+
+def test_spans_outside_the_request_are_clamped_for_ms_but_shown_as_measured() -> None:
+    trace = trace_of([("early", -5.0, 0.5), ("late", 3.0, 12.0)])
+    timeline = trace.timeline()
+    assert [(e["step"], e["ms"]) for e in timeline] == [
+        ("queue", 1000.0),
+        ("early", 0.0),
+        ("late", 9000.0),
+        ("return", 0.0),
+    ]
+    assert timeline[2]["end_ms"] == 12_000.0  # the raw span reveals the bad clock
+    assert sum(e["ms"] for e in timeline) == pytest.approx(trace.total * 1000)
+
+
+def test_never_fetched_and_remote_requests() -> None:
+    assert steps_and_ms(trace_of([], fetched=None)) == [("queue", 10_000.0), ("return", 0.0)]
+    remote = trace_of([], fetched=4.0)
+    remote.remote = True
+    assert steps_and_ms(remote) == [("queue", 4000.0), ("runner", 6000.0), ("return", 0.0)]
+
+
+def test_the_collector_fills_only_watched_requests_of_its_origin() -> None:
+    collector = TraceCollector()
+    trace = RequestTrace("f")
+    collector.watch("1", trace)
+    collector.step_finished(ReturnInfo("1", LOCAL_ORIGIN), "a", 1.0, 2.0, {})
+    collector.step_finished(ReturnInfo("1", "other:3773"), "b", 1.0, 2.0, {})
+    collector.step_finished(ReturnInfo("2", LOCAL_ORIGIN), "c", 1.0, 2.0, {})
+    collector.request_failed_in(ReturnInfo("1", LOCAL_ORIGIN), "a", "FAILED_REQUEST: x")
+    collector.request_failed_in(ReturnInfo("1", LOCAL_ORIGIN), "later", "INTERNAL_ERROR: y")
+    assert [span.step for span in trace.spans] == ["a"]
+    assert trace.failed_in == ("a", "FAILED_REQUEST: x")  # the first failure is where
+    collector.unwatch("1")
+    collector.step_finished(ReturnInfo("1", LOCAL_ORIGIN), "d", 1.0, 2.0, {})
+    assert [span.step for span in trace.spans] == ["a"]
+    assert collector.watching == 0
