@@ -22,7 +22,9 @@ outcome the mix does not ask for occurred (a wrong answer, a connection
 error, INTERNAL_ERROR, "server busy"...) or memory grew by more than 10 %.
 
 Usage: ``python bench/soak.py [--callers 1000] [--duration 60] [--warmup 20]
-[--master local[2]] [--out bench/results/soak.json]``.
+[--master local[2]] [--out bench/results/soak.json]``. Progress (calls so far,
+their rate, unexpected outcomes) shows on stderr: a live line on a terminal,
+plain lines every few seconds otherwise (``drpc.progress``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ import aiohttp  # noqa: E402
 from client import AsyncDRPCClient, DRPCExecutionException  # noqa: E402
 from client.calls import execute_call  # noqa: E402
 from drpc.examples.reach import EXPECTED_REACH  # noqa: E402
+from drpc.progress import Progress  # noqa: E402
 from drpc.wire import decode_message  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -72,8 +75,13 @@ class Tally:
     latencies: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
     examples: dict[tuple[str, str], str] = field(default_factory=dict)
     recording: bool = False
+    calls: int = 0
+    unexpected: int = 0
 
     def record(self, kind: str, outcome: str, started: float, detail: str = "") -> None:
+        self.calls += 1
+        if outcome not in EXPECTED[kind]:
+            self.unexpected += 1
         if not self.recording:
             return
         self.outcomes[kind, outcome] += 1
@@ -209,7 +217,27 @@ async def _slow_caller(port: int, index: int, stop: float, tally: Tally) -> None
         writer.close()
 
 
-async def _load(ports: dict[str, int], callers: int, seconds: float, tally: Tally) -> None:
+async def _report(label: str, seconds: float, stop: float, tally: Tally) -> None:
+    progress = Progress(sys.stderr)
+    began = time.monotonic()
+    try:
+        while (now := time.monotonic()) < stop:
+            rate = tally.calls / max(now - began, 1e-9)
+            progress.update(
+                f"{label}: {now - began:.0f}/{seconds:.0f} s, {tally.calls} calls "
+                f"({rate:.0f}/s), {tally.unexpected} unexpected outcomes"
+            )
+            await asyncio.sleep(0.25)
+    finally:
+        progress.close(
+            f"{label}: {tally.calls} calls, {tally.unexpected} unexpected outcomes; "
+            "waiting for the calls still out"
+        )
+
+
+async def _load(
+    ports: dict[str, int], callers: int, seconds: float, tally: Tally, label: str
+) -> None:
     counts = {kind: round(share * callers) for kind, share in MIX.items()}
     counts["good"] += callers - sum(counts.values())
     stop = time.monotonic() + seconds
@@ -230,8 +258,10 @@ async def _load(ports: dict[str, int], callers: int, seconds: float, tally: Tall
         base = f"http://{HOST}:{ports['http']}"
         tasks += [_http_caller(session, base, i, stop, tally) for i in range(counts["http"])]
         tasks += [_slow_caller(ports["port"], i, stop, tally) for i in range(counts["slow"])]
+        report = asyncio.create_task(_report(label, seconds, stop, tally))
         async with asyncio.timeout(seconds + SERVER_TIMEOUT + 60):  # bounded, whatever happens
             await asyncio.gather(*tasks)
+        await report
         for client in clients:
             await client.close()
 
@@ -283,7 +313,7 @@ def run(callers: int, seconds: float, warmup: float, master: str) -> dict[str, A
         _wait_until_serving(server, ports["port"], 180)
         jvm = _jvm(server.pid)
         print(f"server pid {server.pid} (Spark JVM {jvm}); warm-up {warmup:g} s", flush=True)
-        asyncio.run(_load(ports, callers, warmup, Tally()))
+        asyncio.run(_load(ports, callers, warmup, Tally(), "warm-up"))
         time.sleep(2)
         start = {"rss_kib": _proc(server.pid, "VmRSS"), "fds": _fds(server.pid)}
         if jvm:
@@ -291,7 +321,7 @@ def run(callers: int, seconds: float, warmup: float, master: str) -> dict[str, A
         print(f"after warm-up: {start}; soak {seconds:g} s with {callers} callers", flush=True)
         tally = Tally(recording=True)
         began = time.monotonic()
-        asyncio.run(_load(ports, callers, seconds, tally))
+        asyncio.run(_load(ports, callers, seconds, tally, "soak"))
         elapsed = time.monotonic() - began
         time.sleep(2)
         end = {"rss_kib": _proc(server.pid, "VmRSS"), "fds": _fds(server.pid)}

@@ -12,7 +12,15 @@ Three measurements, each taken side by side in one run on one SparkSession:
     edges); the reach of its 20 most tweeted urls through drpc on Spark,
     against the best DataFrame job I could write for the same answer, and
     against the local executor. Every answer is checked against a direct
-    computation.
+    computation;
+(d) observation cost: the closed loop of (b), on Spark and on the local
+    executor, without an observer against an observer that keeps every
+    request's step spans (what ``?trace=1`` on every call would cost), in
+    interleaved rounds; throughput and this process's CPU time per request
+    (on Spark: the driver's share, where the observing happens).
+
+Progress shows on stderr (``drpc.progress``: a live line on a terminal,
+plain lines every few seconds otherwise).
 
 Usage: ``python bench/spark_serving.py [--quick] [--out FILE]``. Prints a table
 and writes JSON (default ``bench/results/spark_serving.json``).
@@ -46,7 +54,19 @@ from drpc.examples.reach_graph import (  # noqa: E402
     load_graph,
     top_urls,
 )
+from drpc.progress import Progress  # noqa: E402
+from drpc.requests import LOCAL_ORIGIN, RequestTrace, TraceCollector  # noqa: E402
 from drpc.testing import LocalDRPC  # noqa: E402
+
+PROGRESS = Progress(sys.stderr)
+
+
+def section(title: str) -> None:
+    """End the previous section's progress line and start a new one."""
+    global PROGRESS
+    PROGRESS.close()
+    print(title, flush=True)
+    PROGRESS = Progress(sys.stderr)
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -131,7 +151,8 @@ def bench_overhead(sc: Any, iterations: int) -> dict[str, Any]:
             assert handwritten_reach(sc, url) == EXPECTED_REACH[url]
         drpc_times: list[float] = []
         bare_times: list[float] = []
-        for _ in range(iterations):
+        for iteration in range(iterations):
+            PROGRESS.update(f"(a) overhead: {iteration}/{iterations} pairs of calls")
             started = time.perf_counter()
             drpc.execute("reach", url)
             drpc_times.append(time.perf_counter() - started)
@@ -150,12 +171,18 @@ def bench_overhead(sc: Any, iterations: int) -> dict[str, Any]:
 # -- (b) coalescing ------------------------------------------------------------------------------
 
 
-def closed_loop(drpc: LocalDRPC, callers: int, seconds: float) -> dict[str, Any]:
+def closed_loop(drpc: LocalDRPC, callers: int, seconds: float, label: str) -> dict[str, Any]:
     urls = list(EXPECTED_REACH)
     latencies: list[float] = []
     wrong: list[str] = []
     lock = threading.Lock()
     stop_at = time.monotonic() + seconds
+    done = threading.Event()
+
+    def report() -> None:
+        while not done.wait(0.2):
+            left = max(0.0, stop_at - time.monotonic())
+            PROGRESS.update(f"{label}: {len(latencies)} requests, {left:.0f} s left")
 
     def caller(number: int) -> None:
         n = number
@@ -171,16 +198,23 @@ def closed_loop(drpc: LocalDRPC, callers: int, seconds: float) -> dict[str, Any]
                     wrong.append(url)
 
     started = time.monotonic()
+    cpu_started = time.process_time()
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
     threads = [threading.Thread(target=caller, args=(i,)) for i in range(callers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     elapsed = time.monotonic() - started
+    cpu = time.process_time() - cpu_started
+    done.set()
+    reporter.join()
     return {
         "requests": len(latencies),
         "seconds": elapsed,
         "throughput_rps": len(latencies) / elapsed,
+        "cpu_ms_per_request": cpu * 1000 / max(1, len(latencies)),
         "wrong_answers": len(wrong),
         **summary(latencies),
     }
@@ -192,13 +226,73 @@ def bench_coalescing(callers: int, seconds: float) -> dict[str, Any]:
         with LocalDRPC(executor="spark", **options) as drpc:
             runtime_ = drpc.register(build_reach())
             drpc.execute("reach", "foo.com/blog/1")
-            results[label] = closed_loop(drpc, callers, seconds)
+            results[label] = closed_loop(drpc, callers, seconds, f"(b) {label}")
             sizes = list(runtime_.stats.batch_sizes)
             results[label]["mean_batch_size"] = statistics.fmean(sizes)
     results["callers"] = callers
     results["throughput_ratio"] = (
         results["coalesced"]["throughput_rps"] / results["one_request_per_job"]["throughput_rps"]
     )
+    return results
+
+
+# -- (d) observation cost ---------------------------------------------------------------------
+
+
+class TraceEverything(TraceCollector):
+    """Keeps the spans of every request, as if each one were called with ``?trace=1``
+    (the last ``keep`` requests', as a server keeps only those in flight)."""
+
+    def __init__(self, keep: int = 1024) -> None:
+        super().__init__(LOCAL_ORIGIN)
+        self.keep = keep
+        self.spans = 0
+        self.requests = 0
+
+    def _trace(self, return_info: Any) -> RequestTrace | None:
+        trace = self._traces.get(return_info.request_id)
+        if trace is None:
+            if len(self._traces) >= self.keep:
+                del self._traces[next(iter(self._traces))]
+            trace = self._traces[return_info.request_id] = RequestTrace("reach")
+            self.requests += 1
+        return trace
+
+    def step_finished(self, return_info: Any, *args: Any) -> None:
+        super().step_finished(return_info, *args)
+        self.spans += 1
+
+
+def bench_observation(callers: int, seconds: float, rounds: int) -> dict[str, Any]:
+    """Closed loops without and with an observer, interleaved ``rounds`` times."""
+    results: dict[str, Any] = {"callers": callers, "rounds": rounds}
+    for executor in ("spark", "local"):
+        runs: dict[str, list[dict[str, Any]]] = {"off": [], "every_request_traced": []}
+        for round_ in range(rounds):
+            for label in runs:
+                observer = TraceEverything() if label != "off" else None
+                with LocalDRPC(executor=executor, observer=observer) as drpc:
+                    drpc.register(build_reach())
+                    drpc.execute("reach", "foo.com/blog/1")
+                    run = closed_loop(
+                        drpc, callers, seconds, f"(d) {executor}, {label}, round {round_ + 1}"
+                    )
+                if observer is not None:
+                    run["spans_per_request"] = observer.spans / max(1, observer.requests)
+                runs[label].append(run)
+        summary_: dict[str, Any] = {}
+        for label, label_runs in runs.items():
+            summary_[label] = {
+                "throughput_rps": statistics.fmean(r["throughput_rps"] for r in label_runs),
+                "cpu_ms_per_request": statistics.fmean(r["cpu_ms_per_request"] for r in label_runs),
+                "p50_ms": statistics.fmean(r["p50_ms"] for r in label_runs),
+                "p99_ms": statistics.fmean(r["p99_ms"] for r in label_runs),
+                "runs": label_runs,
+            }
+        off, on = summary_["off"], summary_["every_request_traced"]
+        summary_["throughput_ratio"] = on["throughput_rps"] / off["throughput_rps"]
+        summary_["cpu_ratio"] = on["cpu_ms_per_request"] / off["cpu_ms_per_request"]
+        results[executor] = summary_
     return results
 
 
@@ -281,7 +375,8 @@ def bench_large_graph(session: Any, cache: Path, repeats: int) -> dict[str, Any]
         spark_times: list[float] = []
         frame_times: list[float] = []
         local_times: list[float] = []
-        for _ in range(repeats):
+        for repeat in range(repeats):
+            PROGRESS.update(f"(c) large graph: round {repeat + 1}/{repeats}")
             times, answer = timed(lambda: drpc_job(on_spark), 1)
             assert answer == expected
             spark_times += times
@@ -315,6 +410,7 @@ def bench_large_graph(session: Any, cache: Path, repeats: int) -> dict[str, Any]
 
 def table(results: dict[str, Any]) -> str:
     a, b, c = results["overhead"], results["coalescing"], results["large_graph"]
+    d = results["observation"]
     coalesced, single = b["coalesced"], b["one_request_per_job"]
     rows = [
         ("(a) reach, sequential", "drpc on Spark", a["drpc"], ""),
@@ -351,6 +447,25 @@ def table(results: dict[str, Any]) -> str:
             f"Spark is {c['ratio_drpc_spark_to_local']:.2f}x local",
         ),
     ]
+    for executor in ("spark", "local"):
+        off, on = d[executor]["off"], d[executor]["every_request_traced"]
+        rows += [
+            (
+                f"(d) {d['callers']} callers, {executor}",
+                "no observer",
+                off,
+                f"{off['throughput_rps']:.1f} req/s, "
+                f"driver CPU {off['cpu_ms_per_request']:.2f} ms/req",
+            ),
+            (
+                "",
+                "every request traced",
+                on,
+                f"{on['throughput_rps']:.1f} req/s, "
+                f"driver CPU {on['cpu_ms_per_request']:.2f} ms/req; "
+                f"ratios {d[executor]['throughput_ratio']:.2f}, {d[executor]['cpu_ratio']:.2f}",
+            ),
+        ]
     lines = [f"{'measurement':<24}{'run':<22}{'p50 ms':>9}{'p99 ms':>9}  notes"]
     for name, run, figures, note in rows:
         p50, p99 = figures["p50_ms"], figures["p99_ms"]
@@ -379,12 +494,17 @@ def main(argv: list[str] | None = None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
     }
-    print("(a) overhead ...", flush=True)
+    section("(a) overhead ...")
     results["overhead"] = bench_overhead(sc, 8 if args.quick else 40)
-    print("(b) coalescing ...", flush=True)
+    section("(b) coalescing ...")
     results["coalescing"] = bench_coalescing(64, 4.0 if args.quick else 12.0)
-    print("(c) large graph ...", flush=True)
+    section("(c) large graph ...")
     results["large_graph"] = bench_large_graph(session, args.cache, 2 if args.quick else 5)
+    section("(d) observation cost ...")
+    results["observation"] = bench_observation(
+        64, 4.0 if args.quick else 10.0, 2 if args.quick else 3
+    )
+    PROGRESS.close()
     results["seconds"] = time.monotonic() - started
     args.out.write_text(json.dumps(results, indent=2))
     print(table(results))

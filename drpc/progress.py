@@ -4,7 +4,8 @@ Contract. ``Progress(stream)`` is updated with ``update(text)`` as often as
 the caller likes. On a terminal it redraws one line at most every
 ``refresh`` seconds (default 0.1); anywhere else (a pipe, a CI log) it
 prints a plain line at most every ``interval`` seconds (default 5), so logs
-stay readable. ``close(final)`` prints the final state on its own line.
+stay readable. ``close(final)`` prints the final state (``final``, else the
+last text) on its own line; with nothing to show it prints nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Progress:
 
     def close(self, final: str | None = None) -> None:
         text = self._text if final is None else final
+        if not text and not self._width:
+            return  # nothing was ever shown: no empty line
         if self.tty:
             padding = " " * max(0, self._width - len(text))
             self.stream.write("\r" + text + padding + "\n")
