@@ -4,6 +4,7 @@ outcome, where a request failed, and on Spark the jobs, batches and Spark job id
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -33,11 +34,13 @@ class Recorder(Observer):
         self.spans: dict[str, list[tuple[str, float, float, dict[str, Any]]]] = defaultdict(list)
         self.late_spans: list[tuple[str, str]] = []
         self.started: dict[str, list[str]] = defaultdict(list)
+        self.started_at: dict[tuple[str, str], float] = {}  # when the event arrived
         self.failed_in: dict[str, tuple[str, str]] = {}
 
     def step_started(self, return_info: ReturnInfo, step: str, now: float) -> None:
         with self.lock:
             self.started[return_info.request_id].append(step)
+            self.started_at[return_info.request_id, step] = time.monotonic()
 
     def step_finished(
         self, return_info: ReturnInfo, step: str, start: float, end: float, attrs: dict[str, Any]
@@ -185,3 +188,17 @@ def test_a_broken_observer_never_breaks_serving(executor: str) -> None:
         drpc.register(build_reach())
         for url, reach in EXPECTED_REACH.items():
             assert drpc.execute("reach", url) == reach
+
+
+def test_a_step_is_reported_started_while_it_works(executor: str) -> None:
+    builder = LinearDRPCTopologyBuilder("slow")
+    builder.add_bolt(bolts.SleepThenEcho(), 1)
+    recorder = Recorder()
+    with observed(executor, recorder) as drpc:
+        drpc.register(builder)
+        assert drpc.execute("slow", "0.6") == "slept"
+    [(request_id, spans)] = recorder.spans.items()
+    [(start, end)] = [(start, end) for step, start, end, _ in spans if step == "bolt0"]
+    assert end - start >= 0.6
+    # live: the dashboard shows the step while it sleeps, not once it is done
+    assert recorder.started_at[request_id, "bolt0"] < end - 0.4

@@ -34,8 +34,8 @@ tuple of a request's tree carries its spout root, so a step's span for a
 request runs from the first message of that tree a task of the step began
 handling to the end of the last one it handled (count reports only where
 they finished the request at a task: the rest are not timed, so a task's
-wait for reports is not busy time). ``step_started`` (with that start) comes
-once the first such message was handled; when the request settles (the
+wait for reports is not busy time). ``step_started`` comes live, as a task
+of the step starts on the request's first tuple; when the request settles (the
 runtime hands its result or failure to the invocations handle)
 ``step_finished`` comes for every step it went through, before the outcome,
 so an issuer sees all spans by the time it sees the outcome. Steps are the
@@ -372,8 +372,8 @@ class _BoltTask(_Task):
             if self.hands_over:
                 _HANDLING.current = (self.component_id, self.task_id, started)
             context = None
-            if message[2] != COORDINATED_STREAM_ID and len(roots) == 1:
-                context = spans.log_context_of(roots)
+            if message[2] != COORDINATED_STREAM_ID:
+                context = spans.begin(self.component_id, self.task_id, roots, started)
             token = push_context(context) if context is not None else None
             try:
                 with self.lock:
@@ -831,7 +831,9 @@ class _RequestSpans:
     """The steps each request's tuple tree went through, by spout root; reports them
     to the observer when the request settles (see the module docstring).
 
-    Each handled message costs one call (``saw``) after it was handled; the message
+    A data tuple costs a call before it is handled (``begin``: the step starts for its
+    request, live) and one after (``saw``), a count report only ``saw`` and only when
+    it finished an id; the message
     a thread is handling when the request settles (``return-results`` handing the
     outcome over, or the spout failing the request) is found in ``_HANDLING``.
     No lock: every dict and set operation here is atomic under the GIL, and two
@@ -852,10 +854,24 @@ class _RequestSpans:
         self._roots[return_info] = root
         self._trees[root] = _Tree(return_info, self.function)
 
-    def log_context_of(self, roots: dict[int, int]) -> dict[str, Any] | None:
-        """The log fields of the request a message belongs to."""
-        tree = self._trees.get(next(iter(roots)))
-        return None if tree is None else tree.log_fields
+    def begin(
+        self, step: str, task: int, roots: dict[int, int], started: float
+    ) -> dict[str, Any] | None:
+        """A task of ``step`` starts on a data tuple of these trees: a request this step
+        had not reached starts it now (``step_started``, live). Returns the log fields of
+        the tuple's request."""
+        fields = None
+        for root in roots:
+            tree = self._trees.get(root)
+            if tree is None:
+                continue
+            if fields is None:
+                fields = tree.log_fields
+            if step not in tree.steps:
+                new = _StepSpan(started, started, task)
+                if tree.steps.setdefault(step, new) is new:
+                    notify(self.observer, "step_started", tree.return_info, step, started)
+        return fields
 
     def saw(self, step: str, task: int, roots: dict[int, int], started: float, now: float) -> None:
         """Task ``task`` of ``step`` handled a message of these trees from ``started``."""
