@@ -75,21 +75,24 @@ NULL_OBSERVER = Observer()
 
 
 class FanOut(Observer):
-    """Passes every event to each of several observers."""
+    """Passes every event to each of several observers (``observers``, a list you may extend)."""
 
     def __init__(self, *observers: Observer) -> None:
         self.observers = [o for o in observers if o is not NULL_OBSERVER]
 
-    def __getattribute__(self, name: str) -> Any:
-        if name.startswith("_") or name == "observers" or not hasattr(Observer, name):
-            return object.__getattribute__(self, name)
-        observers = object.__getattribute__(self, "observers")
 
-        def fan_out(*args: Any) -> None:
-            for observer in observers:
-                notify(observer, name, *args)
+def _fan_out(event: str) -> Any:
+    def fan_out(self: FanOut, *args: Any) -> None:
+        for observer in self.observers:
+            notify(observer, event, *args)
 
-        return fan_out
+    fan_out.__name__ = event
+    return fan_out
+
+
+# One plain method per event, made once: an event costs a loop, not a closure per call.
+for _event in [name for name in vars(Observer) if not name.startswith("_")]:
+    setattr(FanOut, _event, _fan_out(_event))
 
 
 def observer_of(services: dict[str, Any] | None) -> Observer:
