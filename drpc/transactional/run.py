@@ -665,6 +665,7 @@ class TransactionalRunner:
             result.tuples,
             result.seconds,
             dict(result.replays) or "none",
+            extra={"topology": self.info.id},
         )
         return result
 
@@ -685,6 +686,7 @@ class TransactionalRunner:
             self.executor,
             self.coordinator.current_txid,
             self.coordinator.max_spout_pending,
+            extra={"topology": self.info.id, "txid": self.coordinator.current_txid},
         )
         pending: collections.deque[Decision] = collections.deque(
             self.coordinator.next_tuple(self.metadata)
@@ -736,12 +738,24 @@ class TransactionalRunner:
         if current:
             self._replayed(result, attempt.txid, "processing")
             log.warning(
-                "batch %s failed in processing, replaying: %s", attempt, event.failure.message
+                "batch %s failed in processing, replaying: %s",
+                attempt,
+                event.failure.message,
+                extra=self._log_fields(attempt, "processing"),
             )
             self._count_failure(attempt.txid, event.failure.message)
         decisions = self.coordinator.fail(attempt, self.metadata)
         self._forget_inactive()
         return decisions
+
+    def _log_fields(self, attempt: TransactionAttempt, phase: str) -> dict[str, Any]:
+        """``extra=`` fields of a log line about one batch attempt."""
+        return {
+            "topology": self.info.id,
+            "txid": attempt.txid,
+            "attempt_id": attempt.attempt_id,
+            "phase": phase,
+        }
 
     def _count_failure(self, txid: int, reason: str) -> None:
         self._failures[txid] += 1
@@ -787,6 +801,7 @@ class TransactionalRunner:
                 attempt,
                 attempt.txid,
                 reason,
+                extra=self._log_fields(attempt, "commit"),
             )
             self._count_failure(attempt.txid, reason)
             decisions = self.coordinator.fail(attempt, self.metadata)
@@ -796,6 +811,13 @@ class TransactionalRunner:
             attempt.txid, attempt, processed.tuples, outputs, time.monotonic() - started
         )
         result.commits.append(info)
+        log.debug(
+            "committed batch %s: %d tuple(s) in %.1f ms",
+            attempt,
+            info.tuples,
+            info.seconds * 1000,
+            extra=self._log_fields(attempt, "commit"),
+        )
         self._update_status(
             last_txid=info.txid,
             batches=len(result.commits),

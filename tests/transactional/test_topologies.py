@@ -124,7 +124,9 @@ def test_committers_finish_only_in_commit_phase_and_in_txid_order(tmp_path: Path
     assert first_commit > processed_1  # ...but nothing committed before batch 1 was processed
 
 
-def test_a_batch_that_never_passes_stops_the_run_with_a_typed_error(tmp_path: Path) -> None:
+def test_a_batch_that_never_passes_stops_the_run_with_a_typed_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     class AlwaysFails(bolts.CommitWordCounts):
         def finish_batch(self) -> None:
             from drpc import FailedException
@@ -136,9 +138,15 @@ def test_a_batch_that_never_passes_stops_the_run_with_a_typed_error(tmp_path: Pa
     )
     builder.set_bolt("partial", bolts.PartialWordCount(), 1).shuffle_grouping("spout")
     builder.set_committer_bolt("commit", AlwaysFails(), 1).global_grouping("partial")
+    caplog.set_level("WARNING", logger="drpc.transactional.run")
     with pytest.raises(TransactionalError, match=r"batch 1 failed 3 times.*the database is gone"):
         run(builder, state_dir=str(tmp_path), max_attempts=3)
     assert CoordinatorState(TopologyState.at(str(tmp_path)).env, "doomed").next_txid() == 1
+    replays = [r for r in caplog.records if r.getMessage().startswith("commit of batch")]
+    # Every replay says which topology, transaction, attempt and phase, as fields a JSON
+    # log line carries; the attempts of batch 1 are distinct.
+    assert [(r.topology, r.txid, r.phase) for r in replays] == [("doomed", 1, "commit")] * 3
+    assert len({r.attempt_id for r in replays}) == 3
 
 
 def test_builder_errors_name_the_component(tmp_path: Path) -> None:
