@@ -34,7 +34,12 @@ tuple of a request's tree carries its spout root, so a step's span for a
 request runs from the first message of that tree a task of the step began
 handling to the end of the last one it handled (count reports only where
 they finished the request at a task: the rest are not timed, so a task's
-wait for reports is not busy time). ``step_started`` comes live, as a task
+wait for reports is not busy time). A message whose handling sent tuples on
+ends, for its span, when the last of them left: the next step may finish with
+the request before this thread looks at the clock again, and a step never
+ends after the step it feeds; a count report that only closed the books on
+a request the task had already passed on (nothing sent, nothing failed) adds
+busy time without moving the end. ``step_started`` comes live, as a task
 of the step starts on the request's first tuple; when the request settles (the
 runtime hands its result or failure to the invocations handle)
 ``step_finished`` comes for every step it went through, before the outcome,
@@ -333,6 +338,8 @@ class _BoltTask(_Task):
         self.ids_of_root: dict[int, set[Hashable]] = {}
         self.dead_roots: OrderedDict[int, float] = OrderedDict()
         self.done_with_id = False  # set when an id completes, fails or is given up here
+        self.last_sent: float | None = None  # when spans are kept: the handling's last send
+        self.failed_here = False  # the handling failed an id
         self.hands_over = spec.id == RETURN_ID  # hands results to the invocations handle
         self.timeout = float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS])
         decl = self.coordination
@@ -369,6 +376,8 @@ class _BoltTask(_Task):
             roots = message[5]
             started = time.monotonic()
             self.done_with_id = False
+            self.last_sent = None
+            self.failed_here = False
             if self.hands_over:
                 _HANDLING.current = (self.component_id, self.task_id, started)
             context = None
@@ -384,8 +393,13 @@ class _BoltTask(_Task):
                 if self.hands_over:
                     _HANDLING.current = None
                 # A count report matters to the span only when it finished an id here.
-                if message[2] != COORDINATED_STREAM_ID or self.done_with_id:
-                    spans.saw(self.component_id, self.task_id, roots, started, time.monotonic())
+                if message[2] != COORDINATED_STREAM_ID:
+                    ended = self.last_sent or time.monotonic()
+                    spans.saw(self.component_id, self.task_id, roots, started, ended)
+                elif self.done_with_id:
+                    ended = self.last_sent or time.monotonic()
+                    moves_end = self.last_sent is not None or self.failed_here
+                    spans.saw(self.component_id, self.task_id, roots, started, ended, moves_end)
             return
         with self.lock:
             if kind == _TUPLE:
@@ -492,6 +506,7 @@ class _BoltTask(_Task):
                     self.ack_roots(held)
                 self.forget_roots(decision.id)
             elif isinstance(decision, Failed):
+                self.failed_here = True
                 self.runner.failed_id(decision.id)
                 for held in self.held.pop(decision.id, ()):
                     self.fail_roots(held, decision.failure)
@@ -587,6 +602,8 @@ class _BoltTask(_Task):
     ) -> None:
         payload = self.router.serialize(stream, values)
         tracker = self.tracker if stream != COORDINATED_STREAM_ID else None
+        if targets and self.engine.spans is not None:
+            self.last_sent = time.monotonic()  # before a receiver can act on it
         for target in targets:
             message_id: dict[int, int] = {}
             for anchor in anchors:
@@ -873,8 +890,17 @@ class _RequestSpans:
                     notify(self.observer, "step_started", tree.return_info, step, started)
         return fields
 
-    def saw(self, step: str, task: int, roots: dict[int, int], started: float, now: float) -> None:
-        """Task ``task`` of ``step`` handled a message of these trees from ``started``."""
+    def saw(
+        self,
+        step: str,
+        task: int,
+        roots: dict[int, int],
+        started: float,
+        now: float,
+        moves_end: bool = True,
+    ) -> None:
+        """Task ``task`` of ``step`` handled a message of these trees from ``started`` to
+        ``now``; with ``moves_end`` false, only its busy time counts."""
         for root in roots:
             tree = self._trees.get(root)
             if tree is None:
@@ -890,7 +916,7 @@ class _RequestSpans:
                 if started < span.start:  # another task of the step got there first
                     span.start = started
             span.busy += now - started
-            if now > span.end:
+            if moves_end and now > span.end:
                 span.end = now
             span.tasks.add(task)
 
