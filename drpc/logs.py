@@ -23,7 +23,17 @@ record logged in the current thread or asyncio task until the block ends
 local executor puts ``request_id`` and ``function`` there while a step
 handles a request's tuple, so a bolt's own log lines carry them too.
 ``request_extra(request_id, function)`` is the ``extra=`` dict of a log line
-about one request. ``LOG_FORMATS`` lists the formats for ``--log-format``;
+about one request.
+
+Spark workers. ``worker_settings()`` is the (format, level) the driver
+configured, or None; the Spark executor ships it with each job and a Python
+worker calls ``configure_worker_logging(format, level)``, which gives the
+worker's root logger (if nobody configured it) the same format on its stderr.
+The tasks put the fields of the id a tuple belongs to (``request_id`` and
+``function``; ``topology``, ``txid`` and ``attempt_id`` in a transactional
+run) in the context, so a bolt's log lines carry them on Spark too. A
+worker's JSON line that reaches the driver's wrapped stderr passes through
+as it is, not wrapped a second time. ``LOG_FORMATS`` lists the formats for ``--log-format``;
 ``add_logging_arguments`` adds ``--log-level`` and ``--log-format`` to a parser.
 """
 
@@ -39,13 +49,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-_CONTEXT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+_CONTEXT: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
     "drpc_log_context", default=None
 )
 
@@ -75,13 +85,18 @@ def log_context(**fields: Any) -> Iterator[None]:
         _CONTEXT.reset(token)
 
 
-def push_context(fields: dict[str, Any]) -> contextvars.Token[dict[str, Any] | None]:
+def current_context() -> Mapping[str, Any] | None:
+    """The fields ``log_context`` set for this thread or task, if any."""
+    return _CONTEXT.get()
+
+
+def push_context(fields: Mapping[str, Any]) -> contextvars.Token[Mapping[str, Any] | None]:
     """``log_context`` for hot paths: set ``fields`` (replacing the current context);
     hand the token to ``pop_context`` when done."""
     return _CONTEXT.set(fields)
 
 
-def pop_context(token: contextvars.Token[dict[str, Any] | None]) -> None:
+def pop_context(token: contextvars.Token[Mapping[str, Any] | None]) -> None:
     _CONTEXT.reset(token)
 
 
@@ -165,7 +180,13 @@ def _jsonable(value: Any) -> Any:
 
 _installed: logging.Handler | None = None
 _stderr: TextIO | None = None
+_settings: tuple[str, int] | None = None
 STDERR_LOGGER = "stderr"
+
+
+def worker_settings() -> tuple[str, int] | None:
+    """The (format, level) ``configure_logging`` set up in this process, if it did."""
+    return _settings
 
 
 def configure_logging(
@@ -179,7 +200,7 @@ def configure_logging(
     the process's stderr, whatever else writes to file descriptor 2 (the Spark JVM
     and its Python workers, a traceback the interpreter prints) is wrapped too: one
     object per line, logger "stderr", level WARNING."""
-    global _installed
+    global _installed, _settings
     if format not in LOG_FORMATS:
         raise ValueError(f"unknown log format {format!r}; choose one of {', '.join(LOG_FORMATS)}")
     root = logging.getLogger()
@@ -195,8 +216,21 @@ def configure_logging(
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     _installed = handler
+    _settings = (format, root.level)
     logging.captureWarnings(format == "json")
     return handler
+
+
+def configure_worker_logging(format: str, level: int) -> None:
+    """In a Spark Python worker: log to its stderr in ``format`` at ``level``, once per
+    process, unless someone else already configured the root logger. Never touches file
+    descriptor 2 (the worker's stderr already goes wherever Spark sends it)."""
+    if _settings == (format, level) or format not in LOG_FORMATS:
+        return
+    root = logging.getLogger()
+    if any(handler is not _installed for handler in root.handlers):
+        return
+    configure_logging(level, format, stream=sys.stderr)
 
 
 def _capture_stderr() -> TextIO:
@@ -236,10 +270,27 @@ def _pump_stderr(read_end: int) -> None:
             text = raw.decode("utf-8", "replace").rstrip("\r\n")
             if text:
                 handler = _installed
-                if handler is not None:
-                    handler.handle(
-                        logger.makeRecord(STDERR_LOGGER, logging.WARNING, "", 0, text, (), None)
-                    )
+                if handler is None:
+                    continue
+                if isinstance(handler, logging.StreamHandler) and _is_log_line(text):
+                    with handler.lock or contextlib.nullcontext():
+                        handler.stream.write(text + "\n")
+                        handler.flush()
+                    continue
+                handler.handle(
+                    logger.makeRecord(STDERR_LOGGER, logging.WARNING, "", 0, text, (), None)
+                )
+
+
+def _is_log_line(text: str) -> bool:
+    """Whether ``text`` is already one of our JSON log lines (from a Spark worker)."""
+    if not (text.startswith('{"time": ') and text.endswith("}")):
+        return False
+    try:
+        entry = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(entry, dict) and {"time", "level", "logger", "message"} <= entry.keys()
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser, *, default_level: str = "INFO") -> None:

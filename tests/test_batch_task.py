@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 import threading
 from typing import Any
 
+import pytest
+
 from drpc import DRPCExceptionType, Fields, LinearDRPCTopologyBuilder, Topology
 from drpc.errors import Failure
 from drpc.executors.batch import DATA, FAIL, REPORT, TaskHints, TaskRun
+from drpc.logs import ContextFilter
 
 from .topologies import bolts
 
@@ -193,3 +197,56 @@ def test_implied_zero_reports_let_every_task_finish_every_id() -> None:
     # Only the non-zero count travels, to the one task that received the tuples.
     [(_, shipped)] = outputs_of(run, REPORT)
     assert set(shipped[3].values()) == {1} and len(shipped[3]) == 2
+
+
+class LoggingCount(bolts.CountPerRequest):
+    def execute(self, tuple: Any) -> None:
+        super().execute(tuple)
+        logging.getLogger("tests.batch").info("execute %s", tuple[1])
+
+    def finish_batch(self) -> None:
+        logging.getLogger("tests.batch").info("finish %s", self.id)
+        super().finish_batch()
+
+
+def test_a_task_logs_with_the_fields_of_the_id_it_handles(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    builder = LinearDRPCTopologyBuilder("chain")
+    builder.add_bolt(bolts.EmitN(), 2)
+    builder.add_bolt(LoggingCount(), 1).shuffle_grouping()
+    builder.add_bolt(bolts.SumField(), 2).fields_grouping(Fields("id"))
+    topology = builder.create_topology()
+    bolt0 = topology.component_task_ids["bolt0"]
+    fields = {1: {"request_id": "7", "function": "chain"}, 2: {"request_id": "8"}}
+    caplog.handler.addFilter(ContextFilter())
+    with caplog.at_level(logging.INFO, logger="tests.batch"):
+        logging.getLogger("tests.batch").info("before")
+        run = TaskRun(topology, "bolt1", 0, job_ids=(1, 2, 3), log_fields=fields).run(
+            [
+                data("bolt0", bolt0[0], 1, "a"),
+                data("bolt0", bolt0[1], 2, "b"),
+                data("bolt0", bolt0[0], 1, "c"),
+                report("bolt0", bolt0[0], {1: 2, 3: 0}),
+                report("bolt0", bolt0[1], {2: 1}),
+            ]
+        )
+        logging.getLogger("tests.batch").info("after")
+    assert run.failures == {}
+    seen = [
+        (r.getMessage(), getattr(r, "request_id", None), getattr(r, "function", None))
+        for r in caplog.records
+        if r.name == "tests.batch"
+    ]
+    # Every line of an id carries its fields, finish_batch's included; id 3 has none, and
+    # nothing leaks to lines logged before or after the task ran (or to the next id).
+    assert seen == [
+        ("before", None, None),
+        ("execute a", "7", "chain"),
+        ("execute b", "8", None),
+        ("execute c", "7", "chain"),
+        ("finish 1", "7", "chain"),  # ids finish in the order their reports arrive
+        ("finish 3", None, None),
+        ("finish 2", "8", None),
+        ("after", None, None),
+    ]

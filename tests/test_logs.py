@@ -49,11 +49,17 @@ class LoggingBolt(BaseBasicBolt):
         declarer.declare(Fields("id", "result"))
 
 
+def logged() -> LinearDRPCTopologyBuilder:
+    """Function "logged": appends "!" and logs a line per tuple from inside the step."""
+    builder = LinearDRPCTopologyBuilder("logged")
+    builder.add_bolt(LoggingBolt(), 2)
+    return builder
+
+
 def test_a_bolts_own_log_lines_carry_the_request_on_the_local_executor(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    builder = LinearDRPCTopologyBuilder("logged")
-    builder.add_bolt(LoggingBolt(), 2)
+    builder = logged()
     caplog.handler.addFilter(ContextFilter())
     with (
         caplog.at_level(logging.INFO, logger="tests.bolt"),
@@ -191,6 +197,8 @@ def test_the_server_logs_one_json_object_per_line_with_request_ids(executor: str
             "tests.server.helpers:failing_topology",
             "--topology",
             "tests.test_logs:sleepy",
+            "--topology",
+            "tests.test_logs:logged",
             "--executor",
             executor,
             *spark,
@@ -216,6 +224,9 @@ def test_the_server_logs_one_json_object_per_line_with_request_ids(executor: str
         status, body = call(http, "/drpc/failing/bad?trace=1")
         assert status == 400
         failed_id = json.loads(body)["request_id"]
+        status, body = call(http, "/drpc/logged/hey?trace=1")
+        assert status == 200 and json.loads(body)["result"] == "hey!"
+        logged_id = json.loads(body)["request_id"]
         status, body = call(http, f"/drpc/sleepy/{timeout + 2}")
         assert status == 504
     finally:
@@ -234,6 +245,11 @@ def test_the_server_logs_one_json_object_per_line_with_request_ids(executor: str
     assert "FAILED_REQUEST" in failure["message"] and "cannot handle 'bad'" in failure["message"]
     if executor == "spark":  # the JVM's own start-up lines arrive wrapped
         assert any(e["logger"] == "stderr" for e in entries)
+    # The step's own line, written on Spark by a Python worker and forwarded through the
+    # JVM's stderr, is one JSON object of its logger, with the request's fields.
+    [step] = [e for e in entries if e["message"] == "working on hey"]
+    assert step["logger"] == "tests.bolt" and step["level"] == "INFO"
+    assert (step["request_id"], step["function"]) == (logged_id, "logged")
     [timeout] = [e for e in entries if "timed out" in e["message"]]
     assert timeout["function"] == "sleepy" and timeout["request_id"].isdigit()
     assert timeout["request_id"] != failed_id

@@ -48,13 +48,14 @@ from __future__ import annotations
 import logging
 import pickle
 import time
-from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections import ChainMap, Counter
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from drpc import config
 from drpc.errors import DRPCExceptionType, Failure, UnserializableValueError
+from drpc.logs import current_context, pop_context, push_context
 from drpc.model.components import OutputCollector
 from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
@@ -136,8 +137,33 @@ class _BatchCollector(OutputCollector):
         log.error("step %r task %d reported: %r", self._run.component_id, self._run.task_id, error)
 
 
+class _IdLogFields(Mapping[str, Any]):
+    """The log fields of the id whose tuple a task handles now: a logging context whose
+    look-up happens only when a line is logged, so switching ids costs an attribute store."""
+
+    def __init__(self, fields: Mapping[Hashable, Mapping[str, Any]]) -> None:
+        self.fields = fields
+        self.id: Hashable = None
+
+    def _now(self) -> Mapping[str, Any]:
+        return self.fields.get(self.id) or {}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._now()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+
 class TaskRun:
-    """One task of one component over one job's records."""
+    """One task of one component over one job's records.
+
+    ``log_fields``, by id: what a log line about that id carries (``request_id``,
+    ``function``, ...); it is in the logging context while the task executes the
+    id's tuples and finishes it."""
 
     def __init__(
         self,
@@ -150,6 +176,7 @@ class TaskRun:
         services: dict[str, Any] | None = None,
         hints: TaskHints | None = None,
         timed: bool = False,
+        log_fields: Mapping[Hashable, Mapping[str, Any]] | None = None,
     ) -> None:
         spec = topology.components[component_id]
         self.topology = topology
@@ -191,6 +218,7 @@ class TaskRun:
         self.busy: dict[Hashable, float] | None = {} if timed else None
         """Seconds spent executing each id's tuples and finishing it (``timed`` only)."""
         self.current: Tuple | None = None
+        self._log = _IdLogFields(log_fields) if log_fields else None
         self._fields: dict[tuple[str, str], Fields] = {}
         self._fail_targets = sorted(
             {
@@ -215,6 +243,16 @@ class TaskRun:
     # -- running ---------------------------------------------------------------------------
 
     def run(self, records: Iterable[Record]) -> TaskRun:
+        if self._log is None:
+            return self._run(records)
+        around = current_context()
+        token = push_context(ChainMap(self._log, around) if around else self._log)
+        try:
+            return self._run(records)
+        finally:
+            pop_context(token)
+
+    def _run(self, records: Iterable[Record]) -> TaskRun:
         data: list[Record] = []
         reports: list[Record] = []
         for record in records:
@@ -238,6 +276,7 @@ class TaskRun:
         assert coordination is not None
         id_tuples: list[Tuple] = []
         commit_tuples: list[Tuple] = []
+        log_context = self._log
         for record in data:
             received = self.make_tuple(record)
             stream = GlobalStreamId(received.source_component, received.source_stream)
@@ -249,6 +288,8 @@ class TaskRun:
                 id = received.values[0]
                 if is_ignored(tracker.tuple_received(id, 0.0)):
                     continue
+                if log_context is not None:
+                    log_context.id = id
                 self.executed[id] += 1
                 busy = self.busy
                 if busy is None:
@@ -267,6 +308,8 @@ class TaskRun:
             if is_ignored(decisions):
                 continue
             if coordination.deliver_id_tuple:
+                if log_context is not None:
+                    log_context.id = received.values[0]
                 self.execute(received)
             self.apply(decisions, received)
         for received in commit_tuples:
@@ -351,6 +394,8 @@ class TaskRun:
         assert tracker is not None
         for decision in decisions:
             if isinstance(decision, FinishBatch):
+                if self._log is not None:
+                    self._log.id = decision.id
                 previous, self.current = self.current, trigger
                 started = time.perf_counter() if self.busy is not None else 0.0
                 try:

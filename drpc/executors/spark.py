@@ -84,7 +84,7 @@ from drpc.errors import (
 )
 from drpc.executors.batch import DATA, FAIL, TIMING, Record, TaskHints, TaskRun
 from drpc.executors.plan import DRIVER, SparkPlan, StagePlan, compile_plan, explain
-from drpc.logs import request_extra
+from drpc.logs import configure_worker_logging, request_extra, worker_settings
 from drpc.model.streams import DEFAULT_STREAM_ID, GlobalStreamId
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, notify, observer_of
@@ -103,6 +103,8 @@ class JobSpec:
     ids: tuple[Hashable, ...]
     conf: dict[str, Any]
     timed: bool = False  # tasks measure themselves and ship TIMING records
+    log_fields: dict[Hashable, dict[str, Any]] | None = None  # by id: fields of its log lines
+    logging: tuple[str, int] | None = None  # the driver's (format, level), for the workers
 
 
 # -- worker side ------------------------------------------------------------------------------
@@ -134,6 +136,8 @@ def _run_stage(
     When ``job.timed``, the TIMING records that came in and this partition's own go
     on to task 0 of ``timing_sink`` (the stage's first consumer) in a blob of their own."""
     began = time.time() if job.timed else 0.0
+    if job.logging is not None:
+        configure_worker_logging(*job.logging)
     topology = _load_topology(token, broadcast)
     records: list[Record] = []
     for _, blob in items:
@@ -153,6 +157,7 @@ def _run_stage(
             conf=job.conf,
             hints=hints[component_id],
             timed=job.timed,
+            log_fields=job.log_fields,
         )
         run.run(records)
         if position < last:
@@ -645,7 +650,16 @@ class SparkExecutor:
             for record in records:
                 if record[0] == DATA and record[1] == PREPARE_ID and record[2] == "ret":
                     returns[record[4][0]] = record[4][1]
-        spec = JobSpec(tuple(returns), self.conf, timed=trace is not None)
+        spec = JobSpec(
+            tuple(returns),
+            self.conf,
+            timed=trace is not None,
+            log_fields={
+                id: {"request_id": return_info.request_id, "function": self.function}
+                for id, return_info in returns.items()
+            },
+            logging=worker_settings(),
+        )
         if trace is None:
             collected = self._stages.run(spec, driver_records)
         else:
@@ -680,6 +694,7 @@ class SparkExecutor:
                     conf=self.conf,
                     services=services,
                     hints=self.plan.hints[component_id],
+                    log_fields=spec.log_fields,
                 )
                 run.run(records)
                 failures.update(run.failures)

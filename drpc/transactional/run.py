@@ -61,6 +61,7 @@ from drpc.errors import (
     TransactionalError,
 )
 from drpc.executors.batch import DATA, FAIL, REPORT, Record, TaskHints, TaskRun
+from drpc.logs import worker_settings
 from drpc.model.components import BaseRichBolt, Conf, OutputCollector
 from drpc.model.context import TopologyContext
 from drpc.model.streams import COORDINATED_STREAM_ID
@@ -232,6 +233,17 @@ class _Captures:
     def take(self, attempt: TransactionAttempt) -> dict[int, list[Record]]:
         with self._lock:
             return self._records.pop(attempt, {})
+
+
+def batch_log_fields(topology_id: str, attempt: TransactionAttempt, phase: str) -> dict[str, Any]:
+    """``extra=`` fields of a log line about one batch attempt (also the logging context
+    while a task handles the batch)."""
+    return {
+        "topology": topology_id,
+        "txid": attempt.txid,
+        "attempt_id": attempt.attempt_id,
+        "phase": phase,
+    }
 
 
 class LocalBackend:
@@ -441,7 +453,13 @@ class SparkBackend:
             sc.addJobTag(tag)
             sc.setInterruptOnCancel(True)
             sc.setJobDescription(f"drpc transactional {self.info.id}: batch {attempt}")
-            collected = self._stages.run(JobSpec((attempt,), self.conf), driver_records)
+            spec = JobSpec(
+                (attempt,),
+                self.conf,
+                log_fields={attempt: batch_log_fields(self.info.id, attempt, "processing")},
+                logging=worker_settings(),
+            )
+            collected = self._stages.run(spec, driver_records)
         except Exception as error:
             self._report(
                 ProcessingFailed(
@@ -749,13 +767,7 @@ class TransactionalRunner:
         return decisions
 
     def _log_fields(self, attempt: TransactionAttempt, phase: str) -> dict[str, Any]:
-        """``extra=`` fields of a log line about one batch attempt."""
-        return {
-            "topology": self.info.id,
-            "txid": attempt.txid,
-            "attempt_id": attempt.attempt_id,
-            "phase": phase,
-        }
+        return batch_log_fields(self.info.id, attempt, phase)
 
     def _count_failure(self, txid: int, reason: str) -> None:
         self._failures[txid] += 1
@@ -857,6 +869,7 @@ class TransactionalRunner:
                         conf=self.conf,
                         services=self.services,
                         hints=self.commit_hints.get(component),
+                        log_fields={attempt: self._log_fields(attempt, "commit")},
                     ).run(records.pop(task, []))
                     if run.failures:
                         raise CommitFailed(next(iter(run.failures.values())))
