@@ -25,15 +25,26 @@ Contract:
   transaction that commits when ``fn`` returns and aborts (nothing visible)
   when it raises. Writes are serialized; starting a write inside another on
   the same thread raises ``StateError`` (pass the open ``txn`` instead).
-- **Full map.** When a write does not fit, the transaction is aborted, the
-  map doubles (at most to ``max_map_size``) and ``fn`` runs again from the
-  start, so ``fn`` must only act through ``txn``. Past ``max_map_size`` it
-  raises ``StateFullError`` naming the directory and sizes; nothing of that
-  write is visible and the environment stays usable. Resizing waits until
-  no read transaction of this process is open (at most ``resize_timeout``
-  seconds, then ``StateError``); a thread holding a read transaction cannot
-  resize and gets ``StateError`` at once. A map grown by another process is
-  adopted transparently.
+- **``fn`` runs exactly once per ``run_write``.** Its puts and deletes are
+  buffered in the transaction (its own reads see them) and applied to LMDB
+  when it returns, so user callbacks inside ``fn`` (an emitter's new batch, a
+  coordinator's ``initialize_transaction``, a committer's ``finish_batch``)
+  never run twice because the state layer retried.
+- **Full map.** When the buffered writes do not fit, the LMDB transaction is
+  aborted, the map doubles (at most to ``max_map_size``) and the same bytes
+  are applied again; ``fn`` does not run again. The re-application checks
+  that no other writer committed in between (``StateError`` otherwise, with
+  nothing applied). Past ``max_map_size`` it raises ``StateFullError`` naming
+  the directory and sizes; nothing of that write is visible and the
+  environment stays usable. Resizing waits until no read transaction of this
+  process is open (at most ``resize_timeout`` seconds, then ``StateError``); a
+  thread holding a read transaction cannot resize and gets ``StateError`` at
+  once. A map grown by another process is adopted transparently. Each growth
+  is logged with what the write was for (``run_write(fn, what=...)``).
+- **Stale readers.** A process killed inside a read transaction leaves its
+  reader slot behind, which pins old pages (the file grows) and takes one of
+  ``max_readers``. ``reader_check()`` frees such slots (about a microsecond);
+  it runs at open, before every write, and when a read finds every slot taken.
 - Sub-databases are fixed: ``COORDINATOR_DB``, ``ROTATING_DB``, ``MAPS_DB``,
   ``CATALOG_DB``; the state classes own their key layouts (``drpc.state.codec``).
 - LMDB errors that escape are wrapped in ``StateError`` naming the directory.
@@ -41,6 +52,7 @@ Contract:
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -57,6 +69,8 @@ from drpc.errors import (
     StateFullError,
     StateKeyError,
 )
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -106,18 +120,21 @@ class StateOptions:
 class StateTxn:
     """A read or write transaction of a ``StateEnvironment``, valid until it ends.
 
-    ``cache`` is a memo for state objects (a map's commit handle keeps the keys it
-    wrote there); it dies with the transaction, and a retried write starts empty.
+    A write transaction buffers its puts and deletes (see the module doc); its
+    reads see them over the committed data. ``cache`` is a memo for state
+    objects (a map's commit handle keeps the keys it wrote there); it dies with
+    the transaction.
     """
 
-    __slots__ = ("_done", "_env", "_map_full", "_raw", "cache", "write")
+    __slots__ = ("_done", "_env", "_raw", "_writes", "cache", "write")
 
     def __init__(self, env: StateEnvironment, raw: lmdb.Transaction, write: bool) -> None:
         self._env = env
         self._raw = raw
         self.write = write
-        self._map_full = False
         self._done = False
+        # by database: key -> value, or None for a delete
+        self._writes: dict[str, dict[bytes, bytes | None]] | None = {} if write else None
         self.cache: dict[object, object] = {}
 
     @property
@@ -126,6 +143,10 @@ class StateTxn:
 
     def get(self, db: str, key: bytes) -> bytes | None:
         self._check(key)
+        if self._writes is not None:
+            pending = self._writes.get(db)
+            if pending is not None and key in pending:
+                return pending[key]
         try:
             return self._raw.get(key, db=self._env._db(db))
         except lmdb.Error as error:
@@ -133,23 +154,17 @@ class StateTxn:
 
     def put(self, db: str, key: bytes, value: bytes) -> None:
         self._check(key, mutate=True)
-        try:
-            self._raw.put(key, value, db=self._env._db(db))
-        except lmdb.MapFullError:
-            self._map_full = True
-            raise
-        except lmdb.Error as error:
-            raise self._env._wrap(error, "write") from error
+        assert self._writes is not None
+        self._writes.setdefault(db, {})[key] = value if type(value) is bytes else bytes(value)
 
     def delete(self, db: str, key: bytes) -> bool:
+        """Delete ``key``; True if it was there (committed, or put by this transaction)."""
         self._check(key, mutate=True)
-        try:
-            return bool(self._raw.delete(key, db=self._env._db(db)))
-        except lmdb.MapFullError:
-            self._map_full = True
-            raise
-        except lmdb.Error as error:
-            raise self._env._wrap(error, "delete") from error
+        assert self._writes is not None
+        existed = self.get(db, key) is not None
+        if existed:
+            self._writes.setdefault(db, {})[key] = None
+        return existed
 
     def scan(
         self, db: str, prefix: bytes, *, start: bytes | None = None, reverse: bool = False
@@ -158,9 +173,21 @@ class StateTxn:
 
         Forward, from the first key ``>= prefix + start``; reverse (descending),
         from the last key ``< prefix + start`` (or the last key of the prefix).
-        Do not write to ``db`` while iterating; collect first.
+        In a write transaction the items include its own buffered writes as they
+        were when the scan began. Do not write to ``db`` while iterating;
+        collect first.
         """
         self._check(prefix)
+        committed = self._scan_committed(db, prefix, start, reverse)
+        pending = self._writes.get(db) if self._writes is not None else None
+        if not pending:
+            yield from committed
+            return
+        yield from _merge(committed, _pending_range(pending, prefix, start, reverse), reverse)
+
+    def _scan_committed(
+        self, db: str, prefix: bytes, start: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
         cursor = self._raw.cursor(db=self._env._db(db))
         if reverse:
             bound = prefix + start if start is not None else _after_prefix(prefix)
@@ -191,6 +218,14 @@ class StateTxn:
                 f"a key of {len(key)} bytes is longer than LMDB's limit of "
                 f"{self._env.max_key_size} bytes: {key[:60]!r}..."
             )
+        if mutate and not key:
+            raise StateKeyError("LMDB does not store an empty key")
+
+    def _take_writes(self) -> dict[str, dict[bytes, bytes | None]]:
+        """End the transaction for its user and hand over what it wrote."""
+        self._done = True
+        writes, self._writes = self._writes or {}, None
+        return writes
 
     def _end(self, commit: bool) -> None:
         self._done = True
@@ -199,6 +234,49 @@ class StateTxn:
             return
         with suppress(lmdb.Error):  # a failed commit has already aborted it
             self._raw.abort()
+
+
+_Item = tuple[bytes, bytes]
+
+
+def _pending_range(
+    pending: dict[bytes, bytes | None], prefix: bytes, start: bytes | None, reverse: bool
+) -> list[tuple[bytes, bytes | None]]:
+    """The buffered writes a scan of (``prefix``, ``start``, ``reverse``) covers, in its order."""
+    bound = prefix + start if start is not None else None
+    if reverse:
+        chosen = [k for k in pending if k.startswith(prefix) and (bound is None or k < bound)]
+    else:
+        chosen = [k for k in pending if k.startswith(prefix) and (bound is None or k >= bound)]
+    chosen.sort(reverse=reverse)
+    return [(key, pending[key]) for key in chosen]
+
+
+def _merge(
+    committed: Iterator[_Item], pending: list[tuple[bytes, bytes | None]], reverse: bool
+) -> Iterator[_Item]:
+    """Committed items overlaid with buffered writes (a write wins; None deletes)."""
+
+    def before(a: bytes, b: bytes) -> bool:
+        return a > b if reverse else a < b
+
+    index = 0
+    for key, value in committed:
+        while index < len(pending) and before(pending[index][0], key):
+            written = pending[index]
+            index += 1
+            if written[1] is not None:
+                yield written[0], written[1]
+        if index < len(pending) and pending[index][0] == key:
+            written = pending[index]
+            index += 1
+            if written[1] is not None:
+                yield key, written[1]
+            continue
+        yield key, value
+    for key, written_value in pending[index:]:
+        if written_value is not None:
+            yield key, written_value
 
 
 def _after_prefix(prefix: bytes) -> bytes | None:
@@ -279,6 +357,7 @@ class StateEnvironment:
         except lmdb.Error as error:
             raise StateError(f"cannot open state directory {path!r}: {error}") from error
         self.max_key_size: int = self._lmdb.max_key_size()
+        self.stale_readers_cleared = 0
         self._dbs: dict[str, object] = {}
         try:
             for name in _DATABASES:
@@ -286,6 +365,7 @@ class StateEnvironment:
         except lmdb.Error as error:
             self._lmdb.close()
             raise StateError(f"cannot open the databases of {path!r}: {error}") from error
+        self.reader_check()
 
     # -- opening -------------------------------------------------------------------------
 
@@ -384,11 +464,12 @@ class StateEnvironment:
             self._local.reads -= 1
             self._gate.leave()
 
-    def run_write(self, fn: Callable[[StateTxn], T]) -> T:
-        """Run ``fn(txn)`` in one write transaction, commit, and return its result.
+    def run_write(self, fn: Callable[[StateTxn], T], *, what: str = "a write") -> T:
+        """Run ``fn(txn)`` once in one write transaction, commit, and return its result.
 
         If ``fn`` raises, the transaction aborts and the exception propagates. If
-        the map is full, ``fn`` runs again after the map grew (see module doc).
+        the map is full, its buffered writes are applied again after the map grew
+        (see module doc); ``what`` names the write in the log line saying so.
         """
         self._check()
         if getattr(self._local, "writing", False):
@@ -399,7 +480,7 @@ class StateEnvironment:
         with self._write_lock:
             self._local.writing = True
             try:
-                return self._write_loop(fn)
+                return self._write_once(fn, what)
             finally:
                 self._local.writing = False
 
@@ -410,10 +491,12 @@ class StateEnvironment:
             return nullcontext(txn)
         return self.read()
 
-    def writing(self, txn: StateTxn | None, fn: Callable[[StateTxn], T]) -> T:
+    def writing(
+        self, txn: StateTxn | None, fn: Callable[[StateTxn], T], *, what: str = "a write"
+    ) -> T:
         """``fn(txn)`` inside the caller's write ``txn``, or ``run_write(fn)`` without one."""
         if txn is None:
-            return self.run_write(fn)
+            return self.run_write(fn, what=what)
         self._own(txn)
         if not txn.write:
             raise StateError(f"state directory {self.path!r}: a write needs a write transaction")
@@ -430,6 +513,24 @@ class StateEnvironment:
         """The flags LMDB reports for this environment (``sync``, ``metasync``, ...)."""
         self._check()
         return dict(self._lmdb.flags())
+
+    def reader_check(self) -> int:
+        """Free the reader slots of processes that died inside a read transaction.
+
+        Returns how many were freed (also added to ``stale_readers_cleared``)."""
+        self._check()
+        try:
+            cleared = int(self._lmdb.reader_check())
+        except lmdb.Error as error:
+            raise self._wrap(error, "reader check") from error
+        if cleared:
+            self.stale_readers_cleared += cleared
+            log.warning(
+                "state directory %r: freed %d reader slot(s) left by dead processes",
+                self.path,
+                cleared,
+            )
+        return cleared
 
     def sync(self) -> None:
         """Flush committed data to disk now (useful with ``sync=False``)."""
@@ -484,12 +585,19 @@ class StateEnvironment:
 
     def _begin_read(self) -> lmdb.Transaction:
         """Begin a read transaction, entered in the gate; adopts a map grown elsewhere."""
+        checked = False
         while True:
             self._gate.enter()
             try:
                 return self._lmdb.begin(write=False)
             except lmdb.MapResizedError:
                 self._gate.leave()
+            except lmdb.ReadersFullError as error:
+                self._gate.leave()
+                if checked or not self.reader_check():
+                    raise self._wrap(error, "begin") from error
+                checked = True
+                continue
             except lmdb.Error as error:
                 self._gate.leave()
                 raise self._wrap(error, "begin") from error
@@ -501,28 +609,60 @@ class StateEnvironment:
             with self._write_lock:
                 self._resize(0)
 
-    def _write_loop(self, fn: Callable[[StateTxn], T]) -> T:
+    def _begin_write(self) -> lmdb.Transaction:
         while True:
             try:
-                raw = self._lmdb.begin(write=True)
+                return self._lmdb.begin(write=True)
             except lmdb.MapResizedError:
                 self._resize(0)
-                continue
             except lmdb.Error as error:
                 raise self._wrap(error, "begin") from error
-            txn = StateTxn(self, raw, write=True)
+
+    def _write_once(self, fn: Callable[[StateTxn], T], what: str) -> T:
+        self.reader_check()
+        raw = self._begin_write()
+        txn = StateTxn(self, raw, write=True)
+        try:
+            result = fn(txn)
+        except BaseException as error:
+            txn._end(commit=False)
+            if isinstance(error, lmdb.Error):
+                raise self._wrap(error, "write") from error
+            raise
+        writes = txn._take_writes()
+        txn_id = raw.id()
+        while True:
             try:
-                result = fn(txn)
-                txn._end(commit=True)  # LMDB refuses to commit after a swallowed MAP_FULL
+                _apply(raw, writes, self._dbs)
+                raw.commit()
                 return result
+            except lmdb.MapFullError:
+                with suppress(lmdb.Error):
+                    raw.abort()
             except BaseException as error:
-                txn._end(commit=False)
-                full = txn._map_full or isinstance(error, lmdb.MapFullError)
-                if not (full and isinstance(error, Exception)):
-                    if isinstance(error, lmdb.Error):
-                        raise self._wrap(error, "write") from error
-                    raise
+                with suppress(lmdb.Error):
+                    raw.abort()
+                if isinstance(error, lmdb.Error):
+                    raise self._wrap(error, "write") from error
+                raise
+            before = self.map_size
             self._grow()
+            log.info(
+                "state directory %r: grew the map from %d to %d bytes for %s",
+                self.path,
+                before,
+                self.map_size,
+                what,
+            )
+            raw = self._begin_write()
+            if raw.id() != txn_id:
+                with suppress(lmdb.Error):
+                    raw.abort()
+                raise StateError(
+                    f"state directory {self.path!r}: another writer committed while {what} "
+                    "waited for the map to grow; nothing of it was applied (one process "
+                    "should write to a state directory)"
+                )
 
     def _grow(self) -> None:
         current = int(self._lmdb.info()["map_size"])
@@ -544,6 +684,22 @@ class StateEnvironment:
                 self._lmdb.set_mapsize(size)
             except lmdb.Error as error:
                 raise self._wrap(error, "resize") from error
+
+
+def _apply(
+    raw: lmdb.Transaction,
+    writes: dict[str, dict[bytes, bytes | None]],
+    databases: dict[str, object],
+) -> None:
+    """Apply buffered writes to an LMDB write transaction, each database in key order."""
+    for name, pending in writes.items():
+        db = databases[name]
+        puts = sorted((key, value) for key, value in pending.items() if value is not None)
+        if puts:
+            raw.cursor(db=db).putmulti(puts)
+        for key, value in pending.items():
+            if value is None:
+                raw.delete(key, db=db)
 
 
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}

@@ -27,8 +27,8 @@ Contract:
   wrote (the first update's txid mark does not make the second a no-op).
   A stored txid above T raises ``StateOrderError``: T was committed before
   that txid, so applying it now would count twice.
-- ``fn`` may run more than once per commit if the map must grow (see
-  ``drpc.state.env``); it must be a pure function of its argument.
+- ``fn`` runs once per update, even when the map must grow during the
+  commit (``drpc.state.env`` applies the commit's bytes again, not ``fn``).
 - A map name is bound to one kind in the directory's catalog: opening an
   ``OpaqueMap`` under a ``TransactionalMap``'s name raises ``StateError``.
 

@@ -19,8 +19,10 @@ survives restarts and follows the caller's transaction exactly):
   write for mutations), so commit-time updates commit or vanish with the
   commit; without it a read opens its own read transaction and a mutation its
   own write transaction, durable when the call returns.
-- ``initializer`` may run more than once for one call if the map had to grow
-  (see ``drpc.state.env``); it must not have other side effects that matter.
+- ``initializer`` runs at most once per call, whatever the state layer retries
+  (``drpc.state.env`` buffers a write and applies its bytes again when the map
+  grows), so it may have side effects: Storm calls ``init`` once per txid, and
+  a partitioned emitter's new batch is emitted from it.
 
 Records live in ``ROTATING_DB`` under ``name(topology_id) + name(namespace) +
 txid`` (``drpc.state.codec``), so several topologies and namespaces share a
@@ -80,7 +82,9 @@ class RotatingTransactionalState:
         found, data = self._cached(txid, txn)
         if found:
             return data
-        return self.env.writing(txn, lambda t: self._get_or_init(t, txid, initializer)[1])
+        return self.env.writing(
+            txn, lambda t: self._get_or_init(t, txid, initializer)[1], what=self._what(txid)
+        )
 
     def get_state_or_create(
         self, txid: int, initializer: StateInitializer, *, txn: StateTxn | None = None
@@ -88,7 +92,9 @@ class RotatingTransactionalState:
         found, data = self._cached(txid, txn)
         if found:
             return data
-        found, data = self.env.writing(txn, lambda t: self._get_or_init(t, txid, initializer))
+        found, data = self.env.writing(
+            txn, lambda t: self._get_or_init(t, txid, initializer), what=self._what(txid)
+        )
         return data if found else None
 
     # -- writes ----------------------------------------------------------------------------
@@ -96,11 +102,11 @@ class RotatingTransactionalState:
     def override_state(self, txid: int, data: object, *, txn: StateTxn | None = None) -> None:
         key = self._key(txid)
         value = dumps(data, f"state of txid {txid} in {self!r}")
-        self.env.writing(txn, lambda t: t.put(ROTATING_DB, key, value))
+        self.env.writing(txn, lambda t: t.put(ROTATING_DB, key, value), what=self._what(txid))
 
     def remove_state(self, txid: int, *, txn: StateTxn | None = None) -> None:
         key = self._key(txid)
-        self.env.writing(txn, lambda t: t.delete(ROTATING_DB, key))
+        self.env.writing(txn, lambda t: t.delete(ROTATING_DB, key), what=self._what(txid))
 
     def cleanup_before(self, txid: int, *, txn: StateTxn | None = None) -> None:
         bound = encode_txid(txid)
@@ -110,9 +116,12 @@ class RotatingTransactionalState:
             for key in [key for key, _ in doomed]:
                 t.delete(ROTATING_DB, key)
 
-        self.env.writing(txn, cleanup)
+        self.env.writing(txn, cleanup, what=f"the cleanup of {self!r} before txid {txid}")
 
     # -- internals -------------------------------------------------------------------------
+
+    def _what(self, txid: int) -> str:
+        return f"txid {txid} of {self!r}"
 
     def _key(self, txid: int) -> bytes:
         return self._prefix + encode_txid(txid)

@@ -796,7 +796,8 @@ class TransactionalRunner:
         started = time.monotonic()
         try:
             outputs = self.env.run_write(
-                lambda txn: self._commit_in(txn, attempt, processed.captured)
+                lambda txn: self._commit_in(txn, attempt, processed.captured),
+                what=f"the commit of txid {attempt.txid} of topology {self.info.id!r}",
             )
         except StateFullError as error:
             raise TransactionalError(

@@ -11,6 +11,9 @@ Usage: ``python child.py MODE STATE_DIR [ARG]``. Modes:
   commit adds 1 to keys 0..KEYS-1 and records the commit. Prints ``started``.
 - ``grow BYTES``: write about BYTES bytes of map values (growing the map), print ``done``.
 - ``read-pickled``: unpickle a ``TransactionalMap`` from stdin, print its items.
+- ``read-and-wait``: open a read transaction, print ``reading`` and block inside it
+  until killed (a reader that dies mid-read).
+- ``read KEY``: read map key KEY of ``MAP`` in a new read transaction, print ``read <value>``.
 """
 
 from __future__ import annotations
@@ -77,6 +80,13 @@ def main(mode: str, state_dir: str, arg: str = "0") -> None:
         say("started")
         while True:
             commit(env, coordinator.next_txid(), int(arg))
+    elif mode == "read-and-wait":
+        with env.read():
+            say("reading")
+            while True:
+                time.sleep(1)
+    elif mode == "read":
+        say(f"read {TransactionalMap(env, MAP).get(int(arg))}")
     elif mode == "grow":
         env.run_write(lambda txn: fill(txn, int(arg)))
         say("done")

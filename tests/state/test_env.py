@@ -303,7 +303,9 @@ def test_max_map_size_below_map_size_is_refused(tmp_path: Path) -> None:
         StateEnvironment.open(tmp_path / "s", map_size=256 * KIB, max_map_size=128 * KIB)
 
 
-def test_a_full_map_grows_and_the_write_is_retried(tmp_path: Path) -> None:
+def test_a_full_map_grows_and_the_write_is_applied_again_without_running_fn_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     env = StateEnvironment.open(tmp_path / "s", map_size=MIN_MAP_SIZE, max_map_size=64 * 1024 * KIB)
     runs = []
 
@@ -312,9 +314,13 @@ def test_a_full_map_grows_and_the_write_is_retried(tmp_path: Path) -> None:
         fill(txn, 1000)  # about 1 MB: several doublings of 64 KiB
 
     try:
-        env.run_write(body)
-        assert len(runs) == env.resizes + 1
+        with caplog.at_level("INFO", logger="drpc.state.env"):
+            env.run_write(body, what="the test's fill")
+        assert runs == [1]
         assert env.resizes >= 4
+        grew = [r.getMessage() for r in caplog.records if "grew the map" in r.getMessage()]
+        assert len(grew) == env.resizes
+        assert all(line.endswith("for the test's fill") for line in grew)
         assert env.map_size == MIN_MAP_SIZE * 2**env.resizes
         assert stored_keys(env) == 1000
     finally:
@@ -351,20 +357,120 @@ def test_past_max_map_size_the_write_fails_typed_and_the_next_write_succeeds(
         env.close()
 
 
-def test_a_full_map_error_swallowed_by_fn_still_grows_and_retries(tmp_path: Path) -> None:
+def test_fn_never_sees_a_full_map_so_hiding_errors_cannot_break_a_write(tmp_path: Path) -> None:
     env = StateEnvironment.open(tmp_path / "s", map_size=MIN_MAP_SIZE)
     attempts = []
 
     def careless(txn: StateTxn) -> None:
         attempts.append(1)
-        with suppress(Exception):  # user code hiding the error must not commit a broken txn
+        with suppress(Exception):  # user code hiding errors must not commit a broken txn
             fill(txn, 200)
 
     try:
         env.run_write(careless)
-        assert len(attempts) >= 2
+        assert attempts == [1]
+        assert env.resizes >= 1
         assert stored_keys(env) == 200
     finally:
+        env.close()
+
+
+# -- buffered writes: fn's own reads see them, nothing reaches LMDB before fn returns -------
+
+
+def test_reads_in_a_write_see_its_own_puts_and_deletes(env: StateEnvironment) -> None:
+    env.run_write(lambda txn: [txn.put(MAPS_DB, b"k%d" % i, b"old") for i in range(4)])
+    seen: dict[str, Any] = {}
+
+    def body(txn: StateTxn) -> None:
+        txn.put(MAPS_DB, b"k1", b"new")
+        txn.put(MAPS_DB, b"k9", b"added")
+        seen["deleted k2"] = txn.delete(MAPS_DB, b"k2")
+        seen["deleted k2 again"] = txn.delete(MAPS_DB, b"k2")
+        seen["deleted absent"] = txn.delete(MAPS_DB, b"nothing")
+        seen["deleted a fresh put"] = (txn.put(MAPS_DB, b"k7", b"x"), txn.delete(MAPS_DB, b"k7"))[1]
+        seen["k1"], seen["k2"], seen["k9"] = (txn.get(MAPS_DB, k) for k in (b"k1", b"k2", b"k9"))
+        seen["forward"] = list(txn.scan(MAPS_DB, b"k"))
+        seen["reverse"] = list(txn.scan(MAPS_DB, b"k", reverse=True))
+        seen["from k1"] = [key for key, _ in txn.scan(MAPS_DB, b"k", start=b"1")]
+        seen["below k3"] = [key for key, _ in txn.scan(MAPS_DB, b"k", start=b"3", reverse=True)]
+        with env.read() as other:  # another snapshot sees none of it yet
+            seen["outside"] = other.get(MAPS_DB, b"k1")
+
+    env.run_write(body)
+    assert seen["deleted k2"] is True and seen["deleted k2 again"] is False
+    assert seen["deleted absent"] is False and seen["deleted a fresh put"] is True
+    assert (seen["k1"], seen["k2"], seen["k9"]) == (b"new", None, b"added")
+    expected = [(b"k0", b"old"), (b"k1", b"new"), (b"k3", b"old"), (b"k9", b"added")]
+    assert seen["forward"] == expected
+    assert seen["reverse"] == expected[::-1]
+    assert seen["from k1"] == [b"k1", b"k3", b"k9"]
+    assert seen["below k3"] == [b"k1", b"k0"]
+    assert seen["outside"] == b"old"
+    with env.read() as txn:
+        assert list(txn.scan(MAPS_DB, b"k")) == expected
+
+
+def test_a_write_that_raises_leaves_nothing_and_its_txn_cannot_be_used_later(
+    env: StateEnvironment,
+) -> None:
+    kept: list[StateTxn] = []
+
+    def body(txn: StateTxn) -> None:
+        kept.append(txn)
+        txn.put(MAPS_DB, b"k", b"v")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        env.run_write(body)
+    assert stored_keys(env) == 0
+    with pytest.raises(StateError, match="the transaction has ended"):
+        kept[0].get(MAPS_DB, b"k")
+    env.run_write(lambda txn: kept.append(txn))
+    with pytest.raises(StateError, match="the transaction has ended"):
+        kept[1].put(MAPS_DB, b"k", b"v")
+
+
+def test_an_empty_key_is_refused_where_it_is_written(env: StateEnvironment) -> None:
+    with pytest.raises(StateKeyError, match="empty key"):
+        env.run_write(lambda txn: txn.put(MAPS_DB, b"", b"v"))
+
+
+def test_a_grown_write_refuses_to_apply_over_another_writers_commit(tmp_path: Path) -> None:
+    """fn's bytes are applied again only onto the state fn read: if another process
+    committed while the map grew, the write is refused whole."""
+    path = tmp_path / "s"
+    env = StateEnvironment.open(path, map_size=MIN_MAP_SIZE, resize_timeout=30.0)
+    children: list[Any] = []
+
+    def body(txn: StateTxn) -> None:
+        fill(txn, 200)  # does not fit in 64 KiB
+        # Its commit waits for LMDB's writer lock, free once this write aborts to grow.
+        children.append(spawn("grow", path, "1000"))
+
+    try:
+        env.run_write(lambda txn: fill(txn, 5))
+        # A read of this process holds the resize back until the other process committed.
+        with read_in_another_thread(env) as (release, _):
+
+            def release_after_the_child_committed() -> None:
+                while not children:
+                    time.sleep(0.01)
+                expect_line(children[0], "done")
+                release.set()
+
+            watcher = threading.Thread(target=release_after_the_child_committed)
+            watcher.start()
+            with pytest.raises(StateError, match="another writer committed while the 200 values"):
+                env.run_write(body, what="the 200 values")
+            watcher.join(30)
+        assert stored_keys(env) == 5  # nothing of the refused write
+        assert stored_keys(env, b"g") == 1  # the other process's commit
+        env.run_write(lambda txn: fill(txn, 200, tag=b"again"))  # the next write is fine
+        assert stored_keys(env, b"again") == 200
+    finally:
+        for child in children:
+            kill(child)
         env.close()
 
 
@@ -447,6 +553,59 @@ def test_a_map_grown_by_another_process_is_adopted(tmp_path: Path) -> None:
         assert stored_keys(env, b"after") == 5
         assert env.map_size >= 4_000_000
     finally:
+        env.close()
+
+
+def test_readers_killed_mid_read_neither_pin_the_file_nor_keep_their_slots(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s"
+    env = StateEnvironment.open(path, max_readers=4, sync=False, metasync=False)
+    counts = TransactionalMap(env, "counts", default=0)
+    readers = []
+    try:
+        env.run_write(lambda txn: counts.handle(txn, 1).multi_put(dict.fromkeys(range(100), 1)))
+        readers = [spawn("read-and-wait", path) for _ in range(4)]  # every reader slot
+        for reader in readers:
+            expect_line(reader, "reading")
+        for reader in readers:
+            kill(reader)  # SIGKILL inside the read transaction: the slot stays behind
+        for txid in range(2, 1502):
+            env.run_write(
+                lambda txn, txid=txid: counts.handle(txn, txid).multi_update(
+                    dict.fromkeys(range(100), lambda value: value + 1)
+                )
+            )
+        # Pinned at the dead readers' snapshot, 1 500 commits of 100 keys would have grown
+        # the file by several MiB; reused pages keep it at a few hundred KiB.
+        assert os.path.getsize(path / "data.mdb") < 1024 * KIB
+        assert env.stale_readers_cleared == 4
+        assert counts.get(7) == 1501  # a new reader of this process
+        reader = spawn("read", path, "7")  # and of a new process
+        readers.append(reader)
+        expect_line(reader, "read 1501")
+    finally:
+        for reader in readers:
+            kill(reader)
+        env.close()
+
+
+def test_a_read_that_finds_every_slot_taken_by_dead_readers_frees_them(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    env = StateEnvironment.open(path, max_readers=2)
+    readers = []
+    try:
+        env.run_write(lambda txn: txn.put(MAPS_DB, b"k", b"v"))
+        readers = [spawn("read-and-wait", path) for _ in range(2)]
+        for reader in readers:
+            expect_line(reader, "reading")
+            kill(reader)
+        with env.read() as txn:  # no write in between: the read itself frees the slots
+            assert txn.get(MAPS_DB, b"k") == b"v"
+        assert env.stale_readers_cleared == 2
+    finally:
+        for reader in readers:
+            kill(reader)
         env.close()
 
 

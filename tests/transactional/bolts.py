@@ -22,7 +22,12 @@ from drpc import (
     Tuple,
     stable_hash,
 )
-from drpc.transactional import BaseTransactionalBolt, ICommitter, TransactionAttempt
+from drpc.transactional import (
+    BaseTransactionalBolt,
+    BaseTransactionalSpout,
+    ICommitter,
+    TransactionAttempt,
+)
 
 
 def first_time(marker_dir: str, name: str) -> bool:
@@ -190,3 +195,46 @@ class CommitCountsAndPayloads(BaseTransactionalBolt, ICommitter):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         pass
+
+
+class ClaimingSpout(BaseTransactionalSpout):
+    """A coordinator that claims each batch's words from a queue, as one over a work queue
+    would: a second ``initialize_transaction`` for one txid would lose the first claim. Every
+    call is appended to ``calls_file`` (one txid per line). One emitter task emits the claim."""
+
+    def __init__(self, words: list[str], per_batch: int, calls_file: str) -> None:
+        self.words, self.per_batch, self.calls_file = words, per_batch, calls_file
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("tx", "word"))
+
+    def get_coordinator(self, conf: dict[str, Any], context: TopologyContext) -> Any:
+        return _ClaimingCoordinator(list(self.words), self.per_batch, self.calls_file)
+
+    def get_emitter(self, conf: dict[str, Any], context: TopologyContext) -> Any:
+        return _ClaimEmitter()
+
+
+class _ClaimingCoordinator:
+    def __init__(self, queue: list[str], per_batch: int, calls_file: str) -> None:
+        self.queue, self.per_batch, self.calls_file = queue, per_batch, calls_file
+
+    def is_ready(self) -> bool:
+        return True
+
+    def initialize_transaction(self, txid: int, prev_metadata: Any) -> list[str]:
+        with open(self.calls_file, "a") as calls:
+            calls.write(f"{txid}\n")
+        claimed, self.queue = self.queue[: self.per_batch], self.queue[self.per_batch :]
+        return claimed
+
+
+class _ClaimEmitter:
+    def emit_batch(
+        self, attempt: TransactionAttempt, metadata: list[str], collector: BatchOutputCollector
+    ) -> None:
+        for word in metadata:
+            collector.emit([attempt, word])
+
+    def cleanup_before(self, txid: int) -> None:
+        """Nothing cached per txid here."""
