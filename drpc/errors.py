@@ -191,6 +191,26 @@ class StateForkError(StateError):
     """
 
 
+class StateInUseError(StateError):
+    """Another writer holds the state directory: a live process commits to it, or this
+    process already runs the same topology on it (``StateEnvironment.claim_writer``)."""
+
+    def __init__(self, path: str, pid: int | None, holders: tuple[str, ...] = ()) -> None:
+        who = f"process {pid}" if pid is not None else "another process"
+        running = f" (running {', '.join(repr(h) for h in holders)})" if holders else ""
+        super().__init__(
+            f"state directory {path!r} is being written by {who}{running}; one process "
+            "writes to a state directory at a time: stop that run first, or use another "
+            "directory (reading it, e.g. drpc-transactional status, is fine meanwhile)"
+        )
+        self.path = path
+        self.pid = pid
+        self.holders = holders
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.path, self.pid, self.holders))
+
+
 class StateClosedError(StateError):
     """A state environment was used after ``close()``."""
 

@@ -220,16 +220,17 @@ class DRPCServer:
         after the last commit in ``state_dir``, and stops with the server."""
         if self.stopped:
             raise DRPCError("the DRPC server is stopped")
+        topology = as_transactional(topology)
+        topology_id = topology.transactional.id
+        if topology_id in self.transactional:
+            raise DRPCError(f"transactional topology {topology_id!r} is already registered")
         hosted = HostedTransactional(
-            as_transactional(topology),
+            topology,
             state_dir=state_dir,
             executor=executor or self.executor,
             observer=self.observer,
             **options,
         )
-        if hosted.topology_id in self.transactional:
-            hosted.runner.close()
-            raise DRPCError(f"transactional topology {hosted.topology_id!r} is already registered")
         self.transactional[hosted.topology_id] = hosted
         if self.started:
             hosted.start()

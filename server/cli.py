@@ -212,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 **executor_options,
             )
         return asyncio.run(_serve(server))
-    except OSError as error:
+    except (OSError, DRPCError) as error:  # a port in use, a state directory another run writes
         log.error("cannot serve: %s", error)
         return 1
     finally:

@@ -45,6 +45,14 @@ Contract:
   reader slot behind, which pins old pages (the file grows) and takes one of
   ``max_readers``. ``reader_check()`` frees such slots (about a microsecond);
   it runs at open, before every write, and when a read finds every slot taken.
+- **One writer per directory.** ``claim_writer(holder)`` claims the directory
+  for this process (an advisory ``flock`` on ``WRITER_LOCK_FILE``, holding the
+  pid and holders) and returns a ``WriterClaim`` to ``release()``. While a live
+  process holds it, a claim from another process raises ``StateInUseError``
+  naming that pid; within a process, claims of different holders (topology
+  ids) coexist, a second claim of the same holder is refused. The kernel drops
+  the lock when its process dies, so a killed run never leaves a stale lock.
+  Reads need no claim.
 - Sub-databases are fixed: ``COORDINATOR_DB``, ``ROTATING_DB``, ``MAPS_DB``,
   ``CATALOG_DB``; the state classes own their key layouts (``drpc.state.codec``).
 - LMDB errors that escape are wrapped in ``StateError`` naming the directory.
@@ -52,6 +60,8 @@ Contract:
 
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
 import os
 import threading
@@ -67,6 +77,7 @@ from drpc.errors import (
     StateError,
     StateForkError,
     StateFullError,
+    StateInUseError,
     StateKeyError,
 )
 
@@ -79,6 +90,7 @@ DEFAULT_MAX_MAP_SIZE = 16 * 1024**3
 DEFAULT_MAX_READERS = 126
 DEFAULT_RESIZE_TIMEOUT = 30.0
 MIN_MAP_SIZE = 64 * 1024
+WRITER_LOCK_FILE = "drpc-writer.lock"
 
 COORDINATOR_DB = "drpc.coordinator"
 ROTATING_DB = "drpc.rotating"
@@ -358,6 +370,9 @@ class StateEnvironment:
             raise StateError(f"cannot open state directory {path!r}: {error}") from error
         self.max_key_size: int = self._lmdb.max_key_size()
         self.stale_readers_cleared = 0
+        self._claims: set[str] = set()
+        self._claims_lock = threading.Lock()
+        self._lock_fd: int | None = None
         self._dbs: dict[str, object] = {}
         try:
             for name in _DATABASES:
@@ -502,6 +517,56 @@ class StateEnvironment:
             raise StateError(f"state directory {self.path!r}: a write needs a write transaction")
         return fn(txn)
 
+    # -- the writer claim ------------------------------------------------------------------
+
+    def claim_writer(self, holder: str) -> WriterClaim:
+        """Claim the directory for writes by this process as ``holder`` (see module doc)."""
+        self._check()
+        with self._claims_lock:
+            if holder in self._claims:
+                raise StateInUseError(self.path, os.getpid(), (holder,))
+            if self._lock_fd is None:
+                self._lock_fd = self._lock_directory()
+            self._claims.add(holder)
+            self._describe_claims()
+        return WriterClaim(self, holder)
+
+    def writers(self) -> tuple[str, ...]:
+        """The holders this process has claimed the directory for."""
+        with self._claims_lock:
+            return tuple(sorted(self._claims))
+
+    def _release(self, holder: str) -> None:
+        with self._claims_lock:
+            self._claims.discard(holder)
+            if self._claims:
+                self._describe_claims()
+            elif self._lock_fd is not None:
+                fd, self._lock_fd = self._lock_fd, None
+                with suppress(OSError):
+                    os.ftruncate(fd, 0)
+                os.close(fd)  # closing the only descriptor drops the flock
+
+    def _lock_directory(self) -> int:
+        fd = os.open(os.path.join(self.path, WRITER_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid, holders = _read_claim(fd)
+            os.close(fd)
+            raise StateInUseError(self.path, pid, holders) from None
+        except OSError as error:
+            os.close(fd)
+            raise StateError(f"cannot lock state directory {self.path!r}: {error}") from error
+        return fd
+
+    def _describe_claims(self) -> None:
+        assert self._lock_fd is not None
+        text = json.dumps({"pid": os.getpid(), "holders": sorted(self._claims)}) + "\n"
+        data = text.encode()
+        os.pwrite(self._lock_fd, data, 0)
+        os.ftruncate(self._lock_fd, len(data))
+
     # -- maintenance -----------------------------------------------------------------------
 
     @property
@@ -554,6 +619,8 @@ class StateEnvironment:
                 f"state directory {self.path!r}: close() inside a transaction of this thread"
             )
         with self._write_lock, self._gate.exclusive(self.options.resize_timeout, self.path):
+            for holder in self.writers():
+                self._release(holder)
             self._closed = True
             self._lmdb.close()
         with _registry_lock:
@@ -684,6 +751,36 @@ class StateEnvironment:
                 self._lmdb.set_mapsize(size)
             except lmdb.Error as error:
                 raise self._wrap(error, "resize") from error
+
+
+class WriterClaim:
+    """This process's claim to write a state directory as ``holder``; ``release()`` it
+    (or leave a ``with`` block). Releasing twice is harmless."""
+
+    def __init__(self, env: StateEnvironment, holder: str) -> None:
+        self.env = env
+        self.holder = holder
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.env._release(self.holder)
+
+    def __enter__(self) -> WriterClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_claim(fd: int) -> tuple[int | None, tuple[str, ...]]:
+    """The pid and holders a writer lock file names (None, () if unreadable)."""
+    try:
+        claim = json.loads(os.pread(fd, 4096, 0))
+        return int(claim["pid"]), tuple(str(holder) for holder in claim["holders"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, ()
 
 
 def _apply(

@@ -600,11 +600,17 @@ class TransactionalRunner:
             "last_commit_seconds": None,
             "error": None,
         }
+        # Last: nothing after it may fail, and close() releases it.
+        self._writer = self.env.claim_writer(info.id)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def __enter__(self) -> TransactionalRunner:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -616,9 +622,12 @@ class TransactionalRunner:
             self._started = True
 
     def close(self) -> None:
+        """Stop the backend, close the spout's emitters and coordinator, and release the
+        state directory for other writers."""
         if self._started:
             self._started = False
             self.backend.stop()
+        self._writer.release()
         for emitter in self.transactional.emitters():
             close = getattr(emitter, "close", None)
             if close is not None:

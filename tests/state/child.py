@@ -13,6 +13,7 @@ Usage: ``python child.py MODE STATE_DIR [ARG]``. Modes:
 - ``read-pickled``: unpickle a ``TransactionalMap`` from stdin, print its items.
 - ``read-and-wait``: open a read transaction, print ``reading`` and block inside it
   until killed (a reader that dies mid-read).
+- ``claim HOLDER``: claim the directory for writes as HOLDER, print ``claimed``, block.
 - ``read KEY``: read map key KEY of ``MAP`` in a new read transaction, print ``read <value>``.
 """
 
@@ -85,6 +86,11 @@ def main(mode: str, state_dir: str, arg: str = "0") -> None:
             say("reading")
             while True:
                 time.sleep(1)
+    elif mode == "claim":
+        env.claim_writer(arg)
+        say("claimed")
+        while True:
+            time.sleep(1)
     elif mode == "read":
         say(f"read {TransactionalMap(env, MAP).get(int(arg))}")
     elif mode == "grow":

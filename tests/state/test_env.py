@@ -19,6 +19,7 @@ from drpc.errors import (
     StateError,
     StateForkError,
     StateFullError,
+    StateInUseError,
     StateKeyError,
 )
 from drpc.state import (
@@ -597,8 +598,9 @@ def test_a_read_that_finds_every_slot_taken_by_dead_readers_frees_them(tmp_path:
     try:
         env.run_write(lambda txn: txn.put(MAPS_DB, b"k", b"v"))
         readers = [spawn("read-and-wait", path) for _ in range(2)]
+        for reader in readers:  # both inside their read before either dies (an open of
+            expect_line(reader, "reading")  # drpc state frees the slots of dead readers)
         for reader in readers:
-            expect_line(reader, "reading")
             kill(reader)
         with env.read() as txn:  # no write in between: the read itself frees the slots
             assert txn.get(MAPS_DB, b"k") == b"v"
@@ -607,6 +609,62 @@ def test_a_read_that_finds_every_slot_taken_by_dead_readers_frees_them(tmp_path:
         for reader in readers:
             kill(reader)
         env.close()
+
+
+# -- one writer per directory -------------------------------------------------------------
+
+
+def test_a_directory_another_process_writes_is_refused_naming_its_pid(
+    env: StateEnvironment, state_dir: Path
+) -> None:
+    holder = spawn("claim", state_dir, "global-count")
+    try:
+        expect_line(holder, "claimed")
+        with pytest.raises(StateInUseError) as refused:
+            env.claim_writer("words")
+        assert (refused.value.pid, refused.value.holders) == (holder.pid, ("global-count",))
+        assert f"process {holder.pid} (running 'global-count')" in str(refused.value)
+        with env.read() as txn:  # reading needs no claim
+            assert txn.get(MAPS_DB, b"k") is None
+    finally:
+        kill(holder)
+    with env.claim_writer("words") as claim:  # the kernel dropped the dead holder's lock
+        assert env.writers() == ("words",)
+    assert claim.released and env.writers() == ()
+
+
+def test_claims_of_one_process_coexist_per_holder_and_the_last_release_frees_the_directory(
+    env: StateEnvironment, state_dir: Path
+) -> None:
+    first = env.claim_writer("global-count")
+    second = env.claim_writer("words")
+    with pytest.raises(StateInUseError, match=f"process {os.getpid()} .*'words'"):
+        env.claim_writer("words")
+    first.release()
+    first.release()  # harmless
+    contender = spawn("claim", state_dir, "other")
+    try:
+        assert contender.wait(timeout=60) != 0  # refused while "words" is held
+        assert "StateInUseError" in (contender.stderr.read() if contender.stderr else "")
+    finally:
+        kill(contender)
+    second.release()
+    contender = spawn("claim", state_dir, "other")
+    try:
+        expect_line(contender, "claimed")
+    finally:
+        kill(contender)
+
+
+def test_close_releases_the_claims(state_dir: Path) -> None:
+    env = StateEnvironment.open(state_dir)
+    env.claim_writer("global-count")
+    env.close()
+    contender = spawn("claim", state_dir, "other")
+    try:
+        expect_line(contender, "claimed")
+    finally:
+        kill(contender)
 
 
 # -- fork and pickling ---------------------------------------------------------------------
