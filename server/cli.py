@@ -137,9 +137,9 @@ def _parser() -> argparse.ArgumentParser:
     transactional.add_argument(
         "--max-spout-pending",
         type=int,
-        default=1,
         metavar="N",
-        help="batches in flight per transactional run (default %(default)s)",
+        help="batches in flight per transactional run (default: the topology's "
+        "topology.max.spout.pending, else 1)",
     )
     add_state_arguments(transactional)
     add_limit_arguments(parser)
@@ -152,7 +152,7 @@ def _transactional(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         return []
     if not args.state_dir:
         parser.error("--transactional needs --state-dir")
-    if args.max_spout_pending < 1:
+    if args.max_spout_pending is not None and args.max_spout_pending < 1:
         parser.error("--max-spout-pending must be >= 1")
     try:
         return [as_transactional(load_topology(spec), spec) for spec in args.transactional]

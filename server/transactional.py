@@ -1,7 +1,7 @@
 """A transactional topology run hosted by the DRPC server, beside its DRPC functions.
 
 Contract. ``HostedTransactional(topology, state_dir=..., executor=...,
-max_spout_pending=1, ...)`` owns one ``TransactionalRunner`` over one state
+max_spout_pending=None, ...)`` owns one ``TransactionalRunner`` over one state
 directory; ``start()`` runs it on a thread of its own, polling its source
 forever (a committed empty batch does not stop it); ``stop(timeout)`` asks it
 to stop after the commit in progress and waits. It resumes after the last
@@ -39,7 +39,7 @@ class HostedTransactional:
         *,
         state_dir: str,
         executor: str = "local",
-        max_spout_pending: int = 1,
+        max_spout_pending: int | None = None,
         observer: Observer | None = None,
         poll_interval: float = 0.05,
         idle_interval: float = 0.5,
@@ -49,7 +49,8 @@ class HostedTransactional:
         """
         :param state_dir: the LMDB state directory (created if missing).
         :param executor: ``"local"`` or ``"spark"`` (default ``"local"``).
-        :param max_spout_pending: batches in flight (default 1).
+        :param max_spout_pending: batches in flight (default None: the topology's
+            ``topology.max.spout.pending``, else 1).
         :param observer: receives the run's ``tx_*`` events.
         :param poll_interval: seconds the run loop waits for an event before it looks
             again (default 0.05).

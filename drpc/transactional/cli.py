@@ -98,9 +98,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--max-spout-pending",
         type=int,
-        default=1,
         metavar="N",
-        help="batches in flight (default 1)",
+        help="batches in flight (default: the topology's topology.max.spout.pending, else 1)",
     )
     idle = run.add_mutually_exclusive_group()
     idle.add_argument(
@@ -130,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if args.max_spout_pending < 1:
+    if args.max_spout_pending is not None and args.max_spout_pending < 1:
         parser.error("--max-spout-pending must be >= 1")
     if args.master is not None and args.executor != "spark":
         parser.error("--master applies to --executor spark only")

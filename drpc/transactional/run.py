@@ -1,7 +1,7 @@
 """Running a transactional topology: coordinator loop, processing backends, ordered commits.
 
 Contract. ``run(topology, state_dir=..., executor="local"|"spark",
-max_spout_pending=1, until_idle=True)`` drives one transactional topology
+max_spout_pending=None, until_idle=True)`` drives one transactional topology
 until its source runs dry (a committed batch emitted nothing) or
 ``max_batches`` have committed, and returns what was committed:
 
@@ -13,7 +13,9 @@ until its source runs dry (a committed batch emitted nothing) or
   not a committer nor after one) runs on the executor: on ``"local"`` through
   the in-process streaming engine (a batch is processed when its tuple tree
   completes), on ``"spark"`` as one Spark job per attempt with the emitters on
-  the driver; up to ``max_spout_pending`` attempts at once. What the
+  the driver; up to ``max_spout_pending`` attempts at once (None: the
+  topology's ``topology.max.spout.pending``, else 1, as Storm's coordinator
+  reads it). What the
   processing phase sends to commit-phase bolts is captured;
 - the **commit phase** runs on this thread, strictly in txid order: the
   committers (``finish_batch`` only now) and the bolts after them run over
@@ -508,7 +510,7 @@ class TransactionalRunner:
         *,
         state_dir: str,
         executor: str = "local",
-        max_spout_pending: int = 1,
+        max_spout_pending: int | None = None,
         conf: dict[str, Any] | None = None,
         master: str | None = None,
         spark_conf: dict[str, Any] | None = None,
@@ -518,6 +520,8 @@ class TransactionalRunner:
         observer: Observer | None = None,
     ) -> None:
         """
+        :param max_spout_pending: batches processed at once; None (default) takes the
+            topology's ``topology.max.spout.pending`` (``conf`` overrides it), else 1.
         :param state_options: options of ``StateEnvironment.open`` for ``state_dir``
             (e.g. ``map_size``, ``max_map_size``, ``sync``); defaults otherwise.
         :param observer: receives ``tx_*`` events (``drpc.observe``).
@@ -538,6 +542,10 @@ class TransactionalRunner:
         self.info = info
         self.executor = executor
         self.conf = config.resolve(topology.conf, conf, {STATE_DIR_CONF: str(state_dir)})
+        if max_spout_pending is None:
+            max_spout_pending = self.conf[config.TOPOLOGY_MAX_SPOUT_PENDING] or 1
+        elif isinstance(max_spout_pending, bool) or max_spout_pending < 1:
+            raise ValueError(f"max_spout_pending must be None or >= 1, got {max_spout_pending!r}")
         self.env = StateEnvironment.open(str(state_dir), **(state_options or {}))
         self.observer = observer or NULL_OBSERVER
         self.coordinator_state = CoordinatorState(self.env, info.id)
@@ -897,7 +905,7 @@ def run(
     *,
     state_dir: str,
     executor: str = "local",
-    max_spout_pending: int = 1,
+    max_spout_pending: int | None = None,
     until_idle: bool = True,
     max_batches: int | None = None,
     conf: dict[str, Any] | None = None,

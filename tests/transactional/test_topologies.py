@@ -12,6 +12,7 @@ from drpc import Fields, InvalidTopologyError
 from drpc.errors import TransactionalError
 from drpc.examples.transactional_global_count import DATA, build_global_count
 from drpc.examples.transactional_words import BUCKETS_MAP, WORDS_MAP, build_words
+from drpc.observe import Observer
 from drpc.state import CoordinatorState
 from drpc.transactional import (
     MemoryTransactionalSpout,
@@ -19,6 +20,7 @@ from drpc.transactional import (
     TransactionalTopologyBuilder,
     run,
 )
+from drpc.transactional.run import TransactionalRunner
 from drpc.transactional.state import TopologyState
 
 from . import bolts
@@ -174,3 +176,48 @@ def test_state_is_written_only_inside_a_commit(tmp_path: Path) -> None:
     assert counts.get("cat") == 0
     with pytest.raises(StateError, match="outside a commit"):
         counts.update("cat", lambda v: v + 1)
+
+
+class TxOrder(Observer):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+
+    def tx_started(self, topology: str, txid: int, attempt_id: int, now: float) -> None:
+        self.events.append(("started", txid))
+
+    def tx_committed(self, topology: str, txid: int, commit_seconds: float, tuples: int) -> None:
+        self.events.append(("committed", txid))
+
+
+def started_before_first_commit(events: list[tuple[str, int]]) -> int:
+    return events.index(("committed", 1))
+
+
+@pytest.mark.parametrize(
+    ("conf", "argument", "in_flight"),
+    [
+        ({}, None, 1),
+        ({"topology.max.spout.pending": 3}, None, 3),
+        ({"topology.max.spout.pending": 3}, 1, 1),
+    ],
+    ids=["default-1", "from-topology-conf", "argument-overrides"],
+)
+def test_max_spout_pending_comes_from_the_topology_conf_unless_given(
+    conf: dict[str, Any], argument: int | None, in_flight: int, tmp_path: Path
+) -> None:
+    """The runner reads it, whatever the executor (this runs on the local one)."""
+    order = TxOrder()
+    runner = TransactionalRunner(
+        build_global_count().create_topology(conf),
+        state_dir=str(tmp_path),
+        max_spout_pending=argument,
+        observer=order,
+    )
+    with runner:
+        runner.run()
+    assert runner.coordinator.max_spout_pending == in_flight
+    # Before batch 1 commits, exactly the batches the limit allows were started.
+    assert order.events[: started_before_first_commit(order.events)] == [
+        ("started", txid) for txid in range(1, in_flight + 1)
+    ]
+    assert TopologyState.at(str(tmp_path)).transactional_map("global-count").get("count") == 19
