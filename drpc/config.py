@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
-"""Seconds a tuple tree may take before its root fails with SERVER_TIMEOUT (default 30)."""
+"""Seconds a tuple tree may take before its root fails (default 30): a DRPC request then
+fails with FAILED_REQUEST naming the step where it was stuck, as Storm's DRPC spout fails
+it; a transactional batch is replayed. Rich bolts may ack asynchronously up to it."""
 
 TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
 """Most pending roots per spout task (None: unbounded, as Storm's DRPC spout)."""

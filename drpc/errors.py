@@ -131,8 +131,33 @@ class Failure:
 
     @classmethod
     def timed_out(cls, detail: str = "") -> Failure:
+        """The server's own request timer ran out (Storm's "Timed Out", SERVER_TIMEOUT)."""
         message = f"Timed Out: {detail}" if detail else "Timed Out"
         return cls(DRPCExceptionType.SERVER_TIMEOUT, message)
+
+    @classmethod
+    def tree_timed_out(
+        cls,
+        timeout: float,
+        component: str | None = None,
+        task: int | None = None,
+        detail: str = "",
+    ) -> Failure:
+        """A tuple tree that did not complete within ``topology.message.timeout.secs``.
+
+        Storm's DRPC spout fails such a request with FAILED_REQUEST (SERVER_TIMEOUT is
+        the server's own timer); ``component`` names the step where it was stuck."""
+        message = (
+            f"Request failed: the tuple tree did not complete within {timeout:g} s "
+            "(topology.message.timeout.secs)"
+        )
+        if component is not None:
+            message += f"; stuck in step {component!r}"
+            if task is not None:
+                message += f" (task {task})"
+        if detail:
+            message += f": {detail}"
+        return cls(DRPCExceptionType.FAILED_REQUEST, message, component, task)
 
     @classmethod
     def from_exception(

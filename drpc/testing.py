@@ -8,6 +8,10 @@ process and blocks for the answer:
 - a failure anywhere in the request's tuples raises
   ``DRPCExecutionException`` with ``type == FAILED_REQUEST`` and a message
   naming the step and the exception; concurrent requests are unaffected;
+- a request whose tuple tree does not complete within
+  ``topology.message.timeout.secs`` (default 30, in ``conf`` or the topology's
+  own conf) raises FAILED_REQUEST naming the step where it was stuck, as
+  Storm's DRPC spout fails it;
 - past its deadline (``timeout`` seconds, default 600 as Storm's server) a
   request raises with ``type == SERVER_TIMEOUT`` and leaves its queue;
 - an unregistered function raises FAILED_REQUEST at once, listing the
@@ -62,7 +66,6 @@ class LocalDRPC:
         self.observer = observer
         self.timeout = timeout
         self._conf = dict(conf or {})
-        self._conf.setdefault("topology.message.timeout.secs", timeout)
         self._executor_options = executor_options
         self._table = RequestTable(timeout=timeout)
         self._lock = threading.Lock()

@@ -101,8 +101,9 @@ class DRPCServer:
             out (Storm's behaviour) instead of failing them at once, default False.
         :param executor: executor of registered topologies, default ``"spark"`` when the
             Spark executor is installed, else ``"local"``.
-        :param conf: topology configuration for registered topologies
-            (``topology.message.timeout.secs`` defaults to ``timeout``).
+        :param conf: topology configuration for registered topologies, under each
+            topology's own (e.g. ``topology.message.timeout.secs``, default 30: a tuple
+            tree stuck longer fails its request with FAILED_REQUEST, as in Storm).
         :param authorizer: called before every network operation with (identity,
             operation, function); raises ``AuthorizationException`` to refuse.
         :param shutdown_grace: seconds ``stop()`` waits for replies and runtimes.
@@ -124,7 +125,6 @@ class DRPCServer:
         self.executor = executor or default_executor()
         self.shutdown_grace = shutdown_grace
         self._conf = dict(conf or {})
-        self._conf.setdefault("topology.message.timeout.secs", timeout)
         self.service = DRPCService(
             timeout=timeout,
             runner_liveness=runner_liveness,

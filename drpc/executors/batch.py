@@ -38,6 +38,14 @@ still unfinished after all of that fail: a rich bolt that left inputs
 unacked with FAILED_REQUEST saying so, anything else with INTERNAL_ERROR
 describing what was missing.
 
+Asynchronous acks, as on the streaming engine. A rich bolt may ack, fail and
+emit from threads of its own after ``execute`` returned: the collector is
+thread-safe (it holds the task's lock, which the task holds while it runs),
+and before giving up on what is still unfinished the task waits, up to its
+``deadline`` (``topology.message.timeout.secs`` after it was made, or the
+job's), for every data tuple it executed to be acked or failed. Calls that
+come after the task ended are dropped with a warning.
+
 Values cross processes pickled once per (task, receiving task) blob; a value
 that cannot be pickled fails only its own id, naming the step and stream. A
 bolt whose ``prepare`` raises fails every id the task would have handled.
@@ -47,6 +55,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import threading
 import time
 from collections import ChainMap, Counter
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
@@ -104,33 +113,54 @@ class TaskHints:
 
 
 class _BatchCollector(OutputCollector):
+    """A task's collector; every call holds the task's lock (see the module doc)."""
+
     def __init__(self, run: TaskRun) -> None:
         self._run = run
+        self._lock = run.lock
 
     def emit(
         self, values: Sequence[Any], anchors: Any = None, stream: str = DEFAULT_STREAM_ID
     ) -> list[int]:
-        router = self._run.router
-        router.check(stream, values, direct=False)
-        targets = router.targets(stream, values)
-        self._run.send(stream, values, targets)
-        return targets
+        with self._lock:
+            run = self._run
+            if run.ended:
+                run.late("emitted")
+                return []
+            run.router.check(stream, values, direct=False)
+            targets = run.router.targets(stream, values)
+            run.send(stream, values, targets)
+            return targets
 
     def emit_direct(
         self, task: int, values: Sequence[Any], anchors: Any = None, stream: str = DEFAULT_STREAM_ID
     ) -> None:
-        router = self._run.router
-        router.check(stream, values, direct=True)
-        self._run.send(stream, values, router.direct_target(stream, task))
+        with self._lock:
+            run = self._run
+            if run.ended:
+                run.late("emitted")
+                return
+            run.router.check(stream, values, direct=True)
+            run.send(stream, values, run.router.direct_target(stream, task))
 
     def ack(self, tuple: Tuple) -> None:
-        if not tuple._done:
+        with self._lock:
+            if tuple._done:
+                return
             tuple._done = True
+            if self._run.ended:
+                self._run.late("acked")
+                return
             self._run.on_ack(tuple)
 
     def fail(self, tuple: Tuple, reason: Failure | BaseException | str | None = None) -> None:
-        if not tuple._done:
+        with self._lock:
+            if tuple._done:
+                return
             tuple._done = True
+            if self._run.ended:
+                self._run.late("failed")
+                return
             self._run.on_fail(tuple, self._run.runner.failure_from(reason))
 
     def report_error(self, error: BaseException) -> None:
@@ -177,7 +207,12 @@ class TaskRun:
         hints: TaskHints | None = None,
         timed: bool = False,
         log_fields: Mapping[Hashable, Mapping[str, Any]] | None = None,
+        deadline: float | None = None,
     ) -> None:
+        """
+        :param deadline: ``time.time()`` until which the task waits for asynchronous acks
+            (default: ``topology.message.timeout.secs`` from now).
+        """
         spec = topology.components[component_id]
         self.topology = topology
         self.component_id = component_id
@@ -191,6 +226,12 @@ class TaskRun:
         )
         self.router = OutputRouter(topology, component_id, self.task_id)
         self.runner = runner_for(instantiate(spec.user_component, component_id), component_id)
+        self.lock = threading.RLock()
+        self._settled = threading.Condition(self.lock)
+        self.ended = False
+        self.timeout = float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS])
+        self.deadline = time.time() + self.timeout if deadline is None else deadline
+        self.unacked: dict[int, Tuple] = {}  # executed data tuples not yet acked or failed
         self.collector = _BatchCollector(self)
         self.coordination = spec.coordination
         self.tracker: CoordinationTracker | None = None
@@ -243,14 +284,34 @@ class TaskRun:
     # -- running ---------------------------------------------------------------------------
 
     def run(self, records: Iterable[Record]) -> TaskRun:
-        if self._log is None:
-            return self._run(records)
-        around = current_context()
-        token = push_context(ChainMap(self._log, around) if around else self._log)
+        token = None
+        if self._log is not None:
+            around = current_context()
+            token = push_context(ChainMap(self._log, around) if around else self._log)
         try:
-            return self._run(records)
+            with self.lock:
+                try:
+                    return self._run(records)
+                finally:
+                    self.ended = True
         finally:
-            pop_context(token)
+            if token is not None:
+                pop_context(token)
+
+    def _await_acks(self) -> None:
+        """Wait, up to the deadline, for the executed data tuples still unacked."""
+        if self.unacked:
+            self._settled.wait_for(
+                lambda: not self.unacked, timeout=max(0.0, self.deadline - time.time())
+            )
+
+    def late(self, what: str) -> None:
+        log.warning(
+            "step %r task %d %s a tuple after its batch ended (past its deadline); ignored",
+            self.component_id,
+            self.task_id,
+            what,
+        )
 
     def _run(self, records: Iterable[Record]) -> TaskRun:
         data: list[Record] = []
@@ -269,7 +330,8 @@ class TaskRun:
         tracker = self.tracker
         if tracker is None:
             for record in data:
-                self.execute(self.make_tuple(record))
+                self.execute_data(self.make_tuple(record))
+            self._await_acks()
             self.runner.cleanup()
             return self
         coordination = self.coordination
@@ -293,11 +355,12 @@ class TaskRun:
                 self.executed[id] += 1
                 busy = self.busy
                 if busy is None:
-                    self.execute(received)
+                    self.execute_data(received)
                 else:
                     started = time.perf_counter()
-                    self.execute(received)
+                    self.execute_data(received)
                     busy[id] = busy.get(id, 0.0) + time.perf_counter() - started
+        self._await_acks()
         if self.hints.synthesize_ids:
             owns = id_owner_check(self.topology, self.component_id, self.index)
             for id in self.job_ids:
@@ -361,6 +424,12 @@ class TaskRun:
         finally:
             self.current = previous
 
+    def execute_data(self, received: Tuple) -> None:
+        """Execute a data tuple; one the bolt did not ack or fail yet is awaited."""
+        self.execute(received)
+        if not received._done:
+            self.unacked[id(received)] = received
+
     def diagnose(self, id: Hashable) -> Failure:
         assert self.tracker is not None
         status = self.tracker.status(id)
@@ -374,8 +443,9 @@ class TaskRun:
             return Failure(
                 DRPCExceptionType.FAILED_REQUEST,
                 f"Request failed: step {self.component_id!r} (task {self.task_id}) left "
-                f"{executed - status.acked} of its {executed} input tuples unacked; a rich bolt "
-                "must ack or fail every input",
+                f"{executed - status.acked} of its {executed} input tuples unacked within "
+                f"{self.timeout:g} s (topology.message.timeout.secs); a rich bolt must ack or "
+                "fail every input",
                 self.component_id,
                 self.task_id,
             )
@@ -422,14 +492,20 @@ class TaskRun:
                 self.runner.failed_id(decision.id)
 
     def on_ack(self, acked: Tuple) -> None:
+        self._settle(acked)
         if self.tracker is not None and self.is_data(acked):
             self.apply(self.tracker.tuple_acked(acked.values[0], 0.0), acked)
 
     def on_fail(self, failed: Tuple, failure: Failure) -> None:
+        self._settle(failed)
         if self.tracker is not None and self.is_data(failed):
             self.apply(self.tracker.tuple_failed(failed.values[0], failure, 0.0), failed)
         elif self.tracker is None:
             self.uncoordinated_failures.append((failed.values, failure))
+
+    def _settle(self, done: Tuple) -> None:
+        if self.unacked.pop(id(done), None) is not None and not self.unacked:
+            self._settled.notify_all()
 
     def is_data(self, received: Tuple) -> bool:
         coordination = self.coordination

@@ -12,9 +12,10 @@ every task of the topology until ``stop()``:
   (the emitting input fails with ``UnserializableValueError``);
 - groupings route as specified in ``drpc.model.grouping``;
 - acker tasks run ``drpc.semantics.acker.Acker``: spouts' roots complete or
-  fail (explicit fail, count mismatch, or ``topology.message.timeout.secs``),
-  the spout is told, and a failed root is broadcast to every coordinated task
-  so they drop its ids at once;
+  fail (explicit fail, count mismatch, or ``topology.message.timeout.secs``,
+  FAILED_REQUEST naming the first step still holding the tree), the spout is
+  told, and a failed root is broadcast to every coordinated task so they drop
+  its ids at once;
 - coordinated bolts run ``drpc.semantics.coordination.CoordinationTracker``:
   count reports travel as real tuples on the direct ``__coord`` stream, held
   coordination tuples keep the request's tree open until each task finishes,
@@ -507,11 +508,15 @@ class _BoltTask(_Task):
                 self.forget_roots(decision.id)
             elif isinstance(decision, Failed):
                 self.failed_here = True
+                failure = decision.failure
+                if decision.timed_out:
+                    for root in self.roots_of_id.get(decision.id, ()):
+                        failure = self.engine.where_stuck(root, failure)
+                        break
                 self.runner.failed_id(decision.id)
                 for held in self.held.pop(decision.id, ()):
-                    self.fail_roots(held, decision.failure)
+                    self.fail_roots(held, failure)
                 self.forget_roots(decision.id)
-                failure = decision.failure
             elif isinstance(decision, Abandoned):
                 self.runner.failed_id(decision.id)
                 for held in self.held.pop(decision.id, ()):
@@ -809,7 +814,10 @@ class _AckerTask(_Actor):
             if isinstance(decision, RootCompleted):
                 self.engine.deliver(decision.owner, (_ROOT_DONE, decision.root, None))
             else:
-                self.engine.deliver(decision.owner, (_ROOT_DONE, decision.root, decision.failure))
+                failure = decision.failure
+                if decision.timed_out:
+                    failure = self.engine.where_stuck(decision.root, failure)
+                self.engine.deliver(decision.owner, (_ROOT_DONE, decision.root, failure))
                 self.engine.broadcast_abandon(decision.root)
 
 
@@ -1034,9 +1042,9 @@ class LocalExecutor:
         self.bolt_tasks: list[_BoltTask] = []
         self.coordinated_tasks: list[_BoltTask] = []
         self.spout_tasks: list[_SpoutTask] = []
-        timeout = float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS])
+        self.message_timeout = float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS])
         self.ackers = [
-            _AckerTask(self, i, timeout)
+            _AckerTask(self, i, self.message_timeout)
             for i in range(int(self.conf[config.TOPOLOGY_ACKER_EXECUTORS]))
         ]
         self.running = False
@@ -1128,6 +1136,23 @@ class LocalExecutor:
     def broadcast_abandon(self, root: int) -> None:
         for task in self.coordinated_tasks:
             self.post(task, (_ABANDON, root))
+
+    def where_stuck(self, root: int, failure: Failure) -> Failure:
+        """A timed-out tree's failure naming the step where it is stuck: the first step
+        (in topology order) still tracking it, or the step before that one when it only
+        waits for that step's count reports (its tuples are queued there). Read without
+        the tasks' locks: the look-ups are atomic, and a step that just moved on only
+        makes the name one step early."""
+        for task in self.coordinated_tasks:
+            ids = task.ids_of_root.get(root)
+            if not ids or task.tracker is None or task.coordination is None:
+                continue
+            status = task.tracker.status(next(iter(ids)))
+            sources = sorted(task.coordination.sources)
+            if status is not None and status.waits_upstream and sources:
+                return Failure.tree_timed_out(self.message_timeout, sources[0])
+            return Failure.tree_timed_out(self.message_timeout, task.component_id, task.task_id)
+        return failure
 
     def _tick(self) -> None:
         if not self.running:

@@ -23,9 +23,13 @@ master=None, max_batch_size=256, max_wait=0.01, max_jobs_in_flight=2)``:
 - A Spark failure of a job (a task that Spark did not retry, a crashed Python
   worker) fails every request of that job with INTERNAL_ERROR naming the
   cause; nothing hangs and no request is left without an outcome.
-- Deadlines: once every request of a running job is past its deadline the
-  job is cancelled through its job tag (tags and thread-local properties are
-  cleared in ``finally``); its requests get SERVER_TIMEOUT.
+- Deadlines: a job still running ``topology.message.timeout.secs`` (default
+  30) after its launch has a stuck tuple tree: it is cancelled through its job
+  tag and its requests fail with FAILED_REQUEST naming the step of the first
+  Spark stage that had not finished, as Storm's DRPC spout fails a tree that
+  times out. Once every request of a running job is past its server deadline
+  the job is cancelled too (its requests got SERVER_TIMEOUT from the server).
+  Tags and thread-local properties are cleared in ``finally``.
 - Jobs run in a FAIR scheduler pool per function, so a short function's jobs
   do not queue behind a long one's.
 
@@ -105,6 +109,7 @@ class JobSpec:
     timed: bool = False  # tasks measure themselves and ship TIMING records
     log_fields: dict[Hashable, dict[str, Any]] | None = None  # by id: fields of its log lines
     logging: tuple[str, int] | None = None  # the driver's (format, level), for the workers
+    deadline: float | None = None  # time.time() until which tasks wait for async acks
 
 
 # -- worker side ------------------------------------------------------------------------------
@@ -158,6 +163,7 @@ def _run_stage(
             hints=hints[component_id],
             timed=job.timed,
             log_fields=job.log_fields,
+            deadline=job.deadline,
         )
         run.run(records)
         if position < last:
@@ -319,13 +325,20 @@ class _JobTrace:
             notify(observer, "step_finished", return_info, step, start, end, self.common)
 
 
+TREE_TIMEOUT = "tree timeout"
+DEADLINE = "deadline"
+SHUTDOWN = "shutdown"
+
+
 @dataclass
 class _Job:
     tag: str
     requests: list[DRPCRequest]
-    deadline: float
+    deadline: float  # every request is past its server deadline (inf: some has none)
+    tree_deadline: float  # launched + topology.message.timeout.secs
     started: float
-    cancelled: bool = False
+    cancelled: str | None = None  # TREE_TIMEOUT, DEADLINE or SHUTDOWN
+    stuck_in: tuple[str, ...] = ()  # on a tree timeout: the steps of the unfinished stage
     fetched: dict[ReturnInfo, float] = field(default_factory=dict)  # when (observing only)
     trace: _JobTrace | None = None
 
@@ -449,7 +462,7 @@ class SparkExecutor:
         if self._unsubscribe is not None:
             self._unsubscribe()
         for job in list(self._jobs.values()):
-            job.cancelled = True
+            job.cancelled = SHUTDOWN
             self._sc.cancelJobsWithTag(job.tag)
         if self._loop is not None:
             self._loop.join(timeout)
@@ -518,10 +531,14 @@ class SparkExecutor:
 
     def _launch(self, batch: list[DRPCRequest], fetched: dict[ReturnInfo, float]) -> None:
         now = time.monotonic()
-        deadline = max(
-            r.deadline if r.deadline is not None else now + self.message_timeout for r in batch
+        deadline = max(r.deadline if r.deadline is not None else float("inf") for r in batch)
+        job = _Job(
+            f"drpc-{self._token[:8]}-{next(self._job_ids)}",
+            batch,
+            deadline,
+            now + self.message_timeout,
+            now,
         )
-        job = _Job(f"drpc-{self._token[:8]}-{next(self._job_ids)}", batch, deadline, now)
         self._jobs[job.tag] = job
         self.stats.requests += len(batch)
         self.stats.batch_sizes.append(len(batch))
@@ -539,20 +556,52 @@ class SparkExecutor:
     def _cancel_expired_jobs(self) -> None:
         now = time.monotonic()
         for job in list(self._jobs.values()):
-            if not job.cancelled and now >= job.deadline:
-                job.cancelled = True
-                log.warning(
-                    "cancelling Spark job %s of %r: all %d of its requests are past their deadline",
-                    job.tag,
-                    self.function,
-                    len(job.requests),
-                    extra={
-                        "function": self.function,
-                        "job": job.tag,
-                        "request_ids": [r.return_info.request_id for r in job.requests],
-                    },
+            if job.cancelled:
+                continue
+            if now >= job.tree_deadline:
+                job.stuck_in = self._unfinished_stage(job.tag)
+                job.cancelled = TREE_TIMEOUT
+                why = f"its tuple tree did not complete within {self.message_timeout:g} s" + (
+                    f" (stuck in {', '.join(map(repr, job.stuck_in))})" if job.stuck_in else ""
                 )
-                self._sc.cancelJobsWithTag(job.tag)
+            elif now >= job.deadline:
+                job.cancelled = DEADLINE
+                why = f"all {len(job.requests)} of its requests are past their deadline"
+            else:
+                continue
+            log.warning(
+                "cancelling Spark job %s of %r: %s",
+                job.tag,
+                self.function,
+                why,
+                extra={
+                    "function": self.function,
+                    "job": job.tag,
+                    "request_ids": [r.return_info.request_id for r in job.requests],
+                },
+            )
+            self._sc.cancelJobsWithTag(job.tag)
+
+    def _unfinished_stage(self, tag: str) -> tuple[str, ...]:
+        """The steps of the first Spark stage of the job tagged ``tag`` that has not
+        finished all its tasks (empty when Spark cannot tell)."""
+        try:
+            tracker = self._sc.statusTracker()
+            stage_ids = sorted(
+                stage
+                for job_id in self._spark_job_ids(tag)
+                if (info := tracker.getJobInfo(job_id)) is not None
+                for stage in info.stageIds
+            )
+            if len(stage_ids) != len(self.plan.stages):
+                return ()
+            for plan_stage, stage_id in zip(self.plan.stages, stage_ids, strict=True):
+                info = tracker.getStageInfo(stage_id)
+                if info is None or info.numCompletedTasks < info.numTasks:
+                    return tuple(plan_stage.components)
+        except Exception:
+            log.debug("could not tell which Spark stage of %s is unfinished", tag, exc_info=True)
+        return ()
 
     # -- one job -----------------------------------------------------------------------------
 
@@ -587,7 +636,18 @@ class SparkExecutor:
     def _fail_job(self, job: _Job, error: BaseException) -> None:
         if job.cancelled:
             self.stats.jobs_cancelled += 1
-            if self._running:
+            if job.cancelled == TREE_TIMEOUT:
+                steps = job.stuck_in
+                failure = Failure.tree_timed_out(
+                    self.message_timeout,
+                    steps[0] if steps else None,
+                    detail=(
+                        f"one Spark stage runs steps {', '.join(map(repr, steps))}"
+                        if len(steps) > 1
+                        else ""
+                    ),
+                )
+            elif job.cancelled == DEADLINE:
                 failure = Failure.timed_out(
                     "the Spark job was cancelled after every request of it passed its deadline"
                 )
@@ -659,6 +719,7 @@ class SparkExecutor:
                 for id, return_info in returns.items()
             },
             logging=worker_settings(),
+            deadline=time.time() + (job.tree_deadline - time.monotonic()),
         )
         if trace is None:
             collected = self._stages.run(spec, driver_records)

@@ -13,8 +13,10 @@ Protocol (every id is a random non-zero 64-bit integer, see ``new_edge_id``):
   tuple has been acked: ``RootCompleted``. Order does not matter (an ack may
   arrive before the init).
 - ``fail(root)`` or the deadline passing yields ``RootFailed`` and forgets the
-  root. A lost or duplicated ack leaves the value non-zero, so the root times
-  out instead of completing.
+  root; a deadline gives FAILED_REQUEST "the tuple tree did not complete within
+  T s" with ``timed_out`` set (Storm's DRPC spout fails a timed-out tree so).
+  A lost or duplicated ack leaves the value non-zero, so the root times out
+  instead of completing.
 - a failed root is remembered until its deadline: acks still in flight for it
   are ignored instead of re-creating an entry, and a fail that overtook the
   root's init fails the root as soon as the init arrives.
@@ -54,9 +56,13 @@ class RootCompleted:
 
 @dataclass(frozen=True, slots=True)
 class RootFailed:
+    """The tree failed: explicitly, or (``timed_out``) it passed its deadline, in which
+    case ``failure`` does not know where it was stuck and the executor may say."""
+
     root: int
     owner: Hashable
     failure: Failure
+    timed_out: bool = False
 
 
 AckerDecision = RootCompleted | RootFailed
@@ -164,11 +170,7 @@ class Acker:
                 self._failed[root] = (now + self.timeout, None)
                 decisions.append(
                     RootFailed(
-                        root,
-                        entry.owner,
-                        Failure.timed_out(
-                            f"the tuple tree did not complete within {self.timeout:g} s"
-                        ),
+                        root, entry.owner, Failure.tree_timed_out(self.timeout), timed_out=True
                     )
                 )
         while self._failed:

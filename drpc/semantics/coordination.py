@@ -68,6 +68,13 @@ class TrackStatus:
     acked: int
     id_received: bool
     commit_received: bool
+    received: int = 0
+
+    @property
+    def waits_upstream(self) -> bool:
+        """Every tuple received here is acked and count reports are still missing: the
+        task only waits for the step before it (a tree stuck here is stuck there)."""
+        return self.acked >= self.received and self.reports < self.expected_reports
 
     def describe(self) -> str:
         parts = [f"{self.reports}/{self.expected_reports} count reports"]
@@ -97,8 +104,12 @@ class Completed:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
+    """The id failed here; ``timed_out``: its deadline passed, and this task may only be
+    waiting for the step where the tree is stuck (the executor may name that step)."""
+
     id: Hashable
     failure: Failure
+    timed_out: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +139,14 @@ class _Track:
         "expected",
         "finishing",
         "id_received",
+        "received",
         "reports",
     )
 
     def __init__(self, deadline: float) -> None:
         self.reports = 0
         self.expected = 0
+        self.received = 0
         self.acked = 0
         self.id_received = False
         self.commit_received = False
@@ -180,6 +193,7 @@ class CoordinationTracker:
             track.acked,
             track.id_received,
             track.commit_received,
+            track.received,
         )
 
     def emitted_counts(self, id: Hashable) -> dict[int, int]:
@@ -192,7 +206,7 @@ class CoordinationTracker:
         """A data tuple for ``id`` arrived and is about to be executed."""
         if id in self._tombstones:
             return [Ignored(id)]
-        self._track(id, now)
+        self._track(id, now).received += 1
         return []
 
     def tuple_acked(self, id: Hashable, now: float) -> list[Decision]:
@@ -282,10 +296,13 @@ class CoordinationTracker:
             decisions.append(
                 Failed(
                     id,
-                    Failure.timed_out(
-                        f"{self._where()} did not receive every tuple of the id within "
-                        f"{self.config.timeout:g} s ({self._progress(track)})"
+                    Failure.tree_timed_out(
+                        self.config.timeout,
+                        self.config.component,
+                        self.config.task,
+                        f"it did not receive every tuple of the id ({self._progress(track)})",
                     ),
+                    timed_out=True,
                 )
             )
         while self._tombstones:

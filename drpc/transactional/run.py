@@ -460,6 +460,7 @@ class SparkBackend:
                 self.conf,
                 log_fields={attempt: batch_log_fields(self.info.id, attempt, "processing")},
                 logging=worker_settings(),
+                deadline=time.time() + float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]),
             )
             collected = self._stages.run(spec, driver_records)
         except Exception as error:

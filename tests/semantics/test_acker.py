@@ -59,8 +59,12 @@ def test_expire_times_out_only_initialised_roots_past_their_deadline() -> None:
     [timed_out] = decisions
     assert isinstance(timed_out, RootFailed)
     assert (timed_out.root, timed_out.owner) == (1, "a")
-    assert timed_out.failure.type is DRPCExceptionType.SERVER_TIMEOUT
-    assert timed_out.failure.message.startswith("Timed Out")
+    assert timed_out.timed_out
+    assert timed_out.failure.type is DRPCExceptionType.FAILED_REQUEST  # as Storm's DRPC spout
+    assert timed_out.failure.message == (
+        "Request failed: the tuple tree did not complete within 10 s "
+        "(topology.message.timeout.secs)"
+    )
     assert 2 not in acker  # the stray was forgotten silently
     assert [d.root for d in acker.expire(now=15)] == [3]
     assert len(acker) == 0
@@ -170,8 +174,8 @@ def test_a_lost_ack_never_completes_and_times_out(
     acker = Acker(timeout=30)
     assert all(outcome == [] for outcome in _replay(acker, messages))
     [timed_out] = acker.expire(now=30)
-    assert isinstance(timed_out, RootFailed)
-    assert timed_out.failure.type is DRPCExceptionType.SERVER_TIMEOUT
+    assert isinstance(timed_out, RootFailed) and timed_out.timed_out
+    assert timed_out.failure.type is DRPCExceptionType.FAILED_REQUEST
     assert len(acker) == 0
 
 
@@ -201,8 +205,8 @@ def test_a_duplicated_ack_never_completes_early(
     if copies_by_then == 2:
         assert all(outcome == [] for outcome in outcomes)
         [timed_out] = acker.expire(now=31)
-        assert isinstance(timed_out, RootFailed)
-        assert timed_out.failure.type is DRPCExceptionType.SERVER_TIMEOUT
+        assert isinstance(timed_out, RootFailed) and timed_out.timed_out
+        assert timed_out.failure.type is DRPCExceptionType.FAILED_REQUEST
     else:
         completions = [i for i, outcome in enumerate(outcomes) if outcome]
         assert completions == [all_seen_at]

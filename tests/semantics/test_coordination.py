@@ -187,8 +187,13 @@ def test_timeout_fails_tracked_ids_then_tombstones_expire() -> None:
     assert t.expire(now=9) == []
     [failed] = t.expire(now=10)
     assert failed.id == 1
-    assert failed.failure.type is DRPCExceptionType.SERVER_TIMEOUT
+    assert failed.failure.type is DRPCExceptionType.FAILED_REQUEST
+    assert failed.failure.message.startswith(
+        "Request failed: the tuple tree did not complete within 10 s "
+        "(topology.message.timeout.secs); stuck in step 'bolt1' (task 3): "
+    )
     assert "1/2 reports" in failed.failure.message
+    assert (failed.failure.component, failed.failure.task) == ("bolt1", 3)
     assert t.report_received(1, 0, now=11) == [Ignored(1)]  # no finish after a timeout
     assert [d.id for d in t.expire(now=15)] == [2]
     assert t.expire(now=100) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -262,3 +263,26 @@ class CollectSorted(BaseBatchBolt):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(Fields("id", "values"))
+
+
+class AckFromAThread(BaseRichBolt):
+    """Emits each input (anchored) and acks it from a timer thread after ``execute``
+    returned, as a bolt handing work to a pool of its own does (Storm allows it)."""
+
+    def __init__(self, seconds: float = 0.05) -> None:
+        self.seconds = seconds
+
+    def prepare(
+        self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        self.collector = collector
+
+    def execute(self, tuple: Tuple) -> None:
+        threading.Timer(self.seconds, self.finish, [tuple]).start()
+
+    def finish(self, tuple: Tuple) -> None:
+        self.collector.emit(tuple.values, anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "i"))

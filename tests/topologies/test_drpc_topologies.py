@@ -104,6 +104,54 @@ def test_a_request_past_its_deadline_times_out_and_the_next_one_succeeds(drpc: L
     assert drpc.execute("slow", "0") == "slept"
 
 
+def test_a_tree_stuck_past_the_message_timeout_fails_as_storm_fails_it_naming_the_step(
+    drpc: LocalDRPC,
+) -> None:
+    builder = LinearDRPCTopologyBuilder("stuck")
+    builder.add_bolt(bolts.Identity(), 2)
+    builder.add_bolt(bolts.SleepThenEcho(), 2).shuffle_grouping()
+    # Per topology, as in Storm; the server's request timeout (30 s here) is not involved.
+    drpc.register(builder.create_topology({"topology.message.timeout.secs": 2}))
+    error = failure_of(drpc, "stuck", "3")
+    assert error.type is DRPCExceptionType.FAILED_REQUEST
+    assert error.msg.startswith(
+        "Request failed: the tuple tree did not complete within 2 s "
+        "(topology.message.timeout.secs); stuck in step 'bolt1'"
+    )
+    # Serving goes on (a call queued behind the sleeper still ends within its 2 s).
+    assert drpc.execute("stuck", "0") == "slept"
+
+
+def test_a_rich_bolt_that_never_acks_fails_at_the_message_timeout_naming_it(
+    drpc: LocalDRPC,
+) -> None:
+    builder = LinearDRPCTopologyBuilder("forgetful")
+    builder.add_bolt(bolts.RichForgetsToAck())
+    drpc.register(builder.create_topology({"topology.message.timeout.secs": 0.5}))
+    error = failure_of(drpc, "forgetful", "x")
+    assert error.type is DRPCExceptionType.FAILED_REQUEST
+    assert (
+        "step 'bolt0'" in error.msg and "within 0.5 s (topology.message.timeout.secs)" in error.msg
+    )
+
+
+def test_a_rich_bolt_acking_from_its_own_thread_gives_the_same_answer_everywhere(
+    drpc: LocalDRPC,
+) -> None:
+    builder = LinearDRPCTopologyBuilder("async-acks")
+    builder.add_bolt(bolts.EmitN(), 2)
+    builder.add_bolt(bolts.AckFromAThread(), 3).shuffle_grouping()
+    builder.add_bolt(bolts.CountPerRequest(), 2).fields_grouping(Fields("id"))
+    drpc.register(builder)
+    futures = {n: drpc.submit("async-acks", str(n)) for n in (0, 1, 7, 20)}
+    assert {n: future.result(timeout=30) for n, future in futures.items()} == {
+        0: "0",
+        1: "1",
+        7: "7",
+        20: "20",
+    }
+
+
 def test_an_unregistered_function_fails_at_once_listing_the_registered_ones(
     drpc: LocalDRPC,
 ) -> None:

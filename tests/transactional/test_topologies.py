@@ -99,6 +99,29 @@ def test_failures_in_both_phases_replay_to_exact_counts(
     assert result.tuples == sum(expected.values())
 
 
+def test_rich_bolts_acking_from_their_own_threads_in_both_phases(
+    executor: str, tmp_path: Path
+) -> None:
+    """The same topology commits the same counts on every executor, whether the late
+    acks come in the processing phase or in the commit phase (after the committer)."""
+    builder = TransactionalTopologyBuilder(
+        "async-acks", "spout", MemoryTransactionalSpout(DATA, Fields("word"), 3), 2
+    )
+    builder.set_bolt("late", bolts.AckFromAThread(("id", "word")), 2).shuffle_grouping("spout")
+    builder.set_bolt("partial", bolts.PartialWordCount(), 2).fields_grouping("late", Fields("word"))
+    builder.set_committer_bolt("commit", bolts.CommitWordCounts(), 2).fields_grouping(
+        "partial", Fields("word")
+    )
+    builder.set_bolt("after", bolts.AckFromAThread(("id", "words")), 2).shuffle_grouping("commit")
+    builder.set_bolt("total", bolts.SumOfSecondField()).global_grouping("after")
+    result = run(builder, state_dir=str(tmp_path), executor=executor)
+    assert dict(TopologyState.at(str(tmp_path)).transactional_map("counts").items()) == WORDS
+    assert [total for _, total in result.outputs("total")] == [
+        commit.tuples for commit in result.commits
+    ]
+    assert result.replays == {}
+
+
 def test_committers_finish_only_in_commit_phase_and_in_txid_order(tmp_path: Path) -> None:
     data = {p: [[f"w{i % 5}"] for i in range(12)] for p in range(2)}
     builder = TransactionalTopologyBuilder(
