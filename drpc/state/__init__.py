@@ -1,7 +1,9 @@
 """drpc's state layer: transactional state in LMDB, one environment per directory.
 
 - ``StateEnvironment`` (``env``): open once per process, durable commits, a full
-  map grows and retries, never used across fork.
+  map grows and the write's bytes are applied again, never used across fork;
+  its transactions (``txn``) buffer writes until they end; one writer process
+  per directory (``writer``).
 - ``CoordinatorState`` and ``RotatingTransactionalState`` (``coordinator``,
   ``rotating``): the coordinator's next txid, commit record, per-txid batch and
   per-partition metadata.

@@ -26,8 +26,8 @@ Contract:
   when it raises. Writes are serialized; starting a write inside another on
   the same thread raises ``StateError`` (pass the open ``txn`` instead).
 - **``fn`` runs exactly once per ``run_write``.** Its puts and deletes are
-  buffered in the transaction (its own reads see them) and applied to LMDB
-  when it returns, so user callbacks inside ``fn`` (an emitter's new batch, a
+  buffered in the transaction (``drpc.state.txn``: its own reads see them) and
+  applied to LMDB when it returns, so user callbacks inside ``fn`` (an emitter's new batch, a
   coordinator's ``initialize_transaction``, a committer's ``finish_batch``)
   never run twice because the state layer retried.
 - **Full map.** When the buffered writes do not fit, the LMDB transaction is
@@ -46,13 +46,9 @@ Contract:
   ``max_readers``. ``reader_check()`` frees such slots (about a microsecond);
   it runs at open, before every write, and when a read finds every slot taken.
 - **One writer per directory.** ``claim_writer(holder)`` claims the directory
-  for this process (an advisory ``flock`` on ``WRITER_LOCK_FILE``, holding the
-  pid and holders) and returns a ``WriterClaim`` to ``release()``. While a live
-  process holds it, a claim from another process raises ``StateInUseError``
-  naming that pid; within a process, claims of different holders (topology
-  ids) coexist, a second claim of the same holder is refused. The kernel drops
-  the lock when its process dies, so a killed run never leaves a stale lock.
-  Reads need no claim.
+  for this process (``drpc.state.writer``): while a live process holds it, a
+  claim from another process raises ``StateInUseError`` naming that pid;
+  ``close()`` releases this process's claims. Reads need no claim.
 - Sub-databases are fixed: ``COORDINATOR_DB``, ``ROTATING_DB``, ``MAPS_DB``,
   ``CATALOG_DB``; the state classes own their key layouts (``drpc.state.codec``).
 - LMDB errors that escape are wrapped in ``StateError`` naming the directory.
@@ -60,8 +56,6 @@ Contract:
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
 import os
 import threading
@@ -77,9 +71,9 @@ from drpc.errors import (
     StateError,
     StateForkError,
     StateFullError,
-    StateInUseError,
-    StateKeyError,
 )
+from drpc.state.txn import StateTxn, apply_writes
+from drpc.state.writer import WriterClaim, WriterLock
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +84,6 @@ DEFAULT_MAX_MAP_SIZE = 16 * 1024**3
 DEFAULT_MAX_READERS = 126
 DEFAULT_RESIZE_TIMEOUT = 30.0
 MIN_MAP_SIZE = 64 * 1024
-WRITER_LOCK_FILE = "drpc-writer.lock"
 
 COORDINATOR_DB = "drpc.coordinator"
 ROTATING_DB = "drpc.rotating"
@@ -127,176 +120,6 @@ class StateOptions:
             raise ValueError(f"max_readers must be at least 1, got {self.max_readers}")
         if self.resize_timeout <= 0:
             raise ValueError(f"resize_timeout must be positive, got {self.resize_timeout}")
-
-
-class StateTxn:
-    """A read or write transaction of a ``StateEnvironment``, valid until it ends.
-
-    A write transaction buffers its puts and deletes (see the module doc); its
-    reads see them over the committed data. ``cache`` is a memo for state
-    objects (a map's commit handle keeps the keys it wrote there); it dies with
-    the transaction.
-    """
-
-    __slots__ = ("_done", "_env", "_raw", "_writes", "cache", "write")
-
-    def __init__(self, env: StateEnvironment, raw: lmdb.Transaction, write: bool) -> None:
-        self._env = env
-        self._raw = raw
-        self.write = write
-        self._done = False
-        # by database: key -> value, or None for a delete
-        self._writes: dict[str, dict[bytes, bytes | None]] | None = {} if write else None
-        self.cache: dict[object, object] = {}
-
-    @property
-    def env(self) -> StateEnvironment:
-        return self._env
-
-    def get(self, db: str, key: bytes) -> bytes | None:
-        self._check(key)
-        if self._writes is not None:
-            pending = self._writes.get(db)
-            if pending is not None and key in pending:
-                return pending[key]
-        try:
-            return self._raw.get(key, db=self._env._db(db))
-        except lmdb.Error as error:
-            raise self._env._wrap(error, "read") from error
-
-    def put(self, db: str, key: bytes, value: bytes) -> None:
-        self._check(key, mutate=True)
-        assert self._writes is not None
-        self._writes.setdefault(db, {})[key] = value if type(value) is bytes else bytes(value)
-
-    def delete(self, db: str, key: bytes) -> bool:
-        """Delete ``key``; True if it was there (committed, or put by this transaction)."""
-        self._check(key, mutate=True)
-        assert self._writes is not None
-        existed = self.get(db, key) is not None
-        if existed:
-            self._writes.setdefault(db, {})[key] = None
-        return existed
-
-    def scan(
-        self, db: str, prefix: bytes, *, start: bytes | None = None, reverse: bool = False
-    ) -> Iterator[tuple[bytes, bytes]]:
-        """Items whose key starts with ``prefix``, in key order.
-
-        Forward, from the first key ``>= prefix + start``; reverse (descending),
-        from the last key ``< prefix + start`` (or the last key of the prefix).
-        In a write transaction the items include its own buffered writes as they
-        were when the scan began. Do not write to ``db`` while iterating;
-        collect first.
-        """
-        self._check(prefix)
-        committed = self._scan_committed(db, prefix, start, reverse)
-        pending = self._writes.get(db) if self._writes is not None else None
-        if not pending:
-            yield from committed
-            return
-        yield from _merge(committed, _pending_range(pending, prefix, start, reverse), reverse)
-
-    def _scan_committed(
-        self, db: str, prefix: bytes, start: bytes | None, reverse: bool
-    ) -> Iterator[tuple[bytes, bytes]]:
-        cursor = self._raw.cursor(db=self._env._db(db))
-        if reverse:
-            bound = prefix + start if start is not None else _after_prefix(prefix)
-            if bound == b"":
-                return
-            found = cursor.prev() if bound and cursor.set_range(bound) else cursor.last()
-            step = cursor.prev
-        else:
-            first = prefix + (start or b"")
-            found = cursor.set_range(first) if first else cursor.first()
-            step = cursor.next
-        while found:
-            key = cursor.key()
-            if not key.startswith(prefix):
-                return
-            yield key, cursor.value()
-            found = step()
-
-    def _check(self, key: bytes, mutate: bool = False) -> None:
-        if self._done:
-            raise StateError(f"state directory {self._env.path!r}: the transaction has ended")
-        if mutate and not self.write:
-            raise StateError(
-                f"state directory {self._env.path!r}: cannot write in a read transaction"
-            )
-        if len(key) > self._env.max_key_size:
-            raise StateKeyError(
-                f"a key of {len(key)} bytes is longer than LMDB's limit of "
-                f"{self._env.max_key_size} bytes: {key[:60]!r}..."
-            )
-        if mutate and not key:
-            raise StateKeyError("LMDB does not store an empty key")
-
-    def _take_writes(self) -> dict[str, dict[bytes, bytes | None]]:
-        """End the transaction for its user and hand over what it wrote."""
-        self._done = True
-        writes, self._writes = self._writes or {}, None
-        return writes
-
-    def _end(self, commit: bool) -> None:
-        self._done = True
-        if commit:
-            self._raw.commit()
-            return
-        with suppress(lmdb.Error):  # a failed commit has already aborted it
-            self._raw.abort()
-
-
-_Item = tuple[bytes, bytes]
-
-
-def _pending_range(
-    pending: dict[bytes, bytes | None], prefix: bytes, start: bytes | None, reverse: bool
-) -> list[tuple[bytes, bytes | None]]:
-    """The buffered writes a scan of (``prefix``, ``start``, ``reverse``) covers, in its order."""
-    bound = prefix + start if start is not None else None
-    if reverse:
-        chosen = [k for k in pending if k.startswith(prefix) and (bound is None or k < bound)]
-    else:
-        chosen = [k for k in pending if k.startswith(prefix) and (bound is None or k >= bound)]
-    chosen.sort(reverse=reverse)
-    return [(key, pending[key]) for key in chosen]
-
-
-def _merge(
-    committed: Iterator[_Item], pending: list[tuple[bytes, bytes | None]], reverse: bool
-) -> Iterator[_Item]:
-    """Committed items overlaid with buffered writes (a write wins; None deletes)."""
-
-    def before(a: bytes, b: bytes) -> bool:
-        return a > b if reverse else a < b
-
-    index = 0
-    for key, value in committed:
-        while index < len(pending) and before(pending[index][0], key):
-            written = pending[index]
-            index += 1
-            if written[1] is not None:
-                yield written[0], written[1]
-        if index < len(pending) and pending[index][0] == key:
-            written = pending[index]
-            index += 1
-            if written[1] is not None:
-                yield key, written[1]
-            continue
-        yield key, value
-    for key, written_value in pending[index:]:
-        if written_value is not None:
-            yield key, written_value
-
-
-def _after_prefix(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes((stripped[-1] + 1,))
 
 
 class _ReadGate:
@@ -370,9 +193,7 @@ class StateEnvironment:
             raise StateError(f"cannot open state directory {path!r}: {error}") from error
         self.max_key_size: int = self._lmdb.max_key_size()
         self.stale_readers_cleared = 0
-        self._claims: set[str] = set()
-        self._claims_lock = threading.Lock()
-        self._lock_fd: int | None = None
+        self._writer = WriterLock(path)
         self._dbs: dict[str, object] = {}
         try:
             for name in _DATABASES:
@@ -522,50 +343,11 @@ class StateEnvironment:
     def claim_writer(self, holder: str) -> WriterClaim:
         """Claim the directory for writes by this process as ``holder`` (see module doc)."""
         self._check()
-        with self._claims_lock:
-            if holder in self._claims:
-                raise StateInUseError(self.path, os.getpid(), (holder,))
-            if self._lock_fd is None:
-                self._lock_fd = self._lock_directory()
-            self._claims.add(holder)
-            self._describe_claims()
-        return WriterClaim(self, holder)
+        return self._writer.claim(holder)
 
     def writers(self) -> tuple[str, ...]:
         """The holders this process has claimed the directory for."""
-        with self._claims_lock:
-            return tuple(sorted(self._claims))
-
-    def _release(self, holder: str) -> None:
-        with self._claims_lock:
-            self._claims.discard(holder)
-            if self._claims:
-                self._describe_claims()
-            elif self._lock_fd is not None:
-                fd, self._lock_fd = self._lock_fd, None
-                with suppress(OSError):
-                    os.ftruncate(fd, 0)
-                os.close(fd)  # closing the only descriptor drops the flock
-
-    def _lock_directory(self) -> int:
-        fd = os.open(os.path.join(self.path, WRITER_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid, holders = _read_claim(fd)
-            os.close(fd)
-            raise StateInUseError(self.path, pid, holders) from None
-        except OSError as error:
-            os.close(fd)
-            raise StateError(f"cannot lock state directory {self.path!r}: {error}") from error
-        return fd
-
-    def _describe_claims(self) -> None:
-        assert self._lock_fd is not None
-        text = json.dumps({"pid": os.getpid(), "holders": sorted(self._claims)}) + "\n"
-        data = text.encode()
-        os.pwrite(self._lock_fd, data, 0)
-        os.ftruncate(self._lock_fd, len(data))
+        return self._writer.holders()
 
     # -- maintenance -----------------------------------------------------------------------
 
@@ -619,8 +401,7 @@ class StateEnvironment:
                 f"state directory {self.path!r}: close() inside a transaction of this thread"
             )
         with self._write_lock, self._gate.exclusive(self.options.resize_timeout, self.path):
-            for holder in self.writers():
-                self._release(holder)
+            self._writer.release_all()
             self._closed = True
             self._lmdb.close()
         with _registry_lock:
@@ -700,7 +481,7 @@ class StateEnvironment:
         txn_id = raw.id()
         while True:
             try:
-                _apply(raw, writes, self._dbs)
+                apply_writes(raw, writes, self._dbs)
                 raw.commit()
                 return result
             except lmdb.MapFullError:
@@ -751,52 +532,6 @@ class StateEnvironment:
                 self._lmdb.set_mapsize(size)
             except lmdb.Error as error:
                 raise self._wrap(error, "resize") from error
-
-
-class WriterClaim:
-    """This process's claim to write a state directory as ``holder``; ``release()`` it
-    (or leave a ``with`` block). Releasing twice is harmless."""
-
-    def __init__(self, env: StateEnvironment, holder: str) -> None:
-        self.env = env
-        self.holder = holder
-        self.released = False
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self.env._release(self.holder)
-
-    def __enter__(self) -> WriterClaim:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def _read_claim(fd: int) -> tuple[int | None, tuple[str, ...]]:
-    """The pid and holders a writer lock file names (None, () if unreadable)."""
-    try:
-        claim = json.loads(os.pread(fd, 4096, 0))
-        return int(claim["pid"]), tuple(str(holder) for holder in claim["holders"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, ()
-
-
-def _apply(
-    raw: lmdb.Transaction,
-    writes: dict[str, dict[bytes, bytes | None]],
-    databases: dict[str, object],
-) -> None:
-    """Apply buffered writes to an LMDB write transaction, each database in key order."""
-    for name, pending in writes.items():
-        db = databases[name]
-        puts = sorted((key, value) for key, value in pending.items() if value is not None)
-        if puts:
-            raw.cursor(db=db).putmulti(puts)
-        for key, value in pending.items():
-            if value is None:
-                raw.delete(key, db=db)
 
 
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}

@@ -649,17 +649,17 @@ def test_claims_of_one_process_coexist_per_holder_and_the_last_release_frees_the
     finally:
         kill(contender)
     second.release()
-    contender = spawn("claim", state_dir, "other")
-    try:
-        expect_line(contender, "claimed")
-    finally:
-        kill(contender)
+    assert_another_process_can_claim(state_dir)
 
 
 def test_close_releases_the_claims(state_dir: Path) -> None:
     env = StateEnvironment.open(state_dir)
     env.claim_writer("global-count")
     env.close()
+    assert_another_process_can_claim(state_dir)
+
+
+def assert_another_process_can_claim(state_dir: Path) -> None:
     contender = spawn("claim", state_dir, "other")
     try:
         expect_line(contender, "claimed")

@@ -267,10 +267,11 @@ class CollectSorted(BaseBatchBolt):
 
 class AckFromAThread(BaseRichBolt):
     """Emits each input (anchored) and acks it from a timer thread after ``execute``
-    returned, as a bolt handing work to a pool of its own does (Storm allows it)."""
+    returned, as a bolt handing work to a pool of its own does (Storm allows it);
+    declares ``fields`` (its input's)."""
 
-    def __init__(self, seconds: float = 0.05) -> None:
-        self.seconds = seconds
+    def __init__(self, fields: tuple[str, ...] = ("id", "i"), seconds: float = 0.05) -> None:
+        self.fields, self.seconds = fields, seconds
 
     def prepare(
         self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector
@@ -285,4 +286,4 @@ class AckFromAThread(BaseRichBolt):
         self.collector.ack(tuple)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(Fields("id", "i"))
+        declarer.declare(Fields(*self.fields))

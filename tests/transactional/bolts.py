@@ -151,29 +151,6 @@ class AckFirstBatchLate(BaseRichBolt):
         declarer.declare(Fields("id", "word"))
 
 
-class AckFromAThread(BaseRichBolt):
-    """Emits each input (anchored) and acks it from a timer thread after ``execute``
-    returned; declares ``fields`` (the input's)."""
-
-    def __init__(self, fields: tuple[str, ...], seconds: float = 0.05) -> None:
-        self.fields, self.seconds = fields, seconds
-
-    def prepare(
-        self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector
-    ) -> None:
-        self.collector = collector
-
-    def execute(self, tuple: Tuple) -> None:
-        threading.Timer(self.seconds, self.finish, [tuple]).start()
-
-    def finish(self, tuple: Tuple) -> None:
-        self.collector.emit(tuple.values, anchors=tuple)
-        self.collector.ack(tuple)
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(Fields(*self.fields))
-
-
 class SumOfSecondField(BaseTransactionalBolt):
     """Emits [attempt, the sum of field 1 over the batch] when the batch finishes."""
 

@@ -26,6 +26,15 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "drpc.transactional.cli", *args]
 
 
+def live_run(state_dir: Path) -> subprocess.Popen[str]:
+    """``drpc-transactional run --forever`` of the global count on ``state_dir``."""
+    return subprocess.Popen(
+        cli("run", TOPOLOGY, "--state-dir", str(state_dir), "--forever"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def wait_for_commit(state_dir: Path, txid: int, process: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -43,11 +52,7 @@ def test_a_second_writer_is_refused_while_status_reads_and_the_next_run_resumes(
     tmp_path: Path,
 ) -> None:
     state_dir = tmp_path / "state"
-    live = subprocess.Popen(
-        cli("run", TOPOLOGY, "--state-dir", str(state_dir), "--forever"),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    live = live_run(state_dir)
     try:
         wait_for_commit(state_dir, 4, live)
 
@@ -86,11 +91,7 @@ def test_a_second_writer_is_refused_while_status_reads_and_the_next_run_resumes(
 @pytest.mark.timeout(180)
 def test_a_server_hosting_a_run_on_a_live_directory_exits_with_one_line(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
-    live = subprocess.Popen(
-        cli("run", TOPOLOGY, "--state-dir", str(state_dir), "--forever"),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    live = live_run(state_dir)
     try:
         wait_for_commit(state_dir, 1, live)
         command = [

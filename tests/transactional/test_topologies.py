@@ -22,6 +22,7 @@ from drpc.transactional import (
 )
 from drpc.transactional.run import TransactionalRunner
 from drpc.transactional.state import TopologyState
+from tests.topologies.bolts import AckFromAThread
 
 from . import bolts
 
@@ -107,12 +108,12 @@ def test_rich_bolts_acking_from_their_own_threads_in_both_phases(
     builder = TransactionalTopologyBuilder(
         "async-acks", "spout", MemoryTransactionalSpout(DATA, Fields("word"), 3), 2
     )
-    builder.set_bolt("late", bolts.AckFromAThread(("id", "word")), 2).shuffle_grouping("spout")
+    builder.set_bolt("late", AckFromAThread(("id", "word")), 2).shuffle_grouping("spout")
     builder.set_bolt("partial", bolts.PartialWordCount(), 2).fields_grouping("late", Fields("word"))
     builder.set_committer_bolt("commit", bolts.CommitWordCounts(), 2).fields_grouping(
         "partial", Fields("word")
     )
-    builder.set_bolt("after", bolts.AckFromAThread(("id", "words")), 2).shuffle_grouping("commit")
+    builder.set_bolt("after", AckFromAThread(("id", "words")), 2).shuffle_grouping("commit")
     builder.set_bolt("total", bolts.SumOfSecondField()).global_grouping("after")
     result = run(builder, state_dir=str(tmp_path), executor=executor)
     assert dict(TopologyState.at(str(tmp_path)).transactional_map("counts").items()) == WORDS

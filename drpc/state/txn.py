@@ -1,0 +1,215 @@
+"""A transaction of a ``StateEnvironment``: reads, and writes buffered until it ends.
+
+Contract:
+
+- A read transaction (``env.read()``) sees a snapshot of committed data.
+- A write transaction (``env.run_write(fn)``) buffers ``put`` and ``delete``
+  in memory; its own ``get`` and ``scan`` see them over the committed data. The
+  environment applies the buffered bytes when ``fn`` returns
+  (``apply_writes``), and applies the same bytes again after the map grew, so
+  ``fn`` runs once whatever the environment retries.
+- Keys are checked where they are written: empty, or longer than LMDB's
+  limit, raises ``StateKeyError`` at once.
+- A transaction that has ended raises ``StateError`` when used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import suppress
+from typing import TYPE_CHECKING
+
+import lmdb
+
+from drpc.errors import StateError, StateKeyError
+
+if TYPE_CHECKING:
+    from drpc.state.env import StateEnvironment
+
+Writes = dict[str, dict[bytes, bytes | None]]
+"""Buffered writes by database: key -> value, or None for a delete."""
+
+
+class StateTxn:
+    """A read or write transaction of a ``StateEnvironment``, valid until it ends.
+
+    A write transaction buffers its puts and deletes (see the module doc); its
+    reads see them over the committed data. ``cache`` is a memo for state
+    objects (a map's commit handle keeps the keys it wrote there); it dies with
+    the transaction.
+    """
+
+    __slots__ = ("_done", "_env", "_raw", "_writes", "cache", "write")
+
+    def __init__(self, env: StateEnvironment, raw: lmdb.Transaction, write: bool) -> None:
+        self._env = env
+        self._raw = raw
+        self.write = write
+        self._done = False
+        self._writes: Writes | None = {} if write else None
+        self.cache: dict[object, object] = {}
+
+    @property
+    def env(self) -> StateEnvironment:
+        return self._env
+
+    def get(self, db: str, key: bytes) -> bytes | None:
+        self._check(key)
+        if self._writes is not None:
+            pending = self._writes.get(db)
+            if pending is not None and key in pending:
+                return pending[key]
+        try:
+            return self._raw.get(key, db=self._env._db(db))
+        except lmdb.Error as error:
+            raise self._env._wrap(error, "read") from error
+
+    def put(self, db: str, key: bytes, value: bytes) -> None:
+        self._check(key, mutate=True)
+        assert self._writes is not None
+        self._writes.setdefault(db, {})[key] = value if type(value) is bytes else bytes(value)
+
+    def delete(self, db: str, key: bytes) -> bool:
+        """Delete ``key``; True if it was there (committed, or put by this transaction)."""
+        self._check(key, mutate=True)
+        assert self._writes is not None
+        existed = self.get(db, key) is not None
+        if existed:
+            self._writes.setdefault(db, {})[key] = None
+        return existed
+
+    def scan(
+        self, db: str, prefix: bytes, *, start: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Items whose key starts with ``prefix``, in key order.
+
+        Forward, from the first key ``>= prefix + start``; reverse (descending),
+        from the last key ``< prefix + start`` (or the last key of the prefix).
+        In a write transaction the items include its own buffered writes as they
+        were when the scan began. Do not write to ``db`` while iterating;
+        collect first.
+        """
+        self._check(prefix)
+        committed = self._scan_committed(db, prefix, start, reverse)
+        pending = self._writes.get(db) if self._writes is not None else None
+        if not pending:
+            yield from committed
+            return
+        yield from _merge(committed, _pending_range(pending, prefix, start, reverse), reverse)
+
+    def _scan_committed(
+        self, db: str, prefix: bytes, start: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        cursor = self._raw.cursor(db=self._env._db(db))
+        if reverse:
+            bound = prefix + start if start is not None else _after_prefix(prefix)
+            if bound == b"":
+                return
+            found = cursor.prev() if bound and cursor.set_range(bound) else cursor.last()
+            step = cursor.prev
+        else:
+            first = prefix + (start or b"")
+            found = cursor.set_range(first) if first else cursor.first()
+            step = cursor.next
+        while found:
+            key = cursor.key()
+            if not key.startswith(prefix):
+                return
+            yield key, cursor.value()
+            found = step()
+
+    def _check(self, key: bytes, mutate: bool = False) -> None:
+        if self._done:
+            raise StateError(f"state directory {self._env.path!r}: the transaction has ended")
+        if mutate and not self.write:
+            raise StateError(
+                f"state directory {self._env.path!r}: cannot write in a read transaction"
+            )
+        if len(key) > self._env.max_key_size:
+            raise StateKeyError(
+                f"a key of {len(key)} bytes is longer than LMDB's limit of "
+                f"{self._env.max_key_size} bytes: {key[:60]!r}..."
+            )
+        if mutate and not key:
+            raise StateKeyError("LMDB does not store an empty key")
+
+    def _take_writes(self) -> Writes:
+        """End the transaction for its user and hand over what it wrote."""
+        self._done = True
+        writes, self._writes = self._writes or {}, None
+        return writes
+
+    def _end(self, commit: bool) -> None:
+        self._done = True
+        if commit:
+            self._raw.commit()
+            return
+        with suppress(lmdb.Error):  # a failed commit has already aborted it
+            self._raw.abort()
+
+
+_Item = tuple[bytes, bytes]
+
+
+def _pending_range(
+    pending: dict[bytes, bytes | None], prefix: bytes, start: bytes | None, reverse: bool
+) -> list[tuple[bytes, bytes | None]]:
+    """The buffered writes a scan of (``prefix``, ``start``, ``reverse``) covers, in its order."""
+    bound = prefix + start if start is not None else None
+    if reverse:
+        chosen = [k for k in pending if k.startswith(prefix) and (bound is None or k < bound)]
+    else:
+        chosen = [k for k in pending if k.startswith(prefix) and (bound is None or k >= bound)]
+    chosen.sort(reverse=reverse)
+    return [(key, pending[key]) for key in chosen]
+
+
+def _merge(
+    committed: Iterator[_Item], pending: list[tuple[bytes, bytes | None]], reverse: bool
+) -> Iterator[_Item]:
+    """Committed items overlaid with buffered writes (a write wins; None deletes)."""
+
+    def before(a: bytes, b: bytes) -> bool:
+        return a > b if reverse else a < b
+
+    index = 0
+    for key, value in committed:
+        while index < len(pending) and before(pending[index][0], key):
+            written = pending[index]
+            index += 1
+            if written[1] is not None:
+                yield written[0], written[1]
+        if index < len(pending) and pending[index][0] == key:
+            written = pending[index]
+            index += 1
+            if written[1] is not None:
+                yield key, written[1]
+            continue
+        yield key, value
+    for key, written_value in pending[index:]:
+        if written_value is not None:
+            yield key, written_value
+
+
+def _after_prefix(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes((stripped[-1] + 1,))
+
+
+def apply_writes(
+    raw: lmdb.Transaction,
+    writes: Writes,
+    databases: dict[str, object],
+) -> None:
+    """Apply buffered writes to an LMDB write transaction, each database in key order."""
+    for name, pending in writes.items():
+        db = databases[name]
+        puts = sorted((key, value) for key, value in pending.items() if value is not None)
+        if puts:
+            raw.cursor(db=db).putmulti(puts)
+        for key, value in pending.items():
+            if value is None:
+                raw.delete(key, db=db)
