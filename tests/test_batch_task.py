@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import pickle
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -108,25 +109,52 @@ def test_a_failure_from_upstream_drops_the_id_and_travels_on_once() -> None:
     assert outputs_of(run, DATA) == []
 
 
-def test_a_rich_bolt_that_leaves_inputs_unacked_fails_the_id_saying_so() -> None:
-    builder = LinearDRPCTopologyBuilder("forgetful")
-    builder.add_bolt(bolts.RichForgetsToAck())
-    topology = builder.create_topology()
+def one_step(bolt: Any, conf: dict[str, Any] | None = None) -> Topology:
+    builder = LinearDRPCTopologyBuilder("one-step")
+    builder.add_bolt(bolt)
+    return builder.create_topology(conf)
+
+
+def request(topology: Topology, id: int, args: str) -> tuple[Any, ...]:
+    return data("prepare-request", topology.component_task_ids["prepare-request"][0], id, args)
+
+
+def test_a_rich_bolt_that_leaves_inputs_unacked_fails_the_id_at_the_message_timeout() -> None:
+    topology = one_step(bolts.RichForgetsToAck(), {"topology.message.timeout.secs": 0.2})
     run = TaskRun(topology, "bolt0", 0, job_ids=(1,))
-    run.run(
-        [
-            (
-                DATA,
-                "prepare-request",
-                "default",
-                topology.component_task_ids["prepare-request"][0],
-                [1, "x"],
-            )
-        ]
-    )
+    run.run([request(topology, 1, "x")])
     failure = run.failures[1]
     assert failure.type is DRPCExceptionType.FAILED_REQUEST
-    assert "left 1 of its 1 input tuples unacked" in failure.message
+    assert "left 1 of its 1 input tuples unacked within 0.2 s" in failure.message
+
+
+def test_acks_from_the_bolts_own_thread_finish_the_id_before_the_task_ends() -> None:
+    topology = one_step(bolts.AckFromAThread(("id", "result"), seconds=0.1))
+    run = TaskRun(topology, "bolt0", 0, job_ids=(1, 2))
+    run.run([request(topology, 1, "a"), request(topology, 2, "b")])
+    assert run.failures == {}
+    join = topology.component_task_ids["join-result"][0]
+    sent = sorted(r[4] for r in run.records_by_task()[join] if r[0] == DATA)
+    assert sent == [[1, "a"], [2, "b"]]
+
+
+def test_calls_after_the_task_ended_are_dropped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topology = one_step(bolts.AckFromAThread(("id", "result"), seconds=0.5))
+    run = TaskRun(topology, "bolt0", 0, job_ids=(1,), deadline=0.0)  # no wait at all
+    run.run([request(topology, 1, "a")])
+    assert "unacked" in run.failures[1].message
+    outputs = {task: list(records) for task, records in run.records_by_task().items()}
+    with caplog.at_level(logging.WARNING, logger="drpc.executors.batch"):
+        deadline = time.monotonic() + 10
+        while len(caplog.records) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the timer thread emits, then acks
+    assert [r.getMessage() for r in caplog.records] == [
+        "step 'bolt0' task 1 emitted a tuple after its batch ended (past its deadline); ignored",
+        "step 'bolt0' task 1 acked a tuple after its batch ended (past its deadline); ignored",
+    ]
+    assert run.records_by_task() == outputs  # nothing changed
 
 
 def test_an_unpicklable_value_fails_only_its_id() -> None:

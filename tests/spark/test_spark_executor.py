@@ -17,7 +17,6 @@ from drpc.examples.reach import EXPECTED_REACH, build_reach
 from drpc.resources import WorkerResource
 from drpc.testing import LocalDRPC
 
-from ..topologies import bolts
 from . import workload
 
 pytestmark = pytest.mark.usefixtures("spark_session")
@@ -90,15 +89,6 @@ def test_a_crashed_python_worker_fails_its_job_with_a_typed_error_and_serving_go
             and "Python worker exited unexpectedly" in caught.value.msg
         )
         assert drpc.execute("fragile", "fine") == "fine!"
-
-
-def test_a_rich_bolt_that_leaves_an_input_unacked_fails_its_request_saying_so() -> None:
-    with LocalDRPC(executor="spark") as drpc:
-        drpc.register(single_step("forgetful", bolts.RichForgetsToAck()))
-        with pytest.raises(DRPCExecutionException) as caught:
-            drpc.execute("forgetful", "x")
-        assert caught.value.type is DRPCExceptionType.FAILED_REQUEST
-        assert "unacked" in caught.value.msg and "bolt0" in caught.value.msg
 
 
 def test_a_worker_resource_is_loaded_once_per_python_worker(tmp_path: Path) -> None:
