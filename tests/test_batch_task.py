@@ -12,7 +12,8 @@ import pytest
 
 from drpc import DRPCExceptionType, Fields, LinearDRPCTopologyBuilder, Topology
 from drpc.errors import Failure
-from drpc.executors.batch import DATA, FAIL, REPORT, TaskHints, TaskRun
+from drpc.executors.batch import TaskHints, TaskRun
+from drpc.executors.records import FailureNotice, Shipment
 from drpc.logs import ContextFilter
 
 from .topologies import bolts
@@ -26,20 +27,34 @@ def chain() -> Topology:
     return builder.create_topology()
 
 
-def data(source: str, task: int, *values: Any) -> tuple[Any, ...]:
-    return (DATA, source, "default", task, list(values))
+def data(source: str, task: int, *values: Any) -> Shipment:
+    return Shipment(source, task, [("default", list(values))])
 
 
-def report(source: str, task: int, counts: dict[Any, int]) -> tuple[Any, ...]:
-    return (REPORT, source, task, counts)
+def report(source: str, task: int, counts: dict[Any, int]) -> Shipment:
+    return Shipment(source, task, reports=dict(counts))
 
 
-def outputs_of(run: TaskRun, kind: int) -> list[tuple[int, tuple[Any, ...]]]:
+def failure_notice(id: Any, failure: Failure) -> Shipment:
+    return Shipment("bolt0", 0, failures=[FailureNotice(id, failure)])
+
+
+def sent_tuples(run: TaskRun) -> list[tuple[int, list[Any]]]:
+    """(receiving task, values) of every tuple the task sent."""
     return [
-        (task, r)
-        for task, records in run.records_by_task().items()
-        for r in records
-        if r[0] == kind
+        (task, values)
+        for task, shipment in run.shipments().items()
+        for _, values in shipment.tuples
+    ]
+
+
+def sent_reports(run: TaskRun) -> dict[int, dict[Any, int]]:
+    return {task: s.reports for task, s in run.shipments().items() if s.reports}
+
+
+def sent_failures(run: TaskRun) -> list[tuple[int, FailureNotice]]:
+    return [
+        (task, notice) for task, shipment in run.shipments().items() for notice in shipment.failures
     ]
 
 
@@ -56,9 +71,9 @@ def test_a_middle_task_finishes_each_id_and_reports_to_every_downstream_task() -
         ]
     )
     assert run.failures == {}
-    sent = [r[4] for _, r in outputs_of(run, DATA)]
+    sent = [values for _, values in sent_tuples(run)]
     assert sorted(sent) == [[1, 2], [2, 0]]  # finish_batch ran for id 2 although it saw nothing
-    reports = {task: r[3] for task, r in outputs_of(run, REPORT)}
+    reports = sent_reports(run)
     assert set(reports) == set(topology.component_task_ids["bolt2"])
     assert sum(counts.get(1, 0) for counts in reports.values()) == 1
     assert all(set(counts) == {1, 2} for counts in reports.values())  # zeros included
@@ -73,7 +88,7 @@ def test_fewer_tuples_than_reported_is_an_internal_error() -> None:
     assert failure.type is DRPCExceptionType.INTERNAL_ERROR
     assert "did not receive every tuple" in failure.message
     assert "1 of 3 reported tuples acked" in failure.message
-    assert outputs_of(run, DATA) == []  # no partial result travels on
+    assert sent_tuples(run) == []  # no partial result travels on
 
 
 def test_more_tuples_than_reported_is_an_internal_error() -> None:
@@ -97,16 +112,19 @@ def test_a_failure_from_upstream_drops_the_id_and_travels_on_once() -> None:
     boom = Failure(DRPCExceptionType.FAILED_REQUEST, "Request failed: boom")
     forwarders = []
     for index in range(3):
-        if TaskRun(topology, "bolt1", index, job_ids=()).run([(FAIL, 5, boom)]).outputs:
+        if TaskRun(topology, "bolt1", index, job_ids=()).run([failure_notice(5, boom)]).outputs:
             forwarders.append(index)
     assert len(forwarders) == 1  # exactly one task of the component forwards it
     designated = forwarders
     run = TaskRun(topology, "bolt1", designated[0], job_ids=(5,))
-    run.run([data("bolt0", bolt0[0], 5, 0), (FAIL, 5, boom), report("bolt0", bolt0[0], {5: 1})])
+    run.run(
+        [data("bolt0", bolt0[0], 5, 0), failure_notice(5, boom), report("bolt0", bolt0[0], {5: 1})]
+    )
     assert run.failures == {5: boom}
-    fails = outputs_of(run, FAIL)
+    fails = sent_failures(run)
     assert sorted(task for task, _ in fails) == topology.component_task_ids["bolt2"]
-    assert outputs_of(run, DATA) == []
+    assert all(notice == FailureNotice(5, boom) for _, notice in fails)
+    assert sent_tuples(run) == []
 
 
 def one_step(bolt: Any, conf: dict[str, Any] | None = None) -> Topology:
@@ -134,7 +152,7 @@ def test_acks_from_the_bolts_own_thread_finish_the_id_before_the_task_ends() -> 
     run.run([request(topology, 1, "a"), request(topology, 2, "b")])
     assert run.failures == {}
     join = topology.component_task_ids["join-result"][0]
-    sent = sorted(r[4] for r in run.records_by_task()[join] if r[0] == DATA)
+    sent = sorted(values for task, values in sent_tuples(run) if task == join)
     assert sent == [[1, "a"], [2, "b"]]
 
 
@@ -145,7 +163,7 @@ def test_calls_after_the_task_ended_are_dropped_with_a_warning(
     run = TaskRun(topology, "bolt0", 0, job_ids=(1,), deadline=0.0)  # no wait at all
     run.run([request(topology, 1, "a")])
     assert "unacked" in run.failures[1].message
-    outputs = {task: list(records) for task, records in run.records_by_task().items()}
+    outputs = {task: repr(shipment) for task, shipment in run.shipments().items()}
     with caplog.at_level(logging.WARNING, logger="drpc.executors.batch"):
         deadline = time.monotonic() + 10
         while len(caplog.records) < 2 and time.monotonic() < deadline:
@@ -154,7 +172,7 @@ def test_calls_after_the_task_ended_are_dropped_with_a_warning(
         "step 'bolt0' task 1 emitted a tuple after its batch ended (past its deadline); ignored",
         "step 'bolt0' task 1 acked a tuple after its batch ended (past its deadline); ignored",
     ]
-    assert run.records_by_task() == outputs  # nothing changed
+    assert {task: repr(shipment) for task, shipment in run.shipments().items()} == outputs
 
 
 def test_an_unpicklable_value_fails_only_its_id() -> None:
@@ -176,9 +194,9 @@ def test_an_unpicklable_value_fails_only_its_id() -> None:
     blobs = run.blobs()
     assert set(run.failures) == {2}
     assert "cannot be pickled" in run.failures[2].message and "bolt1" in run.failures[2].message
-    shipped = [r for _, blob in blobs for r in pickle.loads(blob)]
-    assert [r[4] for r in shipped if r[0] == DATA] == [[1, 0]]
-    assert any(r[0] == FAIL and r[1] == 2 for r in shipped)
+    shipped = [shipment for _, blob in blobs for shipment in pickle.loads(blob)]
+    assert [values for s in shipped for _, values in s.tuples] == [[1, 0]]
+    assert any(notice.id == 2 for s in shipped for notice in s.failures)
 
 
 def test_a_bolt_whose_prepare_raises_fails_every_id_it_would_handle() -> None:
@@ -221,10 +239,10 @@ def test_implied_zero_reports_let_every_task_finish_every_id() -> None:
         ]
     )
     assert run.failures == {}
-    assert sorted(r[4] for _, r in outputs_of(run, DATA)) == [[7, 2], [8, 0]]
+    assert sorted(values for _, values in sent_tuples(run)) == [[7, 2], [8, 0]]
     # Only the non-zero count travels, to the one task that received the tuples.
-    [(_, shipped)] = outputs_of(run, REPORT)
-    assert set(shipped[3].values()) == {1} and len(shipped[3]) == 2
+    [shipped] = sent_reports(run).values()
+    assert set(shipped.values()) == {1} and len(shipped) == 2
 
 
 class LoggingCount(bolts.CountPerRequest):

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drpc.errors import DRPCError
+from drpc.executors import EXECUTORS
 from drpc.hosting import load_topology
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.progress import Progress
@@ -40,7 +41,7 @@ from drpc.state.env import (
     MIN_MAP_SIZE,
     parse_size,
 )
-from drpc.transactional.run import EXECUTORS, CommitInfo, TransactionalRunner
+from drpc.transactional.run import CommitInfo, TransactionalRunner
 
 
 def _size(text: str) -> int:

@@ -10,18 +10,19 @@ until its source runs dry (a committed batch emitted nothing) or
   state directory before a batch is emitted, so a replay (after a failure or
   a restart) gets the same metadata;
 - the **processing phase** of an attempt (the emitter and every bolt that is
-  not a committer nor after one) runs on the executor: on ``"local"`` through
-  the in-process streaming engine (a batch is processed when its tuple tree
-  completes), on ``"spark"`` as one Spark job per attempt with the emitters on
-  the driver; up to ``max_spout_pending`` attempts at once (None: the
-  topology's ``topology.max.spout.pending``, else 1, as Storm's coordinator
-  reads it). What the
-  processing phase sends to commit-phase bolts is captured;
-- the **commit phase** runs on this thread, strictly in txid order: the
-  committers (``finish_batch`` only now) and the bolts after them run over
-  the captured tuples inside ONE LMDB write transaction that also holds every
-  state map write, the opaque spout's partition metadata and the commit
-  record; a crash keeps all of a commit or none of it;
+  not a committer nor after one) runs on a backend
+  (``drpc.transactional.processing``): on ``"local"`` through the in-process
+  streaming engine (a batch is processed when its tuple tree completes), on
+  ``"spark"`` as one Spark job per attempt with the emitters on the driver;
+  up to ``max_spout_pending`` attempts at once (None: the topology's
+  ``topology.max.spout.pending``, else 1, as Storm's coordinator reads it).
+  What the processing phase sends to commit-phase bolts is captured;
+- the **commit phase** (``drpc.transactional.commit``) runs on this thread,
+  strictly in txid order: the committers (``finish_batch`` only now) and the
+  bolts after them run over the captured tuples inside ONE LMDB write
+  transaction that also holds every state map write, the opaque spout's
+  partition metadata and the commit record; a crash keeps all of a commit
+  or none of it;
 - a failure in either phase (``FailedException``, a timeout, a Spark failure,
   a full map past its limit) fails that transaction and every later active
   one; they are re-emitted with new attempts and the same metadata; a txid
@@ -47,51 +48,42 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from drpc import config
 from drpc.builders.transactional import TransactionalInfo, TransactionalTopologyBuilder
-from drpc.errors import (
-    DRPCExceptionType,
-    Failure,
-    InvalidTopologyError,
-    StateFullError,
-    TransactionalError,
-)
-from drpc.executors.batch import DATA, FAIL, REPORT, Record, TaskHints, TaskRun
-from drpc.logs import worker_settings
-from drpc.model.components import BaseRichBolt, Conf, OutputCollector
+from drpc.errors import InvalidTopologyError, StateFullError, TransactionalError
+from drpc.executors import EXECUTORS
 from drpc.model.context import TopologyContext
-from drpc.model.streams import COORDINATED_STREAM_ID
-from drpc.model.topology import Topology, TopologyBuilder
-from drpc.model.tuples import Tuple
+from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, OBSERVER_SERVICE, Observer, notify
 from drpc.state import CoordinatorState, StateEnvironment
 from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.commit import CommitFailed, CommitPhase
 from drpc.transactional.coordinator import (
     Decision,
     EmitBatch,
     EmitCommit,
     TransactionalCoordinator,
 )
+from drpc.transactional.local_backend import LocalBackend
+from drpc.transactional.processing import (
+    Event,
+    Processed,
+    ProcessingBackend,
+    batch_log_fields,
+)
+from drpc.transactional.spark_backend import SparkBackend
 from drpc.transactional.spouts import (
-    BATCH_STREAM,
-    COMMIT_STREAM,
     TRANSACTIONAL_SERVICE,
     TransactionalServices,
-    commit_opaque_metas,
     spout_coordinator,
 )
-from drpc.transactional.state import STATE_DIR_CONF, STATE_SERVICE, TopologyState, commit_scope
+from drpc.transactional.state import STATE_DIR_CONF, STATE_SERVICE, TopologyState
 
 log = logging.getLogger(__name__)
-
-CAPTURE_SERVICE = "drpc.transactional.capture"
-EXECUTORS = ("local", "spark")
 
 
 @dataclass
@@ -123,26 +115,6 @@ class RunResult:
         return [values for commit in self.commits for values in commit.outputs.get(component, [])]
 
 
-@dataclass(frozen=True)
-class Processed:
-    attempt: TransactionAttempt
-    captured: dict[int, list[Record]]
-    tuples: int
-
-
-@dataclass(frozen=True)
-class ProcessingFailed:
-    attempt: TransactionAttempt
-    failure: Failure
-
-
-Event = Processed | ProcessingFailed
-
-
-def _failure_text(failure: Failure | None) -> str:
-    return failure.message if failure is not None else "failed"
-
-
 class _Metadata:
     """The coordinator's ``MetadataSource``: durable per-txid metadata from the spout."""
 
@@ -164,342 +136,6 @@ class _Metadata:
 
     def get_state(self, txid: int) -> Any:
         return self.state.batch_meta.get_state(txid, self.coordinator.initialize_transaction)
-
-
-def _captured_failure(captured: dict[int, list[Record]]) -> Failure | None:
-    for records in captured.values():
-        for record in records:
-            if record[0] == FAIL:
-                return record[2]
-    return None
-
-
-# -- the local backend: the in-process streaming engine ---------------------------------------
-
-
-class CaptureBolt(BaseRichBolt):
-    """Stands in for a commit-phase bolt during processing: keeps what it receives."""
-
-    def __init__(self, component_id: str) -> None:
-        self.component_id = component_id
-        self._store: _Captures | None = None
-        self._collector: OutputCollector | None = None
-        self._index = 0
-
-    def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
-        self._store = context.services[CAPTURE_SERVICE]
-        self._collector = collector
-        self._index = context.this_task_index
-
-    def execute(self, tuple: Tuple) -> None:
-        assert self._store is not None and self._collector is not None
-        self._store.add(self.component_id, self._index, tuple)
-        self._collector.ack(tuple)
-
-
-class _Captures:
-    """What capture bolts received, per attempt, as batch records of the full topology."""
-
-    def __init__(self, processing: Topology, full: Topology) -> None:
-        self._lock = threading.Lock()
-        self._records: dict[TransactionAttempt, dict[int, list[Record]]] = {}
-        self._processing = processing
-        self._full = full
-
-    def _full_task(self, task: int) -> int:
-        component = self._processing.task_component[task]
-        index = self._processing.component_task_ids[component].index(task)
-        return self._full.component_task_ids[component][index]
-
-    def add(self, component: str, index: int, received: Tuple) -> None:
-        source_task = self._full_task(received.source_task)
-        if received.source_stream == COORDINATED_STREAM_ID:
-            record: Record = (
-                REPORT,
-                received.source_component,
-                source_task,
-                {received[0]: received[1]},
-            )
-        else:
-            record = (
-                DATA,
-                received.source_component,
-                received.source_stream,
-                source_task,
-                received.values,
-            )
-        target = self._full.component_task_ids[component][index]
-        with self._lock:
-            self._records.setdefault(received[0], {}).setdefault(target, []).append(record)
-
-    def take(self, attempt: TransactionAttempt) -> dict[int, list[Record]]:
-        with self._lock:
-            return self._records.pop(attempt, {})
-
-
-def batch_log_fields(topology_id: str, attempt: TransactionAttempt, phase: str) -> dict[str, Any]:
-    """``extra=`` fields of a log line about one batch attempt (also the logging context
-    while a task handles the batch)."""
-    return {
-        "topology": topology_id,
-        "txid": attempt.txid,
-        "attempt_id": attempt.attempt_id,
-        "phase": phase,
-    }
-
-
-class LocalBackend:
-    """Processes attempts on the in-process engine; commit-phase bolts are captured."""
-
-    def __init__(
-        self,
-        topology: Topology,
-        info: TransactionalInfo,
-        conf: dict[str, Any],
-        services: dict[str, Any],
-        transactional: TransactionalServices,
-        threads: int = 4,
-    ) -> None:
-        from drpc.executors.local import LocalExecutor
-
-        self.info = info
-        self.transactional = transactional
-        self.processing = _processing_topology(topology, info)
-        self.captures = _Captures(self.processing, topology)
-        self._queue: collections.deque[tuple[TransactionAttempt, Any, int | None]] = (
-            collections.deque()
-        )
-        self._wakeup: Callable[[], None] | None = None
-        self._report: Callable[[Event], None] | None = None
-        transactional.batches = self
-        self.executor = LocalExecutor(
-            self.processing,
-            conf={**conf, config.TOPOLOGY_MAX_SPOUT_PENDING: None},
-            services={**services, CAPTURE_SERVICE: self.captures},
-            threads=threads,
-        )
-
-    def start(self, report: Callable[[Event], None]) -> None:
-        self._report = report
-        self.executor.start()
-
-    def stop(self) -> None:
-        self.executor.stop()
-
-    def submit(
-        self, attempt: TransactionAttempt, metadata: Any, last_committed: int | None
-    ) -> None:
-        self._queue.append((attempt, metadata, last_committed))
-        if self._wakeup is not None:
-            self._wakeup()
-
-    # the coordinator spout's side
-    def attach(self, wakeup: Callable[[], None]) -> None:
-        self._wakeup = wakeup
-
-    def next_batch(self) -> tuple[TransactionAttempt, Any, int | None] | None:
-        try:
-            return self._queue.popleft()
-        except IndexError:
-            return None
-
-    def processed(self, attempt: TransactionAttempt) -> None:
-        assert self._report is not None
-        captured = self.captures.take(attempt)
-        tuples = self.transactional.take_emitted(attempt)
-        self._report(Processed(attempt, captured, tuples))
-
-    def failed(self, attempt: TransactionAttempt, failure: Failure | None) -> None:
-        assert self._report is not None
-        self.captures.take(attempt)
-        self.transactional.take_emitted(attempt)
-        self._report(
-            ProcessingFailed(
-                attempt,
-                failure or Failure(DRPCExceptionType.FAILED_REQUEST, f"batch {attempt} failed"),
-            )
-        )
-
-
-def _processing_topology(topology: Topology, info: TransactionalInfo) -> Topology:
-    """The topology without its commit phase: commit-phase bolts become capture bolts."""
-    commit = set(info.commit_components)
-    builder = TopologyBuilder()
-    for component_id, spec in topology.components.items():
-        if spec.kind == "spout":
-            builder.set_spout(component_id, spec.component, spec.parallelism)
-            continue
-        inputs = dict(spec.inputs)
-        component = spec.component
-        if component_id in commit:
-            inputs = {
-                stream: grouping
-                for stream, grouping in inputs.items()
-                if stream.component_id not in commit and stream.component_id != info.coordinator_id
-            }
-            if not inputs:
-                continue
-            component = CaptureBolt(component_id)
-        declarer = builder.set_bolt(component_id, component, spec.parallelism)
-        declarer.add_configurations(spec.conf)
-        for stream, grouping in inputs.items():
-            declarer.grouping(stream.component_id, grouping, stream.stream_id)
-    return builder.create_topology(topology.name + "/processing", topology.conf)
-
-
-# -- the Spark backend -------------------------------------------------------------------------
-
-
-class SparkBackend:
-    """Processes each attempt as one Spark job; emitters and commit-phase bolts on the driver."""
-
-    def __init__(
-        self,
-        topology: Topology,
-        info: TransactionalInfo,
-        conf: dict[str, Any],
-        services: dict[str, Any],
-        transactional: TransactionalServices,
-        max_jobs: int,
-        master: str | None = None,
-        spark_conf: dict[str, Any] | None = None,
-    ) -> None:
-        from drpc.executors.plan import DRIVER, SPARK, compile_plan
-
-        self.topology = topology
-        self.info = info
-        self.conf = conf
-        self.services = services
-        self.transactional = transactional
-        self.master = master
-        self.spark_conf = spark_conf
-        placement = {
-            component_id: DRIVER
-            if spec.kind == "spout"
-            or component_id == info.spout_id
-            or component_id in info.commit_components
-            else SPARK
-            for component_id, spec in topology.components.items()
-        }
-        self.plan = compile_plan(topology, placement)
-        self._pool = ThreadPoolExecutor(max_jobs, thread_name_prefix=f"drpc-tx-{info.id}")
-        self._report: Callable[[Event], None] | None = None
-        self._stages: Any = None
-        self._sc: Any = None
-        self._broadcast: Any = None
-        self._tags: set[str] = set()
-        self._token = uuid.uuid4().hex
-
-    def start(self, report: Callable[[Event], None]) -> None:
-        from drpc import runtime
-        from drpc.executors.spark import SparkStages
-        from drpc.semantics.runners import freeze
-
-        self._report = report
-        self._sc = runtime.get_session(self.master, self.spark_conf).sparkContext
-        self._broadcast = self._sc.broadcast(freeze(self.topology))
-        self._stages = SparkStages(self._sc, self.plan, self._token, self._broadcast)
-
-    def stop(self) -> None:
-        for tag in list(self._tags):
-            self._sc.cancelJobsWithTag(tag)
-        self._pool.shutdown(wait=True)
-        if self._broadcast is not None:
-            self._broadcast.unpersist()
-
-    def submit(
-        self, attempt: TransactionAttempt, metadata: Any, last_committed: int | None
-    ) -> None:
-        # Emitters run here, on the coordinator's thread, so batches are emitted in txid order.
-        topology, info = self.topology, self.info
-        coordinator_task = topology.component_task_ids[info.coordinator_id][0]
-        batch = (
-            DATA,
-            info.coordinator_id,
-            BATCH_STREAM,
-            coordinator_task,
-            [attempt, metadata, last_committed],
-        )
-        driver_records: dict[int, list[Record]] = {}
-        failure: Failure | None = None
-        for index in range(topology.components[info.spout_id].parallelism):
-            run = TaskRun(
-                topology,
-                info.spout_id,
-                index,
-                job_ids=(attempt,),
-                conf=self.conf,
-                services=self.services,
-                hints=self.plan.hints[info.spout_id],
-            ).run([batch])
-            failure = failure or next(iter(run.failures.values()), None)
-            for target, records in run.records_by_task().items():
-                driver_records.setdefault(target, []).extend(records)
-        tuples = self.transactional.take_emitted(attempt)
-        assert self._report is not None
-        if failure is not None:
-            self._report(ProcessingFailed(attempt, failure))
-            return
-        self._pool.submit(self._process, attempt, driver_records, tuples)
-
-    def _process(
-        self, attempt: TransactionAttempt, driver_records: dict[int, list[Record]], tuples: int
-    ) -> None:
-        from drpc.executors.spark import JobSpec, _describe_spark_error
-
-        assert self._report is not None
-        tag = f"drpc-tx-{self._token[:8]}-{attempt.txid}-{attempt.attempt_id}"
-        sc = self._sc
-        self._tags.add(tag)
-        try:
-            sc.addJobTag(tag)
-            sc.setInterruptOnCancel(True)
-            sc.setJobDescription(f"drpc transactional {self.info.id}: batch {attempt}")
-            spec = JobSpec(
-                (attempt,),
-                self.conf,
-                log_fields={attempt: batch_log_fields(self.info.id, attempt, "processing")},
-                logging=worker_settings(),
-                deadline=time.time() + float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]),
-            )
-            collected = self._stages.run(spec, driver_records)
-        except Exception as error:
-            self._report(
-                ProcessingFailed(
-                    attempt,
-                    Failure(
-                        DRPCExceptionType.INTERNAL_ERROR,
-                        f"the Spark job of batch {attempt} failed: {_describe_spark_error(error)}",
-                    ),
-                )
-            )
-            return
-        finally:
-            self._tags.discard(tag)
-            sc.removeJobTag(tag)
-            sc.setJobDescription(None)
-        commit = set(self.info.commit_components)
-        captured = {
-            task: records
-            for task, records in driver_records.items()
-            if self.topology.task_component[task] in commit
-        }
-        for task, records in collected.items():
-            captured.setdefault(task, []).extend(records)
-        failure = _captured_failure(captured)
-        if failure is not None:
-            self._report(ProcessingFailed(attempt, failure))
-        else:
-            self._report(Processed(attempt, captured, tuples))
-
-
-# -- the run -------------------------------------------------------------------------------------
-
-
-class CommitFailed(Exception):
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
 
 
 class TransactionalRunner:
@@ -565,19 +201,11 @@ class TransactionalRunner:
         self.coordinator = TransactionalCoordinator(
             max_spout_pending, current_txid=self.coordinator_state.next_txid()
         )
-        self.commit_hints = {
-            component: TaskHints(
-                implied_sources=tuple(
-                    (source, 1 if args.single else topology.components[source].parallelism)
-                    for source, args in sorted(coordination.sources.items())
-                ),
-                omit_zero_reports=True,
-            )
-            for component in info.commit_components
-            if (coordination := topology.components[component].coordination) is not None
-        }
+        self.commit_phase = CommitPhase(
+            topology, info, self.conf, self.services, self.transactional, self.coordinator_state
+        )
         if executor == "local":
-            self.backend: LocalBackend | SparkBackend = LocalBackend(
+            self.backend: ProcessingBackend = LocalBackend(
                 topology, info, self.conf, self.services, self.transactional, threads
             )
         else:
@@ -814,7 +442,9 @@ class TransactionalRunner:
         started = time.monotonic()
         try:
             outputs = self.env.run_write(
-                lambda txn: self._commit_in(txn, attempt, processed.captured),
+                lambda txn: self.commit_phase.run(
+                    txn, attempt, processed.captured, self._log_fields(attempt, "commit")
+                ),
                 what=f"the commit of txid {attempt.txid} of topology {self.info.id!r}",
             )
         except StateFullError as error:
@@ -865,40 +495,6 @@ class TransactionalRunner:
         elif info.tuples == 0:
             self.metadata.resume_at = time.monotonic() + idle_interval
         return self.coordinator.ack(attempt, self.metadata)
-
-    def _commit_in(
-        self, txn: Any, attempt: TransactionAttempt, captured: dict[int, list[Record]]
-    ) -> dict[str, list[list[Any]]]:
-        topology, info = self.topology, self.info
-        records = {task: list(received) for task, received in captured.items()}
-        coordinator_task = topology.component_task_ids[info.coordinator_id][0]
-        commit_tuple = (DATA, info.coordinator_id, COMMIT_STREAM, coordinator_task, [attempt])
-        for committer in info.committers:
-            for task in topology.component_task_ids[committer]:
-                records.setdefault(task, []).append(commit_tuple)
-        outputs: dict[str, list[list[Any]]] = {}
-        with commit_scope(txn, attempt.txid):
-            for component in info.commit_components:
-                for index, task in enumerate(topology.component_task_ids[component]):
-                    run = TaskRun(
-                        topology,
-                        component,
-                        index,
-                        job_ids=(attempt,),
-                        conf=self.conf,
-                        services=self.services,
-                        hints=self.commit_hints.get(component),
-                        log_fields={attempt: self._log_fields(attempt, "commit")},
-                    ).run(records.pop(task, []))
-                    if run.failures:
-                        raise CommitFailed(next(iter(run.failures.values())))
-                    for target, out in run.records_by_task().items():
-                        records.setdefault(target, []).extend(out)
-                    for _, values in run.unrouted:
-                        outputs.setdefault(component, []).append(values)
-            commit_opaque_metas(self.transactional, attempt.txid, txn)
-            self.coordinator_state.record_commit(txn, attempt.txid)
-        return outputs
 
 
 def run(

@@ -15,7 +15,7 @@ BUILT = build_exclamation("built").create_topology()
 
 
 def test_default_executor_is_spark_once_the_spark_executor_exists() -> None:
-    spark_present = (ROOT / "drpc" / "executors" / "spark.py").exists()
+    spark_present = (ROOT / "drpc" / "executors" / "spark" / "__init__.py").exists()
     assert default_executor() == ("spark" if spark_present else "local")
 
 

@@ -56,7 +56,7 @@ job failed or was cancelled). ``step_started`` is reported live for
 later Spark steps and ``spark-job`` only get ``step_finished``. Spark steps
 run in tasks on worker processes: each task measures its span with
 ``time.time()`` and its per-id seconds, and ships them with the data
-(``TIMING`` records forwarded stage to stage to the driver, never
+(``Timing`` records forwarded stage to stage to the driver, never
 accumulators). The driver converts wall time to its ``time.monotonic()``:
 worker clocks are assumed in sync with the driver's (one machine, or NTP;
 skew shifts those spans by it).
@@ -66,263 +66,41 @@ from __future__ import annotations
 
 import itertools
 import logging
-import pickle
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from drpc import config, runtime
-from drpc.builders.drpc_components import INVOCATIONS_SERVICE
+from drpc.builders.drpc_components import INVOCATIONS_SERVICE, RETURN_STREAM
 from drpc.builders.linear_drpc import PREPARE_ID, SPOUT_ID
 from drpc.errors import (
     DRPCExceptionType,
-    DRPCExecutionException,
     Failure,
     InvalidTopologyError,
 )
-from drpc.executors.batch import DATA, FAIL, TIMING, Record, TaskHints, TaskRun
-from drpc.executors.plan import DRIVER, SparkPlan, StagePlan, compile_plan, explain
-from drpc.logs import configure_worker_logging, request_extra, worker_settings
-from drpc.model.streams import DEFAULT_STREAM_ID, GlobalStreamId
+from drpc.executors.batch import TaskRun, gather_shipments
+from drpc.executors.plan import SparkPlan, compile_plan
+from drpc.executors.records import Shipment, Timing
+from drpc.executors.spark.stages import JobSpec, SparkStages, describe_spark_error, tagged_job
+from drpc.executors.spark.trace import (
+    COALESCE_STEP,
+    SPARK_JOB_STEP,
+    JobTrace,
+    RecordingInvocations,
+)
+from drpc.logs import request_extra, worker_settings
+from drpc.model.streams import DEFAULT_STREAM_ID
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, notify, observer_of
 from drpc.requests import DRPCRequest, Invocations, ReturnInfo
 from drpc.semantics.runners import freeze
 
 log = logging.getLogger(__name__)
-
-__all__ = ["SparkExecutor", "explain"]
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """What every task of one job needs besides the topology."""
-
-    ids: tuple[Hashable, ...]
-    conf: dict[str, Any]
-    timed: bool = False  # tasks measure themselves and ship TIMING records
-    log_fields: dict[Hashable, dict[str, Any]] | None = None  # by id: fields of its log lines
-    logging: tuple[str, int] | None = None  # the driver's (format, level), for the workers
-    deadline: float | None = None  # time.time() until which tasks wait for async acks
-
-
-# -- worker side ------------------------------------------------------------------------------
-
-_topologies: dict[str, Topology] = {}
-
-
-def _load_topology(token: str, broadcast: Any) -> Topology:
-    topology = _topologies.get(token)
-    if topology is None:
-        topology = pickle.loads(broadcast.value)
-        _topologies[token] = topology
-    return topology
-
-
-def _run_stage(
-    index: int,
-    items: Iterable[tuple[int, bytes]],
-    *,
-    token: str,
-    broadcast: Any,
-    stage: StagePlan,
-    hints: dict[str, TaskHints],
-    job: JobSpec,
-    timing_sink: str | None = None,
-) -> Iterator[tuple[str, int, bytes]]:
-    """One partition of a stage: every fused component's task ``index`` in turn.
-
-    When ``job.timed``, the TIMING records that came in and this partition's own go
-    on to task 0 of ``timing_sink`` (the stage's first consumer) in a blob of their own."""
-    began = time.time() if job.timed else 0.0
-    if job.logging is not None:
-        configure_worker_logging(*job.logging)
-    topology = _load_topology(token, broadcast)
-    records: list[Record] = []
-    for _, blob in items:
-        records.extend(pickle.loads(blob))
-    timings: list[Record] = []
-    if job.timed:
-        timings = [r for r in records if r[0] == TIMING]
-        if timings:
-            records = [r for r in records if r[0] != TIMING]
-    last = len(stage.components) - 1
-    for position, component_id in enumerate(stage.components):
-        run = TaskRun(
-            topology,
-            component_id,
-            index,
-            job_ids=job.ids,
-            conf=job.conf,
-            hints=hints[component_id],
-            timed=job.timed,
-            log_fields=job.log_fields,
-            deadline=job.deadline,
-        )
-        run.run(records)
-        if position < last:
-            successor = stage.components[position + 1]
-            local_task = topology.component_task_ids[successor][index]
-            # Fused: task i only ever sends to task i; failures addressed to other
-            # partitions are forwarded by this partition's successor instead.
-            records = run.records_by_task().get(local_task, [])
-            records.extend((FAIL, id, failure, True) for id, failure in run.failures.items())
-            if job.timed:
-                ended = time.time()
-                timings.append((TIMING, component_id, index, began, ended, run.busy))
-                began = ended
-            continue
-        blobs = run.blobs()
-        if job.timed and timing_sink is not None:
-            timings.append((TIMING, component_id, index, began, time.time(), run.busy))
-            yield timing_sink, 0, pickle.dumps(timings, protocol=pickle.HIGHEST_PROTOCOL)
-        for task, blob in blobs:
-            component = topology.task_component[task]
-            yield component, task - topology.component_task_ids[component][0], blob
-
-
-def _for_component(component: str, item: tuple[str, int, bytes]) -> bool:
-    return item[0] == component
-
-
-def _drop_component(item: tuple[str, int, bytes]) -> tuple[int, bytes]:
-    return item[1], item[2]
-
-
-def _task_index(key: int) -> int:
-    return key
-
-
-# -- driver side ------------------------------------------------------------------------------
-
-
-class _RecordingInvocations:
-    """The job's view of the invocations handle: remembers which requests got results,
-    and reports a request's spans (``trace``) before its outcome goes out."""
-
-    def __init__(self, invocations: Invocations, trace: _JobTrace | None = None) -> None:
-        self._invocations = invocations
-        self._trace = trace
-        self.delivered: set[str] = set()
-
-    def fetch_request(self, function: str) -> DRPCRequest | None:
-        return None
-
-    def result(self, return_info: ReturnInfo, result: str) -> None:
-        if self._trace is not None:
-            self._trace.settle(return_info)
-        self._invocations.result(return_info, result)
-        self.delivered.add(return_info.request_id)
-
-    def fail_request(self, return_info: ReturnInfo, error: DRPCExecutionException) -> None:
-        if self._trace is not None:
-            self._trace.settle(return_info)
-        self._invocations.fail_request(return_info, error)
-        self.delivered.add(return_info.request_id)
-
-
-SPARK_JOB_STEP = "spark-job"
-"""The Spark job's own span (submitted until its output was collected), and the step a
-request failed in when its whole job failed or was cancelled."""
-COALESCE_STEP = "coalesce"
-
-
-class _JobTrace:
-    """The spans of one job's requests, reported per request when it settles.
-
-    Used by the job's thread only. Spans shared by every request of the job are
-    kept once; ``busy`` holds per-id seconds of Spark steps."""
-
-    def __init__(self, observer: Observer, job: _Job) -> None:
-        self.observer = observer
-        self.job = job
-        self.common = {"job": job.tag, "batch_size": len(job.requests)}
-        self.spans: list[tuple[str, float, float, dict[str, Any]]] = []
-        self.busy: dict[str, dict[Hashable, float]] = {}
-        self.ids: dict[ReturnInfo, Hashable] = {}
-        self.current: tuple[str, float] | None = None
-        self.reported: set[ReturnInfo] = set()
-
-    def started(self, step: str, now: float) -> None:
-        """A step began for every request of the job (reported live)."""
-        for request in self.job.requests:
-            notify(self.observer, "step_started", request.return_info, step, now)
-
-    def begin(self, step: str) -> float:
-        now = time.monotonic()
-        self.current = (step, now)
-        self.started(step, now)
-        return now
-
-    def finish(self) -> None:
-        assert self.current is not None
-        step, start = self.current
-        self.spans.append((step, start, time.monotonic(), self.common))
-        self.current = None
-
-    def add_spark_steps(self, timings: list[Record], attrs: dict[str, Any]) -> None:
-        """Spark steps from their tasks' TIMING records (worker wall clock to monotonic)."""
-        offset = time.time() - time.monotonic()
-        steps: dict[str, list[Any]] = {}
-        for _, component, _, began, ended, busy in timings:
-            step = steps.get(component)
-            if step is None:
-                steps[component] = [began, ended, 1]
-            else:
-                step[0], step[1], step[2] = min(step[0], began), max(step[1], ended), step[2] + 1
-            if busy:
-                per_id = self.busy.setdefault(component, {})
-                for id, seconds in busy.items():
-                    per_id[id] = per_id.get(id, 0.0) + seconds
-        for component, (began, ended, tasks) in sorted(steps.items(), key=lambda i: i[1][1]):
-            self.spans.append(
-                (
-                    component,
-                    began - offset,
-                    ended - offset,
-                    {**attrs, **self.common, "tasks": tasks},
-                )
-            )
-
-    def failed(self, return_info: ReturnInfo, failure: Failure) -> None:
-        step = failure.component
-        if step is None:
-            step = self.current[0] if self.current is not None else SPARK_JOB_STEP
-        reason = f"{failure.type.name}: {failure.message}"
-        notify(self.observer, "request_failed_in", return_info, step, reason)
-
-    def settle(self, return_info: ReturnInfo) -> None:
-        """Report the request's spans so far (the running step ends now)."""
-        if return_info in self.reported:
-            return
-        self.reported.add(return_info)
-        job, observer = self.job, self.observer
-        fetched = job.fetched.get(return_info, job.started)
-        notify(
-            observer,
-            "step_finished",
-            return_info,
-            COALESCE_STEP,
-            fetched,
-            job.started,
-            self.common,
-        )
-        id = self.ids.get(return_info)
-        for step, start, end, attrs in self.spans:
-            busy = self.busy.get(step)
-            if busy is not None:
-                attrs = {**attrs, "busy_ms": round(busy.get(id, 0.0) * 1000.0, 3)}
-            notify(observer, "step_finished", return_info, step, start, end, attrs)
-        if self.current is not None:
-            step, start = self.current
-            end = time.monotonic()
-            notify(observer, "step_finished", return_info, step, start, end, self.common)
 
 
 TREE_TIMEOUT = "tree timeout"
@@ -331,7 +109,7 @@ SHUTDOWN = "shutdown"
 
 
 @dataclass
-class _Job:
+class Job:
     tag: str
     requests: list[DRPCRequest]
     deadline: float  # every request is past its server deadline (inf: some has none)
@@ -340,7 +118,7 @@ class _Job:
     cancelled: str | None = None  # TREE_TIMEOUT, DEADLINE or SHUTDOWN
     stuck_in: tuple[str, ...] = ()  # on a tree timeout: the steps of the unfinished stage
     fetched: dict[ReturnInfo, float] = field(default_factory=dict)  # when (observing only)
-    trace: _JobTrace | None = None
+    trace: JobTrace | None = None
 
 
 @dataclass
@@ -407,7 +185,7 @@ class SparkExecutor:
         self._cond = threading.Condition()
         self._woken = False
         self._running = False
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, Job] = {}
         self._job_ids = itertools.count(1)
         self._unsubscribe: Any = None
         self._loop: threading.Thread | None = None
@@ -532,7 +310,7 @@ class SparkExecutor:
     def _launch(self, batch: list[DRPCRequest], fetched: dict[ReturnInfo, float]) -> None:
         now = time.monotonic()
         deadline = max(r.deadline if r.deadline is not None else float("inf") for r in batch)
-        job = _Job(
+        job = Job(
             f"drpc-{self._token[:8]}-{next(self._job_ids)}",
             batch,
             deadline,
@@ -544,7 +322,7 @@ class SparkExecutor:
         self.stats.batch_sizes.append(len(batch))
         if self._observing:
             job.fetched = fetched
-            job.trace = _JobTrace(self.observer, job)
+            job.trace = JobTrace(self.observer, job)
             notify(self.observer, "batch_coalesced", self.function, len(batch))
             notify(self.observer, "job_started", self.function, job.tag, len(batch), now)
             for request in batch:
@@ -605,25 +383,16 @@ class SparkExecutor:
 
     # -- one job -----------------------------------------------------------------------------
 
-    def _run_job(self, job: _Job) -> None:
-        sc = self._sc
+    def _run_job(self, job: Job) -> None:
+        description = f"drpc {self.function}: {len(job.requests)} requests"
         try:
-            sc.addJobTag(job.tag)
-            sc.setInterruptOnCancel(True)
-            sc.setLocalProperty("spark.scheduler.pool", self._pool_name)
-            sc.setJobDescription(f"drpc {self.function}: {len(job.requests)} requests")
-            self._execute(job)
+            with tagged_job(self._sc, job.tag, description, pool=self._pool_name):
+                self._execute(job)
             ok = True
         except Exception as error:
             ok = False
             self._fail_job(job, error)
         finally:
-            try:
-                sc.removeJobTag(job.tag)
-                sc.setLocalProperty("spark.scheduler.pool", None)
-                sc.setJobDescription(None)
-            except Exception:
-                log.debug("could not reset Spark thread properties", exc_info=True)
             elapsed = time.monotonic() - job.started
             self.stats.jobs += 1
             self.stats.job_seconds.append(elapsed)
@@ -633,7 +402,7 @@ class SparkExecutor:
                 self._jobs.pop(job.tag, None)
                 self._cond.notify()
 
-    def _fail_job(self, job: _Job, error: BaseException) -> None:
+    def _fail_job(self, job: Job, error: BaseException) -> None:
         if job.cancelled:
             self.stats.jobs_cancelled += 1
             if job.cancelled == TREE_TIMEOUT:
@@ -658,7 +427,7 @@ class SparkExecutor:
             failure = Failure(
                 DRPCExceptionType.INTERNAL_ERROR,
                 f"Internal error: the Spark job for {len(job.requests)} requests of "
-                f"{self.function!r} failed: {_describe_spark_error(error)}",
+                f"{self.function!r} failed: {describe_spark_error(error)}",
             )
             log.error(
                 "Spark job %s of %r failed: %s",
@@ -674,7 +443,7 @@ class SparkExecutor:
         for request in job.requests:
             self._fail(job, request.return_info, failure)
 
-    def _fail(self, job: _Job, return_info: ReturnInfo, failure: Failure) -> None:
+    def _fail(self, job: Job, return_info: ReturnInfo, failure: Failure) -> None:
         """Fail one request of ``job``, reporting where and its spans first."""
         trace = job.trace
         if trace is not None:
@@ -691,25 +460,29 @@ class SparkExecutor:
             log.debug("could not look up the Spark jobs of tag %s", tag, exc_info=True)
             return []
 
-    def _execute(self, job: _Job) -> None:
+    def _execute(self, job: Job) -> None:
         topology = self.topology
         trace = job.trace
-        recording = _RecordingInvocations(self.invocations, trace)
+        recording = RecordingInvocations(self.invocations, trace)
         services = {**self.services, INVOCATIONS_SERVICE: recording}
         spout_task = topology.component_task_ids[SPOUT_ID][0]
         if trace is not None:
             trace.begin(PREPARE_ID)
         prepare = TaskRun(topology, PREPARE_ID, 0, job_ids=(), conf=self.conf, services=services)
-        prepare.run(
-            (DATA, SPOUT_ID, DEFAULT_STREAM_ID, spout_task, [r.args, r.return_info])
-            for r in job.requests
+        requests = Shipment(
+            SPOUT_ID,
+            spout_task,
+            [(DEFAULT_STREAM_ID, [r.args, r.return_info]) for r in job.requests],
         )
-        driver_records: dict[int, list[Record]] = prepare.records_by_task()
-        returns: dict[Hashable, ReturnInfo] = {}
-        for records in driver_records.values():
-            for record in records:
-                if record[0] == DATA and record[1] == PREPARE_ID and record[2] == "ret":
-                    returns[record[4][0]] = record[4][1]
+        driver_shipments = gather_shipments([prepare.run([requests])])
+        returns: dict[Hashable, ReturnInfo] = {
+            values[0]: values[1]
+            for shipments in driver_shipments.values()
+            for shipment in shipments
+            if shipment.source == PREPARE_ID
+            for stream, values in shipment.tuples
+            if stream == RETURN_STREAM
+        }
         spec = JobSpec(
             tuple(returns),
             self.conf,
@@ -722,15 +495,15 @@ class SparkExecutor:
             deadline=time.time() + (job.tree_deadline - time.monotonic()),
         )
         if trace is None:
-            collected = self._stages.run(spec, driver_records)
+            collected = self._stages.run(spec, driver_shipments)
         else:
             trace.finish()
             trace.ids = {return_info: id for id, return_info in returns.items()}
-            timings: list[Record] = []
+            timings: list[Timing] = []
             submitted = time.monotonic()
             if self.plan.stages:
                 trace.started(self.plan.stages[0].head, submitted)
-            collected = self._stages.run(spec, driver_records, timings)
+            collected = self._stages.run(spec, driver_shipments, timings)
             collected_at = time.monotonic()
             job_ids = self._spark_job_ids(job.tag)
             attrs: dict[str, Any] = {"spark_job_id": job_ids[-1]} if job_ids else {}
@@ -746,7 +519,7 @@ class SparkExecutor:
                 trace.begin(component_id)
             for index in range(topology.components[component_id].parallelism):
                 task = topology.component_task_ids[component_id][index]
-                records = driver_records.pop(task, []) + collected.pop(task, [])
+                inbox = driver_shipments.pop(task, []) + collected.pop(task, [])
                 run = TaskRun(
                     topology,
                     component_id,
@@ -757,7 +530,7 @@ class SparkExecutor:
                     hints=self.plan.hints[component_id],
                     log_fields=spec.log_fields,
                 )
-                run.run(records)
+                run.run(inbox)
                 failures.update(run.failures)
                 for values, failure in run.uncoordinated_failures:
                     if len(values) == 2 and isinstance(values[1], ReturnInfo):
@@ -772,8 +545,8 @@ class SparkExecutor:
                         recording.delivered.add(values[1].request_id)
                     else:
                         log.error("driver step %r failed: %s", component_id, failure.message)
-                for target, out in run.records_by_task().items():
-                    driver_records.setdefault(target, []).extend(out)
+                for target, shipment in run.shipments().items():
+                    driver_shipments.setdefault(target, []).append(shipment)
             if trace is not None:
                 trace.finish()
         for id, return_info in returns.items():
@@ -784,113 +557,3 @@ class SparkExecutor:
                 "Internal error: the request's job finished without an outcome for it",
             )
             self._fail(job, return_info, failure)
-
-
-class SparkStages:
-    """Runs a plan's Spark stages for one job; returns the records for driver tasks.
-
-    ``driver_records`` holds what driver-side components emitted, by receiving
-    task id; records for the stages' heads are taken out of it (shipped, or
-    dropped when their stream is counted locally), the rest stays for the
-    driver's own components. With ``job.timed`` the tasks' TIMING records are
-    appended to ``timings`` (never to the returned records).
-    """
-
-    def __init__(self, sc: Any, plan: SparkPlan, token: str, broadcast: Any) -> None:
-        self.sc = sc
-        self.plan = plan
-        self.token = token
-        self.broadcast = broadcast
-
-    def run(
-        self,
-        job: JobSpec,
-        driver_records: dict[int, list[Record]],
-        timings: list[Record] | None = None,
-    ) -> dict[int, list[Record]]:
-        sc = self.sc
-        plan = self.plan
-        topology = plan.topology
-        if not plan.stages:
-            return {}
-        rdds: dict[int, Any] = {}
-        persisted: list[Any] = []
-        for stage in plan.stages:
-            head = stage.head
-            head_tasks = topology.component_task_ids[head]
-            fed: dict[int, list[Record]] = {}
-            for index, task in enumerate(head_tasks):
-                records = [
-                    r
-                    for r in driver_records.pop(task, [])
-                    if not (r[0] == DATA and GlobalStreamId(r[1], r[2]) in plan.synthesized_streams)
-                ]
-                if records:
-                    fed[index] = records
-            run = partial(
-                _run_stage,
-                token=self.token,
-                broadcast=self.broadcast,
-                stage=stage,
-                hints={c: plan.hints[c] for c in stage.components},
-                job=job,
-                timing_sink=next(iter(plan.consumers.get(stage.index, ())), None),
-            )
-            if not stage.spark_inputs:
-                slices = [
-                    (index, pickle.dumps(fed.get(index, []), protocol=pickle.HIGHEST_PROTOCOL))
-                    for index in range(stage.parallelism)
-                ]
-                rdd = sc.parallelize(slices, stage.parallelism)
-            else:
-                parts = [
-                    rdds[source].filter(partial(_for_component, head)).map(_drop_component)
-                    for source in stage.spark_inputs
-                ]
-                if fed:
-                    blobs = [
-                        (index, pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL))
-                        for index, records in fed.items()
-                    ]
-                    parts.append(sc.parallelize(blobs, len(blobs)))
-                rdd = parts[0] if len(parts) == 1 else sc.union(parts)
-                rdd = rdd.partitionBy(stage.parallelism, _task_index)
-            rdd = rdd.mapPartitionsWithIndex(run)
-            if plan.persisted(stage):
-                rdd = rdd.persist()
-                persisted.append(rdd)
-            rdds[stage.index] = rdd
-        driver_stages = [
-            index
-            for index, consumers in plan.consumers.items()
-            if any(plan.placement[c] == DRIVER for c in consumers)
-        ]
-        try:
-            final = [rdds[i] for i in driver_stages]
-            result = (final[0] if len(final) == 1 else sc.union(final)).collect() if final else []
-        finally:
-            for rdd in persisted:
-                rdd.unpersist()
-        collected: dict[int, list[Record]] = {}
-        for component, index, blob in result:
-            if plan.placement.get(component) != DRIVER:
-                continue
-            records = pickle.loads(blob)
-            if job.timed and records and records[0][0] == TIMING:
-                if timings is not None:
-                    timings.extend(records)
-                continue
-            task = topology.component_task_ids[component][index]
-            collected.setdefault(task, []).extend(records)
-        return collected
-
-
-def _describe_spark_error(error: BaseException) -> str:
-    text = str(getattr(error, "java_exception", None) or error)
-    for marker in ("Python worker exited unexpectedly", "PythonException", "SparkException"):
-        position = text.find(marker)
-        if position >= 0:
-            text = text[position:]
-            break
-    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    return first[:400]

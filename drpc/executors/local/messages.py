@@ -1,0 +1,67 @@
+"""The messages of the in-process engine's mailboxes.
+
+Tasks and ackers exchange these within one process (only a tuple's values
+are pickled, once by the emitter, in ``payload``):
+
+- ``TupleMessage``: a tuple for a bolt task, with its acking ``message_id``
+  (root id -> edge id);
+- ``AckInit``, ``Ack``, ``AckFail``: a spout's new root, a task's ack (its
+  edge id XOR its children's), a failed tuple, for the acker owning the root;
+- ``RootDone``: to the spout owning a root, its tree completed (``failure``
+  None) or failed;
+- ``Abandon``: to coordinated tasks, a root failed, drop its ids;
+- ``Tick``: the clock reached ``now`` (timeouts);
+- ``NEXT``: a spout should call ``next_tuple``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from drpc.errors import Failure
+
+
+class TupleMessage(NamedTuple):
+    source: str
+    stream: str
+    source_task: int
+    payload: bytes
+    message_id: dict[int, int]
+
+
+class AckInit(NamedTuple):
+    root: int
+    ack_val: int
+    owner: int
+
+
+class Ack(NamedTuple):
+    root: int
+    ack_val: int
+
+
+class AckFail(NamedTuple):
+    root: int
+    failure: Failure
+
+
+class RootDone(NamedTuple):
+    root: int
+    failure: Failure | None
+
+
+class Abandon(NamedTuple):
+    root: int
+
+
+class Tick(NamedTuple):
+    now: float
+
+
+class Next(NamedTuple):
+    pass
+
+
+NEXT = Next()
+
+Message = TupleMessage | AckInit | Ack | AckFail | RootDone | Abandon | Tick | Next

@@ -1,0 +1,522 @@
+"""The in-process engine's tasks: bolt tasks on the shared task core, spouts, ackers.
+
+Contract.
+
+- ``BoltTask`` is an actor around a ``TaskCore`` (``drpc.executors.task``):
+  it turns mailbox messages into tuples and coordination events, and
+  supplies the streaming effects: an emitted tuple is pickled once and
+  delivered to each target with its acking ``message_id`` (the anchors'
+  roots, a fresh edge id per target XORed into each anchor); a count report
+  is a real tuple on the direct ``__coord`` stream anchored to its trigger;
+  id, commit and (without an id stream) report tuples are held, keeping the
+  request's tree open until the id completes (acked) or fails (failed with
+  its failure), exactly as Storm's CoordinatedBolt; settling a tuple acks or
+  fails its roots at the ackers. The roots of every tracked id are kept so a
+  failed root (``Abandon``) drops its ids at once, and a timed-out tree can
+  be located (``LocalExecutor.where_stuck``).
+- ``SpoutTask`` polls its spout with a short idle back-off (``wake`` polls at
+  once), gives each emit with a message id a root and tells the acker, and
+  hands ``ack``/``fail`` back to the spout when the root settles.
+- ``AckerTask`` runs ``drpc.semantics.acker.Acker`` and sends each root's
+  outcome to its spout; a failed root is broadcast so coordinated tasks drop
+  its ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from drpc import config
+from drpc.builders.linear_drpc import RETURN_ID
+from drpc.errors import Failure
+from drpc.executors.local.actors import Actor
+from drpc.executors.local.messages import (
+    NEXT,
+    Abandon,
+    Ack,
+    AckFail,
+    AckInit,
+    Message,
+    Next,
+    RootDone,
+    Tick,
+    TupleMessage,
+)
+from drpc.executors.local.spans import HANDLING
+from drpc.executors.task import TaskCore
+from drpc.logs import pop_context, push_context
+from drpc.model.components import (
+    BaseRichSpout,
+    FailureAwareSpout,
+    SpoutOutputCollector,
+)
+from drpc.model.context import TopologyContext
+from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
+from drpc.model.topology import ComponentSpec
+from drpc.model.tuples import Tuple
+from drpc.requests import ReturnInfo
+from drpc.semantics.acker import Acker, RootCompleted, new_edge_id
+from drpc.semantics.coordination import is_ignored
+from drpc.semantics.routing import OutputRouter
+from drpc.semantics.runners import instantiate
+
+if TYPE_CHECKING:
+    from drpc.executors.local.executor import LocalExecutor
+
+log = logging.getLogger(__name__)
+
+MAX_IDLE_WAIT = 0.02
+"""Longest pause, in seconds, between polls of a spout that has nothing to emit."""
+
+
+def task_conf(engine: LocalExecutor, spec: ComponentSpec) -> dict[str, Any]:
+    return config.resolve(
+        engine.topology.conf, engine.conf, spec.conf, spec.component.get_component_configuration()
+    )
+
+
+class BoltTask(Actor):
+    """One task of a bolt on the in-process engine (see the module doc)."""
+
+    def __init__(self, engine: LocalExecutor, spec: ComponentSpec, task_id: int) -> None:
+        super().__init__()
+        self.engine = engine
+        self.component_id = spec.id
+        self.task_id = task_id
+        self.name = f"{spec.id}[{task_id}]"
+        self.core = TaskCore(
+            engine.topology, spec.id, task_id, conf=task_conf(engine, spec), effects=self
+        )
+        self.lock = self.core.lock
+        self.runner = self.core.runner
+        self.tracker = self.core.tracker
+        self.coordination = self.core.coordination
+        self.held: dict[Hashable, list[Tuple]] = {}
+        self.roots_of_id: dict[Hashable, set[int]] = {}
+        self.ids_of_root: dict[int, set[Hashable]] = {}
+        self.dead_roots: OrderedDict[int, float] = OrderedDict()
+        self.done_with_id = False  # set when an id completes, fails or is given up here
+        self.last_sent: float | None = None  # when spans are kept: the handling's last send
+        self.failed_here = False  # the handling failed an id
+        self.hands_over = spec.id == RETURN_ID  # hands results to the invocations handle
+        self.timeout = self.core.message_timeout
+
+    def prepare(self) -> None:
+        self.core.prepare(self.engine.services)
+
+    # -- receiving -----------------------------------------------------------------------
+
+    def handle(self, message: Message) -> None:
+        match message:
+            case TupleMessage():
+                if self.engine.spans is not None and message.message_id:
+                    self._handle_traced(message)
+                    return
+                with self.lock:
+                    self.receive(message)
+            case Abandon(root):
+                with self.lock:
+                    self.abandon_root(root)
+            case Tick(now):
+                with self.lock:
+                    self.tick(now)
+
+    def _handle_traced(self, message: TupleMessage) -> None:
+        spans = self.engine.spans
+        assert spans is not None
+        roots = message.message_id
+        started = time.monotonic()
+        self.done_with_id = False
+        self.last_sent = None
+        self.failed_here = False
+        if self.hands_over:
+            HANDLING.current = (self.component_id, self.task_id, started)
+        report = message.stream == COORDINATED_STREAM_ID
+        context = None if report else spans.begin(self.component_id, self.task_id, roots, started)
+        token = push_context(context) if context is not None else None
+        try:
+            with self.lock:
+                self.receive(message)
+        finally:
+            if token is not None:
+                pop_context(token)
+            if self.hands_over:
+                HANDLING.current = None
+            # A count report matters to the span only when it finished an id here.
+            if not report:
+                ended = self.last_sent or time.monotonic()
+                spans.saw(self.component_id, self.task_id, roots, started, ended)
+            elif self.done_with_id:
+                ended = self.last_sent or time.monotonic()
+                moves_end = self.last_sent is not None or self.failed_here
+                spans.saw(self.component_id, self.task_id, roots, started, ended, moves_end)
+
+    def receive(self, message: TupleMessage) -> None:
+        received = self.core.make_tuple(
+            message.source,
+            message.stream,
+            message.source_task,
+            pickle.loads(message.payload),
+            message.message_id,
+        )
+        if self.tracker is None:
+            self.core.execute(received)
+        else:
+            self.receive_coordinated(received)
+
+    def receive_coordinated(self, received: Tuple) -> None:
+        core, decl, tracker = self.core, self.coordination, self.tracker
+        assert decl is not None and tracker is not None
+        if received.message_id and all(root in self.dead_roots for root in received.message_id):
+            return
+        now = time.monotonic()
+        id = received.values[0]
+        if received.source_stream == COORDINATED_STREAM_ID:
+            decisions = tracker.report_received(id, received.values[1], now)
+            if is_ignored(decisions):
+                return
+            self.note_roots(id, received)
+            hold = decl.id_stream is None
+            if hold:
+                self.held.setdefault(id, []).append(received)
+            failure = core.apply(decisions, received)
+            if not hold:
+                self.settle(received, failure)
+            return
+        stream = GlobalStreamId(received.source_component, received.source_stream)
+        if stream == decl.id_stream or stream == decl.commit_stream:
+            if stream == decl.id_stream:
+                decisions = tracker.id_received(id, now)
+            else:
+                decisions = tracker.commit_received(id, now)
+            if is_ignored(decisions):
+                return
+            self.note_roots(id, received)
+            self.held.setdefault(id, []).append(received)
+            if stream == decl.id_stream and decl.deliver_id_tuple:
+                core.execute(received)
+            core.apply(decisions, received)
+            return
+        if is_ignored(tracker.tuple_received(id, now)):
+            return
+        self.note_roots(id, received)
+        core.execute(received)
+
+    def note_roots(self, id: Hashable, received: Tuple) -> None:
+        if not received.message_id:
+            return
+        roots = self.roots_of_id.get(id)
+        if roots is None:
+            roots = self.roots_of_id[id] = set()
+        for root in received.message_id:
+            if root not in roots:
+                roots.add(root)
+                self.ids_of_root.setdefault(root, set()).add(id)
+
+    def forget_roots(self, id: Hashable) -> None:
+        self.done_with_id = True
+        for root in self.roots_of_id.pop(id, ()):
+            ids = self.ids_of_root.get(root)
+            if ids is not None:
+                ids.discard(id)
+                if not ids:
+                    del self.ids_of_root[root]
+
+    def abandon_root(self, root: int) -> None:
+        now = time.monotonic()
+        self.dead_roots[root] = now + self.timeout
+        if self.tracker is None:
+            return
+        for id in list(self.ids_of_root.get(root, ())):
+            self.core.apply(self.tracker.abandon(id, now), None)
+
+    def tick(self, now: float) -> None:
+        while self.dead_roots:
+            deadline = next(iter(self.dead_roots.values()))
+            if deadline > now:
+                break
+            self.dead_roots.popitem(last=False)
+        if self.tracker is not None:
+            self.core.apply(self.tracker.expire(now), None)
+
+    # -- the task's effects (TaskEffects) ------------------------------------------------
+
+    def deliver(
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
+    ) -> None:
+        if not targets:
+            return
+        payload = self.core.router.serialize(stream, values)
+        if self.engine.spans is not None:
+            self.last_sent = time.monotonic()  # before a receiver can act on it
+        for target in targets:
+            message_id: dict[int, int] = {}
+            for anchor in anchors:
+                edge = new_edge_id()
+                anchor._ack_val ^= edge
+                for root in anchor.message_id:
+                    message_id[root] = message_id.get(root, 0) ^ edge
+            self.engine.deliver(
+                target,
+                TupleMessage(self.component_id, stream, self.task_id, payload, message_id),
+            )
+
+    def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
+        anchors = () if trigger is None else (trigger,)
+        self.core.send(COORDINATED_STREAM_ID, [id, count], [task], anchors)
+
+    def settle(self, done: Tuple, failure: Failure | None) -> None:
+        if failure is None:
+            self.ack_roots(done)
+        else:
+            self.fail_roots(done, failure)
+
+    def completed(self, id: Hashable) -> None:
+        for held in self.held.pop(id, ()):
+            self.ack_roots(held)
+        self.forget_roots(id)
+
+    def failed(self, id: Hashable, failure: Failure, timed_out: bool) -> Failure:
+        self.failed_here = True
+        if timed_out:
+            for root in self.roots_of_id.get(id, ()):
+                failure = self.engine.where_stuck(root, failure)
+                break
+        for held in self.held.pop(id, ()):
+            self.fail_roots(held, failure)
+        self.forget_roots(id)
+        return failure
+
+    def abandoned(self, id: Hashable) -> None:
+        for held in self.held.pop(id, ()):
+            held._done = True
+        self.forget_roots(id)
+
+    def ack_roots(self, done: Tuple) -> None:
+        if done._done:
+            return
+        done._done = True
+        for root, edge in done.message_id.items():
+            self.engine.to_acker(root, Ack(root, edge ^ done._ack_val))
+
+    def fail_roots(self, done: Tuple, failure: Failure) -> None:
+        if done._done:
+            return
+        done._done = True
+        for root in done.message_id:
+            self.engine.to_acker(root, AckFail(root, failure))
+
+    def cleanup(self) -> None:
+        self.runner.cleanup()
+
+
+class SpoutCollector(SpoutOutputCollector):
+    def __init__(self, task: SpoutTask) -> None:
+        self._task = task
+
+    def emit(
+        self, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM_ID
+    ) -> list[int]:
+        router = self._task.router
+        router.check(stream, values, direct=False)
+        targets = router.targets(stream, values)
+        self._task.send(stream, values, targets, msg_id)
+        return targets
+
+    def emit_direct(
+        self,
+        task_id: int,
+        values: Sequence[Any],
+        msg_id: Any = None,
+        stream: str = DEFAULT_STREAM_ID,
+    ) -> None:
+        router = self._task.router
+        router.check(stream, values, direct=True)
+        self._task.send(stream, values, router.direct_target(stream, task_id), msg_id)
+
+    def report_error(self, error: BaseException) -> None:
+        log.error(
+            "spout %r task %d reported: %r", self._task.component_id, self._task.task_id, error
+        )
+
+
+_MISSING = object()
+
+
+class SpoutTask(Actor):
+    """One task of a spout on the in-process engine (see the module doc)."""
+
+    def __init__(self, engine: LocalExecutor, spec: ComponentSpec, task_id: int) -> None:
+        super().__init__()
+        self.engine = engine
+        self.component_id = spec.id
+        self.task_id = task_id
+        self.name = f"{spec.id}[{task_id}]"
+        self.router = OutputRouter(engine.topology, spec.id, task_id)
+        self.conf = task_conf(engine, spec)
+        spout = instantiate(spec.component, spec.id)
+        assert isinstance(spout, BaseRichSpout)
+        self.spout = spout
+        self.collector = SpoutCollector(self)
+        self.pending: dict[int, Any] = {}
+        self.max_pending: int | None = self.conf[config.TOPOLOGY_MAX_SPOUT_PENDING]
+        self.active = False
+        self.emitted = 0
+        self.idle_wait = 0.0
+        self.next_posted = False
+        self.timer_armed = False
+
+    def open(self) -> None:
+        context = TopologyContext(
+            self.engine.topology,
+            self.component_id,
+            self.task_id,
+            services=self.engine.services,
+            wakeup=self.wake,
+            conf=self.conf,
+        )
+        self.spout.open(self.conf, context, self.collector)
+        self.spout.activate()
+        self.active = True
+
+    def wake(self) -> None:
+        """Have ``next_tuple`` run soon. Safe from any thread."""
+        if self.next_posted or not self.active:
+            return
+        self.next_posted = True
+        self.idle_wait = 0.0
+        self.engine.post(self, NEXT)
+
+    def _timer_fired(self) -> None:
+        self.timer_armed = False
+        self.wake()
+
+    def handle(self, message: Message) -> None:
+        match message:
+            case Next():
+                self.next_posted = False
+                self.next_tuple()
+            case RootDone(root, failure):
+                self.root_done(root, failure)
+
+    def next_tuple(self) -> None:
+        if not self.active:
+            return
+        if self.max_pending is not None and len(self.pending) >= self.max_pending:
+            return
+        before = self.emitted
+        try:
+            self.spout.next_tuple()
+        except Exception:
+            log.exception("spout %r next_tuple raised", self.component_id)
+        if self.emitted > before:
+            self.wake()
+            return
+        self.idle_wait = min(max(self.idle_wait * 2, 0.001), MAX_IDLE_WAIT)
+        if not self.timer_armed:
+            self.timer_armed = True
+            self.engine.timer.schedule(self.idle_wait, self._timer_fired)
+
+    def root_done(self, root: int, failure: Failure | None) -> None:
+        msg_id = self.pending.pop(root, _MISSING)
+        if msg_id is _MISSING:
+            return
+        spans = self.engine.spans
+        if spans is not None and failure is not None:
+            spans.failed(root, failure)
+            # the spout's own span: from hearing of the failure to failing the request
+            HANDLING.current = (self.component_id, self.task_id, time.monotonic())
+        try:
+            if failure is None:
+                self.spout.ack(msg_id)
+            elif isinstance(self.spout, FailureAwareSpout):
+                self.spout.fail_with(msg_id, failure)
+            else:
+                self.spout.fail(msg_id)
+        except Exception:
+            log.exception(
+                "spout %r %s raised", self.component_id, "ack" if failure is None else "fail"
+            )
+        if spans is not None:
+            HANDLING.current = None
+            spans.forget(root)
+        if self.max_pending is not None:
+            self.wake()
+
+    def send(self, stream: str, values: Sequence[Any], targets: list[int], msg_id: Any) -> None:
+        payload = self.router.serialize(stream, values)
+        self.emitted += 1
+        if msg_id is None:
+            for target in targets:
+                self.engine.deliver(
+                    target, TupleMessage(self.component_id, stream, self.task_id, payload, {})
+                )
+            return
+        root = new_edge_id()
+        self.pending[root] = msg_id
+        spans = self.engine.spans
+        if spans is not None and isinstance(msg_id, ReturnInfo):
+            spans.opened(root, msg_id)
+        if not targets:
+            self.engine.post(self, RootDone(root, None))
+            return
+        ack_val = 0
+        messages = []
+        for target in targets:
+            edge = new_edge_id()
+            ack_val ^= edge
+            messages.append(
+                (
+                    target,
+                    TupleMessage(self.component_id, stream, self.task_id, payload, {root: edge}),
+                )
+            )
+        self.engine.to_acker(root, AckInit(root, ack_val, self.task_id))
+        for target, message in messages:
+            self.engine.deliver(target, message)
+
+    def close(self) -> None:
+        self.active = False
+        try:
+            self.spout.deactivate()
+        finally:
+            self.spout.close()
+
+
+class AckerTask(Actor):
+    """Runs the acker for the roots that hash to it (see the module doc)."""
+
+    def __init__(self, engine: LocalExecutor, index: int, timeout: float) -> None:
+        super().__init__()
+        self.engine = engine
+        self.name = f"__acker[{index}]"
+        self.acker = Acker(timeout)
+
+    def handle(self, message: Message) -> None:
+        now = time.monotonic()
+        match message:
+            case Ack(root, ack_val):
+                decisions = self.acker.ack(root, ack_val, now)
+            case AckInit(root, ack_val, owner):
+                decisions = self.acker.init(root, ack_val, owner, now)
+            case AckFail(root, failure):
+                decisions = self.acker.fail(root, failure, now)
+            case Tick(now):
+                decisions = self.acker.expire(now)
+            case _:
+                return
+        for decision in decisions:
+            owner = cast(int, decision.owner)  # the task id of the spout that made the root
+            if isinstance(decision, RootCompleted):
+                self.engine.deliver(owner, RootDone(decision.root, None))
+                continue
+            failure = decision.failure
+            if decision.timed_out:
+                failure = self.engine.where_stuck(decision.root, failure)
+            self.engine.deliver(owner, RootDone(decision.root, failure))
+            self.engine.broadcast_abandon(decision.root)

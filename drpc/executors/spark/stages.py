@@ -1,0 +1,297 @@
+"""A compiled plan's Spark stages, run as one Spark job per batch of ids.
+
+Contract. ``SparkStages(sc, plan, token, broadcast)`` runs the stages of a
+``SparkPlan`` (``drpc.executors.plan``) for one job: ``run(job,
+driver_shipments, timings)`` ships what driver-side components sent the
+stages' heads, runs every Spark stage (each task is a ``TaskRun`` of each
+fused component in turn, ``_run_stage``), collects what the last stages send
+driver-side components, and returns it by receiving task. The topology
+travels once, in ``broadcast``, and is unpickled once per Python worker
+(keyed by ``token``). Used by the DRPC executor and by transactional runs.
+
+``JobSpec`` is what every task of one job needs besides the topology.
+``tagged_job`` runs a block with a Spark job tag (cancellable with
+``cancelJobsWithTag``), a description and optionally a FAIR pool, and clears
+them again. ``describe_spark_error`` turns a Spark failure into one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from collections.abc import Hashable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from drpc.executors.batch import TaskHints, TaskRun
+from drpc.executors.plan import DRIVER, SparkPlan, StagePlan
+from drpc.executors.records import FailureNotice, Shipment, Timing
+from drpc.logs import configure_worker_logging
+from drpc.model.streams import GlobalStreamId
+from drpc.model.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What every task of one job needs besides the topology."""
+
+    ids: tuple[Hashable, ...]
+    conf: dict[str, Any]
+    timed: bool = False  # tasks measure themselves and ship Timing records
+    log_fields: dict[Hashable, dict[str, Any]] | None = None  # by id: fields of its log lines
+    logging: tuple[str, int] | None = None  # the driver's (format, level), for the workers
+    deadline: float | None = None  # time.time() until which tasks wait for async acks
+
+
+@contextmanager
+def tagged_job(sc: Any, tag: str, description: str, pool: str | None = None) -> Iterator[None]:
+    """Run the block's Spark jobs under ``tag`` (so ``cancelJobsWithTag`` interrupts them),
+    ``description`` and, if given, FAIR ``pool``; this thread's properties are reset after."""
+    sc.addJobTag(tag)
+    sc.setInterruptOnCancel(True)
+    if pool is not None:
+        sc.setLocalProperty("spark.scheduler.pool", pool)
+    sc.setJobDescription(description)
+    try:
+        yield
+    finally:
+        try:
+            sc.removeJobTag(tag)
+            if pool is not None:
+                sc.setLocalProperty("spark.scheduler.pool", None)
+            sc.setJobDescription(None)
+        except Exception:
+            log.debug("could not reset Spark thread properties", exc_info=True)
+
+
+def describe_spark_error(error: BaseException) -> str:
+    """The line of a Spark failure that says what happened (a Python worker that exited,
+    the Python exception, or Spark's own), at most 400 characters."""
+    text = str(getattr(error, "java_exception", None) or error)
+    for marker in ("Python worker exited unexpectedly", "PythonException", "SparkException"):
+        position = text.find(marker)
+        if position >= 0:
+            text = text[position:]
+            break
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return first[:400]
+
+
+# -- worker side ------------------------------------------------------------------------------
+
+_topologies: dict[str, Topology] = {}
+
+
+def _load_topology(token: str, broadcast: Any) -> Topology:
+    topology = _topologies.get(token)
+    if topology is None:
+        topology = pickle.loads(broadcast.value)
+        _topologies[token] = topology
+    return topology
+
+
+Blob = tuple[int, bytes]
+"""A receiving task's index in its component and a pickled list of shipments (or timings)."""
+
+
+def _run_stage(
+    index: int,
+    items: Iterable[Blob],
+    *,
+    token: str,
+    broadcast: Any,
+    stage: StagePlan,
+    hints: dict[str, TaskHints],
+    job: JobSpec,
+    timing_sink: str | None = None,
+) -> Iterator[tuple[str, int, bytes]]:
+    """One partition of a stage: every fused component's task ``index`` in turn.
+
+    When ``job.timed``, the timings that came in and this partition's own go on to
+    task 0 of ``timing_sink`` (the stage's first consumer) in a blob of their own."""
+    began = time.time() if job.timed else 0.0
+    if job.logging is not None:
+        configure_worker_logging(*job.logging)
+    topology = _load_topology(token, broadcast)
+    shipments: list[Shipment] = []
+    timings: list[Timing] = []
+    for _, blob in items:
+        for item in pickle.loads(blob):
+            if type(item) is Timing:
+                timings.append(item)
+            else:
+                shipments.append(item)
+    last = len(stage.components) - 1
+    for position, component_id in enumerate(stage.components):
+        run = TaskRun(
+            topology,
+            component_id,
+            index,
+            job_ids=job.ids,
+            conf=job.conf,
+            hints=hints[component_id],
+            timed=job.timed,
+            log_fields=job.log_fields,
+            deadline=job.deadline,
+        )
+        run.run(shipments)
+        if position < last:
+            successor = stage.components[position + 1]
+            local_task = topology.component_task_ids[successor][index]
+            # Fused: task i only ever sends to task i; failures addressed to other
+            # partitions are forwarded by this partition's successor instead.
+            shipment = run.shipments().get(local_task) or Shipment(component_id, run.task_id)
+            shipment.failures.extend(
+                FailureNotice(id, failure, True) for id, failure in run.failures.items()
+            )
+            shipments = [shipment]
+            if job.timed:
+                ended = time.time()
+                timings.append(Timing(component_id, index, began, ended, run.busy))
+                began = ended
+            continue
+        blobs = run.blobs()
+        if job.timed and timing_sink is not None:
+            timings.append(Timing(component_id, index, began, time.time(), run.busy))
+            yield timing_sink, 0, pickle.dumps(timings, protocol=pickle.HIGHEST_PROTOCOL)
+        for task, blob in blobs:
+            component = topology.task_component[task]
+            yield component, task - topology.component_task_ids[component][0], blob
+
+
+def _for_component(component: str, item: tuple[str, int, bytes]) -> bool:
+    return item[0] == component
+
+
+def _drop_component(item: tuple[str, int, bytes]) -> Blob:
+    return item[1], item[2]
+
+
+def _task_index(key: int) -> int:
+    return key
+
+
+# -- driver side ------------------------------------------------------------------------------
+
+
+class SparkStages:
+    """Runs a plan's Spark stages for one job (see the module doc)."""
+
+    def __init__(self, sc: Any, plan: SparkPlan, token: str, broadcast: Any) -> None:
+        self.sc = sc
+        self.plan = plan
+        self.token = token
+        self.broadcast = broadcast
+
+    def run(
+        self,
+        job: JobSpec,
+        driver_shipments: dict[int, list[Shipment]],
+        timings: list[Timing] | None = None,
+    ) -> dict[int, list[Shipment]]:
+        """Ship what driver components sent the stages' heads (taken out of
+        ``driver_shipments``; tuples on streams the compiler synthesizes are dropped),
+        run the job, and return what the stages sent driver-side components, by task.
+        With ``job.timed`` the tasks' timings are appended to ``timings``."""
+        sc = self.sc
+        plan = self.plan
+        topology = plan.topology
+        if not plan.stages:
+            return {}
+        rdds: dict[int, Any] = {}
+        persisted: list[Any] = []
+        for stage in plan.stages:
+            head = stage.head
+            head_tasks = topology.component_task_ids[head]
+            fed: dict[int, list[Shipment]] = {}
+            for index, task in enumerate(head_tasks):
+                kept = [
+                    shipment
+                    for shipment in (
+                        _without_synthesized(s, plan.synthesized_streams)
+                        for s in driver_shipments.pop(task, [])
+                    )
+                    if shipment
+                ]
+                if kept:
+                    fed[index] = kept
+            run = partial(
+                _run_stage,
+                token=self.token,
+                broadcast=self.broadcast,
+                stage=stage,
+                hints={c: plan.hints[c] for c in stage.components},
+                job=job,
+                timing_sink=next(iter(plan.consumers.get(stage.index, ())), None),
+            )
+            if not stage.spark_inputs:
+                slices = [
+                    (index, pickle.dumps(fed.get(index, []), protocol=pickle.HIGHEST_PROTOCOL))
+                    for index in range(stage.parallelism)
+                ]
+                rdd = sc.parallelize(slices, stage.parallelism)
+            else:
+                parts = [
+                    rdds[source].filter(partial(_for_component, head)).map(_drop_component)
+                    for source in stage.spark_inputs
+                ]
+                if fed:
+                    blobs = [
+                        (index, pickle.dumps(shipments, protocol=pickle.HIGHEST_PROTOCOL))
+                        for index, shipments in fed.items()
+                    ]
+                    parts.append(sc.parallelize(blobs, len(blobs)))
+                rdd = parts[0] if len(parts) == 1 else sc.union(parts)
+                rdd = rdd.partitionBy(stage.parallelism, _task_index)
+            rdd = rdd.mapPartitionsWithIndex(run)
+            if plan.persisted(stage):
+                rdd = rdd.persist()
+                persisted.append(rdd)
+            rdds[stage.index] = rdd
+        driver_stages = [
+            index
+            for index, consumers in plan.consumers.items()
+            if any(plan.placement[c] == DRIVER for c in consumers)
+        ]
+        try:
+            final = [rdds[i] for i in driver_stages]
+            result = (final[0] if len(final) == 1 else sc.union(final)).collect() if final else []
+        finally:
+            for rdd in persisted:
+                rdd.unpersist()
+        collected: dict[int, list[Shipment]] = {}
+        for component, index, blob in result:
+            if plan.placement.get(component) != DRIVER:
+                continue
+            task = topology.component_task_ids[component][index]
+            for item in pickle.loads(blob):
+                if type(item) is Timing:
+                    if timings is not None:
+                        timings.append(item)
+                else:
+                    collected.setdefault(task, []).append(item)
+        return collected
+
+
+def _without_synthesized(shipment: Shipment, synthesized: set[GlobalStreamId]) -> Shipment:
+    """``shipment`` without its tuples on streams the compiler synthesizes at the receiver."""
+    if not synthesized or not any(
+        GlobalStreamId(shipment.source, stream) in synthesized for stream, _ in shipment.tuples
+    ):
+        return shipment
+    return Shipment(
+        shipment.source,
+        shipment.source_task,
+        [
+            (stream, values)
+            for stream, values in shipment.tuples
+            if GlobalStreamId(shipment.source, stream) not in synthesized
+        ],
+        shipment.reports,
+        shipment.failures,
+    )

@@ -1,0 +1,409 @@
+"""One bolt task's rules, shared by every executor; the executor supplies the effects.
+
+Contract. ``TaskCore(topology, component_id, task_id, conf=..., effects=...)``
+owns one task of a bolt: its own copy of the bolt behind a ``BoltRunner``
+(``drpc.semantics.runners``), its ``OutputRouter``, and for a coordinated bolt
+its ``CoordinationTracker`` (``drpc.semantics.coordination``, set up here and
+nowhere else). ``collector`` is the ``OutputCollector`` the bolt emits, acks
+and fails through. The executor decides what arrives when (a stream of
+messages, or a whole partition at once) and calls:
+
+- ``make_tuple``, ``is_data``, ``execute`` / ``execute_data`` (a data tuple
+  is remembered until acked or failed when ``track_unacked``);
+- the tracker's events (``core.tracker.tuple_received(...)`` ...) and
+  ``apply(decisions, trigger)`` for what they decide. ``apply`` is the one
+  place the coordination decisions are carried out: ``FinishBatch`` runs the
+  bolt's finish with ``trigger`` as the current input (so its emits anchor to
+  it) and feeds the outcome back to the tracker; ``SendReport``,
+  ``Completed``, ``Failed`` and ``Abandoned`` become ``TaskEffects`` calls
+  (the runner's ``failed_id`` first for the last two). It returns the
+  failure ``trigger`` must carry, if any.
+
+Acks and fails come through the collector: the core updates the tracker and
+then asks the effects to ``settle`` the tuple (it is done here: acked, or
+failed with a failure). Emits are checked and routed here, counted for the
+tracker on data streams, and handed to ``effects.deliver``.
+
+Threading: every collector call holds ``lock`` (re-entrant), which the
+executor also holds while it hands the task anything, so a bolt may emit, ack
+and fail from threads of its own. After ``end()`` (a batch task that
+finished) collector calls are dropped with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Protocol
+
+from drpc import config
+from drpc.errors import Failure, InvalidTupleError
+from drpc.model.components import OutputCollector, _CurrentAnchor
+from drpc.model.context import TopologyContext
+from drpc.model.fields import Fields
+from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
+from drpc.model.topology import CoordinatedBolt, Topology
+from drpc.model.tuples import EMPTY_MESSAGE_ID, Tuple
+from drpc.semantics.coordination import (
+    Abandoned,
+    Completed,
+    CoordinationConfig,
+    CoordinationTracker,
+    Decision,
+    Failed,
+    FinishBatch,
+    SendReport,
+    is_ignored,
+)
+from drpc.semantics.routing import OutputRouter, id_owner_check
+from drpc.semantics.runners import BoltRunner, instantiate, runner_for
+
+log = logging.getLogger(__name__)
+
+
+class TaskEffects(Protocol):
+    """What an executor does for a task; the rules that decide when are the core's."""
+
+    def deliver(
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
+    ) -> None:
+        """Send an emitted tuple to ``targets`` (empty: nobody subscribes to ``stream``)."""
+
+    def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
+        """Tell downstream task ``task`` that this task sent it ``count`` tuples of ``id``."""
+
+    def settle(self, done: Tuple, failure: Failure | None) -> None:
+        """``done`` is finished here: acked (``failure`` None) or failed."""
+
+    def completed(self, id: Hashable) -> None:
+        """``id`` finished at this task and its reports went out."""
+
+    def failed(self, id: Hashable, failure: Failure, timed_out: bool) -> Failure:
+        """``id`` failed here; returns the failure to report (an executor that can tell
+        where a timed-out tree is stuck may name that step)."""
+
+    def abandoned(self, id: Hashable) -> None:
+        """``id`` failed elsewhere and was given up here."""
+
+
+def coordination_config(
+    topology: Topology, component_id: str, task_id: int, timeout: float
+) -> CoordinationConfig:
+    """The coordination rules' configuration of one task of a coordinated component."""
+    coordination = topology.components[component_id].coordination
+    assert coordination is not None
+    return CoordinationConfig(
+        expected_reports=topology.expected_reports(component_id),
+        downstream_tasks=tuple(topology.downstream_tasks(component_id, COORDINATED_STREAM_ID)),
+        waits_for_id=coordination.id_stream is not None,
+        waits_for_commit=coordination.commit_stream is not None,
+        timeout=timeout,
+        component=component_id,
+        task=task_id,
+    )
+
+
+class TaskCore:
+    """One task's bolt, routing and coordination (see the module doc)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        component_id: str,
+        task_id: int,
+        *,
+        conf: Mapping[str, Any],
+        effects: TaskEffects,
+        clock: Callable[[], float] = time.monotonic,
+        coordination_timeout: float | None = None,
+        track_unacked: bool = False,
+    ) -> None:
+        """
+        :param conf: the task's resolved configuration (``drpc.config.resolve``).
+        :param clock: the time tracker events carry (a batch task passes a constant).
+        :param coordination_timeout: seconds an id may stay tracked (default the
+            message timeout).
+        :param track_unacked: remember executed data tuples until acked or failed
+            (``unacked``, ``wait_for_acks``).
+        """
+        spec = topology.components[component_id]
+        self.topology = topology
+        self.component_id = component_id
+        self.task_id = task_id
+        self.conf = conf
+        self.effects = effects
+        self.clock = clock
+        self.router = OutputRouter(topology, component_id, task_id)
+        self.index = self.router.index
+        self.runner: BoltRunner = runner_for(
+            instantiate(spec.user_component, component_id), component_id
+        )
+        self.lock = threading.RLock()
+        self.collector = TaskCollector(self)
+        self.current: Tuple | None = None
+        self.ended = False
+        self.debug = bool(conf[config.TOPOLOGY_DEBUG])
+        self.message_timeout = float(conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS])
+        self.coordination: CoordinatedBolt | None = spec.coordination
+        self.tracker: CoordinationTracker | None = None
+        if self.coordination is not None:
+            self.tracker = CoordinationTracker(
+                coordination_config(
+                    topology,
+                    component_id,
+                    task_id,
+                    self.message_timeout if coordination_timeout is None else coordination_timeout,
+                ),
+                id_owner_check(topology, component_id, self.index),
+            )
+        self.unacked: dict[int, Tuple] | None = {} if track_unacked else None
+        self._settled = threading.Condition(self.lock)
+        self._fields: dict[tuple[str, str], Fields] = {}
+        self.on_finish: Callable[[Hashable], Callable[[], None]] | None = None
+        """Called as an id's finish begins; returns what to call when it ends (timing)."""
+
+    def prepare(
+        self, services: dict[str, Any] | None, wakeup: Callable[[], None] | None = None
+    ) -> None:
+        """Prepare the bolt; its exceptions propagate (the executor decides what they mean)."""
+        context = TopologyContext(
+            self.topology,
+            self.component_id,
+            self.task_id,
+            services=services,
+            wakeup=wakeup,
+            conf=dict(self.conf),
+        )
+        self.runner.prepare(dict(self.conf), context, self.collector)
+
+    # -- input -------------------------------------------------------------------------------
+
+    def make_tuple(
+        self,
+        source: str,
+        stream: str,
+        source_task: int,
+        values: Sequence[Any],
+        message_id: dict[int, int] = EMPTY_MESSAGE_ID,
+    ) -> Tuple:
+        key = (source, stream)
+        fields = self._fields.get(key)
+        if fields is None:
+            fields = self._fields[key] = self.topology.output_fields(source, stream)
+        return Tuple(values, fields, source, stream, source_task, message_id)
+
+    def is_data(self, received: Tuple) -> bool:
+        """A coordinated input the tracker counts: not a count report, id or commit tuple."""
+        coordination = self.coordination
+        if coordination is None or received.source_stream == COORDINATED_STREAM_ID:
+            return False
+        stream = GlobalStreamId(received.source_component, received.source_stream)
+        return stream != coordination.id_stream and stream != coordination.commit_stream
+
+    def execute(self, received: Tuple) -> None:
+        previous, self.current = self.current, received
+        try:
+            self.runner.execute(received)
+        finally:
+            self.current = previous
+
+    def execute_data(self, received: Tuple) -> None:
+        """Execute a data tuple; with ``track_unacked`` one not acked or failed yet is kept."""
+        self.execute(received)
+        if self.unacked is not None and not received._done:
+            self.unacked[id(received)] = received
+
+    def wait_for_acks(self, deadline: float) -> None:
+        """Wait (holding ``lock`` on entry) until every kept data tuple is acked or failed,
+        or ``time.time()`` reaches ``deadline``."""
+        if self.unacked:
+            self._settled.wait_for(
+                lambda: not self.unacked, timeout=max(0.0, deadline - time.time())
+            )
+
+    def end(self) -> None:
+        """No more input: collector calls from now on are dropped with a warning."""
+        with self.lock:
+            self.ended = True
+
+    # -- coordination decisions --------------------------------------------------------------
+
+    def apply(self, decisions: list[Decision], trigger: Tuple | None) -> Failure | None:
+        """Carry out tracker decisions; returns a failure if ``trigger`` must fail, not ack."""
+        failure: Failure | None = None
+        for decision in decisions:
+            kind = type(decision)
+            if kind is FinishBatch:
+                failure = self._finish(decision.id, trigger) or failure
+            elif kind is SendReport:
+                assert isinstance(decision, SendReport)
+                self.effects.report(decision.id, decision.task, decision.count, trigger)
+            elif kind is Completed:
+                self.effects.completed(decision.id)
+            elif kind is Failed:
+                assert isinstance(decision, Failed)
+                self.runner.failed_id(decision.id)
+                failure = self.effects.failed(decision.id, decision.failure, decision.timed_out)
+            elif kind is Abandoned:
+                self.runner.failed_id(decision.id)
+                self.effects.abandoned(decision.id)
+        return failure
+
+    def _finish(self, id: Hashable, trigger: Tuple | None) -> Failure | None:
+        tracker = self.tracker
+        assert tracker is not None
+        done = self.on_finish(id) if self.on_finish is not None else None
+        previous, self.current = self.current, trigger
+        try:
+            self.runner.finished_id(id)
+        except Exception as error:
+            more = tracker.finish_failed(
+                id, self.runner.failure(error, "finish_batch"), self.clock()
+            )
+        else:
+            more = tracker.finish_done(id)
+        finally:
+            self.current = previous
+            if done is not None:
+                done()
+        return self.apply(more, trigger)
+
+    # -- acks and fails (through the collector, under ``lock``) --------------------------------
+
+    def on_ack(self, acked: Tuple) -> None:
+        self._forget_unacked(acked)
+        failure = None
+        if self.tracker is not None and self.is_data(acked):
+            decisions = self.tracker.tuple_acked(acked.values[0], self.clock())
+            if is_ignored(decisions):  # its id failed or was given up here
+                acked._done = True
+                return
+            failure = self.apply(decisions, acked)
+        self.effects.settle(acked, failure)
+
+    def on_fail(self, failed: Tuple, failure: Failure) -> None:
+        self._forget_unacked(failed)
+        if self.tracker is not None and self.is_data(failed):
+            self.apply(self.tracker.tuple_failed(failed.values[0], failure, self.clock()), failed)
+        self.effects.settle(failed, failure)
+
+    def _forget_unacked(self, done: Tuple) -> None:
+        unacked = self.unacked
+        if unacked is not None and unacked.pop(id(done), None) is not None and not unacked:
+            self._settled.notify_all()
+
+    # -- output --------------------------------------------------------------------------------
+
+    def send(
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
+    ) -> None:
+        self.effects.deliver(stream, values, targets, anchors)
+        tracker = self.tracker
+        if tracker is not None and stream != COORDINATED_STREAM_ID:
+            id = values[0]
+            for target in targets:
+                tracker.tuple_emitted(id, target)
+        if self.debug:
+            log.debug(
+                "%s[%d] emitted %r on %s to %s",
+                self.component_id,
+                self.task_id,
+                values,
+                stream,
+                targets,
+            )
+
+    def anchors(self, anchors: Any) -> Sequence[Tuple]:
+        if anchors is None:
+            return ()
+        if isinstance(anchors, _CurrentAnchor):
+            current = self.current
+            return () if current is None else (current,)
+        if isinstance(anchors, Tuple):
+            anchors = (anchors,)
+        for anchor in anchors:
+            if anchor._done:
+                raise InvalidTupleError(
+                    f"step {self.component_id!r} anchored an emit to a tuple it had "
+                    "already acked or failed"
+                )
+        return anchors
+
+    def late(self, what: str) -> None:
+        log.warning(
+            "step %r task %d %s a tuple after its batch ended (past its deadline); ignored",
+            self.component_id,
+            self.task_id,
+            what,
+        )
+
+
+class TaskCollector(OutputCollector):
+    """The collector of one task: checks, routes and counts every call, under the task's
+    lock, whatever thread the bolt calls from."""
+
+    def __init__(self, core: TaskCore) -> None:
+        self._core = core
+        self._lock = core.lock
+
+    def emit(
+        self, values: Sequence[Any], anchors: Any = None, stream: str = DEFAULT_STREAM_ID
+    ) -> list[int]:
+        with self._lock:
+            core = self._core
+            if core.ended:
+                core.late("emitted")
+                return []
+            core.router.check(stream, values, direct=False)
+            targets = core.router.targets(stream, values)
+            core.send(stream, values, targets, core.anchors(anchors))
+            return targets
+
+    def emit_direct(
+        self,
+        task: int,
+        values: Sequence[Any],
+        anchors: Any = None,
+        stream: str = DEFAULT_STREAM_ID,
+    ) -> None:
+        with self._lock:
+            core = self._core
+            if core.ended:
+                core.late("emitted")
+                return
+            core.router.check(stream, values, direct=True)
+            core.send(
+                stream, values, core.router.direct_target(stream, task), core.anchors(anchors)
+            )
+
+    def ack(self, tuple: Tuple) -> None:
+        with self._lock:
+            core = self._core
+            if tuple._done:
+                log.warning(
+                    "step %r acked a tuple twice; ignoring the second ack", core.component_id
+                )
+                return
+            if core.ended:
+                tuple._done = True
+                core.late("acked")
+                return
+            core.on_ack(tuple)
+
+    def fail(self, tuple: Tuple, reason: Failure | BaseException | str | None = None) -> None:
+        with self._lock:
+            core = self._core
+            if tuple._done:
+                return
+            if core.ended:
+                tuple._done = True
+                core.late("failed")
+                return
+            core.on_fail(tuple, core.runner.failure_from(reason))
+
+    def report_error(self, error: BaseException) -> None:
+        log.error(
+            "step %r task %d reported: %r", self._core.component_id, self._core.task_id, error
+        )

@@ -1,0 +1,165 @@
+"""The processing phase as one Spark job per batch attempt.
+
+Contract. ``SparkBackend`` (a ``ProcessingBackend``, ``drpc.transactional.
+processing``) compiles the topology with the spout's emitter and every
+commit-phase bolt on the driver and the rest as Spark stages
+(``drpc.executors.plan``). ``submit`` runs the emitters on the calling thread
+(the run loop's), so batches are emitted in txid order, then the attempt's
+Spark job on a pool of ``max_jobs`` threads (tagged, so ``stop`` cancels
+it). What the job and the emitters sent commit-phase bolts is reported as
+``Processed.captured``; a failure notice among it, an emitter failure or a
+Spark failure reports ``ProcessingFailed``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from drpc import config, runtime
+from drpc.builders.transactional import TransactionalInfo
+from drpc.errors import DRPCExceptionType, Failure
+from drpc.executors.batch import TaskRun, gather_shipments
+from drpc.executors.plan import DRIVER, SPARK, compile_plan
+from drpc.executors.records import Shipment, first_failure
+from drpc.executors.spark.stages import JobSpec, SparkStages, describe_spark_error, tagged_job
+from drpc.logs import worker_settings
+from drpc.model.topology import Topology
+from drpc.semantics.runners import freeze
+from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.processing import (
+    Event,
+    Processed,
+    ProcessingFailed,
+    batch_log_fields,
+)
+from drpc.transactional.spouts import BATCH_STREAM, TransactionalServices
+
+
+class SparkBackend:
+    """Processes each attempt as one Spark job; emitters and commit-phase bolts on the driver."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        info: TransactionalInfo,
+        conf: dict[str, Any],
+        services: dict[str, Any],
+        transactional: TransactionalServices,
+        max_jobs: int,
+        master: str | None = None,
+        spark_conf: dict[str, Any] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.info = info
+        self.conf = conf
+        self.services = services
+        self.transactional = transactional
+        self.master = master
+        self.spark_conf = spark_conf
+        placement = {
+            component_id: DRIVER
+            if spec.kind == "spout"
+            or component_id == info.spout_id
+            or component_id in info.commit_components
+            else SPARK
+            for component_id, spec in topology.components.items()
+        }
+        self.plan = compile_plan(topology, placement)
+        self._pool = ThreadPoolExecutor(max_jobs, thread_name_prefix=f"drpc-tx-{info.id}")
+        self._report: Callable[[Event], None] | None = None
+        self._stages: SparkStages | None = None
+        self._sc: Any = None
+        self._broadcast: Any = None
+        self._tags: set[str] = set()
+        self._token = uuid.uuid4().hex
+
+    def start(self, report: Callable[[Event], None]) -> None:
+        self._report = report
+        self._sc = runtime.get_session(self.master, self.spark_conf).sparkContext
+        self._broadcast = self._sc.broadcast(freeze(self.topology))
+        self._stages = SparkStages(self._sc, self.plan, self._token, self._broadcast)
+
+    def stop(self) -> None:
+        for tag in list(self._tags):
+            self._sc.cancelJobsWithTag(tag)
+        self._pool.shutdown(wait=True)
+        if self._broadcast is not None:
+            self._broadcast.unpersist()
+
+    def submit(
+        self, attempt: TransactionAttempt, metadata: Any, last_committed: int | None
+    ) -> None:
+        # Emitters run here, on the coordinator's thread, so batches are emitted in txid order.
+        topology, info = self.topology, self.info
+        coordinator_task = topology.component_task_ids[info.coordinator_id][0]
+        batch = Shipment(
+            info.coordinator_id,
+            coordinator_task,
+            [(BATCH_STREAM, [attempt, metadata, last_committed])],
+        )
+        emitters = [
+            TaskRun(
+                topology,
+                info.spout_id,
+                index,
+                job_ids=(attempt,),
+                conf=self.conf,
+                services=self.services,
+                hints=self.plan.hints[info.spout_id],
+            ).run([batch])
+            for index in range(topology.components[info.spout_id].parallelism)
+        ]
+        failure = next((f for run in emitters for f in run.failures.values()), None)
+        tuples = self.transactional.take_emitted(attempt)
+        assert self._report is not None
+        if failure is not None:
+            self._report(ProcessingFailed(attempt, failure))
+            return
+        self._pool.submit(self._process, attempt, gather_shipments(emitters), tuples)
+
+    def _process(
+        self, attempt: TransactionAttempt, driver_shipments: dict[int, list[Shipment]], tuples: int
+    ) -> None:
+        assert self._report is not None
+        tag = f"drpc-tx-{self._token[:8]}-{attempt.txid}-{attempt.attempt_id}"
+        self._tags.add(tag)
+        try:
+            with tagged_job(self._sc, tag, f"drpc transactional {self.info.id}: batch {attempt}"):
+                spec = JobSpec(
+                    (attempt,),
+                    self.conf,
+                    log_fields={attempt: batch_log_fields(self.info.id, attempt, "processing")},
+                    logging=worker_settings(),
+                    deadline=time.time() + float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]),
+                )
+                collected = self._stages.run(spec, driver_shipments)
+        except Exception as error:
+            self._report(
+                ProcessingFailed(
+                    attempt,
+                    Failure(
+                        DRPCExceptionType.INTERNAL_ERROR,
+                        f"the Spark job of batch {attempt} failed: {describe_spark_error(error)}",
+                    ),
+                )
+            )
+            return
+        finally:
+            self._tags.discard(tag)
+        commit = set(self.info.commit_components)
+        captured = {
+            task: shipments
+            for task, shipments in driver_shipments.items()
+            if self.topology.task_component[task] in commit
+        }
+        for task, shipments in collected.items():
+            captured.setdefault(task, []).extend(shipments)
+        failure = first_failure(s for shipments in captured.values() for s in shipments)
+        if failure is not None:
+            self._report(ProcessingFailed(attempt, failure))
+        else:
+            self._report(Processed(attempt, captured, tuples))
