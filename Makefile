@@ -34,12 +34,12 @@ format: $(STAMP)
 # Regenerate the Python Thrift bindings from the IDL (needs the Debian package thrift-compiler).
 # THRIFT_OUT lets a test regenerate elsewhere and compare.
 THRIFT ?= thrift
-THRIFT_OUT ?= drpc/gen
+THRIFT_OUT ?= drpc/protocol/gen
 thrift:
 	@generated=$$(mktemp -d) && \
 	$(THRIFT) -gen py -out "$$generated" thrift/drpc.thrift && \
 	rm -rf $(THRIFT_OUT) && mkdir -p $(THRIFT_OUT) && \
-	cp "$$generated"/drpc/gen/*.py $(THRIFT_OUT)/ && \
+	cp "$$generated"/drpc/protocol/gen/*.py $(THRIFT_OUT)/ && \
 	rm -rf "$$generated"
 
 clean:

@@ -54,7 +54,7 @@ from client import AsyncDRPCClient, DRPCExecutionException  # noqa: E402
 from client.calls import execute_call  # noqa: E402
 from drpc.examples.reach import EXPECTED_REACH  # noqa: E402
 from drpc.progress import Progress  # noqa: E402
-from drpc.wire import decode_message  # noqa: E402
+from drpc.protocol.wire import decode_message  # noqa: E402
 
 HOST = "127.0.0.1"
 SERVER_TIMEOUT = 20.0

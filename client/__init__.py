@@ -21,8 +21,8 @@ from client.errors import (
 from client.http import HTTPDRPCClient, TracedResult
 from client.sync import DEFAULT_INVOCATIONS_PORT, DEFAULT_PORT, DRPCClient, DRPCInvocationsClient
 from drpc.errors import DRPCExceptionType, ServerBusyError
-from drpc.tls import TLSSettings
-from drpc.wire import MAX_FRAME_SIZE
+from drpc.protocol.tls import TLSSettings
+from drpc.protocol.wire import MAX_FRAME_SIZE
 
 __all__ = [
     "DEFAULT_INVOCATIONS_PORT",

@@ -25,8 +25,8 @@ from typing import Any
 from client.calls import Address, Call, execute_call, format_address, parse_servers, unwrap
 from client.errors import DRPCConnectionError, DRPCTimeoutError
 from client.sync import DEFAULT_PORT
-from drpc.tls import TLSSettings
-from drpc.wire import (
+from drpc.protocol.tls import TLSSettings
+from drpc.protocol.wire import (
     FRAME_HEADER_SIZE,
     MAX_FRAME_SIZE,
     Message,

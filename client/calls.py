@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drpc.gen import DistributedRPC, DistributedRPCInvocations, ttypes
-from drpc.wire import (
+from drpc.protocol.gen import DistributedRPC, DistributedRPCInvocations, ttypes
+from drpc.protocol.wire import (
     CALL,
     Message,
     ProtocolError,

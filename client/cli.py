@@ -37,7 +37,7 @@ from client.http import HTTPDRPCClient, TracedResult
 from client.sync import DEFAULT_PORT, DRPCClient
 from drpc.errors import DRPCError
 from drpc.logs import add_logging_arguments, configure_logging
-from drpc.tls import TLSSettings
+from drpc.protocol.tls import TLSSettings
 
 TOKEN_ENVIRONMENT = "DRPC_TOKEN"
 DEFAULT_HTTP_PORT = 3774

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from drpc.errors import AuthorizationException, DRPCError, DRPCExecutionException
-from drpc.wire import ProtocolError
+from drpc.protocol.wire import ProtocolError
 
 
 class DRPCConnectionError(DRPCError, ConnectionError):

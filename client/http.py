@@ -42,8 +42,8 @@ from drpc.errors import (
     DRPCExecutionException,
     ServerBusyError,
 )
-from drpc.tls import TLSSettings
-from drpc.wire import ProtocolError
+from drpc.protocol.tls import TLSSettings
+from drpc.protocol.wire import ProtocolError
 
 DEFAULT_HTTP_URL = "http://localhost:3774"
 

@@ -52,9 +52,8 @@ from client.calls import (
 )
 from client.errors import DRPCConnectionError, DRPCTimeoutError
 from drpc.errors import DRPCExecutionException
-from drpc.requests import DRPCRequest, ReturnInfo
-from drpc.tls import TLSSettings
-from drpc.wire import (
+from drpc.protocol.tls import TLSSettings
+from drpc.protocol.wire import (
     FRAME_HEADER_SIZE,
     MAX_FRAME_SIZE,
     ProtocolError,
@@ -62,6 +61,7 @@ from drpc.wire import (
     frame_length,
     to_wire_execution_error,
 )
+from drpc.requests import DRPCRequest, ReturnInfo
 
 DEFAULT_PORT = 3772
 DEFAULT_INVOCATIONS_PORT = 3773

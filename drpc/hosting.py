@@ -1,6 +1,19 @@
-"""Choosing an executor and loading topologies named on a command line.
+"""Hosting DRPC topologies: the one ``Host``, choosing an executor, loading topologies.
 
 Contract:
+
+- ``Host(invocations, executor=..., conf=..., observer=...)`` runs the DRPC
+  functions one process serves from one invocations handle: the DRPC server
+  (its request table), ``LocalDRPC`` and the remote runner (the servers'
+  invocations ports) all host through it. ``register(topology, executor=None,
+  **options)`` takes a builder, a ``Topology`` or a zero-argument factory,
+  refuses one that serves no DRPC function or a function already registered
+  (``DRPCError``), creates the executor (``drpc.executors.create_executor``,
+  with the handle and the observer as services) and starts it, returning the
+  started runtime (a runtime that fails to start is not registered).
+  ``runtime(function)``, ``functions`` and ``stop()`` (every runtime, in
+  registration order; one that fails to stop is logged and the others still
+  stop). Thread-safe; ``register`` blocks while the runtime starts.
 
 - ``default_executor()`` is ``"spark"`` when ``drpc.executors.spark`` can be
   imported, else ``"local"``; the server and the remote runner use it when no
@@ -30,10 +43,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
-from drpc.executors import EXECUTORS
+from drpc.errors import DRPCError
+from drpc.executors import EXECUTORS, create_executor
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.model.topology import Topology
+from drpc.observe import OBSERVER_SERVICE, Observer
+from drpc.requests import Invocations
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +102,102 @@ def load_topology(spec: str) -> Topology:
         except AttributeError:
             raise ValueError(f"topology {spec!r}: {module_name} has no {attribute!r}") from None
     return as_topology(value, spec)
+
+
+class Host:
+    """The runtimes of the DRPC functions served from one invocations handle (see the
+    module doc)."""
+
+    def __init__(
+        self,
+        invocations: Invocations,
+        *,
+        executor: str | None = None,
+        conf: dict[str, Any] | None = None,
+        observer: Observer | None = None,
+        executor_options: dict[str, Any] | None = None,
+    ) -> None:
+        """
+        :param executor: the default executor of registered topologies (default
+            ``default_executor()``).
+        :param conf: topology configuration for every runtime (under each topology's own).
+        :param observer: receives the runtimes' events (``drpc.observe``).
+        :param executor_options: default keywords of every executor (``master``...).
+        """
+        self.invocations = invocations
+        self.executor = executor or default_executor()
+        self.conf = dict(conf or {})
+        self.observer = observer
+        self.executor_options = dict(executor_options or {})
+        self._lock = threading.Lock()
+        self._runtimes: dict[str, tuple[str, Any] | None] = {}  # None: starting
+        self._stopped = False
+
+    def register(self, topology: Any, executor: str | None = None, **options: Any) -> Any:
+        built = as_topology(topology, "the topology")
+        function = built.drpc_function
+        if function is None:
+            raise DRPCError(f"topology {built.name!r} does not serve a DRPC function")
+        name = executor or self.executor
+        with self._lock:
+            if self._stopped:
+                raise DRPCError("the host is stopped")
+            if function in self._runtimes:
+                raise DRPCError(f"function {function!r} is already registered")
+            self._runtimes[function] = None
+        try:
+            runtime = create_executor(
+                name,
+                built,
+                services={INVOCATIONS_SERVICE: self.invocations, OBSERVER_SERVICE: self.observer},
+                conf=self.conf,
+                **{**self.executor_options, **options},
+            )
+            runtime.start()
+        except BaseException:
+            with self._lock:
+                self._runtimes.pop(function, None)
+            raise
+        with self._lock:
+            self._runtimes[function] = (name, runtime)
+        log.info("registered DRPC function %r on the %s executor", function, name)
+        return runtime
+
+    def runtime(self, function: str) -> Any:
+        with self._lock:
+            entry = self._runtimes.get(function)
+        if entry is None:
+            raise KeyError(function)
+        return entry[1]
+
+    def executor_of(self, function: str) -> str:
+        with self._lock:
+            entry = self._runtimes.get(function)
+        if entry is None:
+            raise KeyError(function)
+        return entry[0]
+
+    def __contains__(self, function: object) -> bool:
+        """Whether ``function`` is registered (or starting)."""
+        with self._lock:
+            return function in self._runtimes
+
+    @property
+    def functions(self) -> list[str]:
+        """The registered functions (those still starting included), sorted."""
+        with self._lock:
+            return sorted(self._runtimes)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            entries = [entry for entry in self._runtimes.items() if entry[1] is not None]
+        for function, entry in entries:
+            assert entry is not None
+            try:
+                entry[1].stop()
+            except Exception:
+                log.exception("stopping the runtime of %r failed", function)
 
 
 class Wakeups:

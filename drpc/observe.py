@@ -2,15 +2,26 @@
 
 Contract. An ``Observer`` receives events as they happen; ``Observer`` itself
 ignores every event, so an implementation overrides only what it needs.
-Events come from any thread, must be cheap, and an observer's exception never
-reaches the engine that reported it: call through ``notify(observer, name,
-...)``, which logs and drops it.
+Events come from any thread and must be cheap. ``FanOut`` is the bus: it
+passes each event to every observer it holds, and an observer's exception is
+logged and dropped, never reaching the engine that reported it nor the other
+observers. Engines report to ``bus(observer)`` (the observer itself when it is
+a ``FanOut`` or ``NULL_OBSERVER``, else a ``FanOut`` around it) by calling the
+event's method: every event is a typed method of ``Observer``.
 
 Runtimes find their observer in their services under ``OBSERVER_SERVICE``
 (``observer_of(services)``; missing means ``NULL_OBSERVER``). Times are
 ``time.monotonic()`` of the reporting process, in seconds.
 
-Request events (``return_info`` names the request and the server that issued it):
+Request events, from the DRPC server's request table
+(``server.service.DRPCService``; ``request`` a ``drpc.requests.PendingRequest``):
+``request_submitted(request)`` and ``request_fetched(request, now)`` (called
+with the table's lock held: must not call back into the service),
+``request_settled(request, now)`` (before the caller is woken) and
+``request_refused(function, error, known, now)`` (an execute call answered
+without queueing; ``known``: the function is served).
+
+Step events (``return_info`` names the request and the server that issued it):
 
 - ``step_started(return_info, step, now)``: a step began work on the request;
 - ``step_finished(return_info, step, start, end, attrs)``: a step's span for
@@ -31,7 +42,10 @@ txid, commit_seconds, tuples)``, ``tx_replayed(topology, txid, cause)``
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from drpc.requests import PendingRequest
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +84,25 @@ class Observer:
     def tx_replayed(self, topology: str, txid: int, cause: str) -> None:
         pass
 
+    def request_submitted(self, request: PendingRequest) -> None:
+        pass
+
+    def request_fetched(self, request: PendingRequest, now: float) -> None:
+        pass
+
+    def request_settled(self, request: PendingRequest, now: float) -> None:
+        pass
+
+    def request_refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
+        pass
+
 
 NULL_OBSERVER = Observer()
 
 
 class FanOut(Observer):
-    """Passes every event to each of several observers (``observers``, a list you may extend)."""
+    """The bus: passes every event to each of several observers (``observers``, a list you
+    may extend), isolating each: an exception is logged, the others still hear it."""
 
     def __init__(self, *observers: Observer) -> None:
         self.observers = [o for o in observers if o is not NULL_OBSERVER]
@@ -84,7 +111,10 @@ class FanOut(Observer):
 def _fan_out(event: str) -> Any:
     def fan_out(self: FanOut, *args: Any) -> None:
         for observer in self.observers:
-            notify(observer, event, *args)
+            try:
+                getattr(observer, event)(*args)
+            except Exception:
+                log.exception("observer %r failed on %s", observer, event)
 
     fan_out.__name__ = event
     return fan_out
@@ -100,11 +130,9 @@ def observer_of(services: dict[str, Any] | None) -> Observer:
     return NULL_OBSERVER if observer is None else observer  # not `or`: an observer may be falsy
 
 
-def notify(observer: Observer, event: str, *args: Any) -> None:
-    """Call ``observer.<event>(*args)``; an exception is logged, never raised."""
-    if observer is NULL_OBSERVER:
-        return
-    try:
-        getattr(observer, event)(*args)
-    except Exception:
-        log.exception("observer %r failed on %s", observer, event)
+def bus(observer: Observer | None) -> Observer:
+    """``observer`` as an engine reports to it: ``NULL_OBSERVER`` for None, a ``FanOut``
+    as it is, anything else inside a ``FanOut`` (so its exceptions stay there)."""
+    if observer is None or observer is NULL_OBSERVER:
+        return NULL_OBSERVER
+    return observer if isinstance(observer, FanOut) else FanOut(observer)

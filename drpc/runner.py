@@ -55,21 +55,19 @@ from client import (
 )
 from client.calls import Address, format_address, parse_servers
 from client.cli import add_tls_arguments, tls_from_args
-from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExecutionException
-from drpc.executors import create_executor
 from drpc.hosting import (
+    Host,
     Wakeups,
     add_hosting_arguments,
     as_topology,
-    default_executor,
     hosting_setup,
 )
 from drpc.model.topology import Topology
+from drpc.protocol.tls import TLSSettings
+from drpc.protocol.wire import MAX_FRAME_SIZE
 from drpc.requests import DRPCRequest, ReturnInfo
-from drpc.tls import TLSSettings
-from drpc.wire import MAX_FRAME_SIZE
 
 log = logging.getLogger("drpc.runner")  # not "__main__" under python -m
 
@@ -263,24 +261,19 @@ class RemoteRunner:
             if topology.drpc_function is None:
                 raise DRPCError(f"topology {topology.name!r} does not serve a DRPC function")
             functions.append(topology.drpc_function)
-        self.executor = executor or default_executor()
-        self._conf = conf
-        self._executor_options = dict(executor_options or {})
         self.invocations = RemoteInvocations(servers, functions, **invocations_options)
-        self._runtimes: list[Any] = []
+        self.host = Host(
+            self.invocations,
+            executor=executor,
+            conf=conf,
+            executor_options=executor_options,
+        )
+        self.executor = self.host.executor
 
     def start(self) -> RemoteRunner:
         try:
             for topology in self.topologies:
-                runtime = create_executor(
-                    self.executor,
-                    topology,
-                    services={INVOCATIONS_SERVICE: self.invocations},
-                    conf=self._conf,
-                    **self._executor_options,
-                )
-                runtime.start()
-                self._runtimes.append(runtime)
+                self.host.register(topology)
         except BaseException:
             self.stop()
             raise
@@ -295,12 +288,7 @@ class RemoteRunner:
 
     def stop(self) -> None:
         self.invocations.stop()
-        for runtime in self._runtimes:
-            try:
-                runtime.stop()
-            except Exception:
-                log.exception("stopping a runtime failed")
-        self._runtimes.clear()
+        self.host.stop()
 
     def __enter__(self) -> RemoteRunner:
         return self.start()

@@ -34,12 +34,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExceptionType, DRPCExecutionException
-from drpc.executors import create_executor
+from drpc.hosting import Host, Wakeups
 from drpc.model.topology import Topology
-from drpc.observe import OBSERVER_SERVICE, Observer
+from drpc.observe import Observer
 from drpc.requests import (
     DEFAULT_REQUEST_TIMEOUT,
     LOCAL_ORIGIN,
@@ -66,12 +65,17 @@ class LocalDRPC:
         self.observer = observer
         self.timeout = timeout
         self._conf = dict(conf or {})
-        self._executor_options = executor_options
         self._table = RequestTable(timeout=timeout)
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
-        self._listeners: dict[str, list[Callable[[], None]]] = {}
-        self._runtimes: dict[str, Any] = {}
+        self._wakeups = Wakeups()
+        self._host = Host(
+            self,
+            executor=executor,
+            conf=self._conf,
+            observer=observer,
+            executor_options=executor_options,
+        )
         self._closed = False
         self._expirer = threading.Thread(
             target=self._expire_loop, name="LocalDRPC-expirer", daemon=True
@@ -82,41 +86,17 @@ class LocalDRPC:
 
     def register(self, topology: LinearDRPCTopologyBuilder | Topology) -> Any:
         """Run a DRPC topology on this LocalDRPC's executor; returns the executor."""
-        if isinstance(topology, LinearDRPCTopologyBuilder):
-            topology = topology.create_topology()
-        function = topology.drpc_function
-        if function is None:
-            raise DRPCError(f"topology {topology.name!r} does not serve a DRPC function")
         with self._lock:
             if self._closed:
                 raise DRPCError("LocalDRPC is shut down")
-            if function in self._runtimes:
-                raise DRPCError(f"function {function!r} is already registered")
-            self._runtimes[function] = None
-        try:
-            runtime = create_executor(
-                self.executor_name,
-                topology,
-                services={INVOCATIONS_SERVICE: self, OBSERVER_SERVICE: self.observer},
-                conf=self._conf,
-                **self._executor_options,
-            )
-            runtime.start()
-        except BaseException:
-            with self._lock:
-                self._runtimes.pop(function, None)
-            raise
-        with self._lock:
-            self._runtimes[function] = runtime
-        log.info("registered DRPC function %r on the %s executor", function, self.executor_name)
-        return runtime
+        return self._host.register(topology)
 
     def runtime(self, function: str) -> Any:
-        return self._runtimes[function]
+        return self._host.runtime(function)
 
     @property
     def functions(self) -> list[str]:
-        return sorted(self._runtimes)
+        return self._host.functions
 
     # -- calling --------------------------------------------------------------------------
 
@@ -125,8 +105,8 @@ class LocalDRPC:
         if not isinstance(args, str):
             raise TypeError(f"DRPC arguments are strings, got {type(args).__name__}")
         with self._lock:
-            if function not in self._runtimes:
-                registered = ", ".join(sorted(self._runtimes)) or "none"
+            if function not in self._host:
+                registered = ", ".join(self._host.functions) or "none"
                 future.set_exception(
                     DRPCExecutionException(
                         f"function {function!r} is not registered; "
@@ -137,10 +117,8 @@ class LocalDRPC:
                 return future
             request = self._table.submit(function, args, time.monotonic(), timeout)
             request.waiter = future
-            listeners = list(self._listeners.get(function, ()))
             self._wakeup.notify()
-        for listener in listeners:
-            listener()
+        self._wakeups.notify(function)
         return future
 
     def execute(self, function: str, args: str, timeout: float | None = None) -> str:
@@ -167,16 +145,7 @@ class LocalDRPC:
             request.waiter.set_exception(error)
 
     def add_listener(self, function: str, callback: Callable[[], None]) -> Callable[[], None]:
-        with self._lock:
-            self._listeners.setdefault(function, []).append(callback)
-
-        def remove() -> None:
-            with self._lock:
-                callbacks = self._listeners.get(function, [])
-                if callback in callbacks:
-                    callbacks.remove(callback)
-
-        return remove
+        return self._wakeups.add(function, callback)
 
     @property
     def late_results(self) -> int:
@@ -207,11 +176,9 @@ class LocalDRPC:
                 return
             self._closed = True
             settled = self._table.shutdown()
-            runtimes = [r for r in self._runtimes.values() if r is not None]
             self._wakeup.notify_all()
         _settle(settled)
-        for runtime in runtimes:
-            runtime.stop()
+        self._host.stop()
         self._expirer.join(2.0)
 
     def __enter__(self) -> LocalDRPC:

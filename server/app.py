@@ -31,13 +31,10 @@ from typing import Any
 
 from aiohttp import web
 
-from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError
-from drpc.executors import create_executor
-from drpc.hosting import as_topology, as_transactional, default_executor
+from drpc.hosting import Host, as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
-from drpc.observe import OBSERVER_SERVICE, FanOut
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
 from server.dashboard import Dashboard
 from server.handlers import execute_methods, invocations_methods
@@ -91,7 +88,7 @@ class DRPCServer:
             ``limits.max_body_size`` (largest Thrift frame and HTTP body, default 1 MiB).
         :param limits: every resource limit (``server.limits.Limits``; its defaults when
             None).
-        :param ssl_context: serve TLS on every port (``drpc.tls.server_context``); a
+        :param ssl_context: serve TLS on every port (``drpc.protocol.tls.server_context``); a
             verified client certificate's CN is the caller's user name.
         :param tokens: HTTP bearer tokens and their users; None accepts no token.
         :param max_connections: most open connections per Thrift port, default 4096.
@@ -125,17 +122,17 @@ class DRPCServer:
         self.executor = executor or default_executor()
         self.shutdown_grace = shutdown_grace
         self._conf = dict(conf or {})
+        self.metrics = metrics or ServerMetrics(max_functions=limits.max_functions)
+        self.dashboard = dashboard or Dashboard(max_tracked=limits.max_outstanding)
         self.service = DRPCService(
             timeout=timeout,
             runner_liveness=runner_liveness,
             wait_for_unserved=wait_for_unserved,
             authorizer=authorizer,
             limits=limits,
+            observers=(self.metrics, self.dashboard),
         )
-        self.metrics = metrics or ServerMetrics(max_functions=limits.max_functions)
         self.metrics.bind(self.service)
-        self.dashboard = dashboard or Dashboard(max_tracked=limits.max_outstanding)
-        self.service.listeners += [self.metrics, self.dashboard]
         listener_options: dict[str, Any] = {
             "limits": limits,
             "ssl_context": ssl_context,
@@ -149,14 +146,20 @@ class DRPCServer:
         )
         self._http_runner: web.AppRunner | None = None
         self._http_deadline: asyncio.Task[None] | None = None
-        self._runtimes: dict[str, tuple[str, Any]] = {}
         self.transactional: dict[str, HostedTransactional] = {}
         self.dashboard.watch_transactional(
             lambda: {name: hosted.status() for name, hosted in self.transactional.items()}
         )
-        self.observer = FanOut(self.metrics, self.dashboard, self.service.tracer)
-        """Every hosted runtime reports here (``drpc.observe``); append observers to
+        self.observer = self.service.observer
+        """The one event bus (``drpc.observe``): requests, and every hosted runtime's
+        events, reach the metrics, the dashboard and traces; append observers to
         ``observer.observers``."""
+        self._host = Host(
+            EmbeddedInvocations(self.service),
+            executor=self.executor,
+            conf=self._conf,
+            observer=self.observer,
+        )
         self.started = False
         self.stopped = False
 
@@ -178,32 +181,11 @@ class DRPCServer:
         before ``start()``, or from a thread other than the server's event loop.
         """
         built = as_topology(topology)
-        function = built.drpc_function
-        if function is None:
-            raise DRPCError(f"topology {built.name!r} does not serve a DRPC function")
         if self.stopped:
             raise DRPCError("the DRPC server is stopped")
-        if function in self._runtimes:
-            raise DRPCError(f"function {function!r} is already registered")
-        name = executor or self.executor
-        runtime = create_executor(
-            name,
-            built,
-            services={
-                INVOCATIONS_SERVICE: EmbeddedInvocations(self.service),
-                OBSERVER_SERVICE: self.observer,
-            },
-            conf=self._conf,
-            **executor_options,
-        )
-        self._runtimes[function] = (name, runtime)
-        try:
-            runtime.start()
-        except BaseException:
-            del self._runtimes[function]
-            raise
-        self.service.register_embedded(function)
-        log.info("registered DRPC function %r on the %s executor", function, name)
+        runtime = self._host.register(built, executor, **executor_options)
+        assert built.drpc_function is not None
+        self.service.register_embedded(built.drpc_function)
         return runtime
 
     def register_transactional(
@@ -324,12 +306,9 @@ class DRPCServer:
                 await loop.run_in_executor(None, hosted.stop)
             except Exception:
                 log.exception("stopping transactional topology %r failed", topology_id)
-        for function, (_, runtime) in list(self._runtimes.items()):
+        for function in self._host.functions:
             self.service.unregister_embedded(function)
-            try:
-                await loop.run_in_executor(None, runtime.stop)
-            except Exception:
-                log.exception("stopping the runtime of %r failed", function)
+        await loop.run_in_executor(None, self._host.stop)
         log.info("DRPC server stopped")
 
     async def _close_listeners(self) -> None:

@@ -30,8 +30,8 @@ from typing import Any
 
 from drpc.errors import DRPCError
 from drpc.hosting import add_hosting_arguments, as_transactional, hosting_setup, load_topology
+from drpc.protocol.tls import server_context
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
-from drpc.tls import server_context
 from drpc.transactional.cli import add_state_arguments, state_options
 from server.acl import ACLAuthorizer
 from server.app import (

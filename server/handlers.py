@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from drpc.errors import AuthorizationException, DRPCExceptionType, DRPCExecutionException
-from drpc.gen import DistributedRPC, DistributedRPCInvocations, ttypes
-from drpc.wire import (
+from drpc.protocol.gen import DistributedRPC, DistributedRPCInvocations, ttypes
+from drpc.protocol.wire import (
     REPLY,
     Message,
     ProtocolError,

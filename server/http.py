@@ -61,8 +61,8 @@ from drpc.errors import (
     DRPCExecutionException,
     ServerBusyError,
 )
+from drpc.protocol.tls import common_name
 from drpc.requests import RequestTrace
-from drpc.tls import common_name
 from server.dashboard import Dashboard, add_routes
 from server.identity import TokenTable, bearer_user
 from server.limits import Limits

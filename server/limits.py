@@ -16,7 +16,7 @@ import argparse
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from drpc.wire import MAX_FRAME_SIZE
+from drpc.protocol.wire import MAX_FRAME_SIZE
 
 
 def _limit(default: Any, help: str) -> Any:

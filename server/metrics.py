@@ -1,8 +1,8 @@
 """Prometheus metrics of one DRPC server, served at ``GET /metrics``.
 
-Contract. ``ServerMetrics`` is both a ``server.service.RequestListener`` (the
-service tells it how every execute call ended) and a ``drpc.observe.Observer``
-(hosted runtimes tell it about jobs, batches, steps and transactions). Every
+Contract. ``ServerMetrics`` is a ``drpc.observe.Observer`` on the server's bus:
+the service tells it how every execute call ended (``request_*`` events) and
+hosted runtimes tell it about jobs, batches, steps and transactions. Every
 metric lives in the instance's own ``CollectorRegistry`` (``registry``), never
 prometheus-client's global one, so many servers in one process never share or
 clash; ``exposition()`` is the text format ``GET /metrics`` answers.
@@ -52,7 +52,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from drpc.observe import Observer
-from server.service import OUTCOMES, PendingRequest, RequestListener, outcome_of
+from server.service import OUTCOMES, PendingRequest, outcome_of
 
 if TYPE_CHECKING:
     from server.service import DRPCService
@@ -146,7 +146,7 @@ class RecentRequests:
         return len(self._functions)
 
 
-class ServerMetrics(Observer, RequestListener):
+class ServerMetrics(Observer):
     def __init__(
         self,
         *,
@@ -278,25 +278,25 @@ class ServerMetrics(Observer, RequestListener):
         """The Prometheus text format of every metric."""
         return generate_latest(self.registry)
 
-    # -- requests (server.service.RequestListener) -------------------------------------------
+    # -- requests (the server's request table) ------------------------------------------------
 
-    def submitted(self, request: PendingRequest) -> None:
+    def request_submitted(self, request: PendingRequest) -> None:
         self.functions(request.function)
         self.recent.add(request.id, request.function)
 
-    def fetched(self, request: PendingRequest, now: float) -> None:
+    def request_fetched(self, request: PendingRequest, now: float) -> None:
         function = self.functions(request.function)
         self.queue_wait.labels(function).observe(max(0.0, now - request.submitted))
         self.in_flight.labels(function).inc()
 
-    def settled(self, request: PendingRequest, now: float) -> None:
+    def request_settled(self, request: PendingRequest, now: float) -> None:
         function = self.functions(request.function)
         if request.fetched:
             self.in_flight.labels(function).dec()
         self.requests.labels(function, outcome_of(request.error)).inc()
         self.duration.labels(function).observe(max(0.0, now - request.submitted))
 
-    def refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
+    def request_refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
         self.requests.labels(self.functions(function, admit=known), outcome_of(error)).inc()
 
     # -- runtimes (drpc.observe.Observer) -----------------------------------------------------

@@ -31,19 +31,21 @@ runtimes may live in other threads:
   distinct names are served but not remembered; a result over
   ``max_result_size`` UTF-8 bytes fails its request with FAILED_REQUEST
   instead of reaching the caller.
-- ``listeners`` (``RequestListener``s) hear every request's life for metrics
-  and the dashboard: ``submitted`` and ``fetched`` (called with the service
-  lock held: must be cheap and must not call back into the service),
-  ``settled`` (before the waiting caller is woken, so a caller that got its
-  answer finds it counted) and ``refused`` (execute calls answered without
-  queueing: busy, unauthorized, not served, shut down). A listener's exception
-  is logged, never raised; append to ``listeners`` before serving.
+- ``observer``, a ``drpc.observe.FanOut``, is the one bus every request's life
+  goes to (metrics, the dashboard, traces) and that hosted runtimes report
+  their events to: ``request_submitted`` and ``request_fetched`` (called with
+  the service lock held: must be cheap and must not call back into the
+  service), ``request_settled`` (before the waiting caller is woken, so a
+  caller that got its answer finds it counted) and ``request_refused``
+  (execute calls answered without queueing: busy, unauthorized, not served,
+  shut down). An observer's exception is logged, never raised; add observers
+  (``observer.observers``) before serving.
 - tracing: ``execute(function, args, trace=RequestTrace(...))`` records the
   call's id, its queue wait, the step spans its runtime reports and when it
-  settled (``drpc.requests``); ``tracer`` (a listener, and an observer that
-  hosted runtimes must report to) does the recording, and forgets a trace
-  once its call settled. Log lines about one request (a failure, a timeout,
-  a late or oversized result) carry ``request_id`` and ``function`` fields.
+  settled (``drpc.requests``); ``tracer``, on the bus from the start, does the
+  recording, and forgets a trace once its call settled. Log lines about one
+  request (a failure, a timeout, a late or oversized result) carry
+  ``request_id`` and ``function`` fields.
 
 ``EmbeddedInvocations`` is the ``Invocations`` handle in-process runtimes pull
 from: the same table and the same at-most-once contract remote runners get.
@@ -67,6 +69,7 @@ from drpc.errors import (
 )
 from drpc.hosting import Wakeups
 from drpc.logs import request_extra
+from drpc.observe import FanOut, Observer
 from drpc.requests import (
     DEFAULT_REQUEST_TIMEOUT,
     LOCAL_ORIGIN,
@@ -120,38 +123,11 @@ def outcome_of(error: BaseException | None) -> str:
     return INTERNAL_ERROR
 
 
-class RequestListener:
-    """Hears the life of every execute call; each method here does nothing.
-
-    ``known`` in ``refused`` says whether the function is served (registered here or
-    fetched lately by a runner): metrics use it to bound their label values."""
-
-    def submitted(self, request: PendingRequest) -> None:
-        pass
-
-    def fetched(self, request: PendingRequest, now: float) -> None:
-        pass
-
-    def settled(self, request: PendingRequest, now: float) -> None:
-        pass
-
-    def refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
-        pass
-
-
-def _tell(listeners: list[RequestListener], event: str, *args: object) -> None:
-    for listener in listeners:
-        try:
-            getattr(listener, event)(*args)
-        except Exception:
-            log.exception("request listener %r failed on %s", listener, event)
-
-
-class RequestTracer(TraceCollector, RequestListener):
+class RequestTracer(TraceCollector):
     """Stamps traced requests (``PendingRequest.trace``) as they live and collects the
-    spans runtimes report for them (an observer: put it in the runtimes' fan-out)."""
+    spans runtimes report for them."""
 
-    def submitted(self, request: PendingRequest) -> None:
+    def request_submitted(self, request: PendingRequest) -> None:
         trace = request.trace
         if trace is not None:
             trace.request_id = request.id
@@ -159,11 +135,11 @@ class RequestTracer(TraceCollector, RequestListener):
             trace.submitted = request.submitted
             self.watch(request.id, trace)
 
-    def fetched(self, request: PendingRequest, now: float) -> None:
+    def request_fetched(self, request: PendingRequest, now: float) -> None:
         if request.trace is not None:
             request.trace.fetched = now
 
-    def settled(self, request: PendingRequest, now: float) -> None:
+    def request_settled(self, request: PendingRequest, now: float) -> None:
         if request.trace is not None:
             request.trace.settled = now
             self.unwatch(request.id)
@@ -187,8 +163,11 @@ class DRPCService:
         wait_for_unserved: bool = False,
         authorizer: Authorizer | None = None,
         limits: Limits | None = None,
-        listeners: Sequence[RequestListener] = (),
+        observers: Sequence[Observer] = (),
     ) -> None:
+        """
+        :param observers: put on the bus (``observer``) beside the tracer.
+        """
         if runner_liveness < 0:
             raise ValueError(f"runner_liveness must be >= 0, got {runner_liveness!r}")
         self._table = RequestTable(timeout=timeout)
@@ -197,10 +176,10 @@ class DRPCService:
         self._authorizer = authorizer
         self.limits = limits or Limits()
         self.refused_busy = 0
-        self.listeners = list(listeners)
         self.tracer = RequestTracer()
-        """Collects the spans of traced calls: add it to the hosted runtimes' observer."""
-        self.listeners.append(self.tracer)
+        """Collects the spans of traced calls."""
+        self.observer = FanOut(self.tracer, *observers)
+        """The bus: request events, and every hosted runtime's events."""
         self._lock = threading.Lock()
         self._embedded: set[str] = set()
         self._remote_fetches: dict[str, float] = {}
@@ -260,12 +239,10 @@ class DRPCService:
     def refused(self, function: str, error: BaseException) -> None:
         """Report an execute call answered with ``error`` without being queued (front ends
         call this for refusals the service does not see, such as an unknown token)."""
-        if not self.listeners:
-            return
         now = time.monotonic()
         with self._lock:
             known = self._is_served(function, now)
-        _tell(self.listeners, "refused", function, error, known, now)
+        self.observer.request_refused(function, error, known, now)
 
     # -- callers (event loop) -------------------------------------------------------------
 
@@ -294,11 +271,11 @@ class DRPCService:
                 request = self._table.submit(function, args, now)
             except DRPCExecutionException as error:
                 known = self._is_served(function, now)
-                _tell(self.listeners, "refused", function, error, known, now)
+                self.observer.request_refused(function, error, known, now)
                 raise
             request.waiter = waiter
             request.trace = trace
-            _tell(self.listeners, "submitted", request)
+            self.observer.request_submitted(request)
         self._arm_expiry(request.deadline)
         self._wakeups.notify(function)
         return await waiter
@@ -328,7 +305,7 @@ class DRPCService:
                 self._remember_fetch(function, now)
             request = self._table.fetch(function)
             if request is not None:
-                _tell(self.listeners, "fetched", request, now)
+                self.observer.request_fetched(request, now)
         if request is not None and request.trace is not None:
             request.trace.remote = remote
         return None if request is None else request.as_request(origin)
@@ -486,10 +463,9 @@ class DRPCService:
     def _settle(self, requests: list[PendingRequest]) -> None:
         if not requests:
             return
-        if self.listeners:
-            now = time.monotonic()
-            for request in requests:
-                _tell(self.listeners, "settled", request, now)
+        now = time.monotonic()
+        for request in requests:
+            self.observer.request_settled(request, now)
         if threading.get_ident() == self._loop_thread:
             for request in requests:
                 _resolve(request)

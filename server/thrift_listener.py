@@ -6,7 +6,7 @@ Contract:
   length or more than ``limits.max_frame_size`` bytes, a truncated frame, a
   frame that does not arrive whole within ``limits.read_timeout`` seconds of
   its first byte, bytes that are not a Thrift message, a message over the
-  string, container or nesting limits (``drpc.wire_scan``), or a method the
+  string, container or nesting limits (``drpc.protocol.scan``), or a method the
   service does not have close that connection only (a method it does not
   have, or a call with malformed arguments, first gets a
   ``TApplicationException`` reply); the reason is logged, the listener keeps
@@ -38,8 +38,9 @@ from dataclasses import dataclass
 
 from thrift.Thrift import TApplicationException
 
-from drpc.tls import common_name
-from drpc.wire import (
+from drpc.protocol.scan import WireLimits
+from drpc.protocol.tls import common_name
+from drpc.protocol.wire import (
     CALL,
     FRAME_HEADER_SIZE,
     Message,
@@ -48,7 +49,6 @@ from drpc.wire import (
     encode_application_error,
     frame_length,
 )
-from drpc.wire_scan import WireLimits
 from server.limits import Limits
 
 DEFAULT_MAX_CONNECTIONS = 4096

@@ -24,9 +24,9 @@ import logging
 import threading
 from typing import Any
 
-from drpc.builders.transactional import TransactionalTopologyBuilder
 from drpc.model.topology import Topology
 from drpc.observe import Observer
+from drpc.transactional.builder import TransactionalTopologyBuilder
 from drpc.transactional.run import TransactionalRunner
 
 log = logging.getLogger(__name__)

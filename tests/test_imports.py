@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = [
-    "drpc.builders.transactional",
+    "drpc.transactional.builder",
     "drpc.transactional",
     "drpc.transactional.run",
     "drpc.transactional.spouts",

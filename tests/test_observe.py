@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from drpc.observe import NULL_OBSERVER, OBSERVER_SERVICE, FanOut, Observer, notify, observer_of
+from drpc.observe import NULL_OBSERVER, OBSERVER_SERVICE, FanOut, Observer, bus, observer_of
 
 
 class Recording(Observer):
@@ -26,7 +26,7 @@ def test_fan_out_reaches_every_observer_even_past_a_broken_one(
     first, second = Recording(), Recording()
     fan = FanOut(first, Broken(), NULL_OBSERVER, second)
     with caplog.at_level(logging.ERROR, logger="drpc.observe"):
-        notify(fan, "batch_coalesced", "reach", 3)
+        fan.batch_coalesced("reach", 3)
     assert first.events == second.events == [("batch_coalesced", "reach", 3)]
     assert "observer bug" in caplog.text
 
@@ -52,3 +52,20 @@ def test_a_falsy_observer_is_still_the_observer() -> None:
     sized = Sized()
     assert observer_of({OBSERVER_SERVICE: sized}) is sized
     assert observer_of({OBSERVER_SERVICE: None}) is NULL_OBSERVER
+
+
+def test_engines_report_to_a_bus_that_keeps_an_observers_exceptions() -> None:
+    assert bus(None) is NULL_OBSERVER
+    assert bus(NULL_OBSERVER) is NULL_OBSERVER
+    fan = FanOut(Recording())
+    assert bus(fan) is fan  # already a bus
+    broken = bus(Broken())
+    assert isinstance(broken, FanOut)
+    broken.batch_coalesced("reach", 3)  # logged, not raised
+
+
+def test_every_event_is_a_typed_method_the_bus_passes_on() -> None:
+    events = [name for name in vars(Observer) if not name.startswith("_")]
+    assert {"step_started", "tx_committed", "request_submitted", "request_refused"} <= set(events)
+    for name in events:
+        assert getattr(FanOut, name) is not getattr(Observer, name), name

@@ -7,11 +7,11 @@
  * Transport: framed; protocol: binary (strict write).
  * DistributedRPC listens on 3772, DistributedRPCInvocations on 3773.
  *
- * Regenerate the Python bindings with `make thrift` (into drpc/gen).
+ * Regenerate the Python bindings with `make thrift` (into drpc/protocol/gen).
  */
 
 namespace java org.apache.storm.generated
-namespace py drpc.gen
+namespace py drpc.protocol.gen
 
 enum DRPCExceptionType {
   INTERNAL_ERROR = 0,

@@ -26,6 +26,7 @@ from drpc import (
     TopologyContext,
     Tuple,
 )
+from drpc.testing import LocalDRPC
 
 TWEETERS_DB: dict[str, list[str]] = {
     "foo.com/blog/1": ["sally", "bob", "tim", "george", "nathan"],
@@ -143,8 +144,6 @@ topology = build_reach()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from drpc.testing import LocalDRPC
-
     parser = argparse.ArgumentParser(
         prog="python -m drpc.examples.reach",
         description=(

@@ -32,6 +32,7 @@ from drpc import (
     Tuple,
 )
 from drpc.examples.transactional_global_count import DATA, PARTITION_TAKE_PER_BATCH
+from drpc.state.topology import STATE_DIR_CONF
 from drpc.transactional import (
     BaseTransactionalBolt,
     ICommitter,
@@ -39,7 +40,6 @@ from drpc.transactional import (
     TransactionalTopologyBuilder,
     TransactionAttempt,
 )
-from drpc.transactional.state import STATE_DIR_CONF
 
 WORDS_MAP = "words"
 BUCKETS_MAP = "word-buckets"

@@ -1,17 +1,32 @@
 """Executors run topologies: ``"local"`` (in-process engine) or ``"spark"``.
 
 Contract: ``create_executor(name, topology, services=..., conf=..., **options)``
-returns an unstarted executor with ``start()``/``stop()``; unknown names and
-unknown options raise ``ValueError``/``TypeError`` naming what was wrong.
+returns an unstarted ``Executor``; unknown names and unknown options raise
+``ValueError``/``TypeError`` naming what was wrong. An ``Executor`` serves one
+topology from ``start()`` until ``stop()``; both return once done (a Spark
+session may take seconds to start). Every executor runs each bolt task through
+the shared task core (``drpc.executors.task``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
+from drpc.executors.local import LocalExecutor
+from drpc.executors.spark import SparkExecutor
 from drpc.model.topology import Topology
 
 EXECUTORS = ("local", "spark")
+
+
+class Executor(Protocol):
+    """A runtime serving one topology (what ``drpc.hosting.Host`` drives)."""
+
+    topology: Topology
+
+    def start(self) -> Executor: ...
+
+    def stop(self) -> None: ...
 
 
 def create_executor(
@@ -21,13 +36,9 @@ def create_executor(
     services: dict[str, Any] | None = None,
     conf: dict[str, Any] | None = None,
     **options: Any,
-) -> Any:
+) -> Executor:
     if name == "local":
-        from drpc.executors.local import LocalExecutor
-
         return LocalExecutor(topology, services=services, conf=conf, **options)
     if name == "spark":
-        from drpc.executors.spark import SparkExecutor
-
         return SparkExecutor(topology, services=services, conf=conf, **options)
     raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")

@@ -5,7 +5,7 @@ ids and output fields, this component's sources and targets) plus hooks an
 executor fills in: ``request_wakeup()`` (a spout whose source can notify asks
 for ``next_tuple`` to run soon), ``services`` (objects the executor lends to
 built-in components, such as the DRPC invocations handle) and ``state`` (the
-LMDB state maps of a transactional run, see ``drpc.transactional.state``).
+LMDB state maps of a transactional run, see ``drpc.state.topology``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from drpc.model.streams import DEFAULT_STREAM_ID, GlobalStreamId
+from drpc.state.topology import state_for
 
 if TYPE_CHECKING:
     from drpc.model.fields import Fields
@@ -77,9 +78,7 @@ class TopologyContext:
 
     @property
     def state(self) -> Any:
-        """The state maps of this run (``drpc.transactional.state.TopologyState``)."""
-        from drpc.transactional.state import state_for
-
+        """The state maps of this run (``drpc.state.topology.TopologyState``)."""
         return state_for(self.services, self.conf)
 
     def request_wakeup(self) -> None:

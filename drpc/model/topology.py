@@ -274,7 +274,7 @@ class Topology:
         self.conf = conf
         self.drpc_function: str | None = None
         self.linear_steps: list[str] = []
-        self.transactional: Any = None  # drpc.builders.transactional.TransactionalInfo
+        self.transactional: Any = None  # drpc.transactional.builder.TransactionalInfo
         self.components: dict[str, ComponentSpec] = {spec.id: spec for spec in specs}
         for spec in specs:
             declarer = OutputFieldsDeclarer(spec.id)

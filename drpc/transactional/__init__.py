@@ -3,14 +3,15 @@
 ``TransactionalTopologyBuilder(id, spout_id, spout)`` declares the topology;
 ``run(builder, state_dir=...)`` runs it (see ``drpc.transactional.run``);
 committers write ``context.state`` maps inside their commit
-(``drpc.transactional.state``).
+(``drpc.state.topology``).
 """
 
 from __future__ import annotations
 
-from drpc.builders.transactional import TransactionalTopologyBuilder
 from drpc.model.components import BaseBatchBolt, ICommitter
+from drpc.state.topology import StateMap, TopologyState
 from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.builder import TransactionalTopologyBuilder
 from drpc.transactional.run import CommitInfo, RunResult, TransactionalRunner, run
 from drpc.transactional.spouts import (
     BaseOpaquePartitionedTransactionalSpout,
@@ -19,7 +20,6 @@ from drpc.transactional.spouts import (
     MemoryTransactionalSpout,
     OpaqueMemoryTransactionalSpout,
 )
-from drpc.transactional.state import StateMap, TopologyState
 
 
 class BaseTransactionalBolt(BaseBatchBolt):

@@ -18,19 +18,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from drpc.builders.transactional import TransactionalInfo
 from drpc.errors import Failure
 from drpc.executors.batch import TaskHints, TaskRun
 from drpc.executors.records import Shipment
 from drpc.model.topology import Topology
 from drpc.state import CoordinatorState, StateTxn
+from drpc.state.topology import commit_scope
 from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.builder import TransactionalInfo
 from drpc.transactional.spouts import (
     COMMIT_STREAM,
     TransactionalServices,
     commit_opaque_metas,
 )
-from drpc.transactional.state import commit_scope
 
 
 class CommitFailed(Exception):

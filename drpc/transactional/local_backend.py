@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from drpc import config
-from drpc.builders.transactional import TransactionalInfo
 from drpc.errors import DRPCExceptionType, Failure
 from drpc.executors.local import LocalExecutor
 from drpc.executors.records import Shipment
@@ -27,6 +26,7 @@ from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology, TopologyBuilder
 from drpc.model.tuples import Tuple
 from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.builder import TransactionalInfo
 from drpc.transactional.processing import Event, Processed, ProcessingFailed
 from drpc.transactional.spouts import TransactionalServices
 

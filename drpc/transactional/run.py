@@ -53,14 +53,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drpc import config
-from drpc.builders.transactional import TransactionalInfo, TransactionalTopologyBuilder
 from drpc.errors import InvalidTopologyError, StateFullError, TransactionalError
 from drpc.executors import EXECUTORS
 from drpc.model.context import TopologyContext
 from drpc.model.topology import Topology
-from drpc.observe import NULL_OBSERVER, OBSERVER_SERVICE, Observer, notify
+from drpc.observe import OBSERVER_SERVICE, Observer, bus
 from drpc.state import CoordinatorState, StateEnvironment
+from drpc.state.topology import STATE_DIR_CONF, STATE_SERVICE, TopologyState
 from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.builder import TransactionalInfo, TransactionalTopologyBuilder
 from drpc.transactional.commit import CommitFailed, CommitPhase
 from drpc.transactional.coordinator import (
     Decision,
@@ -81,7 +82,6 @@ from drpc.transactional.spouts import (
     TransactionalServices,
     spout_coordinator,
 )
-from drpc.transactional.state import STATE_DIR_CONF, STATE_SERVICE, TopologyState
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class TransactionalRunner:
         elif isinstance(max_spout_pending, bool) or max_spout_pending < 1:
             raise ValueError(f"max_spout_pending must be None or >= 1, got {max_spout_pending!r}")
         self.env = StateEnvironment.open(str(state_dir), **(state_options or {}))
-        self.observer = observer or NULL_OBSERVER
+        self.observer = bus(observer)
         self.coordinator_state = CoordinatorState(self.env, info.id)
         self.transactional = TransactionalServices(info.id, self.coordinator_state)
         self.services: dict[str, Any] = {
@@ -286,7 +286,7 @@ class TransactionalRunner:
     def _replayed(self, result: RunResult, txid: int, cause: str) -> None:
         result.replays[cause] += 1
         self._update_status(replays=dict(result.replays))
-        notify(self.observer, "tx_replayed", self.info.id, txid, cause)
+        self.observer.tx_replayed(self.info.id, txid, cause)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -361,9 +361,7 @@ class TransactionalRunner:
                 if isinstance(decision, EmitBatch):
                     attempt = decision.attempt
                     self._update_status()
-                    notify(
-                        self.observer,
-                        "tx_started",
+                    self.observer.tx_started(
                         self.info.id,
                         attempt.txid,
                         attempt.attempt_id,
@@ -485,7 +483,7 @@ class TransactionalRunner:
             tuples=self._status["tuples"] + info.tuples,
             last_commit_seconds=info.seconds,
         )
-        notify(self.observer, "tx_committed", self.info.id, info.txid, info.seconds, info.tuples)
+        self.observer.tx_committed(self.info.id, info.txid, info.seconds, info.tuples)
         if on_commit is not None:
             on_commit(info)
         if (until_idle and info.tuples == 0) or (

@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from drpc import config, runtime
-from drpc.builders.transactional import TransactionalInfo
 from drpc.errors import DRPCExceptionType, Failure
 from drpc.executors.batch import TaskRun, gather_shipments
 from drpc.executors.plan import DRIVER, SPARK, compile_plan
@@ -30,6 +29,7 @@ from drpc.logs import worker_settings
 from drpc.model.topology import Topology
 from drpc.semantics.runners import freeze
 from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.builder import TransactionalInfo
 from drpc.transactional.processing import (
     Event,
     Processed,

@@ -1,7 +1,8 @@
 """The live dashboard of one DRPC server: ``GET /`` (a page) and ``GET /api/status`` (JSON).
 
-Contract. ``Dashboard`` is both a ``server.service.RequestListener`` and a
-``drpc.observe.Observer``; it keeps, in memory and bounded:
+Contract. ``Dashboard`` is a ``drpc.observe.Observer`` on the server's bus
+(request events from the service, step and transaction events from hosted
+runtimes); it keeps, in memory and bounded:
 
 - per function, slots of ``resolution`` seconds (default 5) over the last
   ``window`` seconds (default 600): calls by outcome and a latency histogram
@@ -58,7 +59,7 @@ from drpc.builders.linear_drpc import JOIN_ID
 from drpc.errors import AuthorizationException, DRPCExecutionException
 from drpc.observe import Observer
 from server.metrics import OTHER, BoundedLabels
-from server.service import TIMEOUT, PendingRequest, RequestListener, outcome_of
+from server.service import TIMEOUT, PendingRequest, outcome_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -188,7 +189,7 @@ class _Topology:
     recent_replays: deque[dict[str, Any]] = field(default_factory=deque)
 
 
-class Dashboard(Observer, RequestListener):
+class Dashboard(Observer):
     def __init__(
         self,
         *,
@@ -269,9 +270,9 @@ class Dashboard(Observer, RequestListener):
         whether each run is up, and runs that have not committed yet."""
         self._hosted = hosted
 
-    # -- requests (server.service.RequestListener) -------------------------------------------
+    # -- requests (the server's request table) ------------------------------------------------
 
-    def submitted(self, request: PendingRequest) -> None:
+    def request_submitted(self, request: PendingRequest) -> None:
         with self._lock:
             self._function(request.function, admit=True)
             if len(self._tracked) >= self.max_tracked:
@@ -279,13 +280,13 @@ class Dashboard(Observer, RequestListener):
                 return
             self._tracked[request.id] = _Tracked(request.id, request.function, request.submitted)
 
-    def fetched(self, request: PendingRequest, now: float) -> None:
+    def request_fetched(self, request: PendingRequest, now: float) -> None:
         with self._lock:
             tracked = self._tracked.get(request.id)
             if tracked is not None:
                 tracked.fetched = True
 
-    def settled(self, request: PendingRequest, now: float) -> None:
+    def request_settled(self, request: PendingRequest, now: float) -> None:
         outcome = outcome_of(request.error)
         with self._lock:
             tracked = self._tracked.pop(request.id, None)
@@ -308,7 +309,7 @@ class Dashboard(Observer, RequestListener):
                 step = "unknown"
             self._add_failure(request.id, request.function, outcome, request.error, step)
 
-    def refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
+    def request_refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
         outcome = outcome_of(error)
         with self._lock:
             entry = self._function(function, admit=known)

@@ -22,8 +22,8 @@ from client import (
 from client.calls import parse_address, parse_servers
 from drpc import errors
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
-from drpc.gen import DistributedRPC
-from drpc.wire import REPLY, encode_message
+from drpc.protocol.gen import DistributedRPC
+from drpc.protocol.wire import REPLY, encode_message
 from server import DRPCServer, ServerThread
 from tests.server.helpers import (
     HOST,

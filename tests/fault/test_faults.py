@@ -29,7 +29,7 @@ from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExceptionType
 from drpc.examples.exclamation import build_exclamation
 from drpc.state import CoordinatorState
-from drpc.transactional.state import TopologyState
+from drpc.state.topology import TopologyState
 from server import DRPCServer, ServerThread
 from tests.fault.processes import free_port, kill
 from tests.server.helpers import HOST, server_options, wait_until

@@ -44,10 +44,10 @@ def call(
 ) -> PendingRequest:
     """A request submitted now and settled ``seconds`` later (the clock moves on)."""
     pending = PendingRequest(request_id, function, "", clock.now, clock.now + 600, 600)
-    board.submitted(pending)
+    board.request_submitted(pending)
     clock.now += seconds
     pending.error = error
-    board.settled(pending, clock.now)
+    board.request_settled(pending, clock.now)
     return pending
 
 
@@ -132,7 +132,9 @@ def test_functions_past_max_functions_share_other() -> None:
         call(board, clock, name, name)
     names = {f["name"]: f["totals"] for f in board.status()["functions"]}
     assert names == {"a": {"ok": 1}, "b": {"ok": 1}, OTHER: {"ok": 2}}
-    board.refused("nobody-serves-this", ServerBusyError("server busy: x", FAILED), False, 1.0)
+    board.request_refused(
+        "nobody-serves-this", ServerBusyError("server busy: x", FAILED), False, 1.0
+    )
     assert function_status(board, OTHER)["totals"] == {"ok": 2, "busy": 1}
 
 
@@ -141,9 +143,9 @@ def test_in_flight_tracking_queued_running_steps_and_its_bounds() -> None:
     board = dashboard(clock, max_tracked=3, max_in_flight_shown=2)
     held = [PendingRequest(str(i), "f", "", clock.now + i, clock.now + 600, 600) for i in range(4)]
     for pending in held:
-        board.submitted(pending)
+        board.request_submitted(pending)
     assert board.untracked == 1  # the fourth: past max_tracked
-    board.fetched(held[1], clock.now)
+    board.request_fetched(held[1], clock.now)
     board.step_started(ReturnInfo("2"), "bolt1", clock.now + 2)
     clock.now += 10
     status = board.status()
@@ -156,7 +158,7 @@ def test_in_flight_tracking_queued_running_steps_and_its_bounds() -> None:
     assert function_status(board, "f")["running"] == 2
     board = dashboard(clock, max_in_flight_shown=3)
     for pending in held[:3]:
-        board.submitted(pending)
+        board.request_submitted(pending)
     assert [r["id"] for r in board.status()["in_flight"]] == ["0", "1", "2"]  # at the bound
     board.step_started(ReturnInfo("2"), "join-result", clock.now - 3)  # first: shown
     (third,) = [r for r in board.status()["in_flight"] if r["id"] == "2"]
@@ -172,25 +174,25 @@ def test_failures_name_their_type_message_and_step() -> None:
     clock = Clock()
     board = dashboard(clock)
     pending = PendingRequest("9", "reach", "", clock.now, clock.now + 1, 1)
-    board.submitted(pending)
+    board.request_submitted(pending)
     board.request_failed_in(ReturnInfo("9"), "bolt2", "ValueError: nope")
     pending.error = DRPCExecutionException("Request failed: ValueError: nope", FAILED)
-    board.settled(pending, clock.now + 0.5)
+    board.request_settled(pending, clock.now + 0.5)
     timed_out = PendingRequest("10", "reach", "", clock.now, clock.now + 1, 1)
-    board.submitted(timed_out)
+    board.request_submitted(timed_out)
     board.step_started(ReturnInfo("10"), "bolt3", clock.now)
     timed_out.error = DRPCExecutionException("Timed Out", DRPCExceptionType.SERVER_TIMEOUT)
-    board.settled(timed_out, clock.now + 1)
+    board.request_settled(timed_out, clock.now + 1)
     queued = PendingRequest("11", "reach", "", clock.now, clock.now + 1, 1)
-    board.submitted(queued)
+    board.request_submitted(queued)
     queued.error = DRPCExecutionException("Timed Out", DRPCExceptionType.SERVER_TIMEOUT)
-    board.settled(queued, clock.now + 1)
+    board.request_settled(queued, clock.now + 1)
     late = PendingRequest("12", "reach", "", clock.now, clock.now + 1, 1)
-    board.submitted(late)
+    board.request_submitted(late)
     late.error = DRPCExecutionException("Request failed", FAILED)
-    board.settled(late, clock.now + 1)
+    board.request_settled(late, clock.now + 1)
     board.request_failed_in(ReturnInfo("12"), "bolt0", "reported after the failure settled")
-    board.refused("reach", AuthorizationException("not for you"), True, clock.now)
+    board.request_refused("reach", AuthorizationException("not for you"), True, clock.now)
     failures = board.status()["failures"]
     assert [(f["id"], f["outcome"], f["type"], f["step"]) for f in failures] == [
         (None, "unauthorized", "AuthorizationException", "refused"),

@@ -26,15 +26,15 @@ def settle(
     error: DRPCExecutionException | None = None,
 ) -> None:
     pending.error = error
-    metrics.settled(pending, now)
+    metrics.request_settled(pending, now)
 
 
 def test_outcomes_and_latencies_of_settled_and_refused_calls() -> None:
     metrics = ServerMetrics()
     ok, failed, timed_out = request("1", "f"), request("2", "f"), request("3", "f")
     for pending in (ok, failed, timed_out):
-        metrics.submitted(pending)
-    metrics.fetched(ok, 100.5)
+        metrics.request_submitted(pending)
+    metrics.request_fetched(ok, 100.5)
     ok.fetched = True
     assert value(samples(metrics), "drpc_requests_in_flight", function="f") == 1
     settle(metrics, ok, 101.0)
@@ -45,7 +45,7 @@ def test_outcomes_and_latencies_of_settled_and_refused_calls() -> None:
     internal = DRPCExecutionException("lost", DRPCExceptionType.INTERNAL_ERROR)
     lost = request("4", "f")
     settle(metrics, lost, 100.1, internal)
-    metrics.refused("f", AuthorizationException("no"), True, 100.0)
+    metrics.request_refused("f", AuthorizationException("no"), True, 100.0)
     got = samples(metrics)
     assert requests_by_outcome(got) == {
         ("f", "ok"): 1,
@@ -67,10 +67,12 @@ def test_function_labels_are_bounded_on_both_sides() -> None:
     metrics = ServerMetrics(max_functions=2)
     for name in ("a", "b", "c"):  # at the bound: a and b; past it: c
         pending = request(name, name)
-        metrics.submitted(pending)
+        metrics.request_submitted(pending)
         settle(metrics, pending, 101.0)
-    metrics.refused("never-served", AuthorizationException("no"), False, 100.0)
-    metrics.refused("a", AuthorizationException("no"), False, 100.0)  # has its label already
+    metrics.request_refused("never-served", AuthorizationException("no"), False, 100.0)
+    metrics.request_refused(
+        "a", AuthorizationException("no"), False, 100.0
+    )  # has its label already
     assert requests_by_outcome(samples(metrics)) == {
         ("a", "ok"): 1,
         ("b", "ok"): 1,
@@ -99,7 +101,7 @@ def test_executor_events_feed_batch_job_and_step_metrics() -> None:
     metrics.job_finished("reach", "job-1", True, 0.8)
     metrics.job_finished("reach", "job-2", False, 0.2)
     pending = request("7", "reach")
-    metrics.submitted(pending)
+    metrics.request_submitted(pending)
     settle(metrics, pending, 101.0)  # a span reported after its request settled still counts
     metrics.step_finished(ReturnInfo("7"), "bolt1", 100.2, 100.5, {"spark_job_id": 3})
     metrics.step_finished(ReturnInfo("unknown-id"), "bolt1", 100.2, 100.5, {})
@@ -120,7 +122,7 @@ def test_steps_of_requests_older_than_max_recent_are_not_attributed() -> None:
     metrics = ServerMetrics(max_recent=2)
     for request_id in ("1", "2", "3"):
         pending = request(request_id, "f")
-        metrics.submitted(pending)
+        metrics.request_submitted(pending)
         settle(metrics, pending, 101.0)
     for request_id in ("1", "2", "3"):  # "1" fell out; "2" and "3" are the last two
         metrics.step_finished(ReturnInfo(request_id), "s", 100.0, 100.1, {})
@@ -137,7 +139,7 @@ def test_recent_requests_bound() -> None:
 def test_step_labels_are_bounded() -> None:
     metrics = ServerMetrics(max_steps=1)
     pending = request("1", "f")
-    metrics.submitted(pending)
+    metrics.request_submitted(pending)
     settle(metrics, pending, 101.0)
     for step in ("bolt0", "bolt1"):
         metrics.step_finished(ReturnInfo("1"), step, 100.0, 100.1, {})

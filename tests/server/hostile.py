@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import struct
 
-from drpc.wire import frame
+from drpc.protocol.wire import frame
 
 _VERSION_CALL = 0x80010001
 STRING, STRUCT, LIST, I32, STOP = 11, 12, 15, 8, 0

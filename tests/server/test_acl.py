@@ -24,7 +24,7 @@ from client import (
     HTTPDRPCClient,
     TLSSettings,
 )
-from drpc.tls import server_context
+from drpc.protocol.tls import server_context
 from server import DRPCServer, ServerThread
 from server.acl import ACL, ACLAuthorizer
 from server.files import ConfigFileError

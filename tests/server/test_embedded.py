@@ -11,7 +11,7 @@ import pytest
 from client import AsyncDRPCClient, DRPCClient, DRPCExecutionException
 from drpc.errors import DRPCError, DRPCExceptionType
 from drpc.examples.reach import EXPECTED_REACH, build_reach
-from drpc.gen import DistributedRPC
+from drpc.protocol.gen import DistributedRPC
 from server import DRPCServer
 from tests.server.helpers import (
     HOST,

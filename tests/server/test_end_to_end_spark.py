@@ -10,7 +10,7 @@ import pytest
 
 from client import AsyncDRPCClient
 from drpc.examples.reach import EXPECTED_REACH, build_reach
-from drpc.gen import DistributedRPC
+from drpc.protocol.gen import DistributedRPC
 from server import DRPCServer, ServerThread
 from tests.server.helpers import (
     HOST,

@@ -16,8 +16,8 @@ import pytest
 
 from client import DRPCClient, DRPCExecutionException, DRPCInvocationsClient
 from drpc.errors import DRPCExceptionType
-from drpc.gen import DistributedRPC
-from drpc.wire import decode_message, frame, read_struct
+from drpc.protocol.gen import DistributedRPC
+from drpc.protocol.wire import decode_message, frame, read_struct
 from server import DRPCServer, ServerThread
 from server.limits import Limits
 from tests.server.helpers import (

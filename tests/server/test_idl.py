@@ -11,10 +11,10 @@ import pytest
 from thrift.Thrift import TType
 
 from drpc.errors import DRPCExceptionType
-from drpc.gen import DistributedRPC, DistributedRPCInvocations, ttypes
+from drpc.protocol.gen import DistributedRPC, DistributedRPCInvocations, ttypes
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ROOT / "drpc" / "gen"
+GENERATED = ROOT / "drpc" / "protocol" / "gen"
 
 
 @pytest.mark.skipif(
@@ -33,7 +33,9 @@ def test_make_thrift_regenerates_the_committed_bindings_unchanged(tmp_path: Path
     committed = {path.name: path.read_text() for path in GENERATED.glob("*.py")}
     assert sorted(regenerated) == sorted(committed)
     for name, text in committed.items():
-        assert regenerated[name] == text, f"drpc/gen/{name} differs from the compiler's output"
+        assert regenerated[name] == text, (
+            f"drpc/protocol/gen/{name} differs from the compiler's output"
+        )
 
 
 def test_the_top_level_thrift_folder_is_not_a_package() -> None:

@@ -11,8 +11,8 @@ import pytest
 from thrift.Thrift import TApplicationException
 
 from client import DRPCClient
-from drpc.gen import DistributedRPC
-from drpc.wire import CALL, decode_message, encode_message, frame, read_struct
+from drpc.protocol.gen import DistributedRPC
+from drpc.protocol.wire import CALL, decode_message, encode_message, frame, read_struct
 from tests.server.helpers import (
     HOST,
     closed_by_server,

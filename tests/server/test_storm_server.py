@@ -17,7 +17,7 @@ from client import (
     DRPCInvocationsClient,
 )
 from drpc.errors import DRPCExceptionType
-from drpc.gen import DistributedRPCInvocations, ttypes
+from drpc.protocol.gen import DistributedRPCInvocations, ttypes
 from server import DRPCServer
 from tests.server.helpers import HOST, exclamation, generated_client, running_server, wait_until
 

@@ -21,8 +21,8 @@ from client import (
     HTTPDRPCClient,
     TLSSettings,
 )
+from drpc.protocol.tls import TLSConfigError, server_context
 from drpc.runner import RemoteRunner
-from drpc.tls import TLSConfigError, server_context
 from server import DRPCServer, ServerThread
 from server.acl import ACL, ACLAuthorizer
 from tests.server.certs import PKI

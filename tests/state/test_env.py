@@ -30,7 +30,7 @@ from drpc.state import (
     TransactionalMap,
 )
 from drpc.state.env import MAPS_DB
-from drpc.transactional.state import TopologyState
+from drpc.state.topology import TopologyState
 from tests.state.processes import expect_line, kill, spawn
 
 KIB = 1024

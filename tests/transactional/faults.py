@@ -22,9 +22,9 @@ from drpc import (
     TopologyContext,
     Tuple,
 )
+from drpc.state.topology import STATE_DIR_CONF
 from drpc.transactional import TransactionalTopologyBuilder
 from drpc.transactional.filelog import FileLogTransactionalSpout, OpaqueFileLogTransactionalSpout
-from drpc.transactional.state import STATE_DIR_CONF
 
 from . import bolts
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from drpc.state import CoordinatorState
+from drpc.state.topology import TopologyState
 from drpc.transactional import run
 from drpc.transactional.filelog import append_lines
-from drpc.transactional.state import TopologyState
 
 from .faults import word_count
 

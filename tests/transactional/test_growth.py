@@ -27,10 +27,10 @@ from drpc.examples.transactional_global_count import (
     UpdateGlobalCount,
 )
 from drpc.state import StateEnvironment, TransactionalMap
+from drpc.state.topology import TopologyState
 from drpc.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder
 from drpc.transactional.filelog import FileLogTransactionalSpout, append_lines
 from drpc.transactional.run import TransactionalRunner
-from drpc.transactional.state import TopologyState
 
 from . import bolts
 

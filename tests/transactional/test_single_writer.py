@@ -15,9 +15,9 @@ import pytest
 from drpc.errors import StateInUseError
 from drpc.examples.transactional_global_count import build_global_count
 from drpc.state import CoordinatorState
+from drpc.state.topology import TopologyState
 from drpc.transactional import run
 from drpc.transactional.run import TransactionalRunner
-from drpc.transactional.state import TopologyState
 
 TOPOLOGY = "drpc.examples.transactional_global_count:topology"
 

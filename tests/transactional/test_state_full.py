@@ -11,9 +11,9 @@ from drpc import Fields
 from drpc.errors import StateFullError, TransactionalError
 from drpc.observe import Observer
 from drpc.state import CoordinatorState, StateEnvironment
+from drpc.state.topology import TopologyState
 from drpc.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder
 from drpc.transactional.run import TransactionalRunner
-from drpc.transactional.state import TopologyState
 
 from . import bolts
 

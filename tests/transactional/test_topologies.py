@@ -14,6 +14,7 @@ from drpc.examples.transactional_global_count import DATA, build_global_count
 from drpc.examples.transactional_words import BUCKETS_MAP, WORDS_MAP, build_words
 from drpc.observe import Observer
 from drpc.state import CoordinatorState
+from drpc.state.topology import TopologyState
 from drpc.transactional import (
     MemoryTransactionalSpout,
     OpaqueMemoryTransactionalSpout,
@@ -21,7 +22,6 @@ from drpc.transactional import (
     run,
 )
 from drpc.transactional.run import TransactionalRunner
-from drpc.transactional.state import TopologyState
 from tests.topologies.bolts import AckFromAThread
 
 from . import bolts

@@ -48,7 +48,7 @@ from drpc.executors.local.messages import Abandon, Message, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans
 from drpc.executors.local.tasks import AckerTask, BoltTask, SpoutTask
 from drpc.model.topology import Topology
-from drpc.observe import NULL_OBSERVER, Observer, observer_of
+from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class LocalExecutor:
         self.topology = topology
         self.conf = config.resolve(topology.conf, conf)
         self.services = dict(services or {})
-        self.observer: Observer = observer_of(self.services)
+        self.observer: Observer = bus(observer_of(self.services))
         self.spans: RequestSpans | None = None
         invocations = self.services.get(INVOCATIONS_SERVICE)
         if (

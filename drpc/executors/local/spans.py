@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 from drpc.errors import Failure
-from drpc.observe import Observer, notify
+from drpc.observe import Observer
 from drpc.requests import ReturnInfo
 
 
@@ -113,7 +113,7 @@ class RequestSpans:
             if step not in tree.steps:
                 new = StepSpan(started, started, task)
                 if tree.steps.setdefault(step, new) is new:
-                    notify(self.observer, "step_started", tree.return_info, step, started)
+                    self.observer.step_started(tree.return_info, step, started)
         return fields
 
     def saw(
@@ -137,7 +137,7 @@ class RequestSpans:
                 new = StepSpan(started, now, task)
                 span = steps.setdefault(step, new)
                 if span is new:
-                    notify(self.observer, "step_started", tree.return_info, step, started)
+                    self.observer.step_started(tree.return_info, step, started)
                     continue
                 if started < span.start:  # another task of the step got there first
                     span.start = started
@@ -156,9 +156,7 @@ class RequestSpans:
             latest = max(steps, key=lambda item: item[1].start, default=None)
             step = latest[0] if latest is not None else "unknown"
         return_info = tree.return_info
-        notify(
-            self.observer,
-            "request_failed_in",
+        self.observer.request_failed_in(
             return_info,
             step,
             f"{failure.type.name}: {failure.message}",
@@ -179,18 +177,18 @@ class RequestSpans:
             if current is not None and step == current[0]:
                 continue
             attrs = {"busy_ms": round(span.busy * 1000.0, 3), "tasks": len(span.tasks)}
-            notify(self.observer, "step_finished", return_info, step, span.start, span.end, attrs)
+            self.observer.step_finished(return_info, step, span.start, span.end, attrs)
         if current is not None:
             step, task, started = current
             span = tree.steps.get(step)
             if span is None:
-                notify(self.observer, "step_started", return_info, step, started)
+                self.observer.step_started(return_info, step, started)
             end = time.monotonic()
             start = started if span is None else span.start
             busy = end - started + (0.0 if span is None else span.busy)
             tasks = 1 if span is None else len(span.tasks | {task})
             attrs = {"busy_ms": round(busy * 1000.0, 3), "tasks": tasks}
-            notify(self.observer, "step_finished", return_info, step, start, end, attrs)
+            self.observer.step_finished(return_info, step, start, end, attrs)
 
     def forget(self, root: int) -> None:
         tree = self._trees.pop(root, None)

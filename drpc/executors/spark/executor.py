@@ -96,7 +96,7 @@ from drpc.executors.spark.trace import (
 from drpc.logs import request_extra, worker_settings
 from drpc.model.streams import DEFAULT_STREAM_ID
 from drpc.model.topology import Topology
-from drpc.observe import NULL_OBSERVER, Observer, notify, observer_of
+from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 from drpc.requests import DRPCRequest, Invocations, ReturnInfo
 from drpc.semantics.runners import freeze
 
@@ -169,7 +169,7 @@ class SparkExecutor:
         if INVOCATIONS_SERVICE not in self.services:
             raise ValueError(f"the Spark executor needs services[{INVOCATIONS_SERVICE!r}]")
         self.invocations: Invocations = self.services[INVOCATIONS_SERVICE]
-        self.observer: Observer = observer_of(self.services)
+        self.observer: Observer = bus(observer_of(self.services))
         self._observing = self.observer is not NULL_OBSERVER
         self.master = master
         self.spark_conf = dict(spark_conf or {})
@@ -323,11 +323,11 @@ class SparkExecutor:
         if self._observing:
             job.fetched = fetched
             job.trace = JobTrace(self.observer, job)
-            notify(self.observer, "batch_coalesced", self.function, len(batch))
-            notify(self.observer, "job_started", self.function, job.tag, len(batch), now)
+            self.observer.batch_coalesced(self.function, len(batch))
+            self.observer.job_started(self.function, job.tag, len(batch), now)
             for request in batch:
                 started = fetched.get(request.return_info, now)
-                notify(self.observer, "step_started", request.return_info, COALESCE_STEP, started)
+                self.observer.step_started(request.return_info, COALESCE_STEP, started)
         assert self._pool is not None
         self._pool.submit(self._run_job, job)
 
@@ -397,7 +397,7 @@ class SparkExecutor:
             self.stats.jobs += 1
             self.stats.job_seconds.append(elapsed)
             if self._observing:
-                notify(self.observer, "job_finished", self.function, job.tag, ok, elapsed)
+                self.observer.job_finished(self.function, job.tag, ok, elapsed)
             with self._cond:
                 self._jobs.pop(job.tag, None)
                 self._cond.notify()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from drpc.errors import DRPCExecutionException, Failure
 from drpc.executors.records import Timing
-from drpc.observe import Observer, notify
+from drpc.observe import Observer
 from drpc.requests import DRPCRequest, Invocations, ReturnInfo
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class JobTrace:
     def started(self, step: str, now: float) -> None:
         """A step began for every request of the job (reported live)."""
         for request in self.job.requests:
-            notify(self.observer, "step_started", request.return_info, step, now)
+            self.observer.step_started(request.return_info, step, now)
 
     def begin(self, step: str) -> float:
         now = time.monotonic()
@@ -119,7 +119,7 @@ class JobTrace:
         if step is None:
             step = self.current[0] if self.current is not None else SPARK_JOB_STEP
         reason = f"{failure.type.name}: {failure.message}"
-        notify(self.observer, "request_failed_in", return_info, step, reason)
+        self.observer.request_failed_in(return_info, step, reason)
 
     def settle(self, return_info: ReturnInfo) -> None:
         """Report the request's spans so far (the running step ends now)."""
@@ -128,9 +128,7 @@ class JobTrace:
         self.reported.add(return_info)
         job, observer = self.job, self.observer
         fetched = job.fetched.get(return_info, job.started)
-        notify(
-            observer,
-            "step_finished",
+        observer.step_finished(
             return_info,
             COALESCE_STEP,
             fetched,
@@ -142,8 +140,8 @@ class JobTrace:
             busy = self.busy.get(step)
             if busy is not None:
                 attrs = {**attrs, "busy_ms": round(busy.get(id, 0.0) * 1000.0, 3)}
-            notify(observer, "step_finished", return_info, step, start, end, attrs)
+            observer.step_finished(return_info, step, start, end, attrs)
         if self.current is not None:
             step, start = self.current
             end = time.monotonic()
-            notify(observer, "step_finished", return_info, step, start, end, self.common)
+            observer.step_finished(return_info, step, start, end, self.common)

@@ -14,8 +14,10 @@ recomputes from prev); see ``drpc.state.maps`` for the rules.
   together with every other map written by the commit and the commit record:
   a crash keeps all of it or none. Outside a commit ``update``/``put`` raise
   ``StateError``.
-- Update functions must be pure: a commit may be re-run from its inputs if
-  the map must grow.
+- Update functions run once per commit attempt, however often the map grows
+  during it (``drpc.state.env``); a commit that fails is retried as a new
+  attempt of the batch, so what an update does besides returning the new
+  value happens once per attempt, as in Storm.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""drpc.wire_scan on its own: every container kind and header form, at and past each limit,
+"""drpc.protocol.scan on its own: every container kind and header form, at and past each limit,
 against what Thrift's own decoder accepts."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from drpc.gen import DistributedRPC
-from drpc.wire import ProtocolError, decode_message, read_struct
-from drpc.wire_scan import WireLimits
+from drpc.protocol.gen import DistributedRPC
+from drpc.protocol.scan import WireLimits
+from drpc.protocol.wire import ProtocolError, decode_message, read_struct
 from tests.server.hostile import execute_body
 
 LIMITS = WireLimits(max_string_length=64, max_container_length=4, max_nesting_depth=8)

@@ -11,7 +11,7 @@ Contract:
   ``ProtocolError`` (never another exception type), so a network edge has one
   thing to catch. ``decode_message(payload, limits)`` first checks the whole
   message against ``WireLimits`` (string and container lengths, nesting;
-  ``drpc.wire_scan``), so nothing decodes a hostile length.
+  ``drpc.protocol.scan``), so nothing decodes a hostile length.
 - ``to_wire_*``/``from_wire_*`` convert between ``drpc.errors`` exceptions and
   the generated Thrift structs, so a failure looks the same on both sides.
 
@@ -35,8 +35,8 @@ from drpc.errors import (
     DRPCExceptionType,
     DRPCExecutionException,
 )
-from drpc.gen import ttypes
-from drpc.wire_scan import WireLimits, check_message
+from drpc.protocol.gen import ttypes
+from drpc.protocol.scan import WireLimits, check_message
 
 MAX_FRAME_SIZE = 1024 * 1024
 """Default largest frame body accepted, in bytes (Storm's ``drpc.max_buffer_size``)."""

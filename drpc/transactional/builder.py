@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 from drpc.errors import InvalidTopologyError
@@ -51,15 +50,15 @@ from drpc.model.topology import (
     Topology,
     TopologyBuilder,
 )
+from drpc.transactional.spouts import (
+    BATCH_STREAM,
+    COMMIT_STREAM,
+    SPOUT_TYPES,
+    TRANSACTIONAL_SERVICE,
+    TransactionalSpoutBatchExecutor,
+)
 
 COORDINATOR_SUFFIX = "/coordinator"
-
-
-def _spouts() -> ModuleType:
-    # Imported on use: the drpc.transactional package imports this module back.
-    from drpc.transactional import spouts
-
-    return spouts
 
 
 @dataclass(frozen=True)
@@ -86,12 +85,12 @@ class TransactionalSpoutCoordinator(BaseRichSpout):
         self._collector: Any = None
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare_stream(_spouts().BATCH_STREAM, Fields("tx", "metadata", "last-committed"))
-        declarer.declare_stream(_spouts().COMMIT_STREAM, Fields("tx"))
+        declarer.declare_stream(BATCH_STREAM, Fields("tx", "metadata", "last-committed"))
+        declarer.declare_stream(COMMIT_STREAM, Fields("tx"))
 
     def open(self, conf: Conf, context: Any, collector: Any) -> None:
         self._collector = collector
-        self._batches = context.services[_spouts().TRANSACTIONAL_SERVICE].batches
+        self._batches = context.services[TRANSACTIONAL_SERVICE].batches
         self._batches.attach(context.request_wakeup)
 
     def next_tuple(self) -> None:
@@ -99,7 +98,7 @@ class TransactionalSpoutCoordinator(BaseRichSpout):
         if batch is not None:
             attempt, metadata, last_committed = batch
             self._collector.emit(
-                [attempt, metadata, last_committed], msg_id=attempt, stream=_spouts().BATCH_STREAM
+                [attempt, metadata, last_committed], msg_id=attempt, stream=BATCH_STREAM
             )
 
     def ack(self, msg_id: Any) -> None:
@@ -120,7 +119,7 @@ class TransactionalTopologyBuilder:
             raise InvalidTopologyError(
                 f"a transactional topology id must be a non-empty string without '/', got {id!r}"
             )
-        if not isinstance(spout, _spouts().SPOUT_TYPES):
+        if not isinstance(spout, SPOUT_TYPES):
             raise InvalidTopologyError(
                 "the spout must be a BaseTransactionalSpout, BasePartitionedTransactionalSpout "
                 f"or BaseOpaquePartitionedTransactionalSpout, got {type(spout).__name__}",
@@ -167,9 +166,9 @@ class TransactionalTopologyBuilder:
         builder.set_spout(coordinator, TransactionalSpoutCoordinator(self.spout))
         builder.set_bolt(
             self.spout_id,
-            CoordinatedBolt(_spouts().TransactionalSpoutBatchExecutor(self.spout), {}),
+            CoordinatedBolt(TransactionalSpoutBatchExecutor(self.spout), {}),
             self.spout_parallelism,
-        ).all_grouping(coordinator, _spouts().BATCH_STREAM)
+        ).all_grouping(coordinator, BATCH_STREAM)
         committers: set[str] = set()
         for component_id, (spec, committer) in self._bolts.items():
             sources = sorted({stream.component_id for stream in spec.inputs})
@@ -184,9 +183,7 @@ class TransactionalTopologyBuilder:
                 CoordinatedBolt(
                     spec.component,
                     {source: SourceArgs.all() for source in sources},
-                    commit_stream=GlobalStreamId(coordinator, _spouts().COMMIT_STREAM)
-                    if committer
-                    else None,
+                    commit_stream=GlobalStreamId(coordinator, COMMIT_STREAM) if committer else None,
                 ),
                 spec.parallelism,
             )
@@ -197,7 +194,7 @@ class TransactionalTopologyBuilder:
                 declarer.direct_grouping(source, COORDINATED_STREAM_ID)
             if committer:
                 committers.add(component_id)
-                declarer.all_grouping(coordinator, _spouts().COMMIT_STREAM)
+                declarer.all_grouping(coordinator, COMMIT_STREAM)
         topology = builder.create_topology(f"transactional-{self.id}", conf)
         topology.transactional = TransactionalInfo(
             self.id,
