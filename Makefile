@@ -21,11 +21,14 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Style and types: ruff's lint and format checks, and mypy over drpc/ (pyproject.toml).
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 format: $(STAMP)
 	$(PY) -m ruff check --fix .
@@ -43,4 +46,4 @@ thrift:
 	rm -rf "$$generated"
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -115,7 +115,7 @@ def warm_up(session: SparkSession) -> None:
 
 def _stopped(session: SparkSession) -> bool:
     sc = session.sparkContext
-    return sc._jsc is None  # type: ignore[attr-defined]
+    return sc._jsc is None
 
 
 def current_session() -> SparkSession | None:

@@ -194,7 +194,7 @@ class TaskRun:
         token = None
         if self._log is not None:
             around = current_context()
-            token = push_context(ChainMap(self._log, around) if around else self._log)
+            token = push_context(ChainMap(self._log, around) if around else self._log)  # type: ignore[arg-type]
         try:
             with self.core.lock:
                 try:
@@ -232,10 +232,10 @@ class TaskRun:
         for shipment in shipments:
             for stream_id, values in shipment.tuples:
                 received = core.make_tuple(shipment.source, stream_id, shipment.source_task, values)
-                stream = GlobalStreamId(shipment.source, stream_id)
-                if stream == coordination.id_stream:
+                global_stream = GlobalStreamId(shipment.source, stream_id)
+                if global_stream == coordination.id_stream:
                     id_tuples.append(received)
-                elif stream == coordination.commit_stream:
+                elif global_stream == coordination.commit_stream:
                     commit_tuples.append(received)
                 else:
                     id = values[0]
@@ -447,7 +447,7 @@ def _pickle(value: Any) -> bytes:
 def _unpicklable(
     tuples: list[tuple[str, list[Any]]],
 ) -> list[tuple[tuple[str, list[Any]], BaseException]]:
-    found = []
+    found: list[tuple[tuple[str, list[Any]], BaseException]] = []
     for emitted in tuples:
         try:
             _pickle(emitted)

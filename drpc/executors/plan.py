@@ -180,14 +180,14 @@ def compile_plan(topology: Topology, placement: dict[str, str] | None = None) ->
             for source, args in sorted(coordination.sources.items())
         )
         synthesize_ids = False
-        stream = coordination.id_stream
+        id_stream = coordination.id_stream
         if (
-            stream is not None
+            id_stream is not None
             and placement[component_id] == SPARK
-            and placement[stream.component_id] == DRIVER
-            and len(topology.output_fields(stream.component_id, stream.stream_id)) == 1
+            and placement[id_stream.component_id] == DRIVER
+            and len(topology.output_fields(id_stream.component_id, id_stream.stream_id)) == 1
         ):
-            synthesized.add(stream)
+            synthesized.add(id_stream)
             synthesize_ids = True
         hints[component_id] = TaskHints(synthesize_ids, implied, omit_zero_reports=True)
 

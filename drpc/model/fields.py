@@ -17,10 +17,10 @@ class Fields(Sequence[str]):
     __slots__ = ("_index", "_names")
 
     def __init__(self, *names: str | Iterable[str]) -> None:
-        if len(names) == 1 and not isinstance(names[0], str):
-            flat = tuple(names[0])
-        else:
-            flat = tuple(names)
+        first = names[0] if len(names) == 1 else None
+        flat: tuple[Any, ...] = (
+            tuple(first) if first is not None and not isinstance(first, str) else names
+        )
         index: dict[str, int] = {}
         for position, name in enumerate(flat):
             if not isinstance(name, str) or not name:

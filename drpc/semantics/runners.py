@@ -40,8 +40,9 @@ from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
 
 
-def freeze(component: IComponent) -> bytes:
-    """Pickle a component; classes defined in ``__main__`` travel by value (cloudpickle)."""
+def freeze(component: object) -> bytes:
+    """Pickle a component (or a topology); classes defined in ``__main__`` travel by value
+    (cloudpickle)."""
     return cloudpickle.dumps(component, protocol=pickle.HIGHEST_PROTOCOL)
 
 

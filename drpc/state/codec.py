@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from drpc.errors import StateKeyError, StateValueError
 
@@ -133,5 +133,5 @@ def dumps(value: object, what: str | Callable[[], str]) -> bytes:
         ) from error
 
 
-def loads(data: bytes) -> object:
+def loads(data: bytes) -> Any:
     return pickle.loads(data)

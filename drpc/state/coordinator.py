@@ -115,5 +115,5 @@ class CoordinatorState:
 
 
 def _record(stored: bytes) -> CommitRecord:
-    txid, committed_at = loads(stored)  # type: ignore[misc]
+    txid, committed_at = loads(stored)
     return CommitRecord(txid, committed_at)

@@ -194,7 +194,7 @@ class StateEnvironment:
         self.max_key_size: int = self._lmdb.max_key_size()
         self.stale_readers_cleared = 0
         self._writer = WriterLock(path)
-        self._dbs: dict[str, object] = {}
+        self._dbs: dict[str, lmdb._Database] = {}
         try:
             for name in _DATABASES:
                 self._dbs[name] = self._lmdb.open_db(name.encode("ascii"), create=True)
@@ -359,7 +359,7 @@ class StateEnvironment:
     def lmdb_flags(self) -> dict[str, bool]:
         """The flags LMDB reports for this environment (``sync``, ``metasync``, ...)."""
         self._check()
-        return dict(self._lmdb.flags())
+        return {name: bool(value) for name, value in self._lmdb.flags().items()}
 
     def reader_check(self) -> int:
         """Free the reader slots of processes that died inside a read transaction.
@@ -425,7 +425,7 @@ class StateEnvironment:
                 f"a transaction of {txn.env.path!r} was passed to state in {self.path!r}"
             )
 
-    def _db(self, name: str) -> object:
+    def _db(self, name: str) -> lmdb._Database:
         return self._dbs[name]
 
     def _wrap(self, error: lmdb.Error, during: str) -> StateError:

@@ -212,7 +212,7 @@ class MapHandle(Generic[S]):
     """A map inside one commit (``map.handle(txn, txid)``); valid until ``txn`` ends."""
 
     def __init__(self, map: _StateMap[S], txn: StateTxn, txid: int) -> None:
-        self.map = map
+        self.map: _StateMap[S] = map
         self.txn = txn
         self.txid = txid
         self._written: set[bytes] = set()
@@ -291,7 +291,7 @@ class TransactionalMap(_StateMap[TransactionalValue]):
         return (record.value, record.txid)
 
     def _decode(self, data: bytes) -> TransactionalValue:
-        value, txid = loads(data)  # type: ignore[misc]
+        value, txid = loads(data)
         return TransactionalValue(value, txid)
 
 
@@ -321,5 +321,5 @@ class OpaqueMap(_StateMap[OpaqueValue]):
         return (record.value, record.prev, record.txid)
 
     def _decode(self, data: bytes) -> OpaqueValue:
-        value, prev, txid = loads(data)  # type: ignore[misc]
+        value, prev, txid = loads(data)
         return OpaqueValue(value, prev, txid)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import lmdb
 
@@ -60,7 +60,7 @@ class StateTxn:
             if pending is not None and key in pending:
                 return pending[key]
         try:
-            return self._raw.get(key, db=self._env._db(db))
+            return cast("bytes | None", self._raw.get(key, db=self._env._db(db)))
         except lmdb.Error as error:
             raise self._env._wrap(error, "read") from error
 
@@ -112,10 +112,10 @@ class StateTxn:
             found = cursor.set_range(first) if first else cursor.first()
             step = cursor.next
         while found:
-            key = cursor.key()
+            key = cast(bytes, cursor.key())  # bytes: the environment does not use buffers
             if not key.startswith(prefix):
                 return
-            yield key, cursor.value()
+            yield key, cast(bytes, cursor.value())
             found = step()
 
     def _check(self, key: bytes, mutate: bool = False) -> None:
@@ -202,7 +202,7 @@ def _after_prefix(prefix: bytes) -> bytes | None:
 def apply_writes(
     raw: lmdb.Transaction,
     writes: Writes,
-    databases: dict[str, object],
+    databases: dict[str, lmdb._Database],
 ) -> None:
     """Apply buffered writes to an LMDB write transaction, each database in key order."""
     for name, pending in writes.items():

@@ -20,7 +20,7 @@ from drpc import config
 from drpc.errors import DRPCExceptionType, Failure
 from drpc.executors.local import LocalExecutor
 from drpc.executors.records import Shipment
-from drpc.model.components import BaseRichBolt, Conf, OutputCollector
+from drpc.model.components import BaseRichBolt, BaseRichSpout, Conf, OutputCollector
 from drpc.model.context import TopologyContext
 from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology, TopologyBuilder
@@ -165,6 +165,7 @@ def processing_topology(topology: Topology, info: TransactionalInfo) -> Topology
     builder = TopologyBuilder()
     for component_id, spec in topology.components.items():
         if spec.kind == "spout":
+            assert isinstance(spec.component, BaseRichSpout)
             builder.set_spout(component_id, spec.component, spec.parallelism)
             continue
         inputs = dict(spec.inputs)

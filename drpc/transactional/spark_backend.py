@@ -124,7 +124,7 @@ class SparkBackend:
     def _process(
         self, attempt: TransactionAttempt, driver_shipments: dict[int, list[Shipment]], tuples: int
     ) -> None:
-        assert self._report is not None
+        assert self._report is not None and self._stages is not None
         tag = f"drpc-tx-{self._token[:8]}-{attempt.txid}-{attempt.attempt_id}"
         self._tags.add(tag)
         try:

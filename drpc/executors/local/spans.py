@@ -180,13 +180,13 @@ class RequestSpans:
             self.observer.step_finished(return_info, step, span.start, span.end, attrs)
         if current is not None:
             step, task, started = current
-            span = tree.steps.get(step)
-            if span is None:
+            last = tree.steps.get(step)
+            if last is None:
                 self.observer.step_started(return_info, step, started)
             end = time.monotonic()
-            start = started if span is None else span.start
-            busy = end - started + (0.0 if span is None else span.busy)
-            tasks = 1 if span is None else len(span.tasks | {task})
+            start = started if last is None else last.start
+            busy = end - started + (0.0 if last is None else last.busy)
+            tasks = 1 if last is None else len(last.tasks | {task})
             attrs = {"busy_ms": round(busy * 1000.0, 3), "tasks": tasks}
             self.observer.step_finished(return_info, step, start, end, attrs)
 

@@ -494,8 +494,10 @@ class SparkExecutor:
             logging=worker_settings(),
             deadline=time.time() + (job.tree_deadline - time.monotonic()),
         )
+        stages = self._stages
+        assert stages is not None, "the executor is not started"
         if trace is None:
-            collected = self._stages.run(spec, driver_shipments)
+            collected = stages.run(spec, driver_shipments)
         else:
             trace.finish()
             trace.ids = {return_info: id for id, return_info in returns.items()}
@@ -503,7 +505,7 @@ class SparkExecutor:
             submitted = time.monotonic()
             if self.plan.stages:
                 trace.started(self.plan.stages[0].head, submitted)
-            collected = self._stages.run(spec, driver_shipments, timings)
+            collected = stages.run(spec, driver_shipments, timings)
             collected_at = time.monotonic()
             job_ids = self._spark_job_ids(job.tag)
             attrs: dict[str, Any] = {"spark_job_id": job_ids[-1]} if job_ids else {}
