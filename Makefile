@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 # `make serve EXECUTOR=local` runs them without Spark.
 EXECUTOR ?= spark
 serve: $(STAMP)
-	$(PY) -m server --executor $(EXECUTOR) \
+	$(PY) -m drpc.server --executor $(EXECUTOR) \
 		--topology drpc.examples.reach:topology --topology drpc.examples.exclamation:topology
 
 test: $(STAMP)

@@ -1,6 +1,6 @@
 """Soak: 1 000 concurrent callers against a DRPC server on Spark, bounded in time.
 
-The server runs in its own process (``python -m server``, Spark executor,
+The server runs in its own process (``python -m drpc.server``, Spark executor,
 ``local[2]`` by default) serving reach, exclamation and ``soakfail`` (always
 fails), with ``--wait-for-unserved`` so calls to ``soakheld`` (served by
 nobody) wait for the server's deadline. The callers, in this process, each
@@ -49,9 +49,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
+from drpc.client import AsyncDRPCClient, DRPCExecutionException  # noqa: E402
+from drpc.client.calls import execute_call  # noqa: E402
 
-from client import AsyncDRPCClient, DRPCExecutionException  # noqa: E402
-from client.calls import execute_call  # noqa: E402
 from drpc.examples.reach import EXPECTED_REACH  # noqa: E402
 from drpc.progress import Progress  # noqa: E402
 from drpc.protocol.wire import decode_message  # noqa: E402
@@ -278,7 +278,7 @@ def _start_server(master: str, ports: dict[str, int]) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
     env.setdefault("SPARK_LOCAL_IP", HOST)
     return subprocess.Popen(
-        [sys.executable, "-m", "server", "--executor", "spark", "--master", master,
+        [sys.executable, "-m", "drpc.server", "--executor", "spark", "--master", master,
          "--host", HOST, "--port", str(ports["port"]), "--invocations-port",
          str(ports["invocations"]), "--http-port", str(ports["http"]),
          "--timeout", str(SERVER_TIMEOUT), "--wait-for-unserved", "--log-level", "WARNING",

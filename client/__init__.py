@@ -1,8 +1,8 @@
 """DRPC clients: ``DRPCClient``, ``AsyncDRPCClient``, ``DRPCInvocationsClient``.
 
 ``DRPCClient("localhost", 3772).execute("reach", "foo.com/blog/1") -> "16"``;
-failures raise ``client.DRPCExecutionException`` (``.type``, ``.msg``) or
-``client.AuthorizationException`` as in Storm. ``tls=TLSSettings(...)`` speaks
+failures raise ``drpc.client.DRPCExecutionException`` (``.type``, ``.msg``) or
+``drpc.client.AuthorizationException`` as in Storm. ``tls=TLSSettings(...)`` speaks
 TLS (a client certificate's CN is the caller's user); ``HTTPDRPCClient`` calls
 the HTTP port with a bearer token, and ``execute_traced`` returns a call's
 per-step timings (``TracedResult``). ``main`` is the ``drpc-client`` command line.
@@ -10,16 +10,22 @@ per-step timings (``TracedResult``). ``main`` is the ``drpc-client`` command lin
 
 from __future__ import annotations
 
-from client.aio import AsyncDRPCClient
-from client.errors import (
+from drpc.client.aio import AsyncDRPCClient
+from drpc.client.errors import (
     AuthorizationException,
     DRPCConnectionError,
     DRPCExecutionException,
     DRPCTimeoutError,
     ProtocolError,
 )
-from client.http import HTTPDRPCClient, TracedResult
-from client.sync import DEFAULT_INVOCATIONS_PORT, DEFAULT_PORT, DRPCClient, DRPCInvocationsClient
+from drpc.client.http import HTTPDRPCClient, TracedResult
+from drpc.client.sync import (
+    DEFAULT_INVOCATIONS_PORT,
+    DEFAULT_PORT,
+    DRPCClient,
+    DRPCInvocationsClient,
+)
+
 from drpc.errors import DRPCExceptionType, ServerBusyError
 from drpc.protocol.tls import TLSSettings
 from drpc.protocol.wire import MAX_FRAME_SIZE

@@ -1,7 +1,7 @@
-"""``python -m client FUNCTION ARGS``: the ``drpc-client`` command line."""
+"""``python -m drpc.client FUNCTION ARGS``: the ``drpc-client`` command line."""
 
 from __future__ import annotations
 
-from client.cli import main
+from drpc.client.cli import main
 
 raise SystemExit(main())

@@ -22,9 +22,10 @@ import ssl
 from collections.abc import Sequence
 from typing import Any
 
-from client.calls import Address, Call, execute_call, format_address, parse_servers, unwrap
-from client.errors import DRPCConnectionError, DRPCTimeoutError
-from client.sync import DEFAULT_PORT
+from drpc.client.calls import Address, Call, execute_call, format_address, parse_servers, unwrap
+from drpc.client.errors import DRPCConnectionError, DRPCTimeoutError
+from drpc.client.sync import DEFAULT_PORT
+
 from drpc.protocol.tls import TLSSettings
 from drpc.protocol.wire import (
     FRAME_HEADER_SIZE,

@@ -25,16 +25,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from client.calls import format_address, parse_servers
-from client.errors import (
+from drpc.client.calls import format_address, parse_servers
+from drpc.client.errors import (
     AuthorizationException,
     DRPCConnectionError,
     DRPCExecutionException,
     DRPCTimeoutError,
     ProtocolError,
 )
-from client.http import HTTPDRPCClient, TracedResult
-from client.sync import DEFAULT_PORT, DRPCClient
+from drpc.client.http import HTTPDRPCClient, TracedResult
+from drpc.client.sync import DEFAULT_PORT, DRPCClient
+
 from drpc.errors import DRPCError
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.protocol.tls import TLSSettings

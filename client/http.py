@@ -18,7 +18,7 @@ Contract:
   (``?trace=1``) and returns a ``TracedResult``: ``result``, ``request_id``
   (the server's id of the call, as its logs show it), ``total_ms`` and
   ``trace``, a list of ``{"step", "ms", ...}`` whose ``ms`` sum to
-  ``total_ms`` (see ``server.http``); a failure raises as ``execute`` does,
+  ``total_ms`` (see ``drpc.server.http``); a failure raises as ``execute`` does,
   with the server's trace (request id, total, steps, ``failed_in``) as the
   exception's ``trace`` attribute;
 - one connection is kept and reused (HTTP keep-alive); instances are safe to
@@ -35,7 +35,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.errors import DRPCConnectionError, DRPCTimeoutError
+from drpc.client.errors import DRPCConnectionError, DRPCTimeoutError
+
 from drpc.errors import (
     AuthorizationException,
     DRPCExceptionType,

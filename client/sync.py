@@ -22,7 +22,7 @@ Contract:
 - ``tls=TLSSettings(ca, cert, key)`` speaks TLS: the server is verified
   against ``ca`` (host name included) and ``cert`` is presented, its subject
   CN being the user name the server authorizes (Thrift has no other place for
-  an identity; bearer tokens travel over HTTP, ``client.http``); a failed
+  an identity; bearer tokens travel over HTTP, ``drpc.client.http``); a failed
   handshake is a ``DRPCConnectionError``.
 
 ``DRPCInvocationsClient`` speaks ``DistributedRPCInvocations`` to one server,
@@ -38,7 +38,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from client.calls import (
+from drpc.client.calls import (
     Address,
     Call,
     execute_call,
@@ -50,7 +50,8 @@ from client.calls import (
     result_call,
     unwrap,
 )
-from client.errors import DRPCConnectionError, DRPCTimeoutError
+from drpc.client.errors import DRPCConnectionError, DRPCTimeoutError
+
 from drpc.errors import DRPCExecutionException
 from drpc.protocol.tls import TLSSettings
 from drpc.protocol.wire import (

@@ -14,7 +14,7 @@ Runtimes find their observer in their services under ``OBSERVER_SERVICE``
 ``time.monotonic()`` of the reporting process, in seconds.
 
 Request events, from the DRPC server's request table
-(``server.service.DRPCService``; ``request`` a ``drpc.requests.PendingRequest``):
+(``drpc.server.service.DRPCService``; ``request`` a ``drpc.requests.PendingRequest``):
 ``request_submitted(request)`` and ``request_fetched(request, now)`` (called
 with the table's lock held: must not call back into the service),
 ``request_settled(request, now)`` (before the caller is woken) and

@@ -45,7 +45,8 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from client import (
+from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
+from drpc.client import (
     DEFAULT_INVOCATIONS_PORT,
     AuthorizationException,
     DRPCConnectionError,
@@ -53,9 +54,8 @@ from client import (
     DRPCTimeoutError,
     ProtocolError,
 )
-from client.calls import Address, format_address, parse_servers
-from client.cli import add_tls_arguments, tls_from_args
-from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
+from drpc.client.calls import Address, format_address, parse_servers
+from drpc.client.cli import add_tls_arguments, tls_from_args
 from drpc.errors import DRPCError, DRPCExecutionException
 from drpc.hosting import (
     Host,

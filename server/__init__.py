@@ -7,9 +7,10 @@ the ``drpc-server`` command line.
 
 from __future__ import annotations
 
+from drpc.server.app import DRPCServer
+from drpc.server.service import Authorizer, DRPCService
+from drpc.server.threaded import ServerThread
+
 from drpc.hosting import default_executor
-from server.app import DRPCServer
-from server.service import Authorizer, DRPCService
-from server.threaded import ServerThread
 
 __all__ = ["Authorizer", "DRPCServer", "DRPCService", "ServerThread", "default_executor"]

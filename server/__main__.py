@@ -1,7 +1,7 @@
-"""``python -m server``: the ``drpc-server`` command line."""
+"""``python -m drpc.server``: the ``drpc-server`` command line."""
 
 from __future__ import annotations
 
-from server.cli import main
+from drpc.server.cli import main
 
 raise SystemExit(main())

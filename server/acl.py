@@ -10,7 +10,7 @@ Contract. The ACL file (``--acl FILE``, YAML or JSON) has Storm's shape::
 
 Decisions, exactly Storm's:
 
-- ``execute`` is allowed when the user is in the function's ``client.users``;
+- ``execute`` is allowed when the user is in the function's ``drpc.client.users``;
   ``fetchRequest``, ``result`` and ``failRequest`` (V2 included) when the user
   is its ``invocation.user``; a missing key allows nobody;
 - a function with no entry is open to everyone unless strict, then closed;
@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drpc.server.files import ConfigFileError, load_mapping
+from drpc.server.identity import ANONYMOUS
+from drpc.server.service import EXECUTE, FAIL_REQUEST, FETCH_REQUEST, RESULT
+
 from drpc.errors import AuthorizationException
-from server.files import ConfigFileError, load_mapping
-from server.identity import ANONYMOUS
-from server.service import EXECUTE, FAIL_REQUEST, FETCH_REQUEST, RESULT
 
 audit = logging.getLogger("drpc.audit")
 

@@ -16,8 +16,8 @@ the at-most-once contract remote runners get through the invocations port.
 SERVER_SHUTDOWN (callers get that reply), stops the hosted runtimes, and closes.
 
 Limits and settings are keyword arguments; see ``DRPCServer.__init__`` and
-``server.limits.Limits``. With ``ssl_context`` every port speaks TLS; with
-``authorizer`` (e.g. ``server.acl.ACLAuthorizer``) every network operation is
+``drpc.server.limits.Limits``. With ``ssl_context`` every port speaks TLS; with
+``authorizer`` (e.g. ``drpc.server.acl.ACLAuthorizer``) every network operation is
 authorized; ``tokens`` maps HTTP bearer tokens to users.
 """
 
@@ -30,21 +30,26 @@ from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
+from drpc.server.dashboard import Dashboard
+from drpc.server.handlers import execute_methods, invocations_methods
+from drpc.server.http import RequestDeadline, create_http_app
+from drpc.server.identity import TokenTable
+from drpc.server.limits import Limits
+from drpc.server.metrics import ServerMetrics
+from drpc.server.service import (
+    DEFAULT_RUNNER_LIVENESS,
+    Authorizer,
+    DRPCService,
+    EmbeddedInvocations,
+)
+from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS, ThriftListener
+from drpc.server.transactional import HostedTransactional
 
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError
 from drpc.hosting import Host, as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
-from server.dashboard import Dashboard
-from server.handlers import execute_methods, invocations_methods
-from server.http import RequestDeadline, create_http_app
-from server.identity import TokenTable
-from server.limits import Limits
-from server.metrics import ServerMetrics
-from server.service import DEFAULT_RUNNER_LIVENESS, Authorizer, DRPCService, EmbeddedInvocations
-from server.thrift_listener import DEFAULT_MAX_CONNECTIONS, ThriftListener
-from server.transactional import HostedTransactional
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +91,7 @@ class DRPCServer:
             SERVER_TIMEOUT, default 600 (Storm's ``drpc.request.timeout.secs``).
         :param max_frame_size: shortcut setting both ``limits.max_frame_size`` and
             ``limits.max_body_size`` (largest Thrift frame and HTTP body, default 1 MiB).
-        :param limits: every resource limit (``server.limits.Limits``; its defaults when
+        :param limits: every resource limit (``drpc.server.limits.Limits``; its defaults when
             None).
         :param ssl_context: serve TLS on every port (``drpc.protocol.tls.server_context``); a
             verified client certificate's CN is the caller's user name.
@@ -197,7 +202,7 @@ class DRPCServer:
         **options: Any,
     ) -> HostedTransactional:
         """Run a transactional topology in this process while the server serves
-        (``server.transactional.HostedTransactional``; its ``options`` are keywords of
+        (``drpc.server.transactional.HostedTransactional``; its ``options`` are keywords of
         it). It starts with ``start()`` (at once if the server already started), resumes
         after the last commit in ``state_dir``, and stops with the server."""
         if self.stopped:

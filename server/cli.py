@@ -1,4 +1,4 @@
-"""``drpc-server`` (also ``python -m server``): serve DRPC functions until interrupted.
+"""``drpc-server`` (also ``python -m drpc.server``): serve DRPC functions until interrupted.
 
 ``drpc-server --topology drpc.examples.reach:topology [--topology ...]
 [--executor spark|local] [--master local[*]] [--port 3772 --invocations-port
@@ -7,7 +7,7 @@ listens for Thrift and HTTP callers; with no ``--topology`` it serves only
 remote runners (``python -m drpc.runner``). Security: ``--acl FILE``
 (Storm's ACL, ``--acl-strict``), ``--tokens FILE`` (HTTP bearer tokens),
 ``--tls-cert/--tls-key`` (TLS on every port) and ``--tls-ca`` (client
-certificates required). Every limit of ``server.limits.Limits`` is a flag.
+certificates required). Every limit of ``drpc.server.limits.Limits`` is a flag.
 ``--transactional MODULE:ATTR --state-dir DIR`` also runs transactional
 topologies in the server process (``--max-spout-pending``, ``--map-size``,
 ``--max-map-size``), resuming after their last commit in DIR; hosted DRPC
@@ -28,23 +28,24 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
-from drpc.errors import DRPCError
-from drpc.hosting import add_hosting_arguments, as_transactional, hosting_setup, load_topology
-from drpc.protocol.tls import server_context
-from drpc.requests import DEFAULT_REQUEST_TIMEOUT
-from drpc.transactional.cli import add_state_arguments, state_options
-from server.acl import ACLAuthorizer
-from server.app import (
+from drpc.server.acl import ACLAuthorizer
+from drpc.server.app import (
     DEFAULT_HOST,
     DEFAULT_HTTP_PORT,
     DEFAULT_INVOCATIONS_PORT,
     DEFAULT_PORT,
     DRPCServer,
 )
-from server.identity import TokenTable
-from server.limits import add_limit_arguments, limits_from_args
-from server.service import DEFAULT_RUNNER_LIVENESS
-from server.thrift_listener import DEFAULT_MAX_CONNECTIONS
+from drpc.server.identity import TokenTable
+from drpc.server.limits import add_limit_arguments, limits_from_args
+from drpc.server.service import DEFAULT_RUNNER_LIVENESS
+from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS
+
+from drpc.errors import DRPCError
+from drpc.hosting import add_hosting_arguments, as_transactional, hosting_setup, load_topology
+from drpc.protocol.tls import server_context
+from drpc.requests import DEFAULT_REQUEST_TIMEOUT
+from drpc.transactional.cli import add_state_arguments, state_options
 
 log = logging.getLogger("drpc-server")
 

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from drpc.server.service import EXECUTE, FAIL_REQUEST, FETCH_REQUEST, RESULT, DRPCService
+from drpc.server.thrift_listener import MethodHandler, Peer
+
 from drpc.errors import AuthorizationException, DRPCExceptionType, DRPCExecutionException
 from drpc.protocol.gen import DistributedRPC, DistributedRPCInvocations, ttypes
 from drpc.protocol.wire import (
@@ -31,8 +34,6 @@ from drpc.protocol.wire import (
     to_wire_authorization_error,
     to_wire_execution_error,
 )
-from server.service import EXECUTE, FAIL_REQUEST, FETCH_REQUEST, RESULT, DRPCService
-from server.thrift_listener import MethodHandler, Peer
 
 FAILED_MESSAGE = "Request failed"
 

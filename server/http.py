@@ -20,7 +20,7 @@ Contract:
   ``"error": "AuthorizationException"``; a call refused by a server limit
   (``ServerBusyError``) → 503 with ``Retry-After: limits.retry_after``;
 - the caller is the user of its bearer token (``tokens``), else the CN of
-  its verified TLS client certificate, else anonymous (``server.identity``);
+  its verified TLS client certificate, else anonymous (``drpc.server.identity``);
 - a body over ``limits.max_body_size`` bytes is refused with 413 (aiohttp's
   limit), a body that does not arrive within ``limits.read_timeout`` seconds
   gets 408, a connection whose first request has not arrived whole within
@@ -31,10 +31,10 @@ Contract:
 - ``GET /health`` answers 200 JSON ``{"status": "ok", "functions": [...],
   "outstanding": n}`` while serving, 503 with ``"status": "shutting down"``
   after shutdown began;
-- with ``metrics`` (``server.metrics.ServerMetrics``), ``GET /metrics``
+- with ``metrics`` (``drpc.server.metrics.ServerMetrics``), ``GET /metrics``
   answers the Prometheus text format (requests by function and outcome,
   latencies, queues, jobs, transactional progress: see that module);
-- with ``dashboard`` (``server.dashboard.Dashboard``), ``GET /`` is a live
+- with ``dashboard`` (``drpc.server.dashboard.Dashboard``), ``GET /`` is a live
   page of the server (functions, in-flight requests, recent failures,
   transactional topologies), ``GET /api/status`` the JSON it polls and
   ``GET /ui/{file}`` its script and style sheet. These operations endpoints,
@@ -53,6 +53,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiohttp import web
+from drpc.server.dashboard import Dashboard, add_routes
+from drpc.server.identity import TokenTable, bearer_user
+from drpc.server.limits import Limits
+from drpc.server.metrics import ServerMetrics
+from drpc.server.service import EXECUTE, DRPCService
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 
 from drpc.errors import (
@@ -63,11 +68,6 @@ from drpc.errors import (
 )
 from drpc.protocol.tls import common_name
 from drpc.requests import RequestTrace
-from server.dashboard import Dashboard, add_routes
-from server.identity import TokenTable, bearer_user
-from server.limits import Limits
-from server.metrics import ServerMetrics
-from server.service import EXECUTE, DRPCService
 
 TRACE_ON = ("1", "true", "yes", "on")
 """Values of the ``trace`` query parameter that ask for a traced answer."""
@@ -91,7 +91,7 @@ class RequestDeadline:
     """Closes HTTP connections whose first request does not arrive whole in time.
 
     ``middleware`` marks a connection once a request of it reaches a handler;
-    ``run(server)`` sweeps ``server.connections`` every ``timeout / 2`` seconds."""
+    ``run(server)`` sweeps ``drpc.server.connections`` every ``timeout / 2`` seconds."""
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout

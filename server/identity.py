@@ -24,8 +24,9 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from drpc.server.files import ConfigFileError, load_mapping
+
 from drpc.errors import AuthorizationException
-from server.files import ConfigFileError, load_mapping
 
 ANONYMOUS = "anonymous"
 """The user of a caller with no token and no client certificate."""

@@ -48,14 +48,14 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from drpc.server.service import OUTCOMES, PendingRequest, outcome_of
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from drpc.observe import Observer
-from server.service import OUTCOMES, PendingRequest, outcome_of
 
 if TYPE_CHECKING:
-    from server.service import DRPCService
+    from drpc.server.service import DRPCService
 
 OTHER = "__other__"
 """The label value of every name past a label bound."""

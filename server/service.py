@@ -21,9 +21,9 @@ runtimes may live in other threads:
   served functions, unless ``wait_for_unserved`` (Storm's behaviour: queue it
   and let it time out);
 - every operation from the network passes ``authorize(identity, operation,
-  function)`` first; the default allows everything (``server.acl`` plugs in
+  function)`` first; the default allows everything (``drpc.server.acl`` plugs in
   here);
-- limits (``server.limits.Limits``) refuse a call at once with
+- limits (``drpc.server.limits.Limits``) refuse a call at once with
   ``ServerBusyError`` (FAILED_REQUEST "server busy: …") when its function
   already has ``max_queue_depth`` requests waiting, when ``max_outstanding``
   requests are held, or when it would open a queue for one function name more
@@ -61,6 +61,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from drpc.server.limits import Limits
+
 from drpc.errors import (
     AuthorizationException,
     DRPCExceptionType,
@@ -80,7 +82,6 @@ from drpc.requests import (
     ReturnInfo,
     TraceCollector,
 )
-from server.limits import Limits
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from server.app import DRPCServer
+from drpc.server.app import DRPCServer
 
 T = TypeVar("T")
 

@@ -36,6 +36,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from drpc.server.limits import Limits
 from thrift.Thrift import TApplicationException
 
 from drpc.protocol.scan import WireLimits
@@ -49,7 +50,6 @@ from drpc.protocol.wire import (
     encode_application_error,
     frame_length,
 )
-from server.limits import Limits
 
 DEFAULT_MAX_CONNECTIONS = 4096
 

@@ -16,9 +16,9 @@ MODULES = [
     "drpc.transactional.spouts",
     "drpc.transactional.filelog",
     "drpc.state",
-    "server.transactional",
-    "server",
-    "client",
+    "drpc.server.transactional",
+    "drpc.server",
+    "drpc.client",
     "drpc.runner",
 ]
 

@@ -1,7 +1,10 @@
 """The package layers hold: read from the source, so a new import that breaks them fails here.
 
-- The engine (every ``drpc`` module but the remote runner, a host like the
-  server) never imports ``server`` or ``client``.
+- The engine (every module under ``drpc/`` but the remote runner, a host like
+  the server) never imports ``drpc.server`` or ``drpc.client`` (the
+  repository's ``server/`` and ``client/``, installed under ``drpc``).
+- Nothing imports a top-level ``server`` or ``client``: they are not installed
+  under those names.
 - A module imports only modules of its own layer or below (``LAYERS``, lowest
   first), whether at module level or inside a function; imports under
   ``if TYPE_CHECKING:`` are for annotations only and do not count.
@@ -34,7 +37,7 @@ LAYERS: list[set[str]] = [
     {"drpc.runner"},
 ]
 HOSTS = {"drpc.runner"}  # may import the client: it serves topologies for remote servers
-OUTSIDE_THE_ENGINE = {"server", "client"}
+OUTSIDE_THE_ENGINE = ("drpc.server", "drpc.client")
 
 
 def layer_of(module: str) -> int:
@@ -80,7 +83,11 @@ def imports_of(path: Path) -> Iterator[Import]:
             if node.module == "drpc":  # from drpc import config: the module drpc.config
                 for alias in node.names:
                     submodule = ROOT / "drpc" / alias.name
-                    is_module = submodule.is_dir() or submodule.with_suffix(".py").exists()
+                    is_module = (
+                        alias.name in ("server", "client")  # installed under drpc from the top
+                        or submodule.is_dir()
+                        or submodule.with_suffix(".py").exists()
+                    )
                     yield Import(f"drpc.{alias.name}" if is_module else "drpc", node.lineno, lazy)
             else:
                 yield Import(node.module, node.lineno, lazy)
@@ -107,7 +114,7 @@ def test_imports_go_down_the_layers(path: Path) -> None:
     problems = []
     for found in imports_of(path):
         top = found.target.split(".")[0]
-        if top in OUTSIDE_THE_ENGINE:
+        if found.target.startswith(OUTSIDE_THE_ENGINE):
             if module not in HOSTS:
                 problems.append(f"line {found.line}: the engine imports {found.target}")
             continue
@@ -123,13 +130,31 @@ def test_imports_go_down_the_layers(path: Path) -> None:
     assert problems == [], f"{module}:\n" + "\n".join(problems)
 
 
+EVERY_MODULE = sorted(
+    path
+    for folder in ("drpc", "server", "client", "tests", "bench")
+    for path in (ROOT / folder).rglob("*.py")
+    if "protocol/gen" not in path.as_posix()
+)
+
+
+def test_nothing_imports_a_top_level_server_or_client() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{i.line}: {i.target}"
+        for path in EVERY_MODULE
+        for i in imports_of(path)
+        if i.target.split(".")[0] in ("server", "client")
+    ]
+    assert found == []
+
+
 def test_the_checker_sees_what_it_must_refuse(tmp_path: Path) -> None:
     """The rules catch each kind of breach (a checker that sees nothing passes anything)."""
     sample = tmp_path / "sample.py"
     sample.write_text(
         "from typing import TYPE_CHECKING\n"
-        "import client\n"
-        "from drpc import executors\n"
+        "import drpc.client\n"
+        "from drpc import executors, server\n"
         "if TYPE_CHECKING:\n"
         "    from drpc.testing import LocalDRPC\n"
         "def f():\n"
@@ -138,8 +163,9 @@ def test_the_checker_sees_what_it_must_refuse(tmp_path: Path) -> None:
     found = [(i.target, i.lazy) for i in imports_of(sample)]
     assert found == [
         ("typing", False),
-        ("client", False),
+        ("drpc.client", False),
         ("drpc.executors", False),
+        ("drpc.server", False),
         ("drpc.errors", True),
     ]
     assert layer_of("drpc.executors.spark.stages") > layer_of("drpc.state.env")

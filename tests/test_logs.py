@@ -258,9 +258,9 @@ def test_the_server_logs_one_json_object_per_line_with_request_ids(executor: str
 @pytest.mark.parametrize(
     "command",
     [
-        ["-m", "server"],
+        ["-m", "drpc.server"],
         ["-m", "drpc.runner"],
-        ["-m", "client"],
+        ["-m", "drpc.client"],
         ["-m", "drpc.transactional.cli", "run"],
     ],
     ids=["drpc-server", "drpc.runner", "drpc-client", "drpc-transactional run"],

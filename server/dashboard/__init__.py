@@ -54,17 +54,17 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from drpc.server.metrics import OTHER, BoundedLabels
+from drpc.server.service import TIMEOUT, PendingRequest, outcome_of
 
 from drpc.builders.linear_drpc import JOIN_ID
 from drpc.errors import AuthorizationException, DRPCExecutionException
 from drpc.observe import Observer
-from server.metrics import OTHER, BoundedLabels
-from server.service import TIMEOUT, PendingRequest, outcome_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from server.service import DRPCService
+    from drpc.server.service import DRPCService
 
 DEFAULT_WINDOW = 600.0
 DEFAULT_RESOLUTION = 5.0

@@ -7,9 +7,7 @@ import socket
 import time
 
 import pytest
-
-import client
-from client import (
+from drpc.client import (
     AsyncDRPCClient,
     AuthorizationException,
     DRPCClient,
@@ -19,12 +17,13 @@ from client import (
     DRPCTimeoutError,
     ProtocolError,
 )
-from client.calls import parse_address, parse_servers
-from drpc import errors
+from drpc.client.calls import parse_address, parse_servers
+from drpc.server import DRPCServer, ServerThread
+
+from drpc import client, errors
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.protocol.gen import DistributedRPC
 from drpc.protocol.wire import REPLY, encode_message
-from server import DRPCServer, ServerThread
 from tests.server.helpers import (
     HOST,
     exclamation,

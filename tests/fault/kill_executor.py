@@ -15,9 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from client import AsyncDRPCClient, DRPCExecutionException
+from drpc.client import AsyncDRPCClient, DRPCExecutionException
+from drpc.server import DRPCServer, ServerThread
+
 from drpc.examples.reach import EXPECTED_REACH, build_reach
-from server import DRPCServer, ServerThread
 from tests.fault.processes import HOST, kill, standalone_cluster
 
 CALLS = 100

@@ -23,14 +23,14 @@ import time
 from pathlib import Path
 
 import pytest
+from drpc.client import AsyncDRPCClient, DRPCClient, DRPCConnectionError, DRPCExecutionException
+from drpc.server import DRPCServer, ServerThread
 
-from client import AsyncDRPCClient, DRPCClient, DRPCConnectionError, DRPCExecutionException
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExceptionType
 from drpc.examples.exclamation import build_exclamation
 from drpc.state import CoordinatorState
 from drpc.state.topology import TopologyState
-from server import DRPCServer, ServerThread
 from tests.fault.processes import free_port, kill
 from tests.server.helpers import HOST, server_options, wait_until
 from tests.spark.workload import CrashOn
@@ -82,7 +82,7 @@ def test_a_python_worker_crash_in_a_step_fails_that_job_typed_and_serving_goes_o
 
 def _start_server(ports: dict[str, int]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "server", "--executor", "local", "--host", HOST,
+        [sys.executable, "-m", "drpc.server", "--executor", "local", "--host", HOST,
          "--port", str(ports["port"]), "--invocations-port", str(ports["invocations"]),
          "--http-port", "-1", "--topology", "drpc.examples.exclamation:topology",
          "--log-level", "WARNING"],
@@ -207,7 +207,7 @@ def _start_transactional_server(
 ) -> subprocess.Popen[str]:
     with open(state_dir.parent / "server.log", "a") as log:  # read when an assertion fails
         return subprocess.Popen(
-            [sys.executable, "-m", "server", "--executor", "local", "--host", HOST,
+            [sys.executable, "-m", "drpc.server", "--executor", "local", "--host", HOST,
              "--port", str(ports["port"]), "--invocations-port", str(ports["invocations"]),
              "--http-port", "-1", "--topology", "tests.transactional.faults:count_query",
              "--transactional", "tests.transactional.faults:topology",

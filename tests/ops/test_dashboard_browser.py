@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from drpc.client import DRPCClient, DRPCExecutionException, HTTPDRPCClient
+from drpc.server import DRPCServer, ServerThread
+from drpc.server.dashboard import Dashboard
 
-from client import DRPCClient, DRPCExecutionException, HTTPDRPCClient
 from drpc.errors import DRPCExceptionType
-from server import DRPCServer, ServerThread
-from server.dashboard import Dashboard
 from tests.ops.cdp import Chromium, find_chromium
 from tests.server.helpers import HOST, exclamation, failing_topology, server_options, wait_until
 from tests.server.test_transactional_hosting import append_words

@@ -10,12 +10,12 @@ from array import array
 from typing import Any
 
 import pytest
+from drpc.client import DRPCClient, DRPCExecutionException
+from drpc.server.dashboard import LATENCY_BINS, Dashboard, latency_bin, percentile
+from drpc.server.metrics import OTHER
 
-from client import DRPCClient, DRPCExecutionException
 from drpc.errors import AuthorizationException, DRPCExceptionType, ServerBusyError
 from drpc.requests import PendingRequest, ReturnInfo
-from server.dashboard import LATENCY_BINS, Dashboard, latency_bin, percentile
-from server.metrics import OTHER
 from tests.server.helpers import HOST, exclamation, failing_topology, running_server
 
 FAILED = DRPCExceptionType.FAILED_REQUEST

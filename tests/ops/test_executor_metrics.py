@@ -9,10 +9,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from drpc.client import AsyncDRPCClient, DRPCClient, DRPCExecutionException
+from drpc.server import DRPCServer, ServerThread
 
-from client import AsyncDRPCClient, DRPCClient, DRPCExecutionException
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
-from server import DRPCServer, ServerThread
 from tests.ops.test_metrics import Samples, requests_by_outcome, scrape, value
 from tests.server.helpers import (
     HOST,

@@ -8,20 +8,20 @@ import threading
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
-from client import (
+from drpc.client import (
     AuthorizationException,
     DRPCClient,
     DRPCExecutionException,
     DRPCInvocationsClient,
     HTTPDRPCClient,
 )
+from drpc.server import DRPCServer
+from drpc.server.identity import TokenTable
+from drpc.server.limits import Limits
+from drpc.server.metrics import OTHER
+from prometheus_client.parser import text_string_to_metric_families
+
 from drpc.errors import DRPCExceptionType
-from server import DRPCServer
-from server.identity import TokenTable
-from server.limits import Limits
-from server.metrics import OTHER
 from tests.server.helpers import HOST, exclamation, failing_topology, running_server, wait_until
 
 ALICE_TOKEN = "alice-token-0123456789"

@@ -4,10 +4,10 @@ report them; each label bound and buffer on both sides."""
 from __future__ import annotations
 
 import pytest
+from drpc.server.metrics import OTHER, BoundedLabels, RecentRequests, ServerMetrics
 
 from drpc.errors import AuthorizationException, DRPCExceptionType, DRPCExecutionException
 from drpc.requests import PendingRequest, ReturnInfo
-from server.metrics import OTHER, BoundedLabels, RecentRequests, ServerMetrics
 from tests.ops.test_metrics import Samples, parse, requests_by_outcome, value
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from drpc.server import DRPCServer, ServerThread
 
-from server import DRPCServer, ServerThread
 from tests.ops.test_metrics import parse, scrape, value
 from tests.server.helpers import server_options, wait_until
 from tests.server.test_transactional_hosting import append_words

@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from drpc.server import DRPCServer, ServerThread
 from thrift.protocol import TBinaryProtocol
 from thrift.transport import TSocket, TTransport
 
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.examples.exclamation import build_exclamation
-from server import DRPCServer, ServerThread
 from tests.topologies.bolts import FailOn
 
 HOST = "127.0.0.1"

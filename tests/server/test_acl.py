@@ -16,19 +16,19 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
-from client import (
+from drpc.client import (
     AuthorizationException,
     DRPCClient,
     DRPCInvocationsClient,
     HTTPDRPCClient,
     TLSSettings,
 )
+from drpc.server import DRPCServer, ServerThread
+from drpc.server.acl import ACL, ACLAuthorizer
+from drpc.server.files import ConfigFileError
+from drpc.server.identity import TokenTable
+
 from drpc.protocol.tls import server_context
-from server import DRPCServer, ServerThread
-from server.acl import ACL, ACLAuthorizer
-from server.files import ConfigFileError
-from server.identity import TokenTable
 from tests.server.certs import PKI
 from tests.server.helpers import HOST, server_options, wait_until
 

@@ -13,8 +13,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from drpc.client.cli import main as client_main
 
-from client.cli import main as client_main
 from tests.server.helpers import HOST, exclamation, failing_topology, free_port, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +27,8 @@ LISTENING = re.compile(
 
 def test_console_scripts_are_declared() -> None:
     scripts = {entry.name: entry.value for entry in entry_points(group="console_scripts")}
-    assert scripts["drpc-server"] == "server.cli:main"
-    assert scripts["drpc-client"] == "client.cli:main"
+    assert scripts["drpc-server"] == "drpc.server.cli:main"
+    assert scripts["drpc-client"] == "drpc.client.cli:main"
     assert scripts["drpc-runner"] == "drpc.runner:main"
 
 
@@ -158,7 +158,7 @@ def test_the_server_cli_serves_the_examples_until_terminated() -> None:
 
 def test_the_server_cli_refuses_an_unloadable_topology() -> None:
     refused = subprocess.run(
-        [sys.executable, "-m", "server", "--topology", "drpc.examples.reach:nothing_here"],
+        [sys.executable, "-m", "drpc.server", "--topology", "drpc.examples.reach:nothing_here"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -7,12 +7,12 @@ import threading
 import time
 
 import pytest
+from drpc.client import AsyncDRPCClient, DRPCClient, DRPCExecutionException
+from drpc.server import DRPCServer
 
-from client import AsyncDRPCClient, DRPCClient, DRPCExecutionException
 from drpc.errors import DRPCError, DRPCExceptionType
 from drpc.examples.reach import EXPECTED_REACH, build_reach
 from drpc.protocol.gen import DistributedRPC
-from server import DRPCServer
 from tests.server.helpers import (
     HOST,
     exclamation,

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
+from drpc.client import AsyncDRPCClient
+from drpc.server import DRPCServer, ServerThread
 
-from client import AsyncDRPCClient
 from drpc.examples.reach import EXPECTED_REACH, build_reach
 from drpc.protocol.gen import DistributedRPC
-from server import DRPCServer, ServerThread
 from tests.server.helpers import (
     HOST,
     exclamation,

@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from drpc.client import DRPCClient, DRPCExecutionException, DRPCInvocationsClient
+from drpc.server import DRPCServer, ServerThread
+from drpc.server.limits import Limits
 
-from client import DRPCClient, DRPCExecutionException, DRPCInvocationsClient
 from drpc.errors import DRPCExceptionType
 from drpc.protocol.gen import DistributedRPC
 from drpc.protocol.wire import decode_message, frame, read_struct
-from server import DRPCServer, ServerThread
-from server.limits import Limits
 from tests.server.helpers import (
     HOST,
     closed_by_server,
@@ -145,7 +145,7 @@ def test_thrift_inside_a_limit_is_served(server: DRPCServer, guard: None, case: 
 def test_thrift_past_a_limit_closes_that_connection(
     server: DRPCServer, guard: None, case: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="server.thrift_listener")
+    caplog.set_level(logging.WARNING, logger="drpc.server.thrift_listener")
     make, reason = REFUSED[case]
     with raw_connection(server.port) as connection:
         connection.sendall(make())

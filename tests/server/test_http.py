@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import pytest
+from drpc.client import DRPCInvocationsClient
+from drpc.server import DRPCServer, ServerThread
 
-from client import DRPCInvocationsClient
 from drpc.errors import AuthorizationException, DRPCExceptionType, DRPCExecutionException
 from drpc.examples.reach import build_reach
-from server import DRPCServer, ServerThread
 from tests.server.helpers import HOST, exclamation, failing_topology, server_options
 
 LIMIT = 4096

@@ -11,17 +11,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import aiohttp
 import pytest
-
-from client import (
+from drpc.client import (
     AsyncDRPCClient,
     DRPCClient,
     DRPCExecutionException,
     HTTPDRPCClient,
     ServerBusyError,
 )
+from drpc.server import DRPCServer, ServerThread
+from drpc.server.limits import Limits
+
 from drpc.errors import DRPCExceptionType
-from server import DRPCServer, ServerThread
-from server.limits import Limits
 from tests.server.helpers import HOST, closed_by_server, raw_connection, server_options, wait_until
 
 

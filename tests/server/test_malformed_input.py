@@ -8,9 +8,9 @@ import socket
 from collections.abc import Callable
 
 import pytest
+from drpc.client import DRPCClient
 from thrift.Thrift import TApplicationException
 
-from client import DRPCClient
 from drpc.protocol.gen import DistributedRPC
 from drpc.protocol.wire import CALL, decode_message, encode_message, frame, read_struct
 from tests.server.helpers import (
@@ -76,7 +76,7 @@ REASONS = {
 def test_malformed_input_closes_only_that_connection(
     kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="server.thrift_listener")
+    caplog.set_level(logging.WARNING, logger="drpc.server.thrift_listener")
     with running_server(exclamation(), max_frame_size=LIMIT) as server:
         with DRPCClient(HOST, server.port) as bystander:
             assert bystander.execute("exclamation", "before") == "before!"

@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from drpc.client import DRPCClient, DRPCExecutionException
+from drpc.server import DRPCServer, ServerThread
 
-from client import DRPCClient, DRPCExecutionException
 from drpc.errors import DRPCExceptionType
 from drpc.runner import RemoteInvocations, RemoteRunner
-from server import DRPCServer, ServerThread
 from tests.server.helpers import (
     HOST,
     exclamation,

@@ -9,16 +9,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
-
-from client import (
+from drpc.client import (
     AuthorizationException,
     DRPCClient,
     DRPCExecutionException,
     DRPCInvocationsClient,
 )
+from drpc.server import DRPCServer
+
 from drpc.errors import DRPCExceptionType
 from drpc.protocol.gen import DistributedRPCInvocations, ttypes
-from server import DRPCServer
 from tests.server.helpers import HOST, exclamation, generated_client, running_server, wait_until
 
 

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from client import (
+from drpc.client import (
     AsyncDRPCClient,
     DRPCClient,
     DRPCConnectionError,
@@ -21,10 +20,11 @@ from client import (
     HTTPDRPCClient,
     TLSSettings,
 )
+from drpc.server import DRPCServer, ServerThread
+from drpc.server.acl import ACL, ACLAuthorizer
+
 from drpc.protocol.tls import TLSConfigError, server_context
 from drpc.runner import RemoteRunner
-from server import DRPCServer, ServerThread
-from server.acl import ACL, ACLAuthorizer
 from tests.server.certs import PKI
 from tests.server.helpers import (
     HOST,

@@ -12,14 +12,14 @@ import urllib.request
 from typing import Any
 
 import pytest
+from drpc.client import DRPCExecutionException, HTTPDRPCClient
+from drpc.client.cli import main as client_main
+from drpc.server import DRPCServer
 
-from client import DRPCExecutionException, HTTPDRPCClient
-from client.cli import main as client_main
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCExceptionType
 from drpc.examples.reach import build_reach
 from drpc.runner import RemoteRunner
-from server import DRPCServer
 from tests.server.helpers import HOST, exclamation, failing_topology, running_server, wait_until
 from tests.topologies.bolts import FailOn, SleepThenEcho
 

@@ -8,12 +8,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from drpc.client import DRPCClient
+from drpc.server import DRPCServer, ServerThread
 
-from client import DRPCClient
 from drpc.errors import DRPCError
 from drpc.state import CoordinatorState
 from drpc.transactional.filelog import append_lines
-from server import DRPCServer, ServerThread
 from tests.server.helpers import HOST, server_options, wait_until
 from tests.transactional.faults import count_query, word_count
 

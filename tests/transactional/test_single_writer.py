@@ -95,7 +95,7 @@ def test_a_server_hosting_a_run_on_a_live_directory_exits_with_one_line(tmp_path
     try:
         wait_for_commit(state_dir, 1, live)
         command = [
-            sys.executable, "-m", "server", "--host", "127.0.0.1", "--executor", "local",
+            sys.executable, "-m", "drpc.server", "--host", "127.0.0.1", "--executor", "local",
             "--port", "0", "--invocations-port", "0", "--http-port", "-1",
             "--transactional", TOPOLOGY, "--state-dir", str(state_dir),
         ]  # fmt: skip

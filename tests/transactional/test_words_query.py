@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from client import DRPCClient
+from drpc.client import DRPCClient
+
 from drpc.examples.transactional_words import build_words, build_words_query
 from drpc.transactional import run
 from tests.server.helpers import HOST, running_server
