@@ -43,7 +43,7 @@ def main(workdir: Path) -> None:
     with standalone_cluster(workdir) as cluster:
         server = DRPCServer(host=HOST, port=0, invocations_port=0, http_port=None, timeout=200)
         server.register(
-            build_reach(), executor="spark", master=cluster.master_url,
+            build_reach(), executor="spark-batch", master=cluster.master_url,
             max_batch_size=5, max_jobs_in_flight=2,
         )  # fmt: skip
         deadline = time.monotonic() + 120

@@ -64,7 +64,7 @@ def test_sigkill_of_an_executor_jvm_with_100_reach_calls_in_flight(tmp_path: Pat
 def test_a_python_worker_crash_in_a_step_fails_that_job_typed_and_serving_goes_on() -> None:
     crashing = LinearDRPCTopologyBuilder("fragile")
     crashing.add_bolt(CrashOn())
-    server = DRPCServer(**server_options(executor="spark", http_port=None))
+    server = DRPCServer(**server_options(executor="spark-batch", http_port=None))
     server.register(crashing)
     server.register(build_exclamation(parallelism=2))
     with ServerThread(server) as running, DRPCClient(HOST, running.port, timeout=120) as client:

@@ -36,7 +36,7 @@ def test_console_scripts_are_declared() -> None:
     ("module", "expected"),
     [
         (
-            "server",
+            "drpc.server",
             [
                 "--topology",
                 "--executor",
@@ -60,7 +60,7 @@ def test_console_scripts_are_declared() -> None:
             ],
         ),
         (
-            "client",
+            "drpc.client",
             [
                 "FUNCTION",
                 "ARGS",
@@ -94,7 +94,7 @@ def test_the_server_cli_serves_the_examples_until_terminated() -> None:
         [
             sys.executable,
             "-m",
-            "server",
+            "drpc.server",
             "--topology",
             "drpc.examples.reach:topology",
             "--topology",
@@ -128,7 +128,7 @@ def test_the_server_cli_serves_the_examples_until_terminated() -> None:
             [
                 sys.executable,
                 "-m",
-                "client",
+                "drpc.client",
                 "--servers",
                 f"{HOST}:{listening['port']}",
                 "reach",
@@ -171,20 +171,24 @@ def test_the_server_cli_refuses_an_unloadable_topology() -> None:
 @pytest.mark.parametrize(
     ("module", "arguments", "message"),
     [
-        ("server", ["--transactional", "tests.transactional.faults:topology"], "needs --state-dir"),
         (
-            "server",
+            "drpc.server",
+            ["--transactional", "tests.transactional.faults:topology"],
+            "needs --state-dir",
+        ),
+        (
+            "drpc.server",
             ["--transactional", "drpc.examples.reach:topology", "--state-dir", "s"],
             "is not a transactional topology",
         ),
         (
-            "server",
+            "drpc.server",
             ["--transactional", "drpc.examples.transactional_words:topology", "--state-dir", "s",
              "--max-spout-pending", "0"],
             "--max-spout-pending must be >= 1",
         ),
-        ("server", ["--max-map-size", "lots"], "not a size: 'lots'"),
-        ("server", ["--map-size", "1GiB", "--max-map-size", "64MiB"], "must be at least"),
+        ("drpc.server", ["--max-map-size", "lots"], "not a size: 'lots'"),
+        ("drpc.server", ["--map-size", "1GiB", "--max-map-size", "64MiB"], "must be at least"),
         (
             "drpc.transactional.cli",
             ["run", "drpc.examples.transactional_words:topology", "--state-dir", "s",
@@ -231,7 +235,7 @@ def test_the_server_cli_exits_1_when_a_port_is_taken() -> None:
             [
                 sys.executable,
                 "-m",
-                "server",
+                "drpc.server",
                 "--executor",
                 "local",
                 "--host",

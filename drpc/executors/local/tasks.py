@@ -47,7 +47,7 @@ from drpc.executors.local.messages import (
     Tick,
     TupleMessage,
 )
-from drpc.executors.local.spans import HANDLING
+from drpc.executors.local.spans import HANDLING, StepRecorder
 from drpc.executors.task import TaskCore
 from drpc.logs import pop_context, push_context
 from drpc.model.components import (
@@ -114,7 +114,7 @@ class BoltTask(Actor):
     def handle(self, message: Message) -> None:
         match message:
             case TupleMessage():
-                if self.engine.spans is not None and message.message_id:
+                if self.engine.recorder is not None and message.message_id:
                     self._handle_traced(message)
                     return
                 with self.lock:
@@ -127,8 +127,12 @@ class BoltTask(Actor):
                     self.tick(now)
 
     def _handle_traced(self, message: TupleMessage) -> None:
-        spans = self.engine.spans
+        spans = self.engine.recorder
         assert spans is not None
+        with spans.holding():
+            self._traced(spans, message)
+
+    def _traced(self, spans: StepRecorder, message: TupleMessage) -> None:
         roots = message.message_id
         started = time.monotonic()
         self.done_with_id = False
@@ -252,7 +256,7 @@ class BoltTask(Actor):
         if not targets:
             return
         payload = self.core.router.serialize(stream, values)
-        if self.engine.spans is not None:
+        if self.engine.recorder is not None:
             self.last_sent = time.monotonic()  # before a receiver can act on it
         for target in targets:
             message_id: dict[int, int] = {}
