@@ -14,8 +14,9 @@ every resident function of the process is deployed on it:
   and transactional runs use the rest. ``default_slots(sc)`` is half the
   default parallelism, at least one.
 - Faults: a task's connection breaking, or the job failing, breaks the
-  cluster: the job is cancelled, the requests in flight on every deployment
-  fail with INTERNAL_ERROR naming the cause (the Spark error when there is
+  cluster: the job is given ``JOB_FAILURE_GRACE`` seconds to fail on its own
+  and is cancelled otherwise, the requests in flight on every deployment
+  fail with INTERNAL_ERROR naming the cause (Spark's error when there is
   one), and after ``restart_delay`` seconds a new job starts and every
   deployment is deployed again; requests that arrive meanwhile wait in the
   request table. A job that does not get all its tasks connected within
@@ -70,8 +71,11 @@ POOL = "drpc-resident"
 DEFAULT_START_TIMEOUT = 120.0
 DEFAULT_RESTART_DELAY = 1.0
 DEFAULT_WORKER_THREADS = 4
+JOB_FAILURE_GRACE = 5.0
+"""Seconds a broken cluster waits for Spark to fail the job itself (its error names the
+cause: a Python worker that exited, a lost executor) before it cancels the job."""
 JOB_END_WAIT = 10.0
-"""Seconds a broken cluster waits for its Spark job to end, to name the Spark error."""
+"""Seconds a broken cluster waits for its cancelled Spark job to end."""
 
 _keys = itertools.count(1)
 
@@ -335,15 +339,21 @@ class ResidentCluster:
         ).start()
 
     def _recover(self, reason: str, job: threading.Thread | None, tag: str) -> None:
-        try:
-            self.sc.cancelJobsWithTag(tag)
-        except Exception:
-            log.debug("could not cancel the resident job %s", tag, exc_info=True)
-        if job is not None and job is not threading.current_thread():
-            job.join(JOB_END_WAIT)
+        waits = job is not None and job is not threading.current_thread()
+        if waits:
+            assert job is not None
+            job.join(JOB_FAILURE_GRACE)  # Spark's own error names the cause best
+        cancelled = waits and job is not None and job.is_alive()
+        if cancelled or not waits:
+            try:
+                self.sc.cancelJobsWithTag(tag)
+            except Exception:
+                log.debug("could not cancel the resident job %s", tag, exc_info=True)
+            if cancelled and job is not None:
+                job.join(JOB_END_WAIT)
         with self._cond:
             error = self._job_error
-        if error is not None:
+        if error is not None and not cancelled:
             reason = f"{reason}; the Spark job: {describe_spark_error(error)}"
         self.last_failure = reason
         failure = Failure(
