@@ -244,10 +244,20 @@ def add_hosting_arguments(parser: argparse.ArgumentParser, *, topology_required:
         "--executor",
         choices=EXECUTORS,
         default=default_executor(),
-        help="executor of the topologies (default: %(default)s)",
+        help="executor of the topologies: local (in this process), spark (resident Spark "
+        "tasks, millisecond calls) or spark-batch (a Spark job per batch of requests) "
+        "(default: %(default)s)",
     )
     parser.add_argument(
-        "--master", help="Spark master URL for --executor spark, e.g. local[*] or spark://host:7077"
+        "--master",
+        help="Spark master URL for the Spark executors, e.g. local[*] or spark://host:7077",
+    )
+    parser.add_argument(
+        "--slots",
+        type=int,
+        metavar="N",
+        help="executor slots the resident Spark tasks take (--executor spark; default half "
+        "the Spark default parallelism, at least 1: the rest runs batch jobs)",
     )
     add_logging_arguments(parser)
 
@@ -264,7 +274,13 @@ def hosting_setup(
         parser.error(str(error))
     options: dict[str, Any] = {}
     if args.master is not None:
-        if args.executor != "spark":
-            parser.error("--master applies to --executor spark only")
+        if args.executor == "local":
+            parser.error("--master applies to --executor spark and spark-batch only")
         options["master"] = args.master
+    if args.slots is not None:
+        if args.executor != "spark":
+            parser.error("--slots applies to --executor spark only")
+        if args.slots < 1:
+            parser.error("--slots must be >= 1")
+        options["slots"] = args.slots
     return topologies, options

@@ -188,6 +188,11 @@ def test_the_server_cli_refuses_an_unloadable_topology() -> None:
             "--max-spout-pending must be >= 1",
         ),
         ("drpc.server", ["--max-map-size", "lots"], "not a size: 'lots'"),
+        ("drpc.server", ["--executor", "spark", "--slots", "0"], "--slots must be >= 1"),
+        ("drpc.server", ["--executor", "spark-batch", "--slots", "2"], "--executor spark only"),
+        ("drpc.runner", ["--servers", "h:1", "--topology", "drpc.examples.reach:topology",
+                         "--executor", "local", "--master", "local[2]"],
+         "--executor spark and spark-batch only"),
         ("drpc.server", ["--map-size", "1GiB", "--max-map-size", "64MiB"], "must be at least"),
         (
             "drpc.transactional.cli",

@@ -106,24 +106,33 @@ def test_a_worker_resource_is_loaded_once_per_python_worker(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_reach_on_a_local_cluster_with_separate_executor_jvms() -> None:
+def test_resident_and_batch_functions_on_a_local_cluster_with_separate_executor_jvms() -> None:
     script = textwrap.dedent(
         """
         from drpc.testing import LocalDRPC
         from drpc.examples.reach import build_reach, EXPECTED_REACH
+        from drpc.examples.exclamation import build_exclamation
+        from drpc.executors.resident import current_cluster
         master = "local-cluster[2,1,1024]"
-        with LocalDRPC(executor="spark-batch", master=master, timeout=120) as drpc:
-            drpc.register(build_reach())
+        with (
+            LocalDRPC(executor="spark", master=master, timeout=120) as resident,
+            LocalDRPC(executor="spark-batch", master=master, timeout=120) as batch,
+        ):
+            resident.register(build_reach())
+            batch.register(build_exclamation())
             for url, reach in EXPECTED_REACH.items():
-                assert drpc.execute("reach", url) == reach, url
+                assert resident.execute("reach", url) == reach, url
+                assert batch.execute("exclamation", url) == url + "!"
             from drpc import runtime
             sc = runtime.current_session().sparkContext
             print("executors", sc._jsc.sc().getExecutorMemoryStatus().size() - 1)
+            print("slots", current_cluster().slots)
         print("ok")
         """
     )
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=False
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["executors", "2", "ok"]
+    # One resident task on one executor JVM, batch jobs on the other.
+    assert out.stdout.split() == ["executors", "2", "slots", "1", "ok"]
