@@ -8,14 +8,16 @@ remote runners (``python -m drpc.runner``). Security: ``--acl FILE``
 (Storm's ACL, ``--acl-strict``), ``--tokens FILE`` (HTTP bearer tokens),
 ``--tls-cert/--tls-key`` (TLS on every port) and ``--tls-ca`` (client
 certificates required). Every limit of ``drpc.server.limits.Limits`` is a flag.
+``--topology`` modules are imported from the working directory first, as
+``python -m`` does.
 ``--transactional MODULE:ATTR --state-dir DIR`` also runs transactional
 topologies in the server process (``--max-spout-pending``, ``--map-size``,
 ``--max-map-size``), resuming after their last commit in DIR; hosted DRPC
 functions can answer from that committed state.
 It logs what it serves and where, and on SIGINT/SIGTERM fails outstanding
 calls with SERVER_SHUTDOWN and exits 0. Exit status 2 for bad arguments (an
-unloadable topology, ACL, tokens or certificate file included), 1 when a port
-cannot be bound.
+unloadable topology or one that serves no DRPC function, an ACL, tokens or
+certificate file included: one line on stderr), 1 when a port cannot be bound.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from drpc.server.limits import add_limit_arguments, limits_from_args
 from drpc.server.service import DEFAULT_RUNNER_LIVENESS
 from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS
 
+from drpc.commandline import WORKING_DIRECTORY_HELP, CommandLineParser
 from drpc.errors import DRPCError
 from drpc.hosting import add_hosting_arguments, as_transactional, hosting_setup, load_topology
 from drpc.protocol.tls import server_context
@@ -51,7 +54,7 @@ log = logging.getLogger("drpc-server")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="drpc-server",
         description="Serve DRPC functions over Storm-compatible Thrift and HTTP.",
     )
@@ -130,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="MODULE:ATTR",
         help="also run this transactional topology in the server (repeatable), e.g. "
-        "drpc.examples.transactional_words:topology; needs --state-dir",
+        f"drpc.examples.transactional_words:topology; needs --state-dir; {WORKING_DIRECTORY_HELP}",
     )
     transactional.add_argument(
         "--state-dir", metavar="DIR", help="LMDB state directory of --transactional runs"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import signal
 import socket
 import struct
+import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from drpc.server import DRPCServer, ServerThread
@@ -20,6 +25,51 @@ from tests.topologies.bolts import FailOn
 HOST = "127.0.0.1"
 EPHEMERAL_PORTS = ["--host", HOST, "--port", "0", "--invocations-port", "0", "--http-port", "0"]
 """``drpc-server`` flags: listen on 127.0.0.1, every port picked by the system."""
+
+
+LISTENING = re.compile(
+    r"DRPC server serving (?P<functions>.+?); execute \(Thrift\) on [\d.]+:(?P<port>\d+), "
+    r"invocations \(Thrift\) on [\d.]+:(?P<invocations>\d+); "
+    r"HTTP on (?P<scheme>https?)://[\d.]+:(?P<http>\d+)/drpc/"
+)
+"""The line a ``drpc-server`` logs once it listens, with its functions and ports."""
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen[str]
+    listening: re.Match[str]
+    log: list[str]
+
+    @property
+    def text(self) -> str:
+        """Everything it logged so far (all of it once the ``with`` block ended)."""
+        return "".join(self.log)
+
+
+@contextmanager
+def server_process(
+    command: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None
+) -> Iterator[ServerProcess]:
+    """Run a ``drpc-server`` command line until it logs where it listens; at the end stop it
+    with SIGTERM, collect the rest of its log, and check it exited 0."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    log: list[str] = []
+    try:
+        for line in process.stderr:
+            log.append(line)
+            if listening := LISTENING.search(line):
+                break
+        else:
+            raise AssertionError("the server exited without listening:\n" + "".join(log))
+        served = ServerProcess(process, listening, log)
+        yield served
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=60)
+        log.append(rest)
+    assert process.returncode == 0, "".join(log)
 
 
 def server_options(**options: Any) -> dict[str, Any]:
