@@ -18,7 +18,9 @@ SERVER_SHUTDOWN (callers get that reply), stops the hosted runtimes, and closes.
 Limits and settings are keyword arguments; see ``DRPCServer.__init__`` and
 ``drpc.server.limits.Limits``. With ``ssl_context`` every port speaks TLS; with
 ``authorizer`` (e.g. ``drpc.server.acl.ACLAuthorizer``) every network operation is
-authorized; ``tokens`` maps HTTP bearer tokens to users.
+authorized; ``tokens`` maps HTTP bearer tokens to users. ``host`` defaults to every
+interface, as Storm's; a server started beyond loopback with neither an authorizer
+nor TLS logs a warning saying so (``drpc.server.exposure``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 from aiohttp import web
 from drpc.server.dashboard import Dashboard
+from drpc.server.exposure import exposure_warning
 from drpc.server.handlers import execute_methods, invocations_methods
 from drpc.server.http import RequestDeadline, create_http_app
 from drpc.server.identity import TokenTable
@@ -120,6 +123,7 @@ class DRPCServer:
         self.limits = limits
         self.ssl_context = ssl_context
         self.tokens = tokens
+        self.authorizer = authorizer
         self.host = host
         self.port = port
         self.invocations_port = invocations_port
@@ -279,6 +283,11 @@ class DRPCServer:
         for hosted in self.transactional.values():
             hosted.start()
         log.info("%s", self.describe())
+        exposed = exposure_warning(
+            self.host, acl=self.authorizer is not None, tls=self.ssl_context is not None
+        )
+        if exposed is not None:
+            log.warning("%s", exposed)
         return self
 
     def describe(self) -> str:
