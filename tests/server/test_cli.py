@@ -58,6 +58,7 @@ def test_console_scripts_are_declared() -> None:
                 "--state-dir",
                 "--max-spout-pending",
                 "--max-map-size",
+                "--http-token-auth",
                 "the working directory first",
             ],
         ),
@@ -281,6 +282,7 @@ def _as_a_user(directory: Path) -> dict[str, str]:
         ("drpc-server", ["--topology", "mytopos:needs"], "mytopos:needs needs arguments (count)"),
         ("drpc-server", ["--log-level", "verbose"], "unknown log level 'verbose'"),
         ("drpc-server", ["--executor", "nope"], "invalid choice: 'nope'"),
+        ("drpc-server", ["--http-token-auth"], "--http-token-auth needs --tls-ca and --tokens"),
         ("drpc-client", ["--log-level", "verbose", "f", "x"], "unknown log level 'verbose'"),
         (
             "drpc-runner",
