@@ -31,6 +31,7 @@ def test_console_scripts_are_declared() -> None:
     assert scripts["drpc-server"] == "drpc.server.cli:main"
     assert scripts["drpc-client"] == "drpc.client.cli:main"
     assert scripts["drpc-runner"] == "drpc.runner:main"
+    assert scripts["drpc-transactional"] == "drpc.transactional.cli:main"
 
 
 @pytest.mark.parametrize(
