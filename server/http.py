@@ -210,7 +210,7 @@ def _credentials_middleware(required: str) -> Middleware:
         try:
             check_credentials(
                 required,
-                _certificate_user(request),
+                bool(_peer_certificate(request)),
                 request.headers.get("Authorization"),
                 request.app.get(_TOKENS),
             )
@@ -221,16 +221,17 @@ def _credentials_middleware(required: str) -> Middleware:
     return middleware
 
 
-def _certificate_user(request: web.Request) -> str | None:
+def _peer_certificate(request: web.Request) -> dict[str, Any] | None:
+    """The client certificate the TLS handshake verified, if any."""
     transport = request.transport
-    return common_name(transport.get_extra_info("peercert")) if transport else None
+    return transport.get_extra_info("peercert") if transport else None
 
 
 def _identity(request: web.Request) -> str | None:
     header = request.headers.get("Authorization")
     if header is not None:
         return bearer_user(header, request.app.get(_TOKENS))
-    return _certificate_user(request)
+    return common_name(_peer_certificate(request))
 
 
 def _refuse(request: web.Request, error: AuthorizationException) -> web.Response:

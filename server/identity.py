@@ -16,7 +16,7 @@ Contract:
   header value, or raises ``AuthorizationException`` for a header that is
   not ``Bearer <token>`` or a token nobody holds: a wrong token is refused,
   never downgraded to ``ANONYMOUS``;
-- ``check_credentials(required, certificate_user, header, tokens)`` enforces
+- ``check_credentials(required, has_certificate, header, tokens)`` enforces
   what a port demands of every caller (``CREDENTIALS``): None lets anyone in
   (anonymous callers are the ACL's to judge); ``"certificate"`` a verified
   client certificate; ``"certificate-or-token"`` one or a valid bearer token.
@@ -96,14 +96,14 @@ def bearer_user(header: str, tokens: TokenTable | None) -> str:
 
 def check_credentials(
     required: str | None,
-    certificate_user: str | None,
+    has_certificate: bool,
     header: str | None,
     tokens: TokenTable | None,
 ) -> None:
     """Refuse (``AuthorizationException``) a caller without the credentials ``required``
-    (one of ``CREDENTIALS``, or None); ``certificate_user`` is the CN of its verified
-    client certificate, ``header`` its ``Authorization`` header."""
-    if required is None or certificate_user is not None:
+    (one of ``CREDENTIALS``, or None); ``has_certificate``: it presented a client
+    certificate the TLS handshake verified; ``header``: its ``Authorization`` header."""
+    if required is None or has_certificate:
         return
     if required == CERTIFICATE_OR_TOKEN and header is not None:
         bearer_user(header, tokens)
