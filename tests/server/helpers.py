@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import queue
 import re
 import signal
 import socket
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from drpc.server import DRPCServer, ServerThread
 from thrift.protocol import TBinaryProtocol
@@ -49,26 +51,41 @@ class ServerProcess:
 
 @contextmanager
 def server_process(
-    command: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None
+    command: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
 ) -> Iterator[ServerProcess]:
     """Run a ``drpc-server`` command line until it logs where it listens; at the end stop it
-    with SIGTERM, collect the rest of its log, and check it exited 0."""
+    with SIGTERM and check it exited 0. Its stderr is read by one thread from start to end,
+    so no line is lost between the two (``communicate`` after reading lines would skip
+    what the line reader had already buffered)."""
     process = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
     log: list[str] = []
-    try:
-        for line in process.stderr:
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read(stream: IO[str]) -> None:
+        for line in stream:
             log.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    reader = threading.Thread(target=read, args=(process.stderr,), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while (line := lines.get(timeout=max(deadline - time.monotonic(), 0.01))) is not None:
             if listening := LISTENING.search(line):
                 break
         else:
             raise AssertionError("the server exited without listening:\n" + "".join(log))
-        served = ServerProcess(process, listening, log)
-        yield served
+        yield ServerProcess(process, listening, log)
     finally:
         process.send_signal(signal.SIGTERM)
-        _, rest = process.communicate(timeout=60)
-        log.append(rest)
+        try:
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            reader.join(timeout=60)
     assert process.returncode == 0, "".join(log)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from drpc.client.cli import main as client_main
+from drpc.server.cli import main as server_main
 
 from tests.server.helpers import (
     EPHEMERAL_PORTS,
@@ -282,8 +283,6 @@ def _as_a_user(directory: Path) -> dict[str, str]:
         ),
         ("drpc-server", ["--topology", "mytopos:needs"], "mytopos:needs needs arguments (count)"),
         ("drpc-server", ["--log-level", "verbose"], "unknown log level 'verbose'"),
-        ("drpc-server", ["--executor", "nope"], "invalid choice: 'nope'"),
-        ("drpc-server", ["--http-token-auth"], "--http-token-auth needs --tls-ca and --tokens"),
         ("drpc-client", ["--log-level", "verbose", "f", "x"], "unknown log level 'verbose'"),
         (
             "drpc-runner",
@@ -322,6 +321,27 @@ def test_a_cli_mistake_is_one_line_and_exit_2(
     assert message in lines[0]
     assert lines[0].endswith("--help)")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["mytopos.py"]  # nothing made
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ["--executor", "nope"],
+            "argument --executor: invalid choice: 'nope' (choose from 'local', 'spark')",
+        ),
+        (["--http-token-auth"], "--http-token-auth needs --tls-ca and --tokens"),
+        (["--tls-ca", "ca.pem"], "--tls-key and --tls-ca need --tls-cert"),
+    ],
+)
+def test_the_server_cli_refuses_flags_that_cannot_work_together(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In-process (the one-line form is shown on real processes above): nothing starts.
+    with pytest.raises(SystemExit) as exited:
+        server_main(arguments)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"drpc-server: error: {message} (see drpc-server --help)\n"
 
 
 def test_the_installed_server_serves_a_topology_module_beside_the_user(tmp_path: Path) -> None:
