@@ -169,6 +169,9 @@ def _its_own_process(block: Block, request: pytest.FixtureRequest) -> list[str]:
     )
     try:
         wait_until(lambda: _accepts(port) or process.poll() is not None, 60)
+        if process.poll() is not None:
+            output, _ = process.communicate()
+            pytest.fail(f"README.md:{block.line} exited before serving:\n{output}")
         with DRPCClient(HOST, port, timeout=30) as client:
             assert client.execute("reach", "foo.com/blog/1") == "16"
         process.send_signal(signal.SIGINT)
