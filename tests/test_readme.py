@@ -85,7 +85,7 @@ class Run:
 
 PYTHON_BLOCKS: dict[str, Run] = {
     'LinearDRPCTopologyBuilder("exclamation")': Run("nothing", ["hello!"]),
-    'LocalDRPC(executor="spark"': Run("spark", ["16"]),
+    'LocalDRPC(executor="spark"': Run("spark", ["16", "16"]),
     'TransactionalTopologyBuilder("global-count"': Run("spark", ["[9, 16, 19]"]),
     'DRPCClient("localhost", 3772)': Run(
         "a reach server",
