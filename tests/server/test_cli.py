@@ -333,7 +333,8 @@ def test_a_cli_mistake_is_one_line_and_exit_2(
     [
         (
             ["--executor", "nope"],
-            "argument --executor: invalid choice: 'nope' (choose from 'local', 'spark', 'spark-batch')",
+            "argument --executor: invalid choice: 'nope' "
+            "(choose from 'local', 'spark', 'spark-batch')",
         ),
         (["--http-token-auth"], "--http-token-auth needs --tls-ca and --tokens"),
         (["--tls-ca", "ca.pem"], "--tls-key and --tls-ca need --tls-cert"),
