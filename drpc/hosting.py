@@ -2,14 +2,16 @@
 
 Contract:
 
-- ``Host(invocations, executor=..., conf=..., observer=...)`` runs the DRPC
+- ``Host(invocations, executor=..., conf=..., observer=..., spark_options=...)``
+  runs the DRPC
   functions one process serves from one invocations handle: the DRPC server
   (its request table), ``LocalDRPC`` and the remote runner (the servers'
   invocations ports) all host through it. ``register(topology, executor=None,
   **options)`` takes a builder, a ``Topology`` or a zero-argument factory,
   refuses one that serves no DRPC function or a function already registered
   (``DRPCError``), creates the executor (``drpc.executors.create_executor``,
-  with the handle and the observer as services) and starts it, returning the
+  with the handle and the observer as services; a Spark executor also gets
+  ``spark_options``: ``master``, ``spark_conf``, ``start_timeout``) and starts it, returning the
   started runtime (a runtime that fails to start is not registered).
   ``runtime(function)``, ``functions`` and ``stop()`` (every runtime, in
   registration order; one that fails to stop is logged and the others still
@@ -29,8 +31,10 @@ Contract:
   ``add_listener`` half of an invocations handle that can wake its spouts;
 - ``add_hosting_arguments``/``hosting_setup`` give the command lines that host
   topologies (``drpc-server``, ``drpc.runner``) the same ``--topology``,
-  ``--executor``, ``--master``, ``--log-level`` and ``--log-format text|json``
-  options (logging set up by ``drpc.logs.configure_logging``).
+  ``--executor``, ``--log-level`` and ``--log-format text|json`` options
+  (logging set up by ``drpc.logs.configure_logging``) and the Spark flags of
+  ``drpc.sparkconf.add_spark_arguments`` (``--master``, ``--spark-conf``,
+  ``--spark-conf-file``, ``--start-timeout``).
 """
 
 from __future__ import annotations
@@ -46,11 +50,12 @@ from typing import Any
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError
-from drpc.executors import EXECUTORS, create_executor
+from drpc.executors import EXECUTORS, SPARK_EXECUTORS, create_executor
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.model.topology import Topology
 from drpc.observe import OBSERVER_SERVICE, Observer
 from drpc.requests import Invocations
+from drpc.sparkconf import add_spark_arguments, spark_options
 
 log = logging.getLogger(__name__)
 
@@ -116,19 +121,23 @@ class Host:
         conf: dict[str, Any] | None = None,
         observer: Observer | None = None,
         executor_options: dict[str, Any] | None = None,
+        spark_options: dict[str, Any] | None = None,
     ) -> None:
         """
         :param executor: the default executor of registered topologies (default
             ``default_executor()``).
         :param conf: topology configuration for every runtime (under each topology's own).
         :param observer: receives the runtimes' events (``drpc.observe``).
-        :param executor_options: default keywords of every executor (``master``...).
+        :param executor_options: default keywords of every executor.
+        :param spark_options: default keywords of Spark executors only (``master``,
+            ``spark_conf``, ``start_timeout``: ``drpc.runtime.get_session``); none by default.
         """
         self.invocations = invocations
         self.executor = executor or default_executor()
         self.conf = dict(conf or {})
         self.observer = observer
         self.executor_options = dict(executor_options or {})
+        self.spark_options = dict(spark_options or {})
         self._lock = threading.Lock()
         self._runtimes: dict[str, tuple[str, Any] | None] = {}  # None: starting
         self._stopped = False
@@ -145,13 +154,14 @@ class Host:
             if function in self._runtimes:
                 raise DRPCError(f"function {function!r} is already registered")
             self._runtimes[function] = None
+        defaults = self.spark_options if name in SPARK_EXECUTORS else {}
         try:
             runtime = create_executor(
                 name,
                 built,
                 services={INVOCATIONS_SERVICE: self.invocations, OBSERVER_SERVICE: self.observer},
                 conf=self.conf,
-                **{**self.executor_options, **options},
+                **{**defaults, **self.executor_options, **options},
             )
             runtime.start()
         except BaseException:
@@ -246,9 +256,7 @@ def add_hosting_arguments(parser: argparse.ArgumentParser, *, topology_required:
         default=default_executor(),
         help="executor of the topologies (default: %(default)s)",
     )
-    parser.add_argument(
-        "--master", help="Spark master URL for --executor spark, e.g. local[*] or spark://host:7077"
-    )
+    add_spark_arguments(parser)
     add_logging_arguments(parser)
 
 
@@ -262,9 +270,4 @@ def hosting_setup(
         topologies = [load_topology(spec) for spec in args.topology]
     except ValueError as error:
         parser.error(str(error))
-    options: dict[str, Any] = {}
-    if args.master is not None:
-        if args.executor != "spark":
-            parser.error("--master applies to --executor spark only")
-        options["master"] = args.master
-    return topologies, options
+    return topologies, spark_options(parser, args, args.executor)

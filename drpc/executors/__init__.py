@@ -17,6 +17,7 @@ from drpc.executors.spark import SparkExecutor
 from drpc.model.topology import Topology
 
 EXECUTORS = ("local", "spark")
+SPARK_EXECUTORS = ("spark",)  # those that take a Spark session's settings (master, spark_conf...)
 
 
 class Executor(Protocol):
