@@ -234,7 +234,7 @@ def _advertised_driver(settings: Mapping[str, str]) -> str:
     port = settings.get("spark.driver.port")
     if host is None:
         return "an address Spark picked (spark.driver.host and SPARK_LOCAL_IP are unset)"
-    return f"{host}:{port}" if port else f"{host} (port not reported while Spark starts)"
+    return f"{host}:{port}" if port else f"{host} (spark.driver.host; port not reported yet)"
 
 
 def _start_failure(
@@ -246,24 +246,21 @@ def _start_failure(
     """Why no executor registered (see the module doc): the master, the driver address the
     executors were given and the likely cause."""
     master = settings["spark.master"]
-    driver = (
-        f"{settings.get('spark.driver.host')}:{settings.get('spark.driver.port')}"
-        if accepted is not None
-        else _advertised_driver(settings)
-    )
-    host = driver.partition(" ")[0].rpartition(":")[0] or driver.partition(" ")[0]
-    if accepted is None and master.startswith("spark://"):
-        accepted = False  # still starting: the standalone master has not confirmed it
+    host = settings.get("spark.driver.host")
+    if accepted is None:
+        driver = _advertised_driver(settings)
+        host = host or os.environ.get("SPARK_LOCAL_IP")
+        if master.startswith("spark://"):
+            accepted = False  # still starting: the standalone master has not confirmed it
+    else:
+        driver = f"{host}:{settings.get('spark.driver.port')} (spark.driver.host:spark.driver.port)"
     head = (
         f"the Spark master {master} gave up on the application before any executor registered"
         if stopped
         else f"no Spark executor registered within {timeout:g} s on master {master}"
     )
-    told = (
-        f"the executors were told to reach the driver at {driver} "
-        "(spark.driver.host:spark.driver.port)"
-    )
-    if host.startswith(_LOOPBACK):
+    told = f"the executors were told to reach the driver at {driver}"
+    if host is not None and host.startswith(_LOOPBACK):
         cause = (
             f"{host} is a loopback address, which executors on other hosts cannot reach: set "
             "spark.driver.host to an address of this host the workers can reach (--spark-conf "
