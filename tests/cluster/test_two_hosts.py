@@ -10,8 +10,10 @@ In order, on one cluster:
 2. ``spark-submit`` of a script whose bolt lives in ``__main__``: the server adopts the
    submitted master and settings, and the bolt runs on the executors;
 3. ``drpc-server --master spark://...`` with the code shipped as a packed environment
-   (``spark.archives``) and a zip (``spark.submit.pyFiles``): reach answers 16, 14 and 7
-   through the Python client, the dashboard links the Spark UI, a transactional run
+   (``spark.archives``) and a zip (``spark.submit.pyFiles``) from ``--spark-conf-file``,
+   under a ``spark-defaults.conf`` in ``SPARK_CONF_DIR`` (its app name applies, its
+   executor memory, too large for the workers, loses to ``--spark-conf``): reach answers
+   16, 14 and 7 through the Python client, the dashboard links the Spark UI, a transactional run
    commits exactly once, and a worker JVM SIGKILLed under load leaves only right answers or
    typed errors, then serving resumes.
 
@@ -172,6 +174,11 @@ def test_serving_and_a_transactional_run_on_two_hosts_through_a_worker_kill(
         "spark.pyspark.python  ./environment/bin/python\n"
         f"spark.submit.pyFiles  {shipped['code']}\n"
     )
+    (tmp_path / "spark-conf").mkdir()
+    (tmp_path / "spark-conf" / "spark-defaults.conf").write_text(
+        "spark.app.name         two-hosts\n"  # over drpc's default name
+        "spark.executor.memory  4g\n"  # more than a worker has: --spark-conf must win
+    )
     server = two_hosts.server.popen(
         [BIN / "drpc-server", "--master", spark_cluster.master_url,
          "--spark-conf-file", conf, "--spark-conf", EXECUTOR_MEMORY,
@@ -179,7 +186,12 @@ def test_serving_and_a_transactional_run_on_two_hosts_through_a_worker_kill(
          "--transactional", "tests.transactional.faults:topology", "--state-dir", state,
          "--max-spout-pending", "2", "--timeout", "240", "--log-level", "INFO"],
         log=log,
-        env=host_env(PYTHONPATH=str(ROOT), DRPC_TEST_LOG_DIR=str(words), DRPC_TEST_TAKE="1000"),
+        env=host_env(
+            PYTHONPATH=str(ROOT),
+            SPARK_CONF_DIR=str(tmp_path / "spark-conf"),
+            DRPC_TEST_LOG_DIR=str(words),
+            DRPC_TEST_TAKE="1000",
+        ),
     )  # fmt: skip
     try:
         started = _serving(server, log, 240)
@@ -192,6 +204,7 @@ def test_serving_and_a_transactional_run_on_two_hosts_through_a_worker_kill(
             "engineering.twitter.com/blog/5": "14",
             "tech.backtype.com/blog/123": "7",
         }
+        assert f"'two-hosts' on {spark_cluster.master_url}" in started  # spark-defaults.conf
         ui = re.search(r"Spark UI at (http://\S+?);", started)
         assert ui and ui.group(1) == f"http://{two_hosts.server.address}:4040"
         assert report["spark_ui"] == ui.group(1)  # the dashboard links what was logged
