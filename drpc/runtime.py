@@ -10,12 +10,16 @@ Contract:
   master and conf, which drpc adopts instead of overriding), under ``conf``
   and ``master``. Then, before it returns:
 
-  - on a master with executors of their own (anything but ``local[...]``) it
-    waits up to ``start_timeout`` seconds for one to register; if none does,
-    or the master gives up on the application, the session is stopped and
-    ``SparkStartError`` names the master, the driver address the executors
-    were given (``spark.driver.host``:``spark.driver.port``) and the likely
-    cause;
+  - once this process's JVM runs (launched with those settings, or
+    spark-submit's), the rest of the start is bounded by ``start_timeout``
+    seconds: creating the context (a standalone master that cannot answer the
+    driver blocks it for a minute; a session that arrives after the timeout is
+    stopped at once) and, on a master with executors of their own (anything
+    but ``local[...]``), the first executor registering. When that does not
+    happen, or the master gives up on the application, ``SparkStartError``
+    names the master, the driver address the executors were given
+    (``spark.driver.host``:``spark.driver.port``, the host alone while Spark
+    has not reported the port) and the likely cause;
   - it warms up with one RDD job whose tasks import drpc (executors that
     cannot, because drpc was not shipped to them, fail the start with
     ``SparkStartError`` saying how to ship it) and one DataFrame job, so the
