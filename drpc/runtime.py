@@ -32,8 +32,9 @@ Contract:
   running one raises ``ValueError`` rather than silently using the wrong
   cluster. A session created elsewhere (e.g. by a notebook) is adopted as is
   and never stopped by drpc.
-- ``stop_session()`` stops the session drpc created (idempotent); it also runs
-  at interpreter exit, so a script that never calls it still shuts Spark down
+- ``stop_session()`` stops the session drpc created (idempotent), after the
+  callbacks registered with ``before_stop`` (a resident job ends first); it
+  also runs at interpreter exit, so a script that never calls it still shuts Spark down
   cleanly instead of racing the JVM's own shutdown.
 - The environment of Spark's Python processes: the executors run
   ``spark.pyspark.python`` if set (as ``spark-submit`` does), else
@@ -54,7 +55,7 @@ import platform
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from drpc.errors import SparkStartError
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
+_before_stop: list[Callable[[], None]] = []
 _session: SparkSession | None = None
 _owned = False
 _master: str | None = None
@@ -352,9 +354,23 @@ def ui_url() -> str | None:
     return None if session is None else session.sparkContext.uiWebUrl
 
 
+def before_stop(callback: Callable[[], None]) -> None:
+    """Call ``callback`` when ``stop_session`` runs, before the session stops (once)."""
+    with _lock:
+        _before_stop.append(callback)
+
+
 def stop_session() -> None:
     """Stop the session drpc created; an adopted session is left running."""
     global _session, _owned, _master
+    with _lock:
+        callbacks = list(_before_stop)
+        _before_stop.clear()
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            log.exception("a callback before the SparkSession stopped failed")
     with _lock:
         session, owned = _session, _owned
         _session, _owned, _master = None, False, None

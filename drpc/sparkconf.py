@@ -192,7 +192,7 @@ def _positive(text: str) -> float:
 
 
 def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("Spark (with --executor spark)")
+    group = parser.add_argument_group("Spark (with --executor spark or spark-batch)")
     group.add_argument(
         "--master",
         help="Spark master URL, e.g. local[*], spark://host:7077, yarn (default: spark.master "
@@ -226,7 +226,7 @@ def spark_options(
     parser: argparse.ArgumentParser, args: argparse.Namespace, executor: str
 ) -> dict[str, Any]:
     """Executor keywords (``master``, ``spark_conf``, ``start_timeout``) from the flags of
-    ``add_spark_arguments``; none for an executor other than spark, which must not get them."""
+    ``add_spark_arguments``; none for the local executor, which must not get them."""
     given = [
         flag
         for flag, value in (
@@ -237,9 +237,9 @@ def spark_options(
         )
         if value
     ]
-    if executor != "spark":
+    if executor == "local":
         if given:
-            parser.error(f"{given[0]} applies to --executor spark only")
+            parser.error(f"{given[0]} applies to --executor spark and spark-batch only")
         return {}
     conf: dict[str, str] = {}
     if args.spark_conf_file:

@@ -190,6 +190,10 @@ def test_the_flags_become_executor_keywords(tmp_path: Path) -> None:
     }
     assert _parse() == {"master": None, "spark_conf": {}, "start_timeout": DEFAULT_START_TIMEOUT}
     assert _parse(executor="local") == {}
+    assert _parse("--master", "yarn", executor="spark-batch")["master"] == "yarn"
+
+
+ONLY_SPARK = "applies to --executor spark and spark-batch only"
 
 
 @pytest.mark.parametrize(
@@ -200,8 +204,8 @@ def test_the_flags_become_executor_keywords(tmp_path: Path) -> None:
         (["--start-timeout", "0"], "spark", "must be positive, got '0'"),
         (["--start-timeout", "soon"], "spark", "not a number of seconds: 'soon'"),
         (["--spark-conf-file", "/nonexistent/x.conf"], "spark", "--spark-conf-file: cannot read"),
-        (["--spark-conf", "spark.a=1"], "local", "--spark-conf applies to --executor spark only"),
-        (["--master", "yarn"], "local", "--master applies to --executor spark only"),
+        (["--spark-conf", "spark.a=1"], "local", f"--spark-conf {ONLY_SPARK}"),
+        (["--master", "yarn"], "local", f"--master {ONLY_SPARK}"),
     ],
 )  # fmt: skip
 def test_bad_flags_exit_2_with_one_line(

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import queue
+import re
+import signal
 import socket
 import struct
+import subprocess
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
 
 from drpc.server import DRPCServer, ServerThread
 from thrift.protocol import TBinaryProtocol
@@ -20,6 +27,66 @@ from tests.topologies.bolts import FailOn
 HOST = "127.0.0.1"
 EPHEMERAL_PORTS = ["--host", HOST, "--port", "0", "--invocations-port", "0", "--http-port", "0"]
 """``drpc-server`` flags: listen on 127.0.0.1, every port picked by the system."""
+
+
+LISTENING = re.compile(
+    r"DRPC server serving (?P<functions>.+?); execute \(Thrift\) on [\d.]+:(?P<port>\d+), "
+    r"invocations \(Thrift\) on [\d.]+:(?P<invocations>\d+); "
+    r"HTTP on (?P<scheme>https?)://[\d.]+:(?P<http>\d+)/drpc/"
+)
+"""The line a ``drpc-server`` logs once it listens, with its functions and ports."""
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen[str]
+    listening: re.Match[str]
+    log: list[str]
+
+    @property
+    def text(self) -> str:
+        """Everything it logged so far (all of it once the ``with`` block ended)."""
+        return "".join(self.log)
+
+
+@contextmanager
+def server_process(
+    command: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> Iterator[ServerProcess]:
+    """Run a ``drpc-server`` command line until it logs where it listens; at the end stop it
+    with SIGTERM and check it exited 0. Its stderr is read by one thread from start to end,
+    so no line is lost between the two (``communicate`` after reading lines would skip
+    what the line reader had already buffered)."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    log: list[str] = []
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read(stream: IO[str]) -> None:
+        for line in stream:
+            log.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    reader = threading.Thread(target=read, args=(process.stderr,), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while (line := lines.get(timeout=max(deadline - time.monotonic(), 0.01))) is not None:
+            if listening := LISTENING.search(line):
+                break
+        else:
+            raise AssertionError("the server exited without listening:\n" + "".join(log))
+        yield ServerProcess(process, listening, log)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            reader.join(timeout=60)
+    assert process.returncode == 0, "".join(log)
 
 
 def server_options(**options: Any) -> dict[str, Any]:
