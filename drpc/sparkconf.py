@@ -28,7 +28,8 @@ Contract:
   Spark executor takes (``drpc.hosting.Host``'s ``spark_options``).
 - ``add_spark_arguments``/``spark_options`` give every command line that starts
   a session the same flags: ``--master``, ``--spark-conf KEY=VALUE``
-  (repeatable), ``--spark-conf-file FILE`` (under ``--spark-conf``) and
+  (repeatable), ``--spark-conf-file FILE`` (under ``--spark-conf``),
+  ``--spark-ui-port PORT`` (``spark.ui.port``, over both) and
   ``--start-timeout SECONDS``; bad values exit through ``parser.error``.
 """
 
@@ -191,6 +192,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
+    return value
+
+
 def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Spark (with --executor spark or spark-batch)")
     group.add_argument(
@@ -214,6 +225,13 @@ def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
         "default: none)",
     )
     group.add_argument(
+        "--spark-ui-port",
+        type=_port,
+        metavar="PORT",
+        help="port of the Spark UI, on by default for a cluster master (spark.ui.port, over "
+        "--spark-conf; default Spark's 4040, the next free one if taken)",
+    )
+    group.add_argument(
         "--start-timeout",
         type=_positive,
         metavar="SECONDS",
@@ -233,6 +251,7 @@ def spark_options(
             ("--master", args.master),
             ("--spark-conf", args.spark_conf),
             ("--spark-conf-file", args.spark_conf_file),
+            ("--spark-ui-port", args.spark_ui_port),
             ("--start-timeout", args.start_timeout),
         )
         if value
@@ -248,6 +267,8 @@ def spark_options(
         except SparkConfError as error:
             parser.error(f"--spark-conf-file: {error}")
     conf.update(dict(args.spark_conf))
+    if args.spark_ui_port is not None:
+        conf["spark.ui.port"] = str(args.spark_ui_port)
     timeout = DEFAULT_START_TIMEOUT if args.start_timeout is None else args.start_timeout
     return session_options(args.master, conf, timeout)
 

@@ -193,6 +193,11 @@ def test_the_flags_become_executor_keywords(tmp_path: Path) -> None:
     assert _parse("--master", "yarn", executor="spark-batch")["master"] == "yarn"
 
 
+def test_the_ui_port_flag_is_spark_ui_port_over_spark_conf() -> None:
+    options = _parse("--spark-conf", "spark.ui.port=4050", "--spark-ui-port", "4060")
+    assert options["spark_conf"] == {"spark.ui.port": "4060"}
+
+
 ONLY_SPARK = "applies to --executor spark and spark-batch only"
 
 
@@ -202,6 +207,8 @@ ONLY_SPARK = "applies to --executor spark and spark-batch only"
         (["--spark-conf", "spark.ui.port"], "spark", "'spark.ui.port' is not of the form KEY="),
         (["--spark-conf", "ui.port=1"], "spark", "'ui.port' is not a Spark setting"),
         (["--start-timeout", "0"], "spark", "must be positive, got '0'"),
+        (["--spark-ui-port", "http"], "spark", "not a port number: 'http'"),
+        (["--spark-ui-port", "4040"], "local", f"--spark-ui-port {ONLY_SPARK}"),
         (["--start-timeout", "soon"], "spark", "not a number of seconds: 'soon'"),
         (["--spark-conf-file", "/nonexistent/x.conf"], "spark", "--spark-conf-file: cannot read"),
         (["--spark-conf", "spark.a=1"], "local", f"--spark-conf {ONLY_SPARK}"),
