@@ -334,3 +334,9 @@ def hosting_setup(
             parser.error("--slots must be >= 1")
         options["slots"] = args.slots
     return topologies, options
+
+
+def job_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The executor options that apply to runs made of Spark jobs (transactional runs):
+    all but ``slots``, which sizes the resident tasks of served functions."""
+    return {name: value for name, value in options.items() if name != "slots"}

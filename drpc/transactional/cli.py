@@ -1,6 +1,6 @@
 """``drpc-transactional``: run a transactional topology, or show a state directory.
 
-    drpc-transactional run MODULE:ATTR --state-dir DIR [--executor local|spark]
+    drpc-transactional run MODULE:ATTR --state-dir DIR [--executor local|spark|spark-batch]
                        [--master URL] [--spark-conf KEY=VALUE ...] [--spark-conf-file FILE]
                        [--start-timeout SECONDS] [--max-spout-pending N] [--until-idle | --forever]
                        [--max-batches N] [--map-size SIZE] [--max-map-size SIZE]
