@@ -136,6 +136,25 @@ def test_text_lines_stay_readable_with_the_fields_at_the_end() -> None:
     assert TextFormatter().format(record("plain")).endswith("drpc.test: plain")
 
 
+def test_text_lines_escape_control_characters_so_input_cannot_forge_a_line() -> None:
+    forged = "x\n2099-01-01 00:00:00,000 INFO drpc: forged\r\x1b[2K\u2028\x85\t"
+    escaped = r"x\n2099-01-01 00:00:00,000 INFO drpc: forged\r\x1b[2K\u2028\x85\t"
+    line = TextFormatter().format(record("failed: %s", forged, function=forged))
+    assert line.endswith(f"failed: {escaped} [function={escaped}]")
+    assert line.splitlines() == [line]  # one line, whatever the input held
+    try:
+        raise ValueError("boom\n2099-01-01 00:00:00,000 INFO drpc: forged too")
+    except ValueError:
+        broken = logging.LogRecord(
+            "drpc.test", logging.ERROR, "", 1, "it broke", (), sys.exc_info()
+        )
+    head, *rest = TextFormatter().format(broken).splitlines()
+    assert head.endswith("ERROR drpc.test: it broke")
+    assert rest[0] == "  Traceback (most recent call last):"
+    assert rest[-1] == "  2099-01-01 00:00:00,000 INFO drpc: forged too"
+    assert all(line.startswith("  ") for line in rest)  # a record starts at column one only
+
+
 def test_configure_logging_in_a_fresh_process() -> None:
     script = (
         "import logging; from drpc.logs import configure_logging\n"
