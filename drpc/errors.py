@@ -249,6 +249,12 @@ class StateOrderError(StateError):
     """
 
 
+class StateFormatError(StateError):
+    """A record of drpc's own in a state directory (a commit record, a spout's batch
+    metadata) is in no format drpc reads, or was refused because reading it would have
+    run code. The directory was written by something else, or tampered with."""
+
+
 class StateKeyError(StateError, ValueError):
     """A key, txid or name cannot be stored: unsupported type, out of range or too long."""
 

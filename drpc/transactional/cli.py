@@ -203,7 +203,11 @@ def status(state_dir: str) -> dict[str, Any]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    report = status(args.state_dir)
+    try:
+        report = status(args.state_dir)
+    except DRPCError as error:  # e.g. a record drpc refuses to read (StateFormatError)
+        print(f"drpc-transactional: {error}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
