@@ -36,6 +36,7 @@ from drpc.server.http import RequestDeadline, create_http_app
 from drpc.server.identity import TokenTable
 from drpc.server.limits import Limits
 from drpc.server.metrics import ServerMetrics
+from drpc.server.refusals import HTTPServerLog, RefusalLog
 from drpc.server.service import (
     DEFAULT_RUNNER_LIVENESS,
     Authorizer,
@@ -46,7 +47,7 @@ from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS, ThriftListener
 from drpc.server.transactional import HostedTransactional
 
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
-from drpc.errors import DRPCError
+from drpc.errors import DRPCError, NameTooLongError
 from drpc.hosting import Host, as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
@@ -110,7 +111,8 @@ class DRPCServer:
             operation, function); raises ``AuthorizationException`` to refuse.
         :param shutdown_grace: seconds ``stop()`` waits for replies and runtimes.
         :param metrics: the Prometheus metrics served at ``GET /metrics``; by default
-            ``ServerMetrics`` with its function label bound at ``limits.max_functions``.
+            ``ServerMetrics`` with its function label bound at ``limits.max_functions``
+            and label values cut at ``limits.max_label_length``.
         :param dashboard: the live page at ``GET /``; by default ``Dashboard`` tracking at
             most ``limits.max_outstanding`` requests (its other bounds are its defaults).
         """
@@ -127,7 +129,12 @@ class DRPCServer:
         self.executor = executor or default_executor()
         self.shutdown_grace = shutdown_grace
         self._conf = dict(conf or {})
-        self.metrics = metrics or ServerMetrics(max_functions=limits.max_functions)
+        self.metrics = metrics or ServerMetrics(
+            max_functions=limits.max_functions, max_label_length=limits.max_label_length
+        )
+        self.refusals = RefusalLog(limits.refusal_logs_per_second)
+        """Where every line about refused client input goes, at most
+        ``limits.refusal_logs_per_second`` a second (``drpc.server.refusals``)."""
         self.dashboard = dashboard or Dashboard(max_tracked=limits.max_outstanding)
         self.service = DRPCService(
             timeout=timeout,
@@ -136,12 +143,14 @@ class DRPCServer:
             authorizer=authorizer,
             limits=limits,
             observers=(self.metrics, self.dashboard),
+            refusals=self.refusals,
         )
         self.metrics.bind(self.service)
         listener_options: dict[str, Any] = {
             "limits": limits,
             "ssl_context": ssl_context,
             "max_connections": max_connections,
+            "refusals": self.refusals,
         }
         self._execute_listener = ThriftListener(
             "DistributedRPC", execute_methods(self.service), **listener_options
@@ -188,8 +197,15 @@ class DRPCServer:
         built = as_topology(topology)
         if self.stopped:
             raise DRPCError("the DRPC server is stopped")
-        runtime = self._host.register(built, executor, **executor_options)
         assert built.drpc_function is not None
+        try:
+            self.service.check_name(built.drpc_function)
+        except NameTooLongError as error:
+            raise DRPCError(
+                f"cannot serve {built.drpc_function[:40]!r}...: {error.msg}; callers could "
+                "not name it"
+            ) from None
+        runtime = self._host.register(built, executor, **executor_options)
         self.service.register_embedded(built.drpc_function)
         return runtime
 
@@ -246,7 +262,9 @@ class DRPCServer:
                 self.host, self.invocations_port
             )
             if self.http_port is not None:
-                deadline = RequestDeadline(self.limits.read_timeout)
+                deadline = RequestDeadline(
+                    self.limits.read_timeout, self.limits.write_timeout, self.refusals
+                )
                 app = create_http_app(
                     self.service,
                     limits=self.limits,
@@ -263,6 +281,9 @@ class DRPCServer:
                     lingering_time=self.limits.read_timeout,
                     max_line_size=self.limits.max_header_size,
                     max_field_size=self.limits.max_header_size,
+                    # A call whose client went away is cancelled, which withdraws its request.
+                    handler_cancellation=True,
+                    logger=HTTPServerLog(self.refusals),
                 )
                 await self._http_runner.setup()
                 site = web.TCPSite(
