@@ -108,16 +108,18 @@ class Limits:
         "seconds a Thrift connection with no call in flight may wait for its next frame; "
         "then it is closed (clients reconnect)",
     )
-    max_unsent_bytes: int = _limit(
-        2 * MAX_FRAME_SIZE,
-        "most reply bytes a Thrift connection may have waiting to be sent; past it the "
-        "server reads no more calls from it and holds further replies until it drains",
+    max_pending_bytes: int = _limit(
+        MAX_FRAME_SIZE,
+        "most bytes one Thrift connection may make the server hold: its calls read and not "
+        "answered yet plus its replies not sent yet; past it the server reads no more calls "
+        "from it (and, past it in unsent replies alone, holds further replies) until it "
+        "drains",
     )
     write_timeout: float = _limit(
         30.0,
-        "seconds a connection has to take its waiting replies (Thrift: once past "
-        "max_unsent_bytes; HTTP: any unsent bytes); a slower one is closed and its calls "
-        "withdrawn",
+        "seconds a connection has to take its waiting replies (Thrift: once its unsent "
+        "replies pass max_pending_bytes; HTTP: any unsent bytes); a slower one is closed and "
+        "its calls withdrawn",
     )
     refusal_logs_per_second: int = _limit(
         10,

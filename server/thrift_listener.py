@@ -16,11 +16,13 @@ Contract:
   generated clients) and a multiplexing one (matching replies by sequence id)
   both work; with ``limits.max_calls_per_connection`` calls in flight the
   connection is not read until one finishes;
-- replies the client has not taken are bounded: while more than
-  ``limits.max_unsent_bytes`` wait to be sent, the connection is not read and
-  finished calls hold their replies; a connection that stays over it for
-  ``limits.write_timeout`` seconds is closed (aborted: what it did not take is
-  dropped) and its calls are cancelled, which withdraws their requests;
+- what one connection makes the server hold is bounded: while its calls in
+  flight (the frames read and not answered) and its replies not yet sent pass
+  ``limits.max_pending_bytes``, the connection is not read; while its unsent
+  replies alone pass it, finished calls also hold their replies, and a
+  connection that stays so for ``limits.write_timeout`` seconds is closed
+  (aborted: what it did not take is dropped) and its calls are cancelled,
+  which withdraws their requests;
 - a connection with no call in flight may wait ``limits.idle_timeout``
   seconds for its next frame, then it is closed (a multiplexing client waiting
   for long calls is not idle);
@@ -91,11 +93,12 @@ class _Connection:
         self.reader = reader
         self.writer = writer
         self.peer = peer
-        self.calls: set[asyncio.Task[None]] = set()
+        self.calls: dict[asyncio.Task[None], int] = {}  # each call and its frame's size
+        self.call_bytes = 0
         self.waiting: asyncio.Timeout | None = None  # the idle deadline of a frame awaited
 
     def call_done(self, call: asyncio.Task[None], idle_timeout: float) -> None:
-        self.calls.discard(call)
+        self.call_bytes -= self.calls.pop(call, 0)
         waiting = self.waiting
         if not self.calls and waiting is not None and waiting.when() is None:
             waiting.reschedule(asyncio.get_running_loop().time() + idle_timeout)
@@ -199,14 +202,10 @@ class ThriftListener:
 
     async def _serve(self, connection: _Connection) -> None:
         writer, peer, calls = connection.writer, connection.peer, connection.calls
-        writer.transport.set_write_buffer_limits(high=self.limits.max_unsent_bytes)
+        writer.transport.set_write_buffer_limits(high=self.limits.max_pending_bytes)
         idle_timeout = self.limits.idle_timeout
         try:
-            while True:
-                while len(calls) >= self.limits.max_calls_per_connection:
-                    await asyncio.wait(set(calls), return_when=asyncio.FIRST_COMPLETED)
-                if not await self._room(connection):
-                    break
+            while await self._may_read(connection):
                 message = await self._read_message(connection)
                 if message is None:
                     break
@@ -224,7 +223,8 @@ class ThriftListener:
                     )
                     break
                 call = asyncio.create_task(self._call(handler, message, connection))
-                calls.add(call)
+                calls[call] = message.size + FRAME_HEADER_SIZE
+                connection.call_bytes += message.size + FRAME_HEADER_SIZE
                 self._calls.add(call)
                 call.add_done_callback(lambda done: connection.call_done(done, idle_timeout))
                 call.add_done_callback(self._calls.discard)
@@ -244,11 +244,26 @@ class ThriftListener:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    async def _may_read(self, connection: _Connection) -> bool:
+        """Wait until the connection may be read: fewer than ``max_calls_per_connection``
+        calls in flight, and its calls and unsent replies within ``max_pending_bytes``.
+        False when it must close instead (its replies were not taken in time)."""
+        calls, limits = connection.calls, self.limits
+        while True:
+            if not await self._room(connection):
+                return False
+            pending = connection.call_bytes + connection.writer.transport.get_write_buffer_size()
+            if not calls or (
+                len(calls) < limits.max_calls_per_connection and pending <= limits.max_pending_bytes
+            ):
+                return True
+            await asyncio.wait(set(calls), return_when=asyncio.FIRST_COMPLETED)
+
     async def _room(self, connection: _Connection) -> bool:
-        """Wait while the connection's unsent bytes exceed ``max_unsent_bytes``; False when
-        they did for ``write_timeout`` seconds (the connection is then closed)."""
+        """Wait while the connection's unsent replies exceed ``max_pending_bytes``; False
+        when they did for ``write_timeout`` seconds (the connection is then closed)."""
         transport = connection.writer.transport
-        if transport.get_write_buffer_size() <= self.limits.max_unsent_bytes:
+        if transport.get_write_buffer_size() <= self.limits.max_pending_bytes:
             return not transport.is_closing()
         try:
             async with asyncio.timeout(self.limits.write_timeout):
