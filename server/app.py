@@ -18,7 +18,10 @@ SERVER_SHUTDOWN (callers get that reply), stops the hosted runtimes, and closes.
 Limits and settings are keyword arguments; see ``DRPCServer.__init__`` and
 ``drpc.server.limits.Limits``. With ``ssl_context`` every port speaks TLS; with
 ``authorizer`` (e.g. ``drpc.server.acl.ACLAuthorizer``) every network operation is
-authorized; ``tokens`` maps HTTP bearer tokens to users.
+authorized; ``tokens`` maps HTTP bearer tokens to users. Lines about refused
+client input go through one rate-limited ``refusals`` log; while serving,
+``trimmer`` (``drpc.server.trim``) gives memory that bursts freed back to the
+operating system.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from drpc.server.service import (
 )
 from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS, ThriftListener
 from drpc.server.transactional import HostedTransactional
+from drpc.server.trim import MemoryTrimmer
 
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, NameTooLongError
@@ -160,6 +164,10 @@ class DRPCServer:
         )
         self._http_runner: web.AppRunner | None = None
         self._http_deadline: asyncio.Task[None] | None = None
+        self.trimmer = MemoryTrimmer()
+        """Returns what bursts of abusive (or just large) traffic freed to the OS
+        (``drpc.server.trim``)."""
+        self._trimming: asyncio.Task[None] | None = None
         self.transactional: dict[str, HostedTransactional] = {}
         self.dashboard.watch_transactional(
             lambda: {name: hosted.status() for name, hosted in self.transactional.items()}
@@ -297,6 +305,7 @@ class DRPCServer:
             await self._close_listeners()
             raise
         self.started = True
+        self._trimming = asyncio.create_task(self.trimmer.run())
         for hosted in self.transactional.values():
             hosted.start()
         log.info("%s", self.describe())
@@ -338,6 +347,9 @@ class DRPCServer:
         log.info("DRPC server stopped")
 
     async def _close_listeners(self) -> None:
+        if self._trimming is not None:
+            self._trimming.cancel()
+            self._trimming = None
         await self._execute_listener.close(self.shutdown_grace)
         await self._invocations_listener.close(self.shutdown_grace)
         if self._http_deadline is not None:
