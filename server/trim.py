@@ -1,18 +1,20 @@
 """Give the memory a burst freed back to the operating system.
 
 Contract. glibc's malloc keeps what a burst freed (a client's megabyte calls
-and unsent replies, a thousand withdrawn requests, a large rendering) in its
-heaps, fragmented, so the process's resident size stays near its high-water
-mark although nothing holds that memory any more. ``MemoryTrimmer``:
+and unsent replies, a thousand withdrawn requests, a Spark batch's buffers)
+in its heaps, fragmented, so the process's resident size stays near its
+high-water mark although nothing holds that memory any more.
+``MemoryTrimmer``:
 
-- ``run()``, a task on the server's loop, looks at the process's resident
-  size every ``interval`` seconds (default 10; reading ``/proc/self/statm``)
-  and, when it is ``growth`` bytes (default 4 MiB) or more above what it was
-  after the last trim, calls glibc's ``malloc_trim(0)`` in a worker thread,
+- ``run()``, a task on the server's loop, reads how many bytes glibc's heaps
+  hold free (``mallinfo2().fordblks``) every ``interval`` seconds (default 10)
+  and, when that is ``growth`` bytes (default 4 MiB) or more above what was
+  left free after the last trim, calls ``malloc_trim(0)`` in a worker thread,
   which returns every whole free page of every heap;
-- ``trim()`` does one such trim now and returns the resident size after it;
-- ``trims`` counts them. Where there is no glibc or no ``/proc`` it does
-  nothing (``available`` is False).
+- ``trim()`` does one such trim now and returns the process's resident size
+  after it (``/proc/self/statm``);
+- ``trims`` counts them. Without glibc 2.33 or later it does nothing
+  (``available`` is False).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
-from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -31,17 +33,36 @@ DEFAULT_GROWTH = 4 * 1024 * 1024
 _STATM = "/proc/self/statm"
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def _glibc() -> Any:
     name = ctypes.util.find_library("c")
     if name is None:
         return None
+    libc = ctypes.CDLL(name)
     try:
-        function = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):  # not glibc
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.malloc_trim.restype = ctypes.c_int
+        libc.mallinfo2.restype = _MallInfo2
+    except AttributeError:  # not glibc, or older than 2.33
         return None
-    function.argtypes = [ctypes.c_size_t]
-    function.restype = ctypes.c_int
-    return function  # type: ignore[no-any-return]
+    return libc
 
 
 def resident_bytes() -> int | None:
@@ -60,18 +81,22 @@ class MemoryTrimmer:
         self.interval = interval
         self.growth = growth
         self.trims = 0
-        self._trim = _malloc_trim()
-        self.available = self._trim is not None and resident_bytes() is not None
-        self._floor = resident_bytes() or 0
+        self._libc = _glibc()
+        self.available = self._libc is not None
+        self._free_after_trim = self.free_bytes() or 0
+
+    def free_bytes(self) -> int | None:
+        """Bytes glibc's heaps hold free (None when unavailable)."""
+        return None if self._libc is None else int(self._libc.mallinfo2().fordblks)
 
     def trim(self) -> int | None:
         """Trim now; the resident size after it (None when unavailable)."""
-        if self._trim is None:
+        if self._libc is None:
             return None
-        self._trim(0)
+        self._libc.malloc_trim(0)
         self.trims += 1
-        self._floor = resident_bytes() or 0
-        return self._floor
+        self._free_after_trim = self.free_bytes() or 0
+        return resident_bytes()
 
     async def run(self) -> None:
         if not self.available:
@@ -79,9 +104,9 @@ class MemoryTrimmer:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.interval)
-            resident = resident_bytes() or 0
-            if resident - self._floor >= self.growth:
+            free = self.free_bytes() or 0
+            if free - self._free_after_trim >= self.growth:
                 after = await loop.run_in_executor(None, self.trim)
-                log.debug("trimmed the heap: %d -> %s bytes resident", resident, after)
-            elif resident < self._floor:
-                self._floor = resident
+                log.debug("trimmed %d free heap bytes: %s bytes resident", free, after)
+            elif free < self._free_after_trim:
+                self._free_after_trim = free
