@@ -228,6 +228,7 @@ class ThriftListener:
                 self._calls.add(call)
                 call.add_done_callback(lambda done: connection.call_done(done, idle_timeout))
                 call.add_done_callback(self._calls.discard)
+                await asyncio.sleep(0)  # one frame, then the other connections' turn
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:
