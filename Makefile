@@ -12,11 +12,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The DRPC server with the reach and exclamation examples (Thrift 3772/3773, HTTP 3774).
-# `make serve EXECUTOR=local` runs them without Spark.
+# The DRPC server with the reach and exclamation examples (Thrift 3772/3773, HTTP 3774),
+# on this machine only: `make serve HOST=0.0.0.0` listens on every interface (with no
+# ACL nor TLS: anyone who reaches the ports may call). `make serve EXECUTOR=local` runs
+# the examples without Spark.
 EXECUTOR ?= spark
+HOST ?= 127.0.0.1
 serve: $(STAMP)
-	$(PY) -m drpc.server --executor $(EXECUTOR) \
+	$(PY) -m drpc.server --executor $(EXECUTOR) --host $(HOST) \
 		--topology drpc.examples.reach:topology --topology drpc.examples.exclamation:topology
 
 test: $(STAMP)

@@ -1,44 +1,54 @@
-"""Spark serving benchmark: drpc against bare PySpark, coalesced against one job per request.
+"""Serving benchmark: drpc's executors against what a user would write instead.
 
-Three measurements, each taken side by side in one run on one SparkSession:
+Every comparison is taken side by side in one run, on one SparkSession:
 
-(a) overhead: sequential storm-starter reach requests through drpc, against
-    a hand-written PySpark RDD job of the same pipeline (4, 12, 6 and 3 tasks,
-    the same three shuffles), interleaved; p50, p99 and their ratios;
-(b) coalescing: 64 concurrent callers in a closed loop for a fixed time,
-    drpc with coalescing against ``max_batch_size=1``; throughput ratio and
-    p50/p99 latency of each;
+(a) sequential reach (storm-starter's data), one caller, interleaved rounds:
+    drpc on the resident executor (``spark``), on ``spark-batch`` and on the
+    local executor, against a one-task Python RDD job (the floor of any design
+    that launches a Spark job per call), the reach pipeline written directly as
+    a Spark job (a job per call: 4, 12, 6 and 3 tasks, three shuffles) and plain
+    Python (the limit). Targets: resident p50 <= 0.2 x and p99 <= 0.5 x the
+    one-task job's; local p50 <= 0.25 ms.
+(b) 64 callers in a closed loop, one after another for a fixed time: drpc
+    local, resident and spark-batch (coalesced), against a hand-rolled
+    micro-batcher (a queue feeding at most two Spark jobs, each answering every
+    call waiting when it starts) and a Spark job per call. Targets: resident
+    >= 2 000 req/s and >= 10 x spark-batch; local >= 3 000 req/s.
 (c) large graph: a seeded power-law follower graph (100 000 users, 2 000 000
-    edges); the reach of its 20 most tweeted urls through drpc on Spark,
-    against the best DataFrame job I could write for the same answer, and
-    against the local executor. Every answer is checked against a direct
-    computation;
-(d) observation cost: the closed loop of (b), on Spark and on the local
-    executor, without an observer against an observer that keeps every
-    request's step spans (what ``?trace=1`` on every call would cost), in
-    interleaved rounds; throughput and this process's CPU time per request
-    (on Spark: the driver's share, where the observing happens).
+    edges); the reach of its 20 most tweeted urls, submitted at once, through
+    drpc resident and local, against the graph in a broadcast variable and one
+    2-task RDD job, and plain Python in one and in two processes (the limit).
+    Target: resident <= 1.0 x the broadcast job. Every answer is checked
+    against a direct computation.
+(d) observation cost (``--observation``): the closed loop of (b) on the
+    resident and local executors without an observer and with one keeping
+    every request's spans (what ``?trace=1`` on every call would cost).
 
-Progress shows on stderr (``drpc.progress``: a live line on a terminal,
-plain lines every few seconds otherwise).
+Progress shows on stderr (a live line on a terminal, plain lines every few
+seconds otherwise). Run it on an otherwise idle machine: the absolute figures
+move with load, the ratios much less.
 
-Usage: ``python bench/spark_serving.py [--quick] [--out FILE]``. Prints a table
-and writes JSON (default ``bench/results/spark_serving.json``).
+Usage: ``python bench/spark_serving.py [--quick] [--observation] [--master M]
+[--out FILE]``. Prints a table and writes JSON (default
+``bench/results/spark_serving.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
+import queue
 import statistics
 import sys
 import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +58,7 @@ sys.path.insert(0, str(HERE.parent))
 from drpc import runtime  # noqa: E402
 from drpc.examples.reach import EXPECTED_REACH, FOLLOWERS_DB, TWEETERS_DB, build_reach  # noqa: E402
 from drpc.examples.reach_graph import (  # noqa: E402
+    Graph,
     build_graph_reach,
     exact_reach,
     generate_graph,
@@ -59,6 +70,7 @@ from drpc.requests import LOCAL_ORIGIN, RequestTrace, TraceCollector  # noqa: E4
 from drpc.testing import LocalDRPC  # noqa: E402
 
 PROGRESS = Progress(sys.stderr)
+URL = "foo.com/blog/1"
 
 
 def section(title: str) -> None:
@@ -84,7 +96,15 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-# -- (a) the same reach pipeline written directly against the RDD API ---------------------------
+# -- baselines: reach written directly ---------------------------------------------------------
+
+
+def plain_reach(url: str) -> str:
+    """Reach in plain Python, in the caller's thread: the limit."""
+    seen: set[str] = set()
+    for tweeter in TWEETERS_DB.get(url, ()):
+        seen.update(FOLLOWERS_DB.get(tweeter, ()))
+    return str(len(seen))
 
 
 def _round_robin(index: int, items: Iterator[Any], tasks: int) -> Iterator[tuple[int, Any]]:
@@ -119,8 +139,9 @@ def _identity(key: int) -> int:
     return key
 
 
-def handwritten_reach(sc: Any, url: str) -> str:
-    tweeters = sc.parallelize([url], 4).flatMap(_tweeters)
+def reach_job(sc: Any, urls: list[str]) -> dict[str, str]:
+    """One Spark job answering ``urls``: the reach pipeline with its three shuffles."""
+    tweeters = sc.parallelize(urls, 4).flatMap(_tweeters)
     followers = (
         tweeters.mapPartitionsWithIndex(lambda i, it: _round_robin(i, it, 12))
         .partitionBy(12, _identity)
@@ -139,39 +160,126 @@ def handwritten_reach(sc: Any, url: str) -> str:
         .values()
         .mapPartitions(_sum_counts)
     )
-    return str(dict(totals.collect()).get(url, 0))
+    counts = dict(totals.collect())
+    return {url: str(counts.get(url, 0)) for url in urls}
 
 
-def bench_overhead(sc: Any, iterations: int) -> dict[str, Any]:
-    url = "foo.com/blog/1"
-    with LocalDRPC(executor="spark") as drpc:
-        drpc.register(build_reach())
-        for _ in range(3):
-            assert drpc.execute("reach", url) == EXPECTED_REACH[url]
-            assert handwritten_reach(sc, url) == EXPECTED_REACH[url]
-        drpc_times: list[float] = []
-        bare_times: list[float] = []
-        for iteration in range(iterations):
-            PROGRESS.update(f"(a) overhead: {iteration}/{iterations} pairs of calls")
-            started = time.perf_counter()
-            drpc.execute("reach", url)
-            drpc_times.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            handwritten_reach(sc, url)
-            bare_times.append(time.perf_counter() - started)
-    drpc_summary, bare_summary = summary(drpc_times), summary(bare_times)
-    return {
-        "drpc": drpc_summary,
-        "handwritten_pyspark": bare_summary,
-        "ratio_p50": drpc_summary["p50_ms"] / bare_summary["p50_ms"],
-        "ratio_p99": drpc_summary["p99_ms"] / bare_summary["p99_ms"],
-    }
+def one_task_job(sc: Any) -> int:
+    """The cheapest Python job there is: the floor under a job per call."""
+    return int(sc.parallelize([1], 1).map(lambda x: x + 1).collect()[0])
 
 
-# -- (b) coalescing ------------------------------------------------------------------------------
+class MicroBatcher:
+    """A queue of calls feeding at most ``jobs`` Spark jobs at once; each job
+    answers every call waiting when it starts (up to ``max_batch``)."""
+
+    def __init__(self, sc: Any, jobs: int = 2, max_batch: int = 1024) -> None:
+        self.sc = sc
+        self.max_batch = max_batch
+        self.calls: queue.SimpleQueue[tuple[str, Future[str]] | None] = queue.SimpleQueue()
+        self.batch_sizes: list[int] = []
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(jobs)]
+        for thread in self.threads:
+            thread.start()
+
+    def call(self, url: str) -> str:
+        future: Future[str] = Future()
+        self.calls.put((url, future))
+        return future.result()
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.calls.put(None)
+        for thread in self.threads:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            first = self.calls.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    waiting = self.calls.get_nowait()
+                except queue.Empty:
+                    break
+                if waiting is None:
+                    self.calls.put(None)
+                    break
+                batch.append(waiting)
+            self.batch_sizes.append(len(batch))
+            try:
+                answers = reach_job(self.sc, sorted({url for url, _ in batch}))
+            except Exception as error:  # a benchmark baseline: hand the error to each caller
+                for _, future in batch:
+                    future.set_exception(error)
+                continue
+            for url, future in batch:
+                future.set_result(answers[url])
 
 
-def closed_loop(drpc: LocalDRPC, callers: int, seconds: float, label: str) -> dict[str, Any]:
+# -- (a) sequential ------------------------------------------------------------------------------
+
+
+def bench_sequential(sc: Any, rounds: int, per_round: int) -> dict[str, Any]:
+    """Interleaved rounds of ``per_round`` calls of each contender."""
+    with (
+        LocalDRPC(executor="spark") as resident,
+        LocalDRPC(executor="spark-batch") as batch,
+        LocalDRPC() as local,
+    ):
+        for drpc in (resident, batch, local):
+            drpc.register(build_reach())
+        contenders: dict[str, Callable[[], Any]] = {
+            "resident": lambda: resident.execute("reach", URL),
+            "spark_batch": lambda: batch.execute("reach", URL),
+            "local": lambda: local.execute("reach", URL),
+            "one_task_job": lambda: one_task_job(sc),
+            "job_per_call": lambda: reach_job(sc, [URL])[URL],
+            "plain_python": lambda: plain_reach(URL),
+        }
+        expected = EXPECTED_REACH[URL]
+        for name, call in contenders.items():
+            for _ in range(3):
+                answer = call()
+                if name != "one_task_job":
+                    assert answer == expected, f"{name} answered {answer!r}"
+        # The slow ones take fewer calls per round so the round stays short.
+        calls = {
+            "resident": per_round,
+            "spark_batch": max(1, per_round // 20),
+            "local": per_round,
+            "one_task_job": max(1, per_round // 5),
+            "job_per_call": max(1, per_round // 20),
+            "plain_python": per_round,
+        }
+        times: dict[str, list[float]] = {name: [] for name in contenders}
+        for round_ in range(rounds):
+            PROGRESS.update(f"(a) sequential: round {round_ + 1}/{rounds}")
+            for name, call in contenders.items():
+                samples = times[name]
+                for _ in range(calls[name]):
+                    started = time.perf_counter()
+                    call()
+                    samples.append(time.perf_counter() - started)
+    results: dict[str, Any] = {name: summary(samples) for name, samples in times.items()}
+    floor = results["one_task_job"]
+    results["resident_to_one_task_job_p50"] = results["resident"]["p50_ms"] / floor["p50_ms"]
+    results["resident_to_one_task_job_p99"] = results["resident"]["p99_ms"] / floor["p99_ms"]
+    results["resident_to_job_per_call_p50"] = (
+        results["resident"]["p50_ms"] / results["job_per_call"]["p50_ms"]
+    )
+    return results
+
+
+# -- (b) closed loop -------------------------------------------------------------------------------
+
+
+def closed_loop(
+    call: Callable[[str], str], callers: int, seconds: float, label: str
+) -> dict[str, Any]:
+    """``callers`` threads calling reach back to back for ``seconds``; every answer checked."""
     urls = list(EXPECTED_REACH)
     latencies: list[float] = []
     wrong: list[str] = []
@@ -182,7 +290,7 @@ def closed_loop(drpc: LocalDRPC, callers: int, seconds: float, label: str) -> di
     def report() -> None:
         while not done.wait(0.2):
             left = max(0.0, stop_at - time.monotonic())
-            PROGRESS.update(f"{label}: {len(latencies)} requests, {left:.0f} s left")
+            PROGRESS.update(f"{label}: {len(latencies)} calls, {left:.0f} s left")
 
     def caller(number: int) -> None:
         n = number
@@ -190,7 +298,7 @@ def closed_loop(drpc: LocalDRPC, callers: int, seconds: float, label: str) -> di
             url = urls[n % len(urls)]
             n += 1
             started = time.perf_counter()
-            answer = drpc.execute("reach", url)
+            answer = call(url)
             elapsed = time.perf_counter() - started
             with lock:
                 latencies.append(elapsed)
@@ -210,33 +318,144 @@ def closed_loop(drpc: LocalDRPC, callers: int, seconds: float, label: str) -> di
     cpu = time.process_time() - cpu_started
     done.set()
     reporter.join()
+    if wrong:
+        raise AssertionError(f"{label}: {len(wrong)} wrong answers, e.g. for {wrong[0]}")
     return {
         "requests": len(latencies),
         "seconds": elapsed,
         "throughput_rps": len(latencies) / elapsed,
         "cpu_ms_per_request": cpu * 1000 / max(1, len(latencies)),
-        "wrong_answers": len(wrong),
         **summary(latencies),
     }
 
 
-def bench_coalescing(callers: int, seconds: float) -> dict[str, Any]:
-    results: dict[str, Any] = {}
-    for label, options in (("coalesced", {}), ("one_request_per_job", {"max_batch_size": 1})):
-        with LocalDRPC(executor="spark", **options) as drpc:
+def bench_throughput(sc: Any, callers: int, seconds: float) -> dict[str, Any]:
+    results: dict[str, Any] = {"callers": callers, "seconds_each": seconds}
+    for name, executor in (
+        ("local", "local"),
+        ("resident", "spark"),
+        ("spark_batch", "spark-batch"),
+    ):
+        with LocalDRPC(executor=executor) as drpc:
             runtime_ = drpc.register(build_reach())
-            drpc.execute("reach", "foo.com/blog/1")
-            results[label] = closed_loop(drpc, callers, seconds, f"(b) {label}")
-            sizes = list(runtime_.stats.batch_sizes)
-            results[label]["mean_batch_size"] = statistics.fmean(sizes)
-    results["callers"] = callers
-    results["throughput_ratio"] = (
-        results["coalesced"]["throughput_rps"] / results["one_request_per_job"]["throughput_rps"]
+            drpc.execute("reach", URL)
+
+            def via_drpc(url: str, drpc: LocalDRPC = drpc) -> str:
+                return drpc.execute("reach", url)
+
+            results[name] = closed_loop(via_drpc, callers, seconds, f"(b) {name}")
+            stats = getattr(runtime_, "stats", None)  # spark-batch counts its coalesced jobs
+            sizes = list(stats.batch_sizes) if stats is not None else []
+            if sizes:
+                results[name]["mean_batch_size"] = statistics.fmean(sizes)
+    batcher = MicroBatcher(sc)
+    try:
+        batcher.call(URL)
+        results["micro_batcher"] = closed_loop(batcher.call, callers, seconds, "(b) micro-batcher")
+        results["micro_batcher"]["mean_batch_size"] = statistics.fmean(batcher.batch_sizes)
+    finally:
+        batcher.close()
+    results["job_per_call"] = closed_loop(
+        lambda url: reach_job(sc, [url])[url], callers, seconds, "(b) job per call"
+    )
+    resident = results["resident"]["throughput_rps"]
+    for baseline in ("spark_batch", "micro_batcher", "job_per_call"):
+        results[f"resident_to_{baseline}"] = resident / results[baseline]["throughput_rps"]
+    return results
+
+
+# -- (c) large graph -------------------------------------------------------------------------------
+
+_GRAPH: Graph | None = None
+
+
+def _load_in_process(path: str) -> None:
+    global _GRAPH
+    _GRAPH = load_graph(path)
+
+
+def _reach_in_process(url: str) -> tuple[str, str]:
+    assert _GRAPH is not None
+    return url, str(exact_reach(_GRAPH, url))
+
+
+def bench_large_graph(sc: Any, cache: Path, repeats: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    graph_path = generate_graph(cache / "graph.bin")
+    graph = load_graph(str(graph_path))
+    urls = top_urls(graph, 20)
+    expected = {url: str(exact_reach(graph, url)) for url in urls}
+    setup: dict[str, float] = {"graph_ready_s": time.perf_counter() - started}
+
+    started = time.perf_counter()
+    shared = sc.broadcast(graph)
+
+    def broadcast_job() -> dict[str, str]:
+        def reach_of(url: str) -> tuple[str, str]:
+            return url, str(exact_reach(shared.value, url))
+
+        return dict(sc.parallelize(urls, 2).map(reach_of).collect())
+
+    assert broadcast_job() == expected, "the broadcast job answered wrongly"
+    setup["broadcast_first_job_s"] = time.perf_counter() - started
+
+    def plain_one() -> dict[str, str]:
+        return {url: str(exact_reach(graph, url)) for url in urls}
+
+    pool = multiprocessing.get_context("fork").Pool(
+        2, initializer=_load_in_process, initargs=(str(graph_path),)
+    )
+
+    def plain_two() -> dict[str, str]:
+        return dict(pool.map(_reach_in_process, urls, chunksize=1))
+
+    try:
+        with (
+            LocalDRPC(executor="spark", timeout=300) as resident,
+            LocalDRPC(timeout=300) as local,
+        ):
+            contenders: dict[str, Callable[[], dict[str, str]]] = {}
+            for name, drpc in (("resident", resident), ("local", local)):
+                drpc.register(build_graph_reach(graph_path))
+
+                def submit_all(drpc: LocalDRPC = drpc) -> dict[str, str]:
+                    futures = {url: drpc.submit("reach-graph", url) for url in urls}
+                    return {url: future.result(timeout=300) for url, future in futures.items()}
+
+                contenders[name] = submit_all
+            contenders["broadcast_job"] = broadcast_job
+            contenders["plain_python_1"] = plain_one
+            contenders["plain_python_2"] = plain_two
+            for name, run in contenders.items():
+                started = time.perf_counter()
+                assert run() == expected, f"{name} answered wrongly"
+                setup[f"{name}_first_s"] = time.perf_counter() - started
+            times: dict[str, list[float]] = {name: [] for name in contenders}
+            for repeat in range(repeats):
+                PROGRESS.update(f"(c) large graph: round {repeat + 1}/{repeats}")
+                for name, run in contenders.items():
+                    started = time.perf_counter()
+                    answer = run()
+                    times[name].append(time.perf_counter() - started)
+                    assert answer == expected, f"{name} answered wrongly"
+    finally:
+        pool.close()
+        pool.join()
+        shared.unpersist()
+    results: dict[str, Any] = {
+        "urls": len(urls),
+        "users": graph.users,
+        "edges": len(graph.followers),
+        "setup": setup,
+    }
+    results.update({name: summary(samples) for name, samples in times.items()})
+    results["resident_to_broadcast_job"] = (
+        results["resident"]["p50_ms"] / results["broadcast_job"]["p50_ms"]
     )
     return results
 
 
-# -- (d) observation cost ---------------------------------------------------------------------
+# -- (d) observation cost ------------------------------------------------------------------------
 
 
 class TraceEverything(TraceCollector):
@@ -273,209 +492,126 @@ def bench_observation(callers: int, seconds: float, rounds: int) -> dict[str, An
                 observer = TraceEverything() if label != "off" else None
                 with LocalDRPC(executor=executor, observer=observer) as drpc:
                     drpc.register(build_reach())
-                    drpc.execute("reach", "foo.com/blog/1")
+                    drpc.execute("reach", URL)
+
+                    def via_drpc(url: str, drpc: LocalDRPC = drpc) -> str:
+                        return drpc.execute("reach", url)
+
                     run = closed_loop(
-                        drpc, callers, seconds, f"(d) {executor}, {label}, round {round_ + 1}"
+                        via_drpc, callers, seconds, f"(d) {executor}, {label}, round {round_ + 1}"
                     )
                 if observer is not None:
                     run["spans_per_request"] = observer.spans / max(1, observer.requests)
                 runs[label].append(run)
-        summary_: dict[str, Any] = {}
+        by_label: dict[str, Any] = {}
         for label, label_runs in runs.items():
-            summary_[label] = {
+            by_label[label] = {
                 "throughput_rps": statistics.fmean(r["throughput_rps"] for r in label_runs),
                 "cpu_ms_per_request": statistics.fmean(r["cpu_ms_per_request"] for r in label_runs),
                 "p50_ms": statistics.fmean(r["p50_ms"] for r in label_runs),
                 "p99_ms": statistics.fmean(r["p99_ms"] for r in label_runs),
                 "runs": label_runs,
             }
-        off, on = summary_["off"], summary_["every_request_traced"]
-        summary_["throughput_ratio"] = on["throughput_rps"] / off["throughput_rps"]
-        summary_["cpu_ratio"] = on["cpu_ms_per_request"] / off["cpu_ms_per_request"]
-        results[executor] = summary_
-    return results
-
-
-# -- (c) large graph -------------------------------------------------------------------------------
-
-
-def write_csvs(graph: Any, directory: Path) -> tuple[Path, Path]:
-    edges_path, tweets_path = directory / "edges.csv", directory / "tweets.csv"
-    if not edges_path.exists():
-        with edges_path.open("w") as out:
-            for user in range(graph.users):
-                for block in range(graph.blocks):
-                    out.writelines(f"{user},{f}\n" for f in graph.followers_of(user, block))
-    if not tweets_path.exists():
-        with tweets_path.open("w") as out:
-            for url in range(graph.urls):
-                out.writelines(f"{url},{t}\n" for t in graph.tweeters_of(url))
-    return edges_path, tweets_path
-
-
-def timed(function: Callable[[], Any], repeats: int) -> tuple[list[float], Any]:
-    times: list[float] = []
-    result = None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = function()
-        times.append(time.perf_counter() - started)
-    return times, result
-
-
-def bench_large_graph(session: Any, cache: Path, repeats: int) -> dict[str, Any]:
-    from pyspark.sql import functions as F
-
-    started = time.perf_counter()
-    graph_path = generate_graph(cache / "graph.bin")
-    graph = load_graph(str(graph_path))
-    urls = top_urls(graph, 20)
-    expected = {url: str(exact_reach(graph, url)) for url in urls}
-    edges_csv, tweets_csv = write_csvs(graph, cache)
-    setup = {"graph_ready_s": time.perf_counter() - started}
-
-    started = time.perf_counter()
-    edges = session.read.schema("followee INT, follower INT").csv(str(edges_csv)).cache()
-    tweets = session.read.schema("url INT, tweeter INT").csv(str(tweets_csv)).cache()
-    edges.count(), tweets.count()
-    setup["dataframes_cached_s"] = time.perf_counter() - started
-    url_ids = [int(url.split("/")[1]) for url in urls]
-
-    def dataframe_job() -> dict[str, str]:
-        exposed = (
-            tweets.where(F.col("url").isin(url_ids))
-            .select("url", F.col("tweeter").alias("followee"))
-            .distinct()
-        )
-        rows = (
-            edges.join(F.broadcast(exposed), "followee")
-            .groupBy("url")
-            .agg(F.countDistinct("follower").alias("reach"))
-            .collect()
-        )
-        return {f"url/{row['url']}": str(row["reach"]) for row in rows}
-
-    def drpc_job(drpc: LocalDRPC) -> dict[str, str]:
-        futures = {url: drpc.submit("reach-graph", url) for url in urls}
-        return {url: future.result(timeout=300) for url, future in futures.items()}
-
-    results: dict[str, Any] = {
-        "urls": len(urls),
-        "users": graph.users,
-        "edges": len(graph.followers),
-    }
-    dataframe_job()
-    with LocalDRPC(executor="spark", timeout=300) as on_spark, LocalDRPC(timeout=300) as local:
-        on_spark.register(build_graph_reach(graph_path))
-        local.register(build_graph_reach(graph_path))
-        started = time.perf_counter()
-        assert drpc_job(on_spark) == expected, "drpc on Spark answered wrongly"
-        setup["drpc_spark_first_call_s"] = time.perf_counter() - started
-        assert drpc_job(local) == expected, "the local executor answered wrongly"
-        spark_times: list[float] = []
-        frame_times: list[float] = []
-        local_times: list[float] = []
-        for repeat in range(repeats):
-            PROGRESS.update(f"(c) large graph: round {repeat + 1}/{repeats}")
-            times, answer = timed(lambda: drpc_job(on_spark), 1)
-            assert answer == expected
-            spark_times += times
-            times, answer = timed(dataframe_job, 1)
-            assert answer == expected, "the DataFrame job answered differently"
-            frame_times += times
-            times, answer = timed(lambda: drpc_job(local), 1)
-            assert answer == expected
-            local_times += times
-    edges.unpersist()
-    tweets.unpersist()
-    results.update(
-        {
-            "drpc_spark": summary(spark_times),
-            "dataframe": summary(frame_times),
-            "drpc_local": summary(local_times),
-            "setup": setup,
-        }
-    )
-    results["ratio_drpc_spark_to_dataframe"] = (
-        results["drpc_spark"]["p50_ms"] / results["dataframe"]["p50_ms"]
-    )
-    results["ratio_drpc_spark_to_local"] = (
-        results["drpc_spark"]["p50_ms"] / results["drpc_local"]["p50_ms"]
-    )
+        off, on = by_label["off"], by_label["every_request_traced"]
+        by_label["throughput_ratio"] = on["throughput_rps"] / off["throughput_rps"]
+        by_label["cpu_ratio"] = on["cpu_ms_per_request"] / off["cpu_ms_per_request"]
+        results[executor] = by_label
     return results
 
 
 # -- report ------------------------------------------------------------------------------------
 
 
-def table(results: dict[str, Any]) -> str:
-    a, b, c = results["overhead"], results["coalescing"], results["large_graph"]
-    d = results["observation"]
-    coalesced, single = b["coalesced"], b["one_request_per_job"]
-    rows = [
-        ("(a) reach, sequential", "drpc on Spark", a["drpc"], ""),
-        (
-            "",
-            "hand-written PySpark",
-            a["handwritten_pyspark"],
-            f"ratio p50 {a['ratio_p50']:.2f}, p99 {a['ratio_p99']:.2f}",
-        ),
-        (
-            f"(b) {b['callers']} callers",
-            "coalesced",
-            coalesced,
-            f"{coalesced['throughput_rps']:.1f} req/s, "
-            f"mean batch {coalesced['mean_batch_size']:.1f}",
-        ),
-        (
-            "",
-            "max_batch_size=1",
-            single,
-            f"{single['throughput_rps']:.1f} req/s; ratio {b['throughput_ratio']:.1f}x",
-        ),
-        (
-            f"(c) graph, {c['urls']} urls",
-            "drpc on Spark",
-            c["drpc_spark"],
-            f"{c['ratio_drpc_spark_to_dataframe']:.2f}x the DataFrame job",
-        ),
-        ("", "DataFrame job", c["dataframe"], ""),
-        (
-            "",
-            "drpc local executor",
-            c["drpc_local"],
-            f"Spark is {c['ratio_drpc_spark_to_local']:.2f}x local",
-        ),
-    ]
+def _rows_sequential(a: dict[str, Any]) -> Iterable[tuple[str, str, dict[str, float], str]]:
+    yield (
+        "(a) reach, 1 caller",
+        "drpc resident",
+        a["resident"],
+        f"{a['resident_to_one_task_job_p50']:.3f}x / {a['resident_to_one_task_job_p99']:.3f}x "
+        "the one-task job (p50 / p99)",
+    )
+    yield "", "drpc spark-batch", a["spark_batch"], ""
+    yield "", "drpc local", a["local"], ""
+    yield "", "one-task RDD job", a["one_task_job"], ""
+    yield (
+        "",
+        "Spark job per call",
+        a["job_per_call"],
+        f"resident is {a['resident_to_job_per_call_p50']:.3f}x (p50)",
+    )
+    yield "", "plain Python", a["plain_python"], ""
+
+
+def _rows_throughput(b: dict[str, Any]) -> Iterable[tuple[str, str, dict[str, float], str]]:
+    labels = {
+        "local": "drpc local",
+        "resident": "drpc resident",
+        "spark_batch": "drpc spark-batch",
+        "micro_batcher": "micro-batcher (2 jobs)",
+        "job_per_call": "Spark job per call",
+    }
+    for index, (name, label) in enumerate(labels.items()):
+        run = b[name]
+        note = f"{run['throughput_rps']:.1f} req/s"
+        if "mean_batch_size" in run:
+            note += f", mean batch {run['mean_batch_size']:.1f}"
+        if f"resident_to_{name}" in b:
+            note += f"; resident {b[f'resident_to_{name}']:.1f}x"
+        yield (f"(b) {b['callers']} callers" if index == 0 else "", label, run, note)
+
+
+def _rows_graph(c: dict[str, Any]) -> Iterable[tuple[str, str, dict[str, float], str]]:
+    yield (
+        f"(c) graph, {c['urls']} urls",
+        "drpc resident",
+        c["resident"],
+        f"{c['resident_to_broadcast_job']:.2f}x the broadcast job",
+    )
+    yield "", "drpc local", c["local"], ""
+    yield "", "broadcast + RDD job", c["broadcast_job"], ""
+    yield "", "plain Python, 1 proc", c["plain_python_1"], ""
+    yield "", "plain Python, 2 procs", c["plain_python_2"], ""
+
+
+def _rows_observation(d: dict[str, Any]) -> Iterable[tuple[str, str, dict[str, float], str]]:
     for executor in ("spark", "local"):
         off, on = d[executor]["off"], d[executor]["every_request_traced"]
-        rows += [
-            (
-                f"(d) {d['callers']} callers, {executor}",
-                "no observer",
-                off,
-                f"{off['throughput_rps']:.1f} req/s, "
-                f"driver CPU {off['cpu_ms_per_request']:.2f} ms/req",
-            ),
-            (
-                "",
-                "every request traced",
-                on,
-                f"{on['throughput_rps']:.1f} req/s, "
-                f"driver CPU {on['cpu_ms_per_request']:.2f} ms/req; "
-                f"ratios {d[executor]['throughput_ratio']:.2f}, {d[executor]['cpu_ratio']:.2f}",
-            ),
-        ]
-    lines = [f"{'measurement':<24}{'run':<22}{'p50 ms':>9}{'p99 ms':>9}  notes"]
+        yield (
+            f"(d) {d['callers']} callers, {executor}",
+            "no observer",
+            off,
+            f"{off['throughput_rps']:.1f} req/s, CPU {off['cpu_ms_per_request']:.2f} ms/req",
+        )
+        yield (
+            "",
+            "every request traced",
+            on,
+            f"{on['throughput_rps']:.1f} req/s, CPU {on['cpu_ms_per_request']:.2f} ms/req; "
+            f"ratios {d[executor]['throughput_ratio']:.2f}, {d[executor]['cpu_ratio']:.2f}",
+        )
+
+
+def table(results: dict[str, Any]) -> str:
+    rows = [
+        *_rows_sequential(results["sequential"]),
+        *_rows_throughput(results["throughput"]),
+        *_rows_graph(results["large_graph"]),
+    ]
+    if "observation" in results:
+        rows += _rows_observation(results["observation"])
+    lines = [f"{'measurement':<22}{'run':<24}{'p50 ms':>10}{'p99 ms':>10}  notes"]
     for name, run, figures, note in rows:
         p50, p99 = figures["p50_ms"], figures["p99_ms"]
-        lines.append(f"{name:<24}{run:<22}{p50:>9.1f}{p99:>9.1f}  {note}")
+        lines.append(f"{name:<22}{run:<24}{p50:>10.3f}{p99:>10.3f}  {note}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    parser.add_argument(
+        "--observation", action="store_true", help="also measure what tracing every call costs"
+    )
     parser.add_argument("--master", default=None, help="Spark master (default: local[*])")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "spark_serving.json")
     parser.add_argument("--cache", type=Path, default=HERE / "results" / "cache")
@@ -494,16 +630,17 @@ def main(argv: list[str] | None = None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
     }
-    section("(a) overhead ...")
-    results["overhead"] = bench_overhead(sc, 8 if args.quick else 40)
-    section("(b) coalescing ...")
-    results["coalescing"] = bench_coalescing(64, 4.0 if args.quick else 12.0)
+    section("(a) sequential ...")
+    results["sequential"] = bench_sequential(sc, 4 if args.quick else 10, 50 if args.quick else 200)
+    section("(b) closed loop ...")
+    results["throughput"] = bench_throughput(sc, 64, 3.0 if args.quick else 10.0)
     section("(c) large graph ...")
-    results["large_graph"] = bench_large_graph(session, args.cache, 2 if args.quick else 5)
-    section("(d) observation cost ...")
-    results["observation"] = bench_observation(
-        64, 4.0 if args.quick else 10.0, 2 if args.quick else 3
-    )
+    results["large_graph"] = bench_large_graph(sc, args.cache, 3 if args.quick else 10)
+    if args.observation:
+        section("(d) observation cost ...")
+        results["observation"] = bench_observation(
+            64, 3.0 if args.quick else 10.0, 2 if args.quick else 3
+        )
     PROGRESS.close()
     results["seconds"] = time.monotonic() - started
     args.out.write_text(json.dumps(results, indent=2))

@@ -22,7 +22,15 @@ import ssl
 from collections.abc import Sequence
 from typing import Any
 
-from drpc.client.calls import Address, Call, execute_call, format_address, parse_servers, unwrap
+from drpc.client.calls import (
+    Address,
+    Call,
+    execute_call,
+    format_address,
+    parse_servers,
+    reply_length,
+    unwrap,
+)
 from drpc.client.errors import DRPCConnectionError, DRPCTimeoutError
 from drpc.client.sync import DEFAULT_PORT
 
@@ -33,7 +41,6 @@ from drpc.protocol.wire import (
     Message,
     ProtocolError,
     decode_message,
-    frame_length,
 )
 
 _MAX_SEQID = 2**31 - 1
@@ -95,7 +102,7 @@ class _MultiplexedConnection:
         try:
             while True:
                 header = await self._reader.readexactly(FRAME_HEADER_SIZE)
-                length = frame_length(header, self._max_frame_size)
+                length = reply_length(header, self._max_frame_size, self.address)
                 message = decode_message(await self._reader.readexactly(length))
                 reply = self._pending.get(message.seqid)
                 if reply is not None and not reply.done():

@@ -10,7 +10,12 @@ Contract:
   sequence id; ``check_reply`` verifies a reply answers that call (name and
   sequence id) and returns its result struct;
 - ``unwrap`` turns a result struct into the value it carries, or raises the
-  declared exception converted to ``drpc.errors`` types.
+  declared exception converted to ``drpc.errors`` types;
+- ``reply_length(header, max_frame_size, address)`` is the length a reply's
+  frame header announces (``drpc.protocol.wire.frame_length``), except that a
+  reply starting ``HTTP`` (the client was pointed at an HTTP port, whose
+  answer would otherwise read as a frame of 1213486160 bytes) raises
+  ``ProtocolError`` saying so and which port serves what.
 """
 
 from __future__ import annotations
@@ -25,12 +30,16 @@ from drpc.protocol.wire import (
     Message,
     ProtocolError,
     encode_message,
+    frame_length,
     from_wire_authorization_error,
     from_wire_execution_error,
     read_reply,
 )
 
 Address = tuple[str, int]
+
+HTTP_REPLY = b"HTTP"
+"""The first bytes of any HTTP response ("HTTP/1.1 400 ...")."""
 
 
 def parse_address(text: str, default_port: int) -> Address:
@@ -143,3 +152,15 @@ def unwrap(result: Any, *, returns_value: bool) -> Any:
     if result.success is None:
         raise ProtocolError("the reply carries neither a result nor an exception")
     return result.success
+
+
+def reply_length(header: bytes, max_frame_size: int, address: Address) -> int:
+    """The body length of a reply frame; ``ProtocolError`` if unacceptable or HTTP."""
+    if header == HTTP_REPLY:
+        raise ProtocolError(
+            f"{format_address(address)} answered in HTTP: it is an HTTP port, not a Thrift "
+            "one (a drpc server serves Thrift execute calls on 3772, invocations on 3773 and "
+            "HTTP on 3774 by default; call an HTTP port with HTTPDRPCClient or "
+            "drpc-client --http URL)"
+        )
+    return frame_length(header, max_frame_size)

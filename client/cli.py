@@ -36,6 +36,7 @@ from drpc.client.errors import (
 from drpc.client.http import HTTPDRPCClient, TracedResult
 from drpc.client.sync import DEFAULT_PORT, DRPCClient
 
+from drpc.commandline import CommandLineParser
 from drpc.errors import DRPCError
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.protocol.tls import TLSSettings
@@ -44,10 +45,21 @@ TOKEN_ENVIRONMENT = "DRPC_TOKEN"
 DEFAULT_HTTP_PORT = 3774
 
 
+EXIT_CODES = """\
+exit status:
+  0  every call returned a result
+  1  a call failed (the server's error is printed: FAILED_REQUEST, SERVER_TIMEOUT,
+     AuthorizationException, ...)
+  2  a usage error (a bad option, server address, URL or token file)
+  3  no server could be reached"""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="drpc-client",
         description="Call a DRPC function on a drpc (or Storm) DRPC server and print the result.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("function", metavar="FUNCTION", help="the DRPC function to call")
     parser.add_argument(

@@ -47,6 +47,7 @@ from drpc.client.calls import (
     fetch_request_call,
     format_address,
     parse_servers,
+    reply_length,
     result_call,
     unwrap,
 )
@@ -59,7 +60,6 @@ from drpc.protocol.wire import (
     MAX_FRAME_SIZE,
     ProtocolError,
     decode_message,
-    frame_length,
     to_wire_execution_error,
 )
 from drpc.requests import DRPCRequest, ReturnInfo
@@ -103,7 +103,7 @@ class _Connection:
         try:
             self._socket.sendall(call.encode(seqid))
             header = self._receive(FRAME_HEADER_SIZE)
-            payload = self._receive(frame_length(header, self.max_frame_size))
+            payload = self._receive(reply_length(header, self.max_frame_size, self.address))
         except TimeoutError as error:
             self.close()
             raise DRPCTimeoutError(f"{call.method} on {where} timed out") from error

@@ -22,15 +22,19 @@ Contract:
   ``attr`` (dots allowed) to a ``Topology``: the attribute may be a built
   ``Topology``, a builder (anything with ``create_topology()``: a
   ``LinearDRPCTopologyBuilder``, a ``TransactionalTopologyBuilder``), or a
-  zero-argument callable returning one; anything else raises ``ValueError``
-  naming the spec;
+  zero-argument callable returning one; anything else, a callable that needs
+  arguments included, raises ``ValueError`` naming the spec;
 - ``as_topology`` does the same conversion for a value already in hand;
+  ``as_drpc`` and ``as_transactional`` also check the kind (``ValueError``
+  naming the spec: a transactional topology is not a DRPC function);
 - ``Wakeups`` is a thread-safe registry of per-function callbacks, the
   ``add_listener`` half of an invocations handle that can wake its spouts;
 - ``add_hosting_arguments``/``hosting_setup`` give the command lines that host
   topologies (``drpc-server``, ``drpc.runner``) the same ``--topology``,
   ``--executor``, ``--master``, ``--log-level`` and ``--log-format text|json``
-  options (logging set up by ``drpc.logs.configure_logging``).
+  options (logging set up by ``drpc.logs.configure_logging``); ``--topology``
+  modules are imported from the working directory first, as ``python -m``
+  does (``drpc.commandline``), and must serve a DRPC function.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -45,6 +50,7 @@ from typing import Any
 
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
+from drpc.commandline import WORKING_DIRECTORY_HELP, import_from_working_directory
 from drpc.errors import DRPCError
 from drpc.executors import EXECUTORS, create_executor
 from drpc.logs import add_logging_arguments, configure_logging
@@ -71,11 +77,33 @@ def as_topology(value: Any, source: str = "value") -> Topology:
     ):
         return value.create_topology()
     if callable(value):
+        _check_takes_no_arguments(value, source)
         return as_topology(value(), f"{source}()")
     raise ValueError(
         f"{source} is a {type(value).__name__}, not a Topology, a topology builder "
         "or a zero-argument callable returning one"
     )
+
+
+def _check_takes_no_arguments(factory: Callable[..., Any], source: str) -> None:
+    """ValueError naming ``source`` and the parameters if ``factory()`` cannot be called."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # no signature to read (some built-ins): just call it
+        return
+    try:
+        signature.bind()
+    except TypeError:
+        needed = [
+            name
+            for name, parameter in signature.parameters.items()
+            if parameter.default is parameter.empty
+            and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+        ]
+        raise ValueError(
+            f"{source} needs arguments ({', '.join(needed)}); name a topology builder, a "
+            "Topology or a zero-argument callable returning one"
+        ) from None
 
 
 def as_transactional(value: Any, source: str = "value") -> Topology:
@@ -84,6 +112,23 @@ def as_transactional(value: Any, source: str = "value") -> Topology:
     if topology.transactional is None:
         raise ValueError(
             f"{source} is not a transactional topology (build it with TransactionalTopologyBuilder)"
+        )
+    return topology
+
+
+def as_drpc(value: Any, source: str = "value") -> Topology:
+    """``as_topology`` for a topology serving a DRPC function; ValueError naming ``source``
+    otherwise (a transactional topology is run with ``--transactional`` or
+    ``drpc-transactional run``, not served as a function)."""
+    topology = as_topology(value, source)
+    if topology.transactional is not None:
+        raise ValueError(
+            f"{source} is a transactional topology, not a DRPC function: run it with "
+            "--transactional (drpc-server) or drpc-transactional run"
+        )
+    if topology.drpc_function is None:
+        raise ValueError(
+            f"{source} serves no DRPC function (build it with LinearDRPCTopologyBuilder)"
         )
     return topology
 
@@ -237,17 +282,28 @@ def add_hosting_arguments(parser: argparse.ArgumentParser, *, topology_required:
         default=None if topology_required else [],
         required=topology_required,
         metavar="MODULE:ATTR",
-        help="a topology to host, e.g. drpc.examples.reach:topology (repeatable); ATTR may be "
-        "a LinearDRPCTopologyBuilder, a Topology or a zero-argument callable returning one",
+        help="a DRPC topology to host, e.g. drpc.examples.reach:topology (repeatable); ATTR "
+        "may be a LinearDRPCTopologyBuilder, a Topology or a zero-argument callable returning "
+        f"one; {WORKING_DIRECTORY_HELP}",
     )
     parser.add_argument(
         "--executor",
         choices=EXECUTORS,
         default=default_executor(),
-        help="executor of the topologies (default: %(default)s)",
+        help="executor of the topologies: local (in this process), spark (resident Spark "
+        "tasks, millisecond calls) or spark-batch (a Spark job per batch of requests) "
+        "(default: %(default)s)",
     )
     parser.add_argument(
-        "--master", help="Spark master URL for --executor spark, e.g. local[*] or spark://host:7077"
+        "--master",
+        help="Spark master URL for the Spark executors, e.g. local[*] or spark://host:7077",
+    )
+    parser.add_argument(
+        "--slots",
+        type=int,
+        metavar="N",
+        help="executor slots the resident Spark tasks take (--executor spark; default half "
+        "the Spark default parallelism, at least 1: the rest runs batch jobs)",
     )
     add_logging_arguments(parser)
 
@@ -258,13 +314,20 @@ def hosting_setup(
     """Configure logging, load ``--topology`` values and build executor options from
     parsed ``add_hosting_arguments`` options; bad values exit through ``parser.error``."""
     configure_logging(args.log_level, args.log_format)
+    import_from_working_directory()
     try:
-        topologies = [load_topology(spec) for spec in args.topology]
+        topologies = [as_drpc(load_topology(spec), spec) for spec in args.topology]
     except ValueError as error:
         parser.error(str(error))
     options: dict[str, Any] = {}
     if args.master is not None:
-        if args.executor != "spark":
-            parser.error("--master applies to --executor spark only")
+        if args.executor == "local":
+            parser.error("--master applies to --executor spark and spark-batch only")
         options["master"] = args.master
+    if args.slots is not None:
+        if args.executor != "spark":
+            parser.error("--slots applies to --executor spark only")
+        if args.slots < 1:
+            parser.error("--slots must be >= 1")
+        options["slots"] = args.slots
     return topologies, options

@@ -39,8 +39,12 @@ The tasks put the fields of the id a tuple belongs to (``request_id`` and
 ``function``; ``topology``, ``txid`` and ``attempt_id`` in a transactional
 run) in the context, so a bolt's log lines carry them on Spark too. A
 worker's JSON line that reaches the driver's wrapped stderr passes through
-as it is, not wrapped a second time. ``LOG_FORMATS`` lists the formats for ``--log-format``;
-``add_logging_arguments`` adds ``--log-level`` and ``--log-format`` to a parser.
+as it is, not wrapped a second time.
+
+``LOG_FORMATS`` lists the formats for ``--log-format`` and ``LOG_LEVELS`` the
+levels ``--log-level`` takes (``log_level`` refuses any other name, so a typo is
+a usage error, not a traceback); ``add_logging_arguments`` adds both options to
+a parser.
 """
 
 from __future__ import annotations
@@ -325,10 +329,27 @@ def _is_log_line(text: str) -> bool:
     return isinstance(entry, dict) and {"time", "level", "logger", "message"} <= entry.keys()
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(text: str) -> str:
+    """``--log-level``'s type: a level name of ``LOG_LEVELS``, any case, returned upper case."""
+    level = text.strip().upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"unknown log level {text!r}; choose one of {', '.join(LOG_LEVELS)}"
+        )
+    return level
+
+
 def add_logging_arguments(parser: argparse.ArgumentParser, *, default_level: str = "INFO") -> None:
-    """``--log-level`` and ``--log-format`` (text or json)."""
+    """``--log-level`` (a name of ``LOG_LEVELS``) and ``--log-format`` (text or json)."""
     parser.add_argument(
-        "--log-level", default=default_level, help="logging level (default %(default)s)"
+        "--log-level",
+        type=log_level,
+        default=default_level,
+        metavar="LEVEL",
+        help=f"{', '.join(LOG_LEVELS)} (default %(default)s)",
     )
     parser.add_argument(
         "--log-format",

@@ -56,6 +56,7 @@ from drpc.client import (
 )
 from drpc.client.calls import Address, format_address, parse_servers
 from drpc.client.cli import add_tls_arguments, tls_from_args
+from drpc.commandline import CommandLineParser
 from drpc.errors import DRPCError, DRPCExecutionException
 from drpc.hosting import (
     Host,
@@ -298,8 +299,8 @@ class RemoteRunner:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m drpc.runner",
+    parser = CommandLineParser(
+        prog="drpc-runner",
         description="Serve DRPC topologies for DRPC servers through their invocations ports.",
     )
     parser.add_argument(
@@ -339,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reconnect_interval=args.reconnect_interval,
             tls=tls_from_args(args),
         )
-    except ValueError as error:
+    except (ValueError, DRPCError) as error:  # a bad --servers, an unusable TLS file
         parser.error(str(error))
     stopping = threading.Event()
 

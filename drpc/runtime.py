@@ -12,8 +12,9 @@ Contract:
   master than the running one raises ``ValueError`` rather than silently
   using the wrong cluster. A session created elsewhere (e.g. by a notebook) is
   adopted as is and never stopped by drpc.
-- ``stop_session()`` stops the session drpc created (idempotent); it also runs
-  at interpreter exit, so a script that never calls it still shuts Spark down
+- ``stop_session()`` stops the session drpc created (idempotent), after the
+  callbacks registered with ``before_stop`` (a resident job ends first); it
+  also runs at interpreter exit, so a script that never calls it still shuts Spark down
   cleanly instead of racing the JVM's own shutdown.
 - The environment is prepared for Spark's Python workers: ``PYSPARK_PYTHON``
   defaults to this interpreter and ``SPARK_LOCAL_IP`` to 127.0.0.1 when unset.
@@ -29,7 +30,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ SERVER_CONF: dict[str, str] = {
 }
 
 _lock = threading.Lock()
+_before_stop: list[Callable[[], None]] = []
 _session: SparkSession | None = None
 _owned = False
 _master: str | None = None
@@ -126,9 +128,23 @@ def current_session() -> SparkSession | None:
         return None
 
 
+def before_stop(callback: Callable[[], None]) -> None:
+    """Call ``callback`` when ``stop_session`` runs, before the session stops (once)."""
+    with _lock:
+        _before_stop.append(callback)
+
+
 def stop_session() -> None:
     """Stop the session drpc created; an adopted session is left running."""
     global _session, _owned, _master
+    with _lock:
+        callbacks = list(_before_stop)
+        _before_stop.clear()
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            log.exception("a callback before the SparkSession stopped failed")
     with _lock:
         session, owned = _session, _owned
         _session, _owned, _master = None, False, None

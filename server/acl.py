@@ -21,8 +21,10 @@ Decisions, exactly Storm's:
   not a string is refused naming it (quote it); a file without the
   ``drpc.authorizer.acl`` key (an empty or cut-short file) is refused too;
 - a refusal raises ``AuthorizationException("DRPC request '<op>' for '<user>'
-  user is not authorized")``; every decision (allow and deny) is logged on the
-  ``drpc.audit`` logger with the user, operation and function.
+  user is not authorized")``; every decision is logged on the ``drpc.audit``
+  logger with the user, operation and function: refusals at WARNING, allowed
+  operations at DEBUG (they are routine: an idle runner's polls alone are
+  several a second, which at INFO would bury everything else).
 
 ``ACLAuthorizer`` reloads its file when the file's modification time or size
 changes (checked at most every ``reload_interval`` seconds, default 1), as
@@ -202,7 +204,7 @@ class ACLAuthorizer:
         user = identity or ANONYMOUS
         allowed = self.acl.permits(user, operation, function)
         if allowed:
-            audit.info("allowed %s of %r for user %r", operation, function, user)
+            audit.debug("allowed %s of %r for user %r", operation, function, user)
             return
         audit.warning("denied %s of %r for user %r", operation, function, user)
         raise refusal(operation, user)

@@ -18,7 +18,9 @@ SERVER_SHUTDOWN (callers get that reply), stops the hosted runtimes, and closes.
 Limits and settings are keyword arguments; see ``DRPCServer.__init__`` and
 ``drpc.server.limits.Limits``. With ``ssl_context`` every port speaks TLS; with
 ``authorizer`` (e.g. ``drpc.server.acl.ACLAuthorizer``) every network operation is
-authorized; ``tokens`` maps HTTP bearer tokens to users. Lines about refused
+authorized; ``tokens`` maps HTTP bearer tokens to users. ``host`` defaults to every
+interface, as Storm's; a server started beyond loopback with neither an authorizer
+nor TLS logs a warning saying so (``drpc.server.exposure``). Lines about refused
 client input go through one rate-limited ``refusals`` log; while serving,
 ``trimmer`` (``drpc.server.trim``) gives memory that bursts freed back to the
 operating system.
@@ -34,9 +36,10 @@ from typing import Any
 
 from aiohttp import web
 from drpc.server.dashboard import Dashboard
+from drpc.server.exposure import exposure_warning
 from drpc.server.handlers import execute_methods, invocations_methods
 from drpc.server.http import RequestDeadline, create_http_app
-from drpc.server.identity import TokenTable
+from drpc.server.identity import CERTIFICATE_OR_TOKEN, CREDENTIALS, TokenTable
 from drpc.server.limits import Limits
 from drpc.server.metrics import ServerMetrics
 from drpc.server.refusals import HTTPServerLog, RefusalLog
@@ -76,6 +79,8 @@ class DRPCServer:
         max_frame_size: int | None = None,
         limits: Limits | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        http_ssl_context: ssl.SSLContext | None = None,
+        http_credentials: str | None = None,
         tokens: TokenTable | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         runner_liveness: float = DEFAULT_RUNNER_LIVENESS,
@@ -100,6 +105,15 @@ class DRPCServer:
             None).
         :param ssl_context: serve TLS on every port (``drpc.protocol.tls.server_context``); a
             verified client certificate's CN is the caller's user name.
+        :param http_ssl_context: the HTTP port's own TLS context (default ``ssl_context``),
+            e.g. one that asks for client certificates without requiring them
+            (``server_context(..., require_client_cert=False)``) while the Thrift ports
+            require them.
+        :param http_credentials: what every HTTP request must present (None: nothing);
+            ``"certificate"``: a verified client certificate, ``"certificate-or-token"``:
+            one or a bearer token of ``tokens`` (``drpc.server.identity.check_credentials``).
+            A request without them is answered 401 "this server requires a client
+            certificate" (or "... or a bearer token").
         :param tokens: HTTP bearer tokens and their users; None accepts no token.
         :param max_connections: most open connections per Thrift port, default 4096.
         :param runner_liveness: seconds a remote runner's last ``fetchRequest`` keeps its
@@ -125,7 +139,11 @@ class DRPCServer:
             limits = replace(limits, max_frame_size=max_frame_size, max_body_size=max_frame_size)
         self.limits = limits
         self.ssl_context = ssl_context
+        self.http_ssl_context = http_ssl_context or ssl_context
+        _check_http_credentials(http_credentials, self.http_ssl_context, tokens)
+        self.http_credentials = http_credentials
         self.tokens = tokens
+        self.authorizer = authorizer
         self.host = host
         self.port = port
         self.invocations_port = invocations_port
@@ -280,6 +298,7 @@ class DRPCServer:
                     deadline=deadline,
                     metrics=self.metrics,
                     dashboard=self.dashboard,
+                    credentials=self.http_credentials,
                 )
                 self._http_runner = web.AppRunner(
                     app,
@@ -295,7 +314,7 @@ class DRPCServer:
                 )
                 await self._http_runner.setup()
                 site = web.TCPSite(
-                    self._http_runner, self.host, self.http_port, ssl_context=self.ssl_context
+                    self._http_runner, self.host, self.http_port, ssl_context=self.http_ssl_context
                 )
                 await site.start()
                 self.http_port = int(self._http_runner.addresses[0][1])
@@ -309,11 +328,16 @@ class DRPCServer:
         for hosted in self.transactional.values():
             hosted.start()
         log.info("%s", self.describe())
+        exposed = exposure_warning(
+            self.host, acl=self.authorizer is not None, tls=self.ssl_context is not None
+        )
+        if exposed is not None:
+            log.warning("%s", exposed)
         return self
 
     def describe(self) -> str:
         functions = ", ".join(self.functions) or "none yet (waiting for remote runners)"
-        scheme = "https" if self.ssl_context is not None else "http"
+        scheme = "https" if self.http_ssl_context is not None else "http"
         base = f"{scheme}://{self.host}:{self.http_port}"
         http = (
             f"; HTTP on {base}/drpc/<function>/<args> (dashboard {base}/, metrics {base}/metrics)"
@@ -364,3 +388,22 @@ class DRPCServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _check_http_credentials(
+    credentials: str | None, context: ssl.SSLContext | None, tokens: TokenTable | None
+) -> None:
+    """ValueError for ``http_credentials`` the HTTP port could never see presented."""
+    if credentials is None:
+        return
+    if credentials not in CREDENTIALS:
+        raise ValueError(
+            f"http_credentials must be one of {CREDENTIALS} or None, got {credentials!r}"
+        )
+    if credentials == CERTIFICATE_OR_TOKEN and tokens is None:
+        raise ValueError(f"http_credentials={credentials!r} needs tokens")
+    if context is None or context.verify_mode == ssl.CERT_NONE:
+        raise ValueError(
+            f"http_credentials={credentials!r} needs an HTTP TLS context that asks for "
+            "client certificates"
+        )

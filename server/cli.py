@@ -6,16 +6,20 @@
 listens for Thrift and HTTP callers; with no ``--topology`` it serves only
 remote runners (``python -m drpc.runner``). Security: ``--acl FILE``
 (Storm's ACL, ``--acl-strict``), ``--tokens FILE`` (HTTP bearer tokens),
-``--tls-cert/--tls-key`` (TLS on every port) and ``--tls-ca`` (client
-certificates required). Every limit of ``drpc.server.limits.Limits`` is a flag.
+``--tls-cert/--tls-key`` (TLS on every port), ``--tls-ca`` (client
+certificates required; an HTTP call without one is answered 401 saying so) and
+``--http-token-auth`` (HTTP callers may present a bearer token instead). It
+warns when it listens beyond loopback with neither ``--acl`` nor TLS. Every
+limit of ``drpc.server.limits.Limits`` is a flag. ``--topology`` modules are
+imported from the working directory first, as ``python -m`` does.
 ``--transactional MODULE:ATTR --state-dir DIR`` also runs transactional
 topologies in the server process (``--max-spout-pending``, ``--map-size``,
 ``--max-map-size``), resuming after their last commit in DIR; hosted DRPC
 functions can answer from that committed state.
 It logs what it serves and where, and on SIGINT/SIGTERM fails outstanding
 calls with SERVER_SHUTDOWN and exits 0. Exit status 2 for bad arguments (an
-unloadable topology, ACL, tokens or certificate file included), 1 when a port
-cannot be bound.
+unloadable topology or one that serves no DRPC function, an ACL, tokens or
+certificate file included: one line on stderr), 1 when a port cannot be bound.
 """
 
 from __future__ import annotations
@@ -36,11 +40,12 @@ from drpc.server.app import (
     DEFAULT_PORT,
     DRPCServer,
 )
-from drpc.server.identity import TokenTable
+from drpc.server.identity import CERTIFICATE, CERTIFICATE_OR_TOKEN, TokenTable
 from drpc.server.limits import add_limit_arguments, limits_from_args
 from drpc.server.service import DEFAULT_RUNNER_LIVENESS
 from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS
 
+from drpc.commandline import WORKING_DIRECTORY_HELP, CommandLineParser
 from drpc.errors import DRPCError
 from drpc.hosting import add_hosting_arguments, as_transactional, hosting_setup, load_topology
 from drpc.protocol.tls import server_context
@@ -51,7 +56,7 @@ log = logging.getLogger("drpc-server")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="drpc-server",
         description="Serve DRPC functions over Storm-compatible Thrift and HTTP.",
     )
@@ -121,7 +126,15 @@ def _parser() -> argparse.ArgumentParser:
     security.add_argument(
         "--tls-ca",
         metavar="FILE",
-        help="require client certificates signed by this CA; their subject CN is the user",
+        help="require client certificates signed by this CA on every port; their subject CN "
+        "is the user (an HTTP call without one is answered 401 'this server requires a client "
+        "certificate')",
+    )
+    security.add_argument(
+        "--http-token-auth",
+        action="store_true",
+        help="with --tls-ca and --tokens: an HTTP caller may present a bearer token instead "
+        "of a client certificate (Thrift callers still need a certificate)",
     )
     transactional = parser.add_argument_group("transactional topologies")
     transactional.add_argument(
@@ -130,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="MODULE:ATTR",
         help="also run this transactional topology in the server (repeatable), e.g. "
-        "drpc.examples.transactional_words:topology; needs --state-dir",
+        f"drpc.examples.transactional_words:topology; needs --state-dir; {WORKING_DIRECTORY_HELP}",
     )
     transactional.add_argument(
         "--state-dir", metavar="DIR", help="LMDB state directory of --transactional runs"
@@ -167,19 +180,36 @@ def _security(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict
         parser.error("--tls-key and --tls-ca need --tls-cert")
     if args.acl_strict and not args.acl:
         parser.error("--acl-strict needs --acl")
+    if args.http_token_auth and not (args.tls_ca and args.tokens):
+        parser.error("--http-token-auth needs --tls-ca and --tokens")
     try:
         return {
             "authorizer": ACLAuthorizer(args.acl, strict=args.acl_strict or None)
             if args.acl
             else None,
             "tokens": TokenTable.from_file(args.tokens) if args.tokens else None,
-            "ssl_context": server_context(args.tls_cert, args.tls_key, args.tls_ca)
-            if args.tls_cert
-            else None,
+            **_tls(args),
             "limits": limits_from_args(args),
         }
     except (DRPCError, ValueError) as error:
         parser.error(str(error))
+
+
+def _tls(args: argparse.Namespace) -> dict[str, Any]:
+    """The server's TLS keywords. With ``--tls-ca`` the HTTP port asks for a certificate
+    without requiring one in the handshake and refuses a call without one itself, so the
+    caller is told what is missing instead of seeing the connection close."""
+    if not args.tls_cert:
+        return {}
+    if not args.tls_ca:
+        return {"ssl_context": server_context(args.tls_cert, args.tls_key)}
+    return {
+        "ssl_context": server_context(args.tls_cert, args.tls_key, args.tls_ca),
+        "http_ssl_context": server_context(
+            args.tls_cert, args.tls_key, args.tls_ca, require_client_cert=False
+        ),
+        "http_credentials": CERTIFICATE_OR_TOKEN if args.http_token_auth else CERTIFICATE,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

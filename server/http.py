@@ -21,6 +21,13 @@ Contract:
   (``ServerBusyError``) → 503 with ``Retry-After: limits.retry_after``;
 - the caller is the user of its bearer token (``tokens``), else the CN of
   its verified TLS client certificate, else anonymous (``drpc.server.identity``);
+- ``credentials`` (``drpc.server.identity.CREDENTIALS``) is what every request,
+  the operations endpoints below included, must present: ``"certificate"``
+  or ``"certificate-or-token"``; a request without it gets 401
+  ``AuthorizationException`` "this server requires a client certificate" (or
+  "... or a bearer token"). Served over a TLS context that asks for client
+  certificates without requiring them, this replaces a failed handshake (which
+  a client sees as a closed connection) with an answer saying what is missing;
 - a body over ``limits.max_body_size`` bytes is refused with 413 (aiohttp's
   limit), a body that does not arrive within ``limits.read_timeout`` seconds
   gets 408, a connection whose first request has not arrived whole within
@@ -64,7 +71,7 @@ from typing import Any
 
 from aiohttp import web
 from drpc.server.dashboard import Dashboard, add_routes
-from drpc.server.identity import TokenTable, bearer_user, caller_of
+from drpc.server.identity import TokenTable, bearer_user, caller_of, check_credentials
 from drpc.server.limits import Limits
 from drpc.server.metrics import ServerMetrics
 from drpc.server.refusals import RefusalLog
@@ -93,6 +100,11 @@ HTTP_STATUS = {
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("drpc.audit")
+
+Middleware = Callable[
+    [web.Request, Callable[[web.Request], Awaitable[web.StreamResponse]]],
+    Awaitable[web.StreamResponse],
+]
 
 _SERVICE = web.AppKey("drpc_service", DRPCService)
 _TOKENS = web.AppKey("drpc_tokens", TokenTable)
@@ -198,12 +210,13 @@ def create_http_app(
     deadline: RequestDeadline | None = None,
     metrics: ServerMetrics | None = None,
     dashboard: Dashboard | None = None,
+    credentials: str | None = None,
 ) -> web.Application:
     limits = limits or service.limits
-    app = web.Application(
-        client_max_size=limits.max_body_size,
-        middlewares=[deadline.middleware] if deadline is not None else [],
-    )
+    middlewares = [deadline.middleware] if deadline is not None else []
+    if credentials is not None:
+        middlewares.append(_credentials_middleware(credentials))
+    app = web.Application(client_max_size=limits.max_body_size, middlewares=middlewares)
     app[_SERVICE] = service
     app[_LIMITS] = limits
     if tokens is not None:
@@ -260,12 +273,47 @@ async def _execute_post(request: web.Request) -> web.Response:
     return await _execute(request, args)
 
 
+def _credentials_middleware(required: str) -> Middleware:
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        try:
+            check_credentials(
+                required,
+                bool(_peer_certificate(request)),
+                request.headers.get("Authorization"),
+                request.app.get(_TOKENS),
+            )
+        except AuthorizationException as error:
+            return _refuse(request, error)
+        return await handler(request)
+
+    return middleware
+
+
+def _peer_certificate(request: web.Request) -> dict[str, Any] | None:
+    """The client certificate the TLS handshake verified, if any."""
+    transport = request.transport
+    return transport.get_extra_info("peercert") if transport else None
+
+
 def _identity(request: web.Request) -> str | None:
     header = request.headers.get("Authorization")
     if header is not None:
         return bearer_user(header, request.app.get(_TOKENS))
-    transport = request.transport
-    return common_name(transport.get_extra_info("peercert")) if transport else None
+    return common_name(_peer_certificate(request))
+
+
+def _refuse(request: web.Request, error: AuthorizationException) -> web.Response:
+    """401 for a caller refused before its call was authorized (counted and audited)."""
+    function = request.match_info.get("function")
+    if function is not None:
+        request.app[_SERVICE].refused(function, error)
+        audit.warning("denied %s of %r from %s: %s", EXECUTE, function, request.remote, error.msg)
+    else:
+        audit.warning("denied %s from %s: %s", request.path, request.remote, error.msg)
+    return _error(401, "AuthorizationException", error.msg)
 
 
 def _path_is_utf8(request: web.Request) -> bool:
@@ -291,9 +339,7 @@ async def _execute(request: web.Request, args: str) -> web.Response:
     try:
         identity = _identity(request)
     except AuthorizationException as error:
-        service.refused(function, error)
-        audit.warning("denied %s of %r from %s: %s", EXECUTE, function, request.remote, error.msg)
-        return _error(401, "AuthorizationException", error.msg)
+        return _refuse(request, error)
     trace = RequestTrace(function) if _wants_trace(request) else None
     try:
         service.authorize(identity, EXECUTE, function)

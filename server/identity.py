@@ -16,6 +16,13 @@ Contract:
   header value, or raises ``AuthorizationException`` for a header that is
   not ``Bearer <token>``, a token that is not UTF-8, or a token nobody holds:
   a wrong token is refused, never downgraded to ``ANONYMOUS``;
+- ``check_credentials(required, has_certificate, header, tokens)`` enforces
+  what a port demands of every caller (``CREDENTIALS``): None lets anyone in
+  (anonymous callers are the ACL's to judge); ``"certificate"`` a verified
+  client certificate; ``"certificate-or-token"`` one or a valid bearer token.
+  A caller without them gets ``AuthorizationException`` saying what this
+  server requires ("this server requires a client certificate"), the message
+  a caller sees instead of a failed TLS handshake.
 - ``caller_of(identity, host)`` is whom the server holds to its per-caller
   quota: ``"user NAME"`` for an identified caller, else ``"address HOST"``
   (the client's address without its port, so new connections do not make a
@@ -36,6 +43,16 @@ ANONYMOUS = "anonymous"
 """The user of a caller with no token and no client certificate."""
 
 MIN_TOKEN_LENGTH = 16
+
+CERTIFICATE = "certificate"
+CERTIFICATE_OR_TOKEN = "certificate-or-token"
+CREDENTIALS = (CERTIFICATE, CERTIFICATE_OR_TOKEN)
+"""What a port may require of every caller (None: nothing)."""
+
+_MISSING = {
+    CERTIFICATE: "this server requires a client certificate",
+    CERTIFICATE_OR_TOKEN: "this server requires a client certificate or a bearer token",
+}
 
 
 def _digest(token: str) -> bytes:
@@ -82,6 +99,23 @@ def bearer_user(header: str, tokens: TokenTable | None) -> str:
     if user is None:
         raise AuthorizationException("the bearer token is not valid")
     return user
+
+
+def check_credentials(
+    required: str | None,
+    has_certificate: bool,
+    header: str | None,
+    tokens: TokenTable | None,
+) -> None:
+    """Refuse (``AuthorizationException``) a caller without the credentials ``required``
+    (one of ``CREDENTIALS``, or None); ``has_certificate``: it presented a client
+    certificate the TLS handshake verified; ``header``: its ``Authorization`` header."""
+    if required is None or has_certificate:
+        return
+    if required == CERTIFICATE_OR_TOKEN and header is not None:
+        bearer_user(header, tokens)
+        return
+    raise AuthorizationException(_MISSING[required])
 
 
 def caller_of(identity: str | None, host: str) -> str:

@@ -1,8 +1,11 @@
 """Shared fixtures: every topology test runs once per executor.
 
-``executor`` is parametrized over the executors under test; ``drpc`` is a
-LocalDRPC on that executor, shut down after the test. Tests on "spark" share
-one SparkSession (``local[2]``) for the whole run, started on first use.
+``executor`` is parametrized over the DRPC executors (local, spark: resident
+tasks, spark-batch: a job per batch), ``tx_executor`` over the executors of
+transactional runs (local, spark); ``drpc`` is a LocalDRPC on ``executor``,
+shut down after the test. Tests on Spark share one SparkSession
+(``local[2]``) for the whole run, started on first use, and carry the
+``spark`` marker (``pytest -m "not spark"`` runs without a JVM).
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from drpc.testing import LocalDRPC
 
-EXECUTORS = ["local", "spark"]
+EXECUTORS = [
+    "local",
+    pytest.param("spark", marks=pytest.mark.spark),
+    pytest.param("spark-batch", marks=pytest.mark.spark),
+]
+"""DRPC executors: the in-process engine, resident Spark tasks, a Spark job per batch."""
+TRANSACTIONAL_EXECUTORS = ["local", pytest.param("spark", marks=pytest.mark.spark)]
+"""Transactional runs: the in-process engine, or a Spark job per batch attempt."""
 SPARK_TEST_MASTER = "local[2]"
 
 
@@ -34,9 +44,18 @@ def spark_session() -> Iterator[object]:
 
 @pytest.fixture(params=EXECUTORS)
 def executor(request: pytest.FixtureRequest) -> str:
-    if request.param == "spark":
+    """Each DRPC executor in turn (the Spark ones on the shared session)."""
+    if request.param != "local":
         request.getfixturevalue("spark_session")
-    return request.param
+    return str(request.param)
+
+
+@pytest.fixture(params=TRANSACTIONAL_EXECUTORS)
+def tx_executor(request: pytest.FixtureRequest) -> str:
+    """Each executor of transactional runs in turn."""
+    if request.param != "local":
+        request.getfixturevalue("spark_session")
+    return str(request.param)
 
 
 @pytest.fixture

@@ -1,11 +1,14 @@
-"""The examples as users run them."""
+"""The examples as users run them, and each one's ``topology`` for ``--topology``."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
+
 from drpc.examples.reach import EXPECTED_REACH
+from drpc.hosting import as_drpc, as_transactional, load_topology
 
 
 def test_reach_demo_prints_the_reference_results() -> None:
@@ -30,3 +33,18 @@ def test_reach_demo_has_help() -> None:
         check=True,
     )
     assert "--executor" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "function"),
+    [("reach", "reach"), ("exclamation", "exclamation"), ("square", "square")],
+)
+def test_each_drpc_example_serves_its_function_as_topology(module: str, function: str) -> None:
+    spec = f"drpc.examples.{module}:topology"
+    assert as_drpc(load_topology(spec), spec).drpc_function == function
+
+
+@pytest.mark.parametrize("module", ["transactional_global_count", "transactional_words"])
+def test_each_transactional_example_runs_as_topology(module: str) -> None:
+    spec = f"drpc.examples.{module}:topology"
+    assert as_transactional(load_topology(spec), spec).transactional is not None

@@ -88,7 +88,7 @@ def test_every_request_gets_a_span_per_step_before_its_outcome(executor: str) ->
         steps = [step for step, *_ in spans]
         assert len(steps) == len(set(steps)), f"request {request_id}: a step twice: {steps}"
         expected = set(REACH_STEPS) | {"return-results"}
-        if executor == "spark":
+        if executor == "spark-batch":
             expected |= SPARK_ONLY
         assert set(steps) == expected
         by_step = {step: (start, end, attrs) for step, start, end, attrs in spans}
@@ -96,10 +96,12 @@ def test_every_request_gets_a_span_per_step_before_its_outcome(executor: str) ->
             assert start <= end, f"{step}: {start} > {end}"
         ends = [by_step[step][1] for step in [*REACH_STEPS, "return-results"]]
         assert ends == sorted(ends), f"request {request_id}: steps finished out of order"
-        assert recorder.started[request_id][0] == ("coalesce" if executor == "spark" else steps[0])
+        assert recorder.started[request_id][0] == (
+            "coalesce" if executor == "spark-batch" else steps[0]
+        )
         bolt1 = by_step["bolt1"][2]
         assert bolt1["tasks"] >= 1 and bolt1["busy_ms"] > 0
-        if executor == "spark":
+        if executor == "spark-batch":
             assert isinstance(bolt1["spark_job_id"], int)
             assert bolt1["spark_job_id"] == by_step["spark-job"][2]["spark_job_id"]
             job_start, job_end, _ = by_step["spark-job"]
@@ -126,7 +128,7 @@ def test_failure_names_the_step_and_other_requests_still_answer(executor: str) -
     assert step == "bolt1"
     assert reason.startswith("FAILED_REQUEST: ") and "cannot handle 'bad'" in reason
     steps = {s for s, *_ in recorder.spans[bad_id]}  # the spans so far were reported
-    if executor == "local":
+    if executor != "spark-batch":  # streaming: the steps the request reached
         assert {"prepare-request", "bolt0", "bolt1"} <= steps
         assert "return-results" not in steps
     else:  # its job's driver steps ran before the failure was handed over at its end
@@ -137,7 +139,7 @@ def test_failure_names_the_step_and_other_requests_still_answer(executor: str) -
 @pytest.mark.usefixtures("spark_session")
 def test_spark_reports_batches_and_jobs_with_real_job_ids() -> None:
     recorder = Recorder()
-    with observed("spark", recorder) as drpc:
+    with observed("spark-batch", recorder) as drpc:
         drpc.register(build_reach())
         futures = [drpc.submit("reach", url) for url in list(EXPECTED_REACH) * 3]
         for future in futures:
@@ -167,7 +169,10 @@ def test_without_an_observer_nothing_is_measured(executor: str) -> None:
         runtime_ = drpc.register(build_reach())
         assert drpc.execute("reach", "foo.com/blog/1") == "16"
         if executor == "local":
-            assert runtime_.spans is None
+            assert runtime_.spans is None and runtime_.recorder is None
+        elif executor == "spark":  # neither the driver's share nor the resident tasks record
+            assert runtime_.engine.spans is None and runtime_.engine.recorder is None
+            assert runtime_.deployment.observed is False
         else:
             assert runtime_._observing is False
 

@@ -25,7 +25,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: list[set[str]] = [
-    {"drpc.errors", "drpc.config", "drpc.logs", "drpc.progress", "drpc.resources", "drpc.observe"},
+    {
+        "drpc.errors",
+        "drpc.config",
+        "drpc.logs",
+        "drpc.progress",
+        "drpc.resources",
+        "drpc.observe",
+        "drpc.commandline",
+    },
     {"drpc.requests", "drpc.state", "drpc.protocol"},
     {"drpc.model"},
     {"drpc.semantics"},

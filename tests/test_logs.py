@@ -207,7 +207,7 @@ def test_the_server_logs_one_json_object_per_line_with_request_ids(executor: str
         [
             sys.executable,
             "-m",
-            "server",
+            "drpc.server",
             "--log-format",
             "json",
             "--topology",

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from drpc.errors import DRPCExceptionType, FailedException, Failure
+from drpc.errors import DRPCExceptionType, FailedException, Failure, InvalidTopologyError
 from drpc.model.components import (
     CURRENT_ANCHOR,
     BaseBasicBolt,
@@ -36,6 +36,7 @@ from drpc.model.components import (
 from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
 from drpc.model.streams import OutputFieldsDeclarer
+from drpc.model.topology import Topology
 from drpc.model.tuples import Tuple
 from drpc.requests import Invocations, ReturnInfo
 
@@ -54,6 +55,26 @@ def invocations_of(context: TopologyContext) -> Invocations:
             f"component {context.this_component_id!r} needs a DRPC invocations handle; run "
             "DRPC topologies through LocalDRPC, DRPCServer.register or drpc.runner"
         ) from None
+
+
+def served_function(topology: Topology, executor: str) -> str:
+    """The DRPC function ``topology`` serves; ``InvalidTopologyError`` naming ``executor``
+    (which serves DRPC topologies only) when it serves none."""
+    function = topology.drpc_function
+    if function is None:
+        raise InvalidTopologyError(
+            f"topology {topology.name!r} serves no DRPC function; the {executor} serves DRPC "
+            "topologies (transactional topologies run through drpc.transactional)"
+        )
+    return function
+
+
+def required_invocations(services: dict[str, Any], executor: str) -> Invocations:
+    """The invocations handle in an executor's ``services``; ``ValueError`` without one."""
+    invocations: Invocations | None = services.get(INVOCATIONS_SERVICE)
+    if invocations is None:
+        raise ValueError(f"the {executor} needs services[{INVOCATIONS_SERVICE!r}]")
+    return invocations
 
 
 class DRPCSpout(BaseRichSpout):

@@ -10,7 +10,6 @@ of the reference URLs.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,6 +25,7 @@ from drpc import (
     TopologyContext,
     Tuple,
 )
+from drpc.commandline import CommandLineParser
 from drpc.testing import LocalDRPC
 
 TWEETERS_DB: dict[str, list[str]] = {
@@ -144,7 +144,7 @@ topology = build_reach()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="python -m drpc.examples.reach",
         description=(
             "Compute the reach of URLs with the storm-starter reach topology on a LocalDRPC."

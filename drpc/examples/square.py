@@ -87,3 +87,7 @@ def build_square(function: str = "square") -> LinearDRPCTopologyBuilder:
     builder.add_bolt(BatchCount(), 4).shuffle_grouping()
     builder.add_bolt(SumCounts(), 2).fields_grouping(Fields("id"))
     return builder
+
+
+topology = build_square()
+"""The square function's builder, for ``--topology drpc.examples.square:topology``."""

@@ -1,4 +1,6 @@
-"""Executors run topologies: ``"local"`` (in-process engine) or ``"spark"``.
+"""Executors run DRPC topologies: ``"local"`` (the in-process streaming engine),
+``"spark"`` (the same engine spread over long-lived resident Spark tasks) or
+``"spark-batch"`` (a Spark job per batch of coalesced requests).
 
 Contract: ``create_executor(name, topology, services=..., conf=..., **options)``
 returns an unstarted ``Executor``; unknown names and unknown options raise
@@ -13,10 +15,11 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from drpc.executors.local import LocalExecutor
+from drpc.executors.resident import ResidentExecutor
 from drpc.executors.spark import SparkExecutor
 from drpc.model.topology import Topology
 
-EXECUTORS = ("local", "spark")
+EXECUTORS = ("local", "spark", "spark-batch")
 
 
 class Executor(Protocol):
@@ -40,5 +43,7 @@ def create_executor(
     if name == "local":
         return LocalExecutor(topology, services=services, conf=conf, **options)
     if name == "spark":
+        return ResidentExecutor(topology, services=services, conf=conf, **options)
+    if name == "spark-batch":
         return SparkExecutor(topology, services=services, conf=conf, **options)
     raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")

@@ -4,8 +4,11 @@ Contract:
 
 - ``server_context(cert, key, ca)`` is a TLS 1.2+ server context; with ``ca``
   the peer must present a certificate signed by it (``CERT_REQUIRED``), so a
-  connection without one fails the handshake; without ``ca`` no client
-  certificate is asked for;
+  connection without one fails the handshake; with
+  ``require_client_cert=False`` a certificate is asked for and verified when
+  presented, but a peer may present none (``CERT_OPTIONAL``: the layer above
+  decides, as the HTTP port does); without ``ca`` no client certificate is
+  asked for;
 - ``TLSSettings(ca, cert, key, server_hostname)`` is what a client (the
   Python clients, the remote runner) needs; ``client_context()`` verifies the
   server against ``ca`` (the system store when None) including its host name,
@@ -44,14 +47,17 @@ def _load_ca(context: ssl.SSLContext, ca: str) -> None:
         raise TLSConfigError(f"cannot load the CA certificates {ca!r}: {error}") from error
 
 
-def server_context(cert: str, key: str | None = None, ca: str | None = None) -> ssl.SSLContext:
-    """A server context presenting ``cert``; with ``ca``, client certificates are required."""
+def server_context(
+    cert: str, key: str | None = None, ca: str | None = None, *, require_client_cert: bool = True
+) -> ssl.SSLContext:
+    """A server context presenting ``cert``; with ``ca``, client certificates signed by it are
+    required (``require_client_cert``) or verified when presented."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     _load_chain(context, cert, key)
     if ca is not None:
         _load_ca(context, ca)
-        context.verify_mode = ssl.CERT_REQUIRED
+        context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
     return context
 
 

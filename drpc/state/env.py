@@ -226,7 +226,7 @@ class StateEnvironment:
         ``max_readers`` (126): concurrent read transactions across all processes.
         ``resize_timeout`` (30 s): how long a resize waits for reads to end.
         ``create`` (True): create the directory if missing; False raises
-        ``StateError`` for a directory without state.
+        ``StateError`` for a missing directory and for one without state, saying which.
         """
         options = StateOptions(
             map_size=_round_up(map_size),
@@ -237,8 +237,10 @@ class StateEnvironment:
             resize_timeout=resize_timeout,
         )
         raw = os.fspath(path)
+        if not create and not os.path.isdir(raw):
+            raise StateError(f"state directory {raw!r} does not exist")
         if not create and not os.path.exists(os.path.join(raw, "data.mdb")):
-            raise StateError(f"no state in {raw!r} (create=False)")
+            raise StateError(f"{raw!r} is not a drpc state directory (it has no data.mdb)")
         os.makedirs(raw, exist_ok=True)
         real = os.path.realpath(raw)
         with _registry_lock:

@@ -12,7 +12,10 @@ otherwise; it stops when the source runs dry (``--until-idle``, the default),
 after ``--max-batches`` commits, or on SIGINT/SIGTERM (finishing the commit in
 progress). Exit status: 0 done, 1 the run failed, 2 bad arguments.
 ``status`` lists each topology's last committed txid and time, and the
-committed state maps with their sizes.
+committed state maps with their sizes; it only reads, so a directory that does
+not exist or holds no state is reported (exit 2), never created.
+``MODULE`` is imported as ``python -m`` would, the working directory first
+(``drpc.commandline``); usage errors are one line on stderr.
 """
 
 from __future__ import annotations
@@ -26,9 +29,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from drpc.errors import DRPCError
+from drpc.commandline import (
+    WORKING_DIRECTORY_HELP,
+    CommandLineParser,
+    import_from_working_directory,
+)
+from drpc.errors import DRPCError, StateError, StateFormatError
 from drpc.executors import EXECUTORS
-from drpc.hosting import load_topology
+from drpc.hosting import as_transactional, load_topology
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.progress import Progress
 from drpc.state import CoordinatorState, StateEnvironment
@@ -82,14 +90,17 @@ def state_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="drpc-transactional",
         description="Run transactional topologies exactly once into an LMDB state directory.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a topology, resuming after the last commit")
     run.add_argument(
-        "topology", metavar="MODULE:ATTR", help="e.g. drpc.examples.transactional_words:topology"
+        "topology",
+        metavar="MODULE:ATTR",
+        help="a transactional topology, e.g. drpc.examples.transactional_words:topology; "
+        + WORKING_DIRECTORY_HELP,
     )
     run.add_argument("--state-dir", required=True, help="LMDB state directory (created if missing)")
     run.add_argument(
@@ -124,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     add_state_arguments(run)
     add_logging_arguments(run, default_level="WARNING")
     status = commands.add_parser("status", help="show the topologies and maps of a state directory")
-    status.add_argument("--state-dir", required=True)
+    status.add_argument("--state-dir", required=True, help="an existing LMDB state directory")
     status.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -134,12 +145,11 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error("--max-spout-pending must be >= 1")
     if args.master is not None and args.executor != "spark":
         parser.error("--master applies to --executor spark only")
+    import_from_working_directory()
     try:
-        topology = load_topology(args.topology)
+        topology = as_transactional(load_topology(args.topology), args.topology)
     except ValueError as error:
         parser.error(str(error))
-    if topology.transactional is None:
-        parser.error(f"{args.topology} is not a transactional topology")
     options = state_options(parser, args)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -188,7 +198,9 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def status(state_dir: str) -> dict[str, Any]:
-    env = StateEnvironment.open(state_dir)
+    """What ``state_dir`` holds; ``StateError`` if it is not a state directory (it is only
+    read: a mistyped path is reported, never created)."""
+    env = StateEnvironment.open(state_dir, create=False)
     with env.read() as txn:
         topologies = {
             topology_id: {"last_txid": record.txid, "committed_at": record.committed_at}
@@ -202,12 +214,14 @@ def status(state_dir: str) -> dict[str, Any]:
     return {"state_dir": state_dir, "topologies": topologies, "maps": maps}
 
 
-def _status(args: argparse.Namespace) -> int:
+def _status(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         report = status(args.state_dir)
-    except DRPCError as error:  # e.g. a record drpc refuses to read (StateFormatError)
+    except StateFormatError as error:  # a record drpc refuses to read: not a usage error
         print(f"drpc-transactional: {error}", file=sys.stderr)
         return 1
+    except StateError as error:
+        parser.error(str(error))
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -226,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "status":
-        return _status(args)
+        return _status(parser, args)
     configure_logging(args.log_level, args.log_format)
     return _run(parser, args)
 

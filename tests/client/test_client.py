@@ -177,6 +177,22 @@ async def test_async_client_reply_frame_limit() -> None:
             await drpc.execute("exclamation", "y" * 51)
 
 
+async def test_a_thrift_client_pointed_at_the_http_port_is_told_so() -> None:
+    server = DRPCServer(**server_options())
+    server.register(exclamation())
+    said = f"{HOST}:{{}} answered in HTTP: it is an HTTP port, not a Thrift one"
+    async with server:
+        with pytest.raises(ProtocolError, match=said.format(server.http_port)):
+            await asyncio.to_thread(
+                DRPCClient(HOST, server.http_port, timeout=10).execute, "exclamation", "x"
+            )
+        async with AsyncDRPCClient(HOST, server.http_port, timeout=10) as drpc:
+            with pytest.raises(ProtocolError, match=said.format(server.http_port)):
+                await drpc.execute("exclamation", "x")
+        async with AsyncDRPCClient(HOST, server.port, timeout=10) as drpc:
+            assert await drpc.execute("exclamation", "x") == "x!"
+
+
 async def test_async_client_with_no_server_reachable() -> None:
     with pytest.raises(DRPCConnectionError):
         await AsyncDRPCClient(HOST, free_port()).execute("f", "x")

@@ -1,5 +1,6 @@
-"""Run as ``python -m tests.fault.kill_executor WORKDIR``: a DRPC server on a Spark
-standalone cluster (master + two workers on 127.0.0.1), 100 reach calls in flight, one
+"""Run as ``python -m tests.fault.kill_executor WORKDIR EXECUTOR``: a DRPC server on a Spark
+standalone cluster (master + two workers on 127.0.0.1) with reach on EXECUTOR ("spark":
+resident tasks on both executors; "spark-batch": jobs), 100 reach calls in flight, one
 executor JVM SIGKILLed meanwhile, then 20 more calls. Prints one JSON line:
 ``{"answers": {...}, "errors": {...}, "wrong": [...], "after": [...], "killed": pid,
 "in_flight_at_kill": n}``.
@@ -38,15 +39,16 @@ async def _calls(port: int, count: int, offset: int) -> list[tuple[str, str, str
         return await asyncio.gather(*(one(i) for i in range(count)))
 
 
-def main(workdir: Path) -> None:
+def main(workdir: Path, executor: str) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with standalone_cluster(workdir) as cluster:
         server = DRPCServer(host=HOST, port=0, invocations_port=0, http_port=None, timeout=200)
-        server.register(
-            build_reach(), executor="spark", master=cluster.master_url,
-            max_batch_size=5, max_jobs_in_flight=2,
-        )  # fmt: skip
+        if executor == "spark":  # a resident task on each executor: either kill hits one
+            options: dict[str, object] = {"slots": 2}
+        else:
+            options = {"max_batch_size": 5, "max_jobs_in_flight": 2}
         deadline = time.monotonic() + 120
+        server.register(build_reach(), executor=executor, master=cluster.master_url, **options)
         while len(cluster.executor_pids()) < 2:
             assert time.monotonic() < deadline, "two executors did not start"
             time.sleep(0.5)
@@ -56,8 +58,9 @@ def main(workdir: Path) -> None:
             async def load_and_kill() -> tuple[list[tuple[str, str, str]], int, int]:
                 calls = asyncio.ensure_future(_calls(running.port, CALLS, 0))
                 while running.service.outstanding() < CALLS // 2:
-                    await asyncio.sleep(0.01)
-                await asyncio.sleep(0.5)  # jobs are running on both executors
+                    await asyncio.sleep(0.001)
+                if executor == "spark-batch":
+                    await asyncio.sleep(0.5)  # the jobs are running on both executors
                 victim = cluster.executor_pids()[0]
                 in_flight = running.service.outstanding()
                 kill(victim)
@@ -82,4 +85,4 @@ def main(workdir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2])

@@ -1,8 +1,9 @@
 """Fault injection: processes die mid-request and every caller still gets a correct answer
 or a typed error, in bounded time, and serving resumes.
 
-- an executor JVM of a Spark standalone cluster SIGKILLed with 100 reach calls in flight;
-- a Python worker crashing (os._exit) inside a step, through the server;
+- an executor JVM of a Spark standalone cluster SIGKILLed with 100 reach calls in flight,
+  on resident tasks and on batch jobs;
+- a Python worker crashing (os._exit) inside a step, through the server, on both;
 - the server process SIGKILLed under load, then restarted on the same ports;
 - a server hosting a transactional run SIGKILLed twice mid-run under load, then
   restarted: the run resumes and counts exactly once;
@@ -41,9 +42,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(420)
-def test_sigkill_of_an_executor_jvm_with_100_reach_calls_in_flight(tmp_path: Path) -> None:
+@pytest.mark.parametrize("executor", ["spark", "spark-batch"])
+def test_sigkill_of_an_executor_jvm_with_100_reach_calls_in_flight(
+    executor: str, tmp_path: Path
+) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "tests.fault.kill_executor", str(tmp_path)],
+        [sys.executable, "-m", "tests.fault.kill_executor", str(tmp_path), executor],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -60,11 +64,15 @@ def test_sigkill_of_an_executor_jvm_with_100_reach_calls_in_flight(tmp_path: Pat
     assert executor_lost, "Spark never saw the executor die"
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.usefixtures("spark_session")
-def test_a_python_worker_crash_in_a_step_fails_that_job_typed_and_serving_goes_on() -> None:
+@pytest.mark.parametrize("executor", ["spark", "spark-batch"])
+def test_a_python_worker_crash_in_a_step_fails_what_was_in_flight_typed_and_serving_goes_on(
+    executor: str,
+) -> None:
     crashing = LinearDRPCTopologyBuilder("fragile")
     crashing.add_bolt(CrashOn())
-    server = DRPCServer(**server_options(executor="spark", http_port=None))
+    server = DRPCServer(**server_options(executor=executor, http_port=None))
     server.register(crashing)
     server.register(build_exclamation(parallelism=2))
     with ServerThread(server) as running, DRPCClient(HOST, running.port, timeout=120) as client:
@@ -72,7 +80,10 @@ def test_a_python_worker_crash_in_a_step_fails_that_job_typed_and_serving_goes_o
         with pytest.raises(DRPCExecutionException) as crashed:
             client.execute("fragile", "crash")
         assert crashed.value.type is DRPCExceptionType.INTERNAL_ERROR
+        if executor == "spark":  # the resident task that ran the step died with it
+            assert "went away" in crashed.value.msg
         assert "Python worker exited unexpectedly" in crashed.value.msg
+        # Calls made while the resident tasks restart wait in the queue, then answer.
         assert [client.execute("fragile", f"after{i}") for i in range(3)] == [
             f"after{i}!" for i in range(3)
         ]

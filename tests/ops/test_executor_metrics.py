@@ -83,7 +83,7 @@ def test_local_steps_reach_metrics_and_the_dashboard() -> None:
 
 @pytest.fixture(scope="module")
 def spark_server(spark_session: object) -> Iterator[DRPCServer]:
-    server = DRPCServer(**server_options(executor="spark"))
+    server = DRPCServer(**server_options(executor="spark-batch"))
     server.register(exclamation(), max_wait=0.05)
     with ServerThread(server) as running:
         yield running

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import os
+import queue
 import re
 import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from drpc.server import DRPCServer, ServerThread
 from thrift.protocol import TBinaryProtocol
@@ -27,12 +28,89 @@ from tests.topologies.bolts import FailOn
 HOST = "127.0.0.1"
 EPHEMERAL_PORTS = ["--host", HOST, "--port", "0", "--invocations-port", "0", "--http-port", "0"]
 """``drpc-server`` flags: listen on 127.0.0.1, every port picked by the system."""
-ROOT = Path(__file__).resolve().parents[2]
+
+
 LISTENING = re.compile(
-    r"execute \(Thrift\) on [\d.]+:(?P<port>\d+), invocations \(Thrift\) on "
-    r"[\d.]+:(?P<invocations>\d+); HTTP on https?://[\d.]+:(?P<http>\d+)/drpc/"
+    r"DRPC server serving (?P<functions>.+?); execute \(Thrift\) on [\d.]+:(?P<port>\d+), "
+    r"invocations \(Thrift\) on [\d.]+:(?P<invocations>\d+); "
+    r"HTTP on (?P<scheme>https?)://[\d.]+:(?P<http>\d+)/drpc/"
 )
-"""The line a starting ``drpc-server`` logs with the ports it listens on."""
+"""The line a ``drpc-server`` logs once it listens, with its functions and ports."""
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen[str]
+    listening: re.Match[str]
+    log: list[str]
+
+    @property
+    def text(self) -> str:
+        """Everything it logged so far (all of it once the ``with`` block ended)."""
+        return "".join(self.log)
+
+    @property
+    def port(self) -> int:
+        return int(self.listening["port"])
+
+    @property
+    def invocations_port(self) -> int:
+        return int(self.listening["invocations"])
+
+    @property
+    def http_port(self) -> int:
+        return int(self.listening["http"])
+
+    def rss_kib(self) -> int:
+        """Its resident memory in KiB."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+        assert found is not None
+        return int(found.group(1))
+
+    def fds(self) -> int:
+        """Its open file descriptors."""
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+
+
+@contextmanager
+def server_process(
+    command: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> Iterator[ServerProcess]:
+    """Run a ``drpc-server`` command line until it logs where it listens; at the end stop it
+    with SIGTERM and check it exited 0. Its stderr is read by one thread from start to end,
+    so no line is lost between the two (``communicate`` after reading lines would skip
+    what the line reader had already buffered)."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    log: list[str] = []
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read(stream: IO[str]) -> None:
+        for line in stream:
+            log.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    reader = threading.Thread(target=read, args=(process.stderr,), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while (line := lines.get(timeout=max(deadline - time.monotonic(), 0.01))) is not None:
+            if listening := LISTENING.search(line):
+                break
+        else:
+            raise AssertionError("the server exited without listening:\n" + "".join(log))
+        yield ServerProcess(process, listening, log)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            reader.join(timeout=60)
+    assert process.returncode == 0, "".join(log)
 
 
 def server_options(**options: Any) -> dict[str, Any]:
@@ -118,81 +196,6 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(0.01)
-
-
-class ServerProcess:
-    """``python -m drpc.server`` on 127.0.0.1 (ports picked by the system) with ``args``, as
-    a context manager: started and listening on entry, its stderr read by a thread into
-    ``lines`` (so it never blocks on a full pipe), stopped with SIGTERM on exit."""
-
-    def __init__(self, *args: str, start_timeout: float = 60.0) -> None:
-        self.args = args
-        self.start_timeout = start_timeout
-        self.lines: list[str] = []
-        self.port = self.invocations_port = self.http_port = 0
-        self.process: subprocess.Popen[str] | None = None
-        self._reader: threading.Thread | None = None
-
-    def __enter__(self) -> ServerProcess:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "drpc.server", *EPHEMERAL_PORTS, *self.args],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-        )
-        listening = threading.Event()
-        self._reader = threading.Thread(target=self._read, args=(listening,), daemon=True)
-        self._reader.start()
-        if not listening.wait(self.start_timeout):
-            self.__exit__()
-            raise AssertionError("the server did not listen:\n" + "".join(self.lines))
-        return self
-
-    def _read(self, listening: threading.Event) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line)
-            if not listening.is_set() and (found := LISTENING.search(line)):
-                self.port = int(found["port"])
-                self.invocations_port = int(found["invocations"])
-                self.http_port = int(found["http"])
-                listening.set()
-        listening.set()
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def rss_kib(self) -> int:
-        """The server's resident memory in KiB."""
-        status = Path(f"/proc/{self.pid}/status").read_text()
-        found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
-        assert found is not None
-        return int(found.group(1))
-
-    def fds(self) -> int:
-        """The server's open file descriptors."""
-        return len(os.listdir(f"/proc/{self.pid}/fd"))
-
-    def log(self) -> str:
-        return "".join(self.lines)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if self._reader is not None:
-            self._reader.join(10)
 
 
 def connect_from(source: str, port: int, timeout: float = 10.0) -> socket.socket:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 import urllib.error
@@ -17,6 +18,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,10 +30,12 @@ from drpc.protocol.wire import decode_message, read_struct
 from drpc.requests import DRPCRequest
 from tests.ops.test_metrics import parse, requests_by_outcome
 from tests.server.helpers import (
+    EPHEMERAL_PORTS,
     HOST,
     ServerProcess,
     closed_by_server,
     connect_from,
+    server_process,
     wait_until,
 )
 from tests.server.hostile import execute_frame
@@ -53,13 +57,15 @@ FLAGS = [
     "--refusal-logs-per-second", "1000",
 ]  # fmt: skip
 RSS_SLACK_KIB = 8 * 1024
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
-    with ServerProcess(*FLAGS) as running:
+    command = [sys.executable, "-m", "drpc.server", *EPHEMERAL_PORTS, *FLAGS]
+    with server_process(command, cwd=ROOT) as running:
         with DRPCClient(HOST, running.port, timeout=10) as client:
             for i in range(20):  # warm up: the first calls allocate what every later one reuses
                 assert client.execute("exclamation", "w" * 20_000 + str(i)).endswith("!")
@@ -276,7 +282,7 @@ def test_a_client_that_does_not_read_is_not_read_either_then_closed(
         peak, connected = server.rss_kib(), server.fds()
         wait_until(lambda: server.fds() == connected - 1, WRITE_TIMEOUT + 3)  # closed by it
         assert peak - rss < 16 * 1024, (rss, peak)  # was +51 MiB for 200 calls, held
-    assert "reply bytes not taken within 1 s (write_timeout)" in server.log()
+    assert "reply bytes not taken within 1 s (write_timeout)" in server.text
 
 
 def test_an_http_client_that_does_not_read_is_closed_at_the_write_timeout(
@@ -303,8 +309,8 @@ def test_an_http_client_that_does_not_read_is_closed_at_the_write_timeout(
         attacker.connect((HOST, server.http_port))
         with attacker:
             attacker.sendall(b"GET /drpc/big/x HTTP/1.1\r\nHost: x\r\n\r\n" * 20)
-            wait_until(lambda: "HTTP: closing connection from ('127.0.0.10'" in server.log(), 20)
-            assert "reply bytes not taken within 1 s (write_timeout)" in server.log()
+            wait_until(lambda: "HTTP: closing connection from ('127.0.0.10'" in server.text, 20)
+            assert "reply bytes not taken within 1 s (write_timeout)" in server.text
             attacker.settimeout(10)
             closed_by_server(attacker)  # returns: the server closed it
     finally:
@@ -396,7 +402,7 @@ def test_connections_per_address(server: ServerProcess, guard: None) -> None:
     finally:
         for connection in kept:
             connection.close()
-    assert "connections open from 127.0.0.6 (max_connections_per_address)" in server.log()
+    assert "connections open from 127.0.0.6 (max_connections_per_address)" in server.text
 
 
 # -- 7 and 9. what clients can write into the log --------------------------------------------
@@ -419,11 +425,11 @@ def test_client_text_cannot_forge_log_lines_and_bad_http_is_one_warning(
         with connect_from("127.0.0.9", server.http_port) as bad:
             bad.sendall(request)
             assert closed_by_server(bad).startswith(b"HTTP/1.")
-    wait_until(lambda: server.log().count("refused a request from 127.0.0.9") == 2)
-    wait_until(lambda: f"boom\\n{forged}\\r\\x1b[2K" in server.log())  # escaped, one line
-    log = server.lines
+    wait_until(lambda: server.text.count("refused a request from 127.0.0.9") == 2)
+    wait_until(lambda: f"boom\\n{forged}\\r\\x1b[2K" in server.text)  # escaped, one line
+    log = server.log
     assert not any(line.startswith("2099") for line in log)
     refusals = [line for line in log if "refused a request from 127.0.0.9" in line]
     assert len(refusals) == 2 and all(" WARNING " in line for line in refusals)
     assert "Invalid char in url path" in refusals[0]
-    assert "Traceback" not in server.log() and " ERROR " not in server.log()
+    assert "Traceback" not in server.text and " ERROR " not in server.text

@@ -107,7 +107,7 @@ CASES = list(itertools.product(ROLES, [LISTED, UNLISTED]))
 def test_the_matrix_over_thrift_with_client_certificates(
     secured: Secured, role: str, function: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="drpc.audit")
+    caplog.set_level(logging.DEBUG, logger="drpc.audit")
     strict = secured.server.service._authorizer.acl.strict  # type: ignore[union-attr]
     user = ROLES[role]
     listed = function == LISTED
@@ -145,9 +145,14 @@ def test_the_matrix_over_thrift_with_client_certificates(
                 assert allowed, f"{user} was allowed {operation} on {function}"
     if not outcome.done():
         secured.server.service.complete(request_id, "cleanup")
-    verdicts = [r.getMessage() for r in caplog.records if r.name == "drpc.audit"]
+    records = [r for r in caplog.records if r.name == "drpc.audit"]
+    verdicts = [r.getMessage() for r in records]
     assert len(verdicts) == 3, verdicts  # every decision logged, once
     assert all(f"for user {user!r}" in verdict for verdict in verdicts)
+    # Allowed operations are routine (a runner polls several times a second): DEBUG.
+    # Refusals stay visible: WARNING.
+    level = {"allowed": logging.DEBUG, "denied": logging.WARNING}
+    assert [r.levelno for r in records] == [level[v.split()[0]] for v in verdicts]
 
 
 async def _http_execute(

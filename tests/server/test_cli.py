@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
-import signal
 import socket
 import subprocess
 import sys
@@ -14,15 +12,19 @@ from pathlib import Path
 
 import pytest
 from drpc.client.cli import main as client_main
+from drpc.server.cli import main as server_main
 
-from tests.server.helpers import HOST, exclamation, failing_topology, free_port, running_server
+from tests.server.helpers import (
+    EPHEMERAL_PORTS,
+    HOST,
+    exclamation,
+    failing_topology,
+    free_port,
+    running_server,
+    server_process,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-LISTENING = re.compile(
-    r"DRPC server serving (?P<functions>.+); execute \(Thrift\) on [\d.]+:(?P<port>\d+), "
-    r"invocations \(Thrift\) on [\d.]+:(?P<invocations>\d+); "
-    r"HTTP on http://[\d.]+:(?P<http>\d+)/drpc/"
-)
 
 
 def test_console_scripts_are_declared() -> None:
@@ -30,13 +32,14 @@ def test_console_scripts_are_declared() -> None:
     assert scripts["drpc-server"] == "drpc.server.cli:main"
     assert scripts["drpc-client"] == "drpc.client.cli:main"
     assert scripts["drpc-runner"] == "drpc.runner:main"
+    assert scripts["drpc-transactional"] == "drpc.transactional.cli:main"
 
 
 @pytest.mark.parametrize(
-    ("module", "expected"),
+    ("command", "expected"),
     [
         (
-            "server",
+            ["drpc.server"],
             [
                 "--topology",
                 "--executor",
@@ -57,10 +60,12 @@ def test_console_scripts_are_declared() -> None:
                 "--state-dir",
                 "--max-spout-pending",
                 "--max-map-size",
+                "--http-token-auth",
+                "the working directory first",
             ],
         ),
         (
-            "client",
+            ["drpc.client"],
             [
                 "FUNCTION",
                 "ARGS",
@@ -71,89 +76,62 @@ def test_console_scripts_are_declared() -> None:
                 "--tls-ca",
                 "--tls-cert",
                 "--tls-key",
+                "exit status:\n  0  every call returned a result\n  1  a call failed",
+                "2  a usage error",
+                "3  no server could be reached",
             ],
         ),
-        ("drpc.runner", ["--servers", "--topology", "--executor", "--tls-ca", "--tls-cert"]),
+        (
+            ["drpc.runner"],
+            [
+                "usage: drpc-runner",
+                "--servers",
+                "--topology",
+                "--executor",
+                "--tls-ca",
+                "--tls-cert",
+                "the working directory first",
+            ],
+        ),
+        (["drpc.transactional.cli", "run"], ["--state-dir", "the working directory first"]),
     ],
+    ids=["server", "client", "runner", "transactional"],
 )
-def test_help(module: str, expected: list[str]) -> None:
+def test_help(command: list[str], expected: list[str]) -> None:
     shown = subprocess.run(
-        [sys.executable, "-m", module, "--help"],
+        [sys.executable, "-m", *command, "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     ).stdout
+    shown_flat = " ".join(shown.split())
     for option in expected:
-        assert option in shown
+        assert option in shown or " ".join(option.split()) in shown_flat, option
 
 
 def test_the_server_cli_serves_the_examples_until_terminated() -> None:
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "server",
-            "--topology",
-            "drpc.examples.reach:topology",
-            "--topology",
-            "drpc.examples.exclamation:topology",
-            "--executor",
-            "local",
-            "--host",
-            HOST,
-            "--port",
-            "0",
-            "--invocations-port",
-            "0",
-            "--http-port",
-            "0",
-        ],
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stderr is not None
-    log: list[str] = []
-    try:
-        for line in server.stderr:
-            log.append(line)
-            if listening := LISTENING.search(line):
-                break
-        else:
-            pytest.fail("the server exited without listening:\n" + "".join(log))
-        assert listening["functions"] == "exclamation, reach"
+    command = [sys.executable, "-m", "drpc.server", "--topology", "drpc.examples.reach:topology",
+               "--topology", "drpc.examples.exclamation:topology", "--executor", "local",
+               *EPHEMERAL_PORTS]  # fmt: skip
+    with server_process(command, cwd=ROOT) as server:
+        assert server.listening["functions"] == "exclamation, reach"
         called = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "client",
-                "--servers",
-                f"{HOST}:{listening['port']}",
-                "reach",
-                "foo.com/blog/1",
-                "tech.backtype.com/blog/123",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+            [sys.executable, "-m", "drpc.client", "--servers",
+             f"{HOST}:{server.listening['port']}", "reach", "foo.com/blog/1",
+             "tech.backtype.com/blog/123"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
         assert called.returncode == 0, called.stderr
         assert called.stdout.splitlines() == [
             'reach "foo.com/blog/1" => "16"',
             'reach "tech.backtype.com/blog/123" => "7"',
         ]
-        url = f"http://{HOST}:{listening['http']}/drpc/exclamation/hello"
+        url = f"http://{HOST}:{server.listening['http']}/drpc/exclamation/hello"
         with urllib.request.urlopen(url, timeout=30) as response:
             assert response.read() == b"hello!"
-    finally:
-        server.send_signal(signal.SIGTERM)
-        _, rest = server.communicate(timeout=30)
-        log.append(rest)
-    assert server.returncode == 0, "".join(log)
-    assert "DRPC server stopped" in "".join(log)
+    assert "DRPC server stopped" in server.text
 
 
 def test_the_server_cli_refuses_an_unloadable_topology() -> None:
@@ -171,20 +149,29 @@ def test_the_server_cli_refuses_an_unloadable_topology() -> None:
 @pytest.mark.parametrize(
     ("module", "arguments", "message"),
     [
-        ("server", ["--transactional", "tests.transactional.faults:topology"], "needs --state-dir"),
         (
-            "server",
+            "drpc.server",
+            ["--transactional", "tests.transactional.faults:topology"],
+            "needs --state-dir",
+        ),
+        (
+            "drpc.server",
             ["--transactional", "drpc.examples.reach:topology", "--state-dir", "s"],
             "is not a transactional topology",
         ),
         (
-            "server",
+            "drpc.server",
             ["--transactional", "drpc.examples.transactional_words:topology", "--state-dir", "s",
              "--max-spout-pending", "0"],
             "--max-spout-pending must be >= 1",
         ),
-        ("server", ["--max-map-size", "lots"], "not a size: 'lots'"),
-        ("server", ["--map-size", "1GiB", "--max-map-size", "64MiB"], "must be at least"),
+        ("drpc.server", ["--max-map-size", "lots"], "not a size: 'lots'"),
+        ("drpc.server", ["--executor", "spark", "--slots", "0"], "--slots must be >= 1"),
+        ("drpc.server", ["--executor", "spark-batch", "--slots", "2"], "--executor spark only"),
+        ("drpc.runner", ["--servers", "h:1", "--topology", "drpc.examples.reach:topology",
+                         "--executor", "local", "--master", "local[2]"],
+         "--executor spark and spark-batch only"),
+        ("drpc.server", ["--map-size", "1GiB", "--max-map-size", "64MiB"], "must be at least"),
         (
             "drpc.transactional.cli",
             ["run", "drpc.examples.transactional_words:topology", "--state-dir", "s",
@@ -206,6 +193,7 @@ def test_bad_transactional_flags_exit_2_naming_them(
     )
     assert refused.returncode == 2, refused.stderr
     assert message in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1, refused.stderr
     assert not (tmp_path / "s").exists()  # refused before anything was created
 
 
@@ -220,6 +208,14 @@ def test_client_cli_output_and_exit_codes(capsys: pytest.CaptureFixture[str]) ->
         assert client_main(["--servers", servers, "failing", "bad"]) == 1
         err = capsys.readouterr().err
         assert err.startswith('failing "bad" failed: FAILED_REQUEST: Request failed: step')
+        http_port = f"{HOST}:{server.http_port}"
+        assert client_main(["--servers", http_port, "exclamation", "x"]) == 1
+        assert capsys.readouterr().err.splitlines() == [
+            f'exclamation "x" failed: {http_port} answered in HTTP: it is an HTTP port, not a '
+            "Thrift one (a drpc server serves Thrift execute calls on 3772, invocations on 3773 "
+            "and HTTP on 3774 by default; call an HTTP port with HTTPDRPCClient or drpc-client "
+            "--http URL)"
+        ]
     assert client_main(["--servers", f"{HOST}:{free_port()}", "exclamation", "x"]) == 3
     assert "no DRPC server answered" in capsys.readouterr().err
     assert client_main(["--servers", "host:port", "exclamation", "x"]) == 2
@@ -231,7 +227,7 @@ def test_the_server_cli_exits_1_when_a_port_is_taken() -> None:
             [
                 sys.executable,
                 "-m",
-                "server",
+                "drpc.server",
                 "--executor",
                 "local",
                 "--host",
@@ -246,3 +242,120 @@ def test_the_server_cli_exits_1_when_a_port_is_taken() -> None:
         )
     assert refused.returncode == 1
     assert "cannot serve" in refused.stderr
+
+
+USER_MODULE = """
+from drpc import BaseBasicBolt, Fields, LinearDRPCTopologyBuilder
+
+
+class Shout(BaseBasicBolt):
+    def execute(self, tuple, collector):
+        collector.emit([tuple[0], tuple[1].upper()])
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(Fields("id", "result"))
+
+
+shout = LinearDRPCTopologyBuilder("shout")
+shout.add_bolt(Shout(), 2)
+
+
+def needs(count):
+    return shout
+"""
+
+
+def _script(name: str) -> str:
+    """An installed console script of this environment, as a user runs it."""
+    return str(Path(sys.executable).parent / name)
+
+
+def _as_a_user(directory: Path) -> dict[str, str]:
+    """The environment of a user in ``directory``: nothing on PYTHONPATH, ``mytopos.py``
+    (a module of their own) beside them."""
+    (directory / "mytopos.py").write_text(USER_MODULE)
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
+@pytest.mark.parametrize(
+    ("script", "arguments", "message"),
+    [
+        (
+            "drpc-server",
+            ["--topology", "drpc.examples.transactional_words:topology"],
+            "drpc.examples.transactional_words:topology is a transactional topology, not a DRPC "
+            "function: run it with --transactional (drpc-server) or drpc-transactional run",
+        ),
+        ("drpc-server", ["--topology", "mytopos:needs"], "mytopos:needs needs arguments (count)"),
+        ("drpc-server", ["--log-level", "verbose"], "unknown log level 'verbose'"),
+        ("drpc-client", ["--log-level", "verbose", "f", "x"], "unknown log level 'verbose'"),
+        (
+            "drpc-runner",
+            ["--servers", f"{HOST}:1", "--topology", "mytopos:needs"],
+            "mytopos:needs needs arguments (count)",
+        ),
+        (
+            "drpc-transactional",
+            ["run", "mytopos:shout", "--state-dir", "s"],
+            "mytopos:shout is not a transactional topology",
+        ),
+        (
+            "drpc-transactional",
+            ["status", "--state-dir", "typo"],
+            "state directory 'typo' does not exist",
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) and value.startswith("drpc-") else None,
+)
+def test_a_cli_mistake_is_one_line_and_exit_2(
+    script: str, arguments: list[str], message: str, tmp_path: Path
+) -> None:
+    refused = subprocess.run(
+        [_script(script), *arguments],
+        cwd=tmp_path,
+        env=_as_a_user(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.splitlines()
+    assert len(lines) == 1, refused.stderr
+    assert lines[0].startswith(f"{script}")
+    assert ": error: " in lines[0]
+    assert message in lines[0]
+    assert lines[0].endswith("--help)")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mytopos.py"]  # nothing made
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ["--executor", "nope"],
+            "argument --executor: invalid choice: 'nope' "
+            "(choose from 'local', 'spark', 'spark-batch')",
+        ),
+        (["--http-token-auth"], "--http-token-auth needs --tls-ca and --tokens"),
+        (["--tls-ca", "ca.pem"], "--tls-key and --tls-ca need --tls-cert"),
+    ],
+)
+def test_the_server_cli_refuses_flags_that_cannot_work_together(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In-process (the one-line form is shown on real processes above): nothing starts.
+    with pytest.raises(SystemExit) as exited:
+        server_main(arguments)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"drpc-server: error: {message} (see drpc-server --help)\n"
+
+
+def test_the_installed_server_serves_a_topology_module_beside_the_user(tmp_path: Path) -> None:
+    command = [_script("drpc-server"), "--topology", "mytopos:shout", "--executor", "local",
+               *EPHEMERAL_PORTS]  # fmt: skip
+    with server_process(command, cwd=tmp_path, env=_as_a_user(tmp_path)) as server:
+        assert server.listening["functions"] == "shout"
+        url = f"http://{HOST}:{server.listening['http']}/drpc/shout/hello"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            assert response.read() == b"HELLO"
+    assert "neither an ACL nor TLS" not in server.text  # 127.0.0.1: nothing to warn about

@@ -81,7 +81,7 @@ def test_a_traced_reach_request_times_every_step_within_ten_percent(executor: st
             assert answer["request_id"].isdigit()
             steps = [entry["step"] for entry in answer["trace"]]
             expected = REACH_STEPS
-            if executor == "spark":
+            if executor == "spark-batch":
                 expected = [
                     "coalesce",
                     "prepare-request",
@@ -97,7 +97,7 @@ def test_a_traced_reach_request_times_every_step_within_ten_percent(executor: st
             check_accounts_for_total(answer)
             by_step = {entry["step"]: entry for entry in answer["trace"]}
             assert by_step["bolt1"]["busy_ms"] > 0
-            if executor == "spark":
+            if executor == "spark-batch":
                 job_id = by_step["spark-job"]["spark_job_id"]
                 assert isinstance(job_id, int)
                 for step in ("bolt0", "bolt1", "bolt2", "bolt3"):

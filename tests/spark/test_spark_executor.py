@@ -31,7 +31,7 @@ def single_step(name: str, bolt: object) -> LinearDRPCTopologyBuilder:
 def test_two_executors_share_the_one_session() -> None:
     session = runtime.current_session()
     assert session is not None
-    with LocalDRPC(executor="spark") as first, LocalDRPC(executor="spark") as second:
+    with LocalDRPC(executor="spark-batch") as first, LocalDRPC(executor="spark") as second:
         first.register(build_reach())
         second.register(build_reach("reach2"))
         assert runtime.current_session() is session
@@ -45,7 +45,7 @@ def test_two_executors_share_the_one_session() -> None:
 
 
 def test_requests_arriving_while_a_job_runs_are_coalesced_into_the_next_job() -> None:
-    with LocalDRPC(executor="spark", max_jobs_in_flight=1) as drpc:
+    with LocalDRPC(executor="spark-batch", max_jobs_in_flight=1) as drpc:
         runtime_ = drpc.register(single_step("slow", workload.SlowFor()))
         first = drpc.submit("slow", "1.5")
         time.sleep(0.5)  # the first job is running; the next 30 queue up behind it
@@ -56,7 +56,7 @@ def test_requests_arriving_while_a_job_runs_are_coalesced_into_the_next_job() ->
 
 
 def test_max_batch_size_one_runs_a_job_per_request() -> None:
-    with LocalDRPC(executor="spark", max_batch_size=1) as drpc:
+    with LocalDRPC(executor="spark-batch", max_batch_size=1) as drpc:
         runtime_ = drpc.register(build_reach())
         futures = [drpc.submit("reach", url) for url in EXPECTED_REACH]
         assert [f.result(timeout=60) for f in futures] == list(EXPECTED_REACH.values())
@@ -64,7 +64,7 @@ def test_max_batch_size_one_runs_a_job_per_request() -> None:
 
 
 def test_a_job_whose_requests_all_timed_out_is_cancelled_and_frees_its_slot() -> None:
-    with LocalDRPC(executor="spark", max_jobs_in_flight=1) as drpc:
+    with LocalDRPC(executor="spark-batch", max_jobs_in_flight=1) as drpc:
         runtime_ = drpc.register(single_step("slow", workload.SlowFor()))
         started = time.monotonic()
         with pytest.raises(DRPCExecutionException) as caught:
@@ -79,7 +79,7 @@ def test_a_job_whose_requests_all_timed_out_is_cancelled_and_frees_its_slot() ->
 
 
 def test_a_crashed_python_worker_fails_its_job_with_a_typed_error_and_serving_goes_on() -> None:
-    with LocalDRPC(executor="spark") as drpc:
+    with LocalDRPC(executor="spark-batch") as drpc:
         drpc.register(single_step("fragile", workload.CrashOn()))
         with pytest.raises(DRPCExecutionException) as caught:
             drpc.execute("fragile", "crash")
@@ -96,7 +96,7 @@ def test_a_worker_resource_is_loaded_once_per_python_worker(tmp_path: Path) -> N
     resource = WorkerResource(f"marker-{tmp_path.name}", workload.load_marker, str(marker))
     builder = LinearDRPCTopologyBuilder("resource")
     builder.add_bolt(workload.UsesResource(resource), 2)
-    with LocalDRPC(executor="spark") as drpc:
+    with LocalDRPC(executor="spark-batch") as drpc:
         drpc.register(builder)
         answers = [drpc.execute("resource", str(n)) for n in range(8)]
     loads = Counter(marker.read_text().split())
@@ -106,23 +106,33 @@ def test_a_worker_resource_is_loaded_once_per_python_worker(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_reach_on_a_local_cluster_with_separate_executor_jvms() -> None:
+def test_resident_and_batch_functions_on_a_local_cluster_with_separate_executor_jvms() -> None:
     script = textwrap.dedent(
         """
         from drpc.testing import LocalDRPC
         from drpc.examples.reach import build_reach, EXPECTED_REACH
-        with LocalDRPC(executor="spark", master="local-cluster[2,1,1024]", timeout=120) as drpc:
-            drpc.register(build_reach())
+        from drpc.examples.exclamation import build_exclamation
+        from drpc.executors.resident import current_cluster
+        master = "local-cluster[2,1,1024]"
+        with (
+            LocalDRPC(executor="spark", master=master, timeout=120) as resident,
+            LocalDRPC(executor="spark-batch", master=master, timeout=120) as batch,
+        ):
+            resident.register(build_reach())
+            batch.register(build_exclamation())
             for url, reach in EXPECTED_REACH.items():
-                assert drpc.execute("reach", url) == reach, url
+                assert resident.execute("reach", url) == reach, url
+                assert batch.execute("exclamation", url) == url + "!"
             from drpc import runtime
             sc = runtime.current_session().sparkContext
             print("executors", sc._jsc.sc().getExecutorMemoryStatus().size() - 1)
+            print("slots", current_cluster().slots)
         print("ok")
         """
     )
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=False
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["executors", "2", "ok"]
+    # One resident task on one executor JVM, batch jobs on the other.
+    assert out.stdout.split() == ["executors", "2", "slots", "1", "ok"]

@@ -116,9 +116,13 @@ def test_close_ends_use_and_a_later_open_is_a_new_object_with_the_data(state_dir
 
 
 def test_create_false_refuses_a_directory_without_state(tmp_path: Path) -> None:
-    with pytest.raises(StateError, match="no state in"):
+    with pytest.raises(StateError, match="missing' does not exist"):
         StateEnvironment.open(tmp_path / "missing", create=False)
     assert not (tmp_path / "missing").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StateError, match="empty' is not a drpc state directory"):
+        StateEnvironment.open(tmp_path / "empty", create=False)
+    assert list((tmp_path / "empty").iterdir()) == []
     StateEnvironment.open(tmp_path / "present").close()
     StateEnvironment.open(tmp_path / "present", create=False).close()
 

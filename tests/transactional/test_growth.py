@@ -136,7 +136,7 @@ def write_kind(what: str) -> str:
 
 
 def run_level(
-    executor: str, make_spout: Callable[[Path], Any], directory: Path, filler: int
+    tx_executor: str, make_spout: Callable[[Path], Any], directory: Path, filler: int
 ) -> tuple[Any, int, str]:
     state = directory / "state"
     assert fill(state, filler)
@@ -144,7 +144,7 @@ def run_level(
     with TransactionalRunner(
         build(spout),
         state_dir=str(state),
-        executor=executor,
+        executor=tx_executor,
         state_options={"map_size": MAP_SIZE},
     ) as runner:
         result = runner.run()
@@ -157,15 +157,15 @@ def run_level(
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("spout", list(SPOUTS))
 def test_every_level_of_growth_commits_exactly_the_input(
-    executor: str, spout: str, capacity: int, growth: Growth, tmp_path: Path
+    tx_executor: str, spout: str, capacity: int, growth: Growth, tmp_path: Path
 ) -> None:
     directories = [tmp_path / f"level-{level}" for level in range(LEVELS)]
     # Spark runs overlap: each is mostly waiting for its small jobs.
-    with ThreadPoolExecutor(1 if executor == "local" else 6) as pool:
+    with ThreadPoolExecutor(1 if tx_executor == "local" else 6) as pool:
         outcomes = list(
             pool.map(
                 lambda level: run_level(
-                    executor, SPOUTS[spout], directories[level], capacity - level
+                    tx_executor, SPOUTS[spout], directories[level], capacity - level
                 ),
                 range(LEVELS),
             )

@@ -63,13 +63,13 @@ def committed_state(env: StateEnvironment) -> tuple[int, dict[str, int], dict[st
 
 @pytest.mark.timeout(180)
 def test_a_full_map_stops_the_run_typed_and_a_roomier_restart_commits_it(
-    executor: str, tmp_path: Path
+    tx_executor: str, tmp_path: Path
 ) -> None:
     events = Events()
     runner = TransactionalRunner(
         payload_topology(),
         state_dir=str(tmp_path),
-        executor=executor,
+        executor=tx_executor,
         state_options=SMALL_STATE,
         observer=events,
     )
@@ -94,7 +94,7 @@ def test_a_full_map_stops_the_run_typed_and_a_roomier_restart_commits_it(
     with TransactionalRunner(
         payload_topology(),
         state_dir=str(tmp_path),
-        executor=executor,
+        executor=tx_executor,
         state_options=ROOMY_STATE,
         observer=events,
     ) as runner:

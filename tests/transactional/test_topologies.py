@@ -43,9 +43,12 @@ def words_topology(spout: Any, **committer: Any) -> TransactionalTopologyBuilder
 
 
 @pytest.mark.parametrize("pending", [1, 3])
-def test_global_count_commits_9_16_19(executor: str, pending: int, tmp_path: Path) -> None:
+def test_global_count_commits_9_16_19(tx_executor: str, pending: int, tmp_path: Path) -> None:
     result = run(
-        build_global_count(), state_dir=str(tmp_path), executor=executor, max_spout_pending=pending
+        build_global_count(),
+        state_dir=str(tmp_path),
+        executor=tx_executor,
+        max_spout_pending=pending,
     )
     totals = [values[1] for values in result.outputs("sum")]
     assert totals[:3] == [9, 16, 19] and set(totals[3:]) == {19}
@@ -55,8 +58,8 @@ def test_global_count_commits_9_16_19(executor: str, pending: int, tmp_path: Pat
 
 
 @pytest.mark.parametrize("pending", [1, 3])
-def test_transactional_words(executor: str, pending: int, tmp_path: Path) -> None:
-    run(build_words(), state_dir=str(tmp_path), executor=executor, max_spout_pending=pending)
+def test_transactional_words(tx_executor: str, pending: int, tmp_path: Path) -> None:
+    run(build_words(), state_dir=str(tmp_path), executor=tx_executor, max_spout_pending=pending)
     state = TopologyState.at(str(tmp_path))
     assert dict(state.opaque_map(WORDS_MAP).items()) == {
         "cat": 8,
@@ -68,10 +71,10 @@ def test_transactional_words(executor: str, pending: int, tmp_path: Path) -> Non
     assert dict(state.transactional_map(BUCKETS_MAP).items()) == {0: 5}
 
 
-def test_a_restart_resumes_after_the_last_commit(executor: str, tmp_path: Path) -> None:
-    first = run(build_global_count(), state_dir=str(tmp_path), executor=executor, max_batches=2)
+def test_a_restart_resumes_after_the_last_commit(tx_executor: str, tmp_path: Path) -> None:
+    first = run(build_global_count(), state_dir=str(tmp_path), executor=tx_executor, max_batches=2)
     assert [values[1] for values in first.outputs("sum")] == [9, 16]
-    second = run(build_global_count(), state_dir=str(tmp_path), executor=executor)
+    second = run(build_global_count(), state_dir=str(tmp_path), executor=tx_executor)
     assert second.commits[0].txid == 3
     assert [values[1] for values in second.outputs("sum")][:2] == [19, 19]
     assert CoordinatorState(TopologyState.at(str(tmp_path)).env, "global-count").next_txid() == 5
@@ -79,7 +82,7 @@ def test_a_restart_resumes_after_the_last_commit(executor: str, tmp_path: Path) 
 
 @pytest.mark.parametrize("opaque", [False, True])
 def test_failures_in_both_phases_replay_to_exact_counts(
-    executor: str, opaque: bool, tmp_path: Path
+    tx_executor: str, opaque: bool, tmp_path: Path
 ) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -89,7 +92,7 @@ def test_failures_in_both_phases_replay_to_exact_counts(
         spout_type(data, Fields("word"), 4), opaque=opaque, marker_dir=str(markers)
     )
     result = run(
-        topology, state_dir=str(tmp_path / "state"), executor=executor, max_spout_pending=3
+        topology, state_dir=str(tmp_path / "state"), executor=tx_executor, max_spout_pending=3
     )
     expected = Counter(values[0] for partition in data.values() for values in partition)
     kind = "opaque_map" if opaque else "transactional_map"
@@ -101,7 +104,7 @@ def test_failures_in_both_phases_replay_to_exact_counts(
 
 
 def test_rich_bolts_acking_from_their_own_threads_in_both_phases(
-    executor: str, tmp_path: Path
+    tx_executor: str, tmp_path: Path
 ) -> None:
     """The same topology commits the same counts on every executor, whether the late
     acks come in the processing phase or in the commit phase (after the committer)."""
@@ -115,7 +118,7 @@ def test_rich_bolts_acking_from_their_own_threads_in_both_phases(
     )
     builder.set_bolt("after", AckFromAThread(("id", "words")), 2).shuffle_grouping("commit")
     builder.set_bolt("total", bolts.SumOfSecondField()).global_grouping("after")
-    result = run(builder, state_dir=str(tmp_path), executor=executor)
+    result = run(builder, state_dir=str(tmp_path), executor=tx_executor)
     assert dict(TopologyState.at(str(tmp_path)).transactional_map("counts").items()) == WORDS
     assert [total for _, total in result.outputs("total")] == [
         commit.tuples for commit in result.commits

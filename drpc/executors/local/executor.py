@@ -30,6 +30,13 @@ every task of the topology until ``stop()``:
 Engine bugs and exceptions from spout callbacks are logged, never allowed to
 kill a worker thread.
 
+One share of a topology. With ``hosted`` (task ids) and ``remote`` the engine
+runs only those tasks (and its ackers only with ``ackers=True``); a message
+for any other task, an acker elsewhere or a failed root's broadcast goes to
+``remote`` (a ``Remote``: the resident Spark executor's transport, which
+hands what arrives for this share to ``deliver``, ``to_acker`` and
+``abandon_local``). Every other rule is the same in one process or many.
+
 Per-request spans for the observer: ``drpc.executors.local.spans``. The
 actors, messages and tasks: ``actors``, ``messages``, ``tasks``.
 """
@@ -37,15 +44,18 @@ actors, messages and tasks: ``actors``, ``messages``, ``tasks``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import Any
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 from drpc import config
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.errors import Failure, InvalidTopologyError
 from drpc.executors.local.actors import Actor, Scheduler, Timer
 from drpc.executors.local.messages import Abandon, Message, Tick
-from drpc.executors.local.spans import ObservedInvocations, RequestSpans
+from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
 from drpc.executors.local.tasks import AckerTask, BoltTask, SpoutTask
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
@@ -53,8 +63,18 @@ from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 log = logging.getLogger(__name__)
 
 
+class Remote(Protocol):
+    """Where the tasks and ackers an engine does not host are (see the module doc)."""
+
+    def deliver(self, task_id: int, message: Message) -> None: ...
+
+    def to_acker(self, root: int, message: Message) -> None: ...
+
+    def broadcast_abandon(self, root: int) -> None: ...
+
+
 class LocalExecutor:
-    """Runs a topology's tasks in this process until ``stop()``."""
+    """Runs a topology's tasks (or its share of them) in this process until ``stop()``."""
 
     name = "local"
 
@@ -66,7 +86,21 @@ class LocalExecutor:
         services: dict[str, Any] | None = None,
         threads: int = 4,
         tick_interval: float = 0.1,
+        hosted: Collection[int] | None = None,
+        remote: Remote | None = None,
+        ackers: bool = True,
+        recorder: StepRecorder | None = None,
     ) -> None:
+        """
+        :param threads: worker threads running the tasks (default 4).
+        :param tick_interval: seconds between timeout checks (default 0.1).
+        :param hosted: the task ids this engine runs (default every task); the others
+            are reached through ``remote``.
+        :param ackers: run the topology's acker tasks here (default True).
+        :param recorder: where bolt tasks report step spans when the requests' spans are
+            kept in another process (``ShippedSpans``); by default they are kept here when
+            an observer is given.
+        """
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         if tick_interval <= 0:
@@ -76,6 +110,7 @@ class LocalExecutor:
         self.services = dict(services or {})
         self.observer: Observer = bus(observer_of(self.services))
         self.spans: RequestSpans | None = None
+        self.recorder: StepRecorder | None = recorder
         invocations = self.services.get(INVOCATIONS_SERVICE)
         if (
             self.observer is not NULL_OBSERVER
@@ -84,6 +119,7 @@ class LocalExecutor:
         ):
             self.spans = RequestSpans(self.observer, topology.drpc_function)
             self.services[INVOCATIONS_SERVICE] = ObservedInvocations(invocations, self.spans)
+            self.recorder = self.spans
         self.tick_interval = tick_interval
         label = topology.name
         self.scheduler = Scheduler(threads, label)
@@ -93,14 +129,22 @@ class LocalExecutor:
         self.coordinated_tasks: list[BoltTask] = []
         self.spout_tasks: list[SpoutTask] = []
         self.message_timeout = float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS])
-        self.ackers = [
-            AckerTask(self, i, self.message_timeout)
-            for i in range(int(self.conf[config.TOPOLOGY_ACKER_EXECUTORS]))
-        ]
+        if (hosted is not None or not ackers) and remote is None:
+            raise ValueError("an engine hosting a share of a topology needs a remote")
+        self.remote = remote
+        self.acker_count = int(self.conf[config.TOPOLOGY_ACKER_EXECUTORS])
+        self.ackers = (
+            [AckerTask(self, i, self.message_timeout) for i in range(self.acker_count)]
+            if ackers
+            else []
+        )
         self.running = False
+        self._held = threading.local()
         for component_id, task_ids in topology.component_task_ids.items():
             spec = topology.components[component_id]
             for task_id in task_ids:
+                if hosted is not None and task_id not in hosted:
+                    continue
                 if spec.kind == "spout":
                     spout_task = SpoutTask(self, spec, task_id)
                     self.spout_tasks.append(spout_task)
@@ -177,13 +221,50 @@ class LocalExecutor:
         if self.running:
             self.scheduler.post(actor, message)
 
+    @contextmanager
+    def holding(self, before: Callable[[], None]) -> Iterator[None]:
+        """Hold what this thread delivers until the block ends, then call ``before`` and
+        deliver it, in order."""
+        held: list[tuple[Callable[[int, Message], None], int, Message]] = []
+        self._held.items = held
+        try:
+            yield
+        finally:
+            self._held.items = None
+            before()
+            for send, to, message in held:
+                send(to, message)
+
     def deliver(self, task_id: int, message: Message) -> None:
-        self.post(self.tasks[task_id], message)
+        held = getattr(self._held, "items", None)
+        if held is not None:
+            held.append((self.deliver, task_id, message))
+            return
+        task = self.tasks.get(task_id)
+        if task is not None:
+            self.post(task, message)
+        else:
+            assert self.remote is not None, f"task {task_id} is in no engine"
+            self.remote.deliver(task_id, message)
 
     def to_acker(self, root: int, message: Message) -> None:
-        self.post(self.ackers[root % len(self.ackers)], message)
+        held = getattr(self._held, "items", None)
+        if held is not None:
+            held.append((self.to_acker, root, message))
+            return
+        if self.ackers:
+            self.post(self.ackers[root % self.acker_count], message)
+        else:
+            assert self.remote is not None
+            self.remote.to_acker(root, message)
 
     def broadcast_abandon(self, root: int) -> None:
+        """A root failed: every coordinated task, here and elsewhere, drops its ids."""
+        self.abandon_local(root)
+        if self.remote is not None:
+            self.remote.broadcast_abandon(root)
+
+    def abandon_local(self, root: int) -> None:
         for task in self.coordinated_tasks:
             self.post(task, Abandon(root))
 
@@ -213,6 +294,16 @@ class LocalExecutor:
         for task in self.coordinated_tasks:
             self.post(task, Tick(now))
         self.timer.schedule(self.tick_interval, self._tick)
+
+    def fail_pending(self, failure: Failure) -> int:
+        """Fail every request this engine's spouts still wait for (after ``stop``, when
+        the tasks that held them are gone); returns how many."""
+        failed = 0
+        for spout in self.spout_tasks:
+            for root in list(spout.pending):
+                spout.root_done(root, failure)
+                failed += 1
+        return failed
 
     # -- introspection (tests, metrics) ---------------------------------------------------
 

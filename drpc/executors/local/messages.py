@@ -5,6 +5,9 @@ are pickled, once by the emitter, in ``payload``):
 
 - ``TupleMessage``: a tuple for a bolt task, with its acking ``message_id``
   (root id -> edge id);
+- ``ReportMessage``: a coordination count report (a tuple on the ``__coord``
+  stream, anchored like any other, but engine-made: it carries its id and
+  count as they are instead of a pickled payload);
 - ``AckInit``, ``Ack``, ``AckFail``: a spout's new root, a task's ack (its
   edge id XOR its children's), a failed tuple, for the acker owning the root;
 - ``RootDone``: to the spout owning a root, its tree completed (``failure``
@@ -16,7 +19,7 @@ are pickled, once by the emitter, in ``payload``):
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from drpc.errors import Failure
 
@@ -26,6 +29,14 @@ class TupleMessage(NamedTuple):
     stream: str
     source_task: int
     payload: bytes
+    message_id: dict[int, int]
+
+
+class ReportMessage(NamedTuple):
+    source: str
+    source_task: int
+    id: Any
+    tuples: int  # how many tuples of ``id`` the source task sent the receiving one
     message_id: dict[int, int]
 
 
@@ -64,4 +75,32 @@ class Next(NamedTuple):
 
 NEXT = Next()
 
-Message = TupleMessage | AckInit | Ack | AckFail | RootDone | Abandon | Tick | Next
+Message = TupleMessage | ReportMessage | AckInit | Ack | AckFail | RootDone | Abandon | Tick | Next
+
+
+# -- on the wire (the resident executor): plain tuples, a kind number first ----------------------
+
+_KINDS: tuple[type[Message], ...] = (
+    TupleMessage,
+    ReportMessage,
+    AckInit,
+    Ack,
+    AckFail,
+    RootDone,
+    Abandon,
+    Tick,
+    Next,
+)
+_KIND_OF = {kind: number for number, kind in enumerate(_KINDS)}
+_new = tuple.__new__
+
+
+def encode(message: Message) -> tuple[object, ...]:
+    """``message`` as a plain tuple (pickles far cheaper than a NamedTuple)."""
+    return (_KIND_OF[type(message)], *message)
+
+
+def decode(encoded: tuple[Any, ...]) -> Message:
+    """The message ``encode`` made ``encoded`` from."""
+    message: Message = _new(_KINDS[encoded[0]], encoded[1:])
+    return message

@@ -32,11 +32,35 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Protocol
 
 from drpc.errors import Failure
 from drpc.observe import Observer
 from drpc.requests import ReturnInfo
+
+
+class StepRecorder(Protocol):
+    """What bolt tasks report about the messages they handle (``RequestSpans`` here, or
+    ``ShippedSpans`` in a process that hosts only part of the topology)."""
+
+    def holding(self) -> AbstractContextManager[None]: ...
+
+    def begin(
+        self, step: str, task: int, roots: dict[int, int], started: float
+    ) -> dict[str, Any] | None: ...
+
+    def saw(
+        self,
+        step: str,
+        task: int,
+        roots: dict[int, int],
+        started: float,
+        now: float,
+        moves_end: bool = True,
+    ) -> None: ...
 
 
 class StepSpan:
@@ -92,6 +116,10 @@ class RequestSpans:
 
     def __len__(self) -> int:
         return len(self._trees)
+
+    def holding(self) -> AbstractContextManager[None]:
+        """Nothing to hold: every step reports here, in this process."""
+        return nullcontext()
 
     def opened(self, root: int, return_info: ReturnInfo) -> None:
         self._roots[return_info] = root
@@ -190,6 +218,11 @@ class RequestSpans:
             attrs = {"busy_ms": round(busy * 1000.0, 3), "tasks": tasks}
             self.observer.step_finished(return_info, step, start, end, attrs)
 
+    def log_fields(self, root: int) -> dict[str, Any] | None:
+        """The log fields of the request of ``root`` (``request_id``, ``function``)."""
+        tree = self._trees.get(root)
+        return tree.log_fields if tree is not None else None
+
     def forget(self, root: int) -> None:
         tree = self._trees.pop(root, None)
         if tree is not None:
@@ -217,3 +250,90 @@ class ObservedInvocations:
 
     def __getattr__(self, name: str) -> Any:  # add_listener, when the real handle has it
         return getattr(self._invocations, name)
+
+
+KNOWN_REQUESTS = 16384
+"""How many requests' log fields a process hosting part of a topology keeps."""
+
+SpanEvent = tuple[Any, ...]
+"""("begin", step, task, roots, started) or ("saw", step, task, roots, started, now,
+moves_end), with ``time.time()`` times."""
+
+
+class ShippedSpans:
+    """The step recorder of a process hosting part of a topology: each begin and saw goes,
+    as a ``SpanEvent`` with wall-clock times, to the process that keeps the requests'
+    spans (``ship(events)``): a begin at once (the step shows as started while it works),
+    a saw ahead of everything the handling sent on (``hold(before)`` holds this thread's
+    sends and calls ``before`` first), so a message of the next step never overtakes the
+    span of the step that sent it."""
+
+    def __init__(
+        self,
+        hold: Callable[[Callable[[], None]], AbstractContextManager[None]],
+        ship: Callable[[list[SpanEvent]], None],
+    ) -> None:
+        self._hold = hold
+        self._ship = ship
+        self._local = threading.local()
+        self._offset = time.time() - time.monotonic()
+        self._fields: OrderedDict[int, dict[str, Any]] = OrderedDict()
+
+    def learn(self, root: int, fields: dict[str, Any]) -> None:
+        """The log fields of ``root``'s request, for this process's log lines about it
+        (the latest ``KNOWN_REQUESTS`` are kept)."""
+        known = self._fields
+        known[root] = fields
+        if len(known) > KNOWN_REQUESTS:
+            known.popitem(last=False)
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        events: list[SpanEvent] = []
+        self._local.events = events
+        try:
+            with self._hold(lambda: self._ship(events) if events else None):
+                yield
+        finally:
+            self._local.events = None
+
+    def _add(self, event: SpanEvent) -> None:
+        events = getattr(self._local, "events", None)
+        if events is not None:
+            events.append(event)
+
+    def begin(
+        self, step: str, task: int, roots: dict[int, int], started: float
+    ) -> dict[str, Any] | None:
+        # At once, not held: the step shows as started while it works; nothing this
+        # handling sends has left yet, so nothing can overtake it.
+        self._ship([("begin", step, task, tuple(roots), started + self._offset)])
+        known = self._fields
+        for root in roots:
+            fields = known.get(root)
+            if fields is not None:
+                return fields
+        return None
+
+    def saw(
+        self,
+        step: str,
+        task: int,
+        roots: dict[int, int],
+        started: float,
+        now: float,
+        moves_end: bool = True,
+    ) -> None:
+        offset = self._offset
+        self._add(("saw", step, task, tuple(roots), started + offset, now + offset, moves_end))
+
+
+def record_shipped(spans: RequestSpans, events: list[SpanEvent]) -> None:
+    """Apply span events another process shipped (``ShippedSpans``) to ``spans``."""
+    offset = time.time() - time.monotonic()
+    for event in events:
+        roots = dict.fromkeys(event[3], 0)
+        if event[0] == "begin":
+            spans.begin(event[1], event[2], roots, event[4] - offset)
+        else:
+            spans.saw(event[1], event[2], roots, event[4] - offset, event[5] - offset, event[6])

@@ -43,11 +43,12 @@ from drpc.executors.local.messages import (
     AckInit,
     Message,
     Next,
+    ReportMessage,
     RootDone,
     Tick,
     TupleMessage,
 )
-from drpc.executors.local.spans import HANDLING
+from drpc.executors.local.spans import HANDLING, StepRecorder
 from drpc.executors.task import TaskCore
 from drpc.logs import pop_context, push_context
 from drpc.model.components import (
@@ -113,8 +114,8 @@ class BoltTask(Actor):
 
     def handle(self, message: Message) -> None:
         match message:
-            case TupleMessage():
-                if self.engine.spans is not None and message.message_id:
+            case TupleMessage() | ReportMessage():
+                if self.engine.recorder is not None and message.message_id:
                     self._handle_traced(message)
                     return
                 with self.lock:
@@ -126,9 +127,13 @@ class BoltTask(Actor):
                 with self.lock:
                     self.tick(now)
 
-    def _handle_traced(self, message: TupleMessage) -> None:
-        spans = self.engine.spans
+    def _handle_traced(self, message: TupleMessage | ReportMessage) -> None:
+        spans = self.engine.recorder
         assert spans is not None
+        with spans.holding():
+            self._traced(spans, message)
+
+    def _traced(self, spans: StepRecorder, message: TupleMessage | ReportMessage) -> None:
         roots = message.message_id
         started = time.monotonic()
         self.done_with_id = False
@@ -136,7 +141,7 @@ class BoltTask(Actor):
         self.failed_here = False
         if self.hands_over:
             HANDLING.current = (self.component_id, self.task_id, started)
-        report = message.stream == COORDINATED_STREAM_ID
+        report = type(message) is ReportMessage
         context = None if report else spans.begin(self.component_id, self.task_id, roots, started)
         token = push_context(context) if context is not None else None
         try:
@@ -156,14 +161,24 @@ class BoltTask(Actor):
                 moves_end = self.last_sent is not None or self.failed_here
                 spans.saw(self.component_id, self.task_id, roots, started, ended, moves_end)
 
-    def receive(self, message: TupleMessage) -> None:
-        received = self.core.make_tuple(
-            message.source,
-            message.stream,
-            message.source_task,
-            pickle.loads(message.payload),
-            message.message_id,
-        )
+    def receive(self, message: TupleMessage | ReportMessage) -> None:
+        if type(message) is ReportMessage:
+            received = self.core.make_tuple(
+                message.source,
+                COORDINATED_STREAM_ID,
+                message.source_task,
+                [message.id, message.tuples],
+                message.message_id,
+            )
+        else:
+            assert type(message) is TupleMessage
+            received = self.core.make_tuple(
+                message.source,
+                message.stream,
+                message.source_task,
+                pickle.loads(message.payload),
+                message.message_id,
+            )
         if self.tracker is None:
             self.core.execute(received)
         else:
@@ -252,23 +267,23 @@ class BoltTask(Actor):
         if not targets:
             return
         payload = self.core.router.serialize(stream, values)
-        if self.engine.spans is not None:
+        if self.engine.recorder is not None:
             self.last_sent = time.monotonic()  # before a receiver can act on it
         for target in targets:
-            message_id: dict[int, int] = {}
-            for anchor in anchors:
-                edge = new_edge_id()
-                anchor._ack_val ^= edge
-                for root in anchor.message_id:
-                    message_id[root] = message_id.get(root, 0) ^ edge
             self.engine.deliver(
                 target,
-                TupleMessage(self.component_id, stream, self.task_id, payload, message_id),
+                TupleMessage(
+                    self.component_id, stream, self.task_id, payload, anchored_to(anchors)
+                ),
             )
 
     def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
-        anchors = () if trigger is None else (trigger,)
-        self.core.send(COORDINATED_STREAM_ID, [id, count], [task], anchors)
+        message_id = anchored_to((trigger,)) if trigger is not None else {}
+        self.engine.deliver(
+            task, ReportMessage(self.component_id, self.task_id, id, count, message_id)
+        )
+        if self.core.debug:
+            log.debug("%s reported %d tuple(s) of %r to task %d", self.name, count, id, task)
 
     def settle(self, done: Tuple, failure: Failure | None) -> None:
         if failure is None:
@@ -277,8 +292,9 @@ class BoltTask(Actor):
             self.fail_roots(done, failure)
 
     def completed(self, id: Hashable) -> None:
-        for held in self.held.pop(id, ()):
-            self.ack_roots(held)
+        held = self.held.pop(id, None)
+        if held:
+            self.ack_all(held)
         self.forget_roots(id)
 
     def failed(self, id: Hashable, failure: Failure, timed_out: bool) -> Failure:
@@ -304,6 +320,19 @@ class BoltTask(Actor):
         for root, edge in done.message_id.items():
             self.engine.to_acker(root, Ack(root, edge ^ done._ack_val))
 
+    def ack_all(self, done: list[Tuple]) -> None:
+        """Ack several tuples: one message per root, their values XORed together (the
+        acker's ledger is order-independent, so this is the same as acking each)."""
+        values: dict[int, int] = {}
+        for tuple in done:
+            if tuple._done:
+                continue
+            tuple._done = True
+            for root, edge in tuple.message_id.items():
+                values[root] = values.get(root, 0) ^ edge ^ tuple._ack_val
+        for root, value in values.items():
+            self.engine.to_acker(root, Ack(root, value))
+
     def fail_roots(self, done: Tuple, failure: Failure) -> None:
         if done._done:
             return
@@ -313,6 +342,18 @@ class BoltTask(Actor):
 
     def cleanup(self) -> None:
         self.runner.cleanup()
+
+
+def anchored_to(anchors: Sequence[Tuple]) -> dict[int, int]:
+    """The acking ``message_id`` of a tuple emitted anchored to ``anchors``: a fresh edge
+    id, XORed into each anchor's value and into the tuple's id for each of their roots."""
+    message_id: dict[int, int] = {}
+    for anchor in anchors:
+        edge = new_edge_id()
+        anchor._ack_val ^= edge
+        for root in anchor.message_id:
+            message_id[root] = message_id.get(root, 0) ^ edge
+    return message_id
 
 
 class SpoutCollector(SpoutOutputCollector):

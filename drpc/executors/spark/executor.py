@@ -1,4 +1,5 @@
-"""The Spark executor: DRPC topologies as coordinated batch jobs on a persistent session.
+"""The Spark batch executor (``executor="spark-batch"``): DRPC topologies as coordinated batch
+jobs on a persistent session.
 
 Contract. ``SparkExecutor(topology, services={"drpc.invocations": ...},
 master=None, max_batch_size=256, max_wait=0.01, max_jobs_in_flight=2)``:
@@ -76,7 +77,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drpc import config, runtime
-from drpc.builders.drpc_components import INVOCATIONS_SERVICE, RETURN_STREAM
+from drpc.builders.drpc_components import (
+    INVOCATIONS_SERVICE,
+    RETURN_STREAM,
+    required_invocations,
+    served_function,
+)
 from drpc.builders.linear_drpc import PREPARE_ID, SPOUT_ID
 from drpc.errors import (
     DRPCExceptionType,
@@ -97,7 +103,7 @@ from drpc.logs import request_extra, worker_settings
 from drpc.model.streams import DEFAULT_STREAM_ID
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
-from drpc.requests import DRPCRequest, Invocations, ReturnInfo
+from drpc.requests import DRPCRequest, ReturnInfo
 from drpc.semantics.runners import freeze
 
 log = logging.getLogger(__name__)
@@ -134,7 +140,7 @@ class SparkExecutorStats:
 class SparkExecutor:
     """Serves a DRPC topology by running coalesced batches of requests as Spark jobs."""
 
-    name = "spark"
+    name = "spark-batch"
 
     def __init__(
         self,
@@ -157,18 +163,11 @@ class SparkExecutor:
             raise ValueError(f"max_wait must be >= 0, got {max_wait}")
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval}")
-        if topology.drpc_function is None:
-            raise InvalidTopologyError(
-                f"topology {topology.name!r} serves no DRPC function; the Spark executor serves "
-                "DRPC topologies (transactional topologies run through drpc.transactional)"
-            )
         self.topology = topology
-        self.function = topology.drpc_function
+        self.function = served_function(topology, "Spark batch executor")
         self.conf = config.resolve(topology.conf, conf)
         self.services = dict(services or {})
-        if INVOCATIONS_SERVICE not in self.services:
-            raise ValueError(f"the Spark executor needs services[{INVOCATIONS_SERVICE!r}]")
-        self.invocations: Invocations = self.services[INVOCATIONS_SERVICE]
+        self.invocations = required_invocations(self.services, "Spark batch executor")
         self.observer: Observer = bus(observer_of(self.services))
         self._observing = self.observer is not NULL_OBSERVER
         self.master = master

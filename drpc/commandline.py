@@ -1,0 +1,47 @@
+"""What every drpc command line shares: one-line usage errors, user modules found beside the user.
+
+Contract:
+
+- ``CommandLineParser`` is an ``argparse.ArgumentParser`` whose usage errors
+  (an unknown option, a bad value, a failed check passed to ``error``) print
+  one line on stderr, ``PROG: error: MESSAGE (see PROG --help)``, and exit
+  with status 2. Plain argparse prints the whole usage first, which in a
+  command with many options pushes the one line that matters out of sight.
+  Sub-commands made with ``add_subparsers`` get the same class.
+- ``import_from_working_directory()`` puts the working directory first on
+  ``sys.path`` (if it is not on it already), as ``python -m`` does, so
+  ``--topology mytopos:topology`` finds ``mytopos.py`` in the directory the
+  command runs in whether the command started as ``python -m drpc.server`` or
+  as an installed script (whose ``sys.path`` starts at its own ``bin``
+  directory). ``WORKING_DIRECTORY_HELP`` is the sentence the commands' help
+  uses to say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import NoReturn
+
+USAGE_ERROR = 2
+"""Exit status of a usage error (argparse's)."""
+
+WORKING_DIRECTORY_HELP = (
+    "MODULE is imported as python -m would: the working directory first, then the "
+    "installed packages"
+)
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (see the module doc)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def import_from_working_directory() -> None:
+    """Put the working directory first on ``sys.path`` unless it is there already."""
+    here = os.getcwd()
+    if not any(os.path.abspath(entry or os.curdir) == here for entry in sys.path):
+        sys.path.insert(0, here)

@@ -1,0 +1,425 @@
+"""The driver side of the resident Spark job: its tasks, and the functions deployed on them.
+
+Contract. ``ResidentCluster(sc, slots=...)`` is one long-running Spark job of
+``slots`` barrier tasks (``drpc.executors.resident.worker``), started with
+``start()`` in a job of its own (tagged, in the FAIR pool ``drpc-resident``);
+every resident function of the process is deployed on it:
+
+- ``deploy(topology, conf, services)`` sends each task its share of the
+  topology, waits until every task runs it, then starts the driver's share
+  (spouts, the DRPC scaffolding, the ackers) and returns the ``Deployment``;
+  ``undeploy`` stops both. A request enters through the driver's share:
+  nothing launches a Spark job per request.
+- The job occupies ``slots`` executor slots for as long as it runs; batch jobs
+  and transactional runs use the rest. ``default_slots(sc)`` is half the
+  default parallelism, at least one.
+- Faults: a task's connection breaking, or the job failing, breaks the
+  cluster: the job is given ``JOB_FAILURE_GRACE`` seconds to fail on its own
+  and is cancelled otherwise, the requests in flight on every deployment
+  fail with INTERNAL_ERROR naming the cause (Spark's error when there is
+  one), and after ``restart_delay`` seconds a new job starts and every
+  deployment is deployed again; requests that arrive meanwhile wait in the
+  request table. A job that does not get all its tasks connected within
+  ``start_timeout`` seconds fails ``deploy`` with ``DRPCError`` naming the
+  master and the slots it asked for.
+- ``stop()`` ends the job (the tasks return) and closes the node.
+
+The wire is ``drpc.executors.resident.transport`` (node 0 here, listening on
+the driver's address), the routing ``drpc.executors.resident.routing``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from drpc.errors import DRPCError, DRPCExceptionType, Failure
+from drpc.executors.local.executor import LocalExecutor
+from drpc.executors.resident.control import (
+    Deploy,
+    Deployed,
+    DeployFailed,
+    Ready,
+    Stop,
+    Undeploy,
+)
+from drpc.executors.resident.routing import (
+    CONTROL,
+    DRIVER,
+    Route,
+    dispatch_items,
+    hosted_by,
+    place,
+)
+from drpc.executors.resident.transport import Node
+from drpc.executors.resident.worker import resident_task
+from drpc.executors.spark.stages import describe_spark_error, tagged_job
+from drpc.logs import worker_settings
+from drpc.model.topology import Topology
+from drpc.observe import NULL_OBSERVER, observer_of
+from drpc.semantics.runners import freeze
+
+log = logging.getLogger(__name__)
+
+POOL = "drpc-resident"
+DEFAULT_START_TIMEOUT = 120.0
+DEFAULT_RESTART_DELAY = 1.0
+DEFAULT_WORKER_THREADS = 4
+JOB_FAILURE_GRACE = 5.0
+"""Seconds a broken cluster waits for Spark to fail the job itself (its error names the
+cause: a Python worker that exited, a lost executor) before it cancels the job."""
+JOB_END_WAIT = 10.0
+"""Seconds a broken cluster waits for its cancelled Spark job to end."""
+
+_keys = itertools.count(1)
+
+
+def default_slots(sc: Any) -> int:
+    """Half the default parallelism, at least one: the rest stays free for batch jobs."""
+    return max(1, int(sc.defaultParallelism) // 2)
+
+
+@dataclass
+class Deployment:
+    """One function's topology on the resident job, and its driver-side share."""
+
+    key: str
+    topology: Topology
+    frozen: bytes
+    conf: dict[str, Any]
+    services: dict[str, Any]
+    threads: int
+    node_of: dict[int, int] = field(default_factory=dict)
+    observed: bool = False  # the resident tasks ship their step spans to the driver
+    engine: LocalExecutor | None = None
+    deployed: set[int] = field(default_factory=set)
+    failed: str | None = None
+
+
+class ResidentCluster:
+    """The resident job and its deployments (see the module doc)."""
+
+    def __init__(
+        self,
+        sc: Any,
+        *,
+        slots: int,
+        worker_threads: int = DEFAULT_WORKER_THREADS,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        restart_delay: float = DEFAULT_RESTART_DELAY,
+    ) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.sc = sc
+        self.slots = slots
+        self.worker_threads = worker_threads
+        self.start_timeout = start_timeout
+        self.restart_delay = restart_delay
+        self.workers = list(range(1, slots + 1))
+        self.node = Node(DRIVER, secrets.token_bytes(32), self._on_items, self._on_lost)
+        conf = sc.getConf()
+        bind_host = conf.get("spark.driver.bindAddress", None) or conf.get(
+            "spark.driver.host", "127.0.0.1"
+        )
+        _, port = self.node.listen(bind_host)
+        self.address = (conf.get("spark.driver.host", bind_host), port)
+        self.generation = 0
+        self.restarts = 0
+        self.last_failure: str | None = None
+        self._cond = threading.Condition()
+        self._ready: set[int] = set()
+        self._deployments: dict[str, Deployment] = {}
+        self._job: threading.Thread | None = None
+        self._job_error: BaseException | None = None
+        self._tag = ""
+        self._broken = False
+        self._stopping = False
+
+    # -- the job ---------------------------------------------------------------------------
+
+    def start(self) -> ResidentCluster:
+        with self._cond:
+            if self._job is not None or self._stopping:
+                return self
+            self._launch()
+        return self
+
+    def _launch(self) -> None:
+        """Start a new generation of the job. Holds ``_cond``."""
+        self.generation += 1
+        self._ready = set()
+        self._broken = False
+        self._job_error = None
+        self._tag = f"drpc-resident-{self.node.token[:4].hex()}-{self.generation}"
+        self._job = threading.Thread(
+            target=self._run_job,
+            args=(self._tag, self.generation),
+            name=f"drpc-resident-job-{self.generation}",
+            daemon=True,
+        )
+        self._job.start()
+
+    def _run_job(self, tag: str, generation: int) -> None:
+        task = partial(
+            resident_task,
+            driver=self.address,
+            token=self.node.token,
+            threads=self.worker_threads,
+            logging_settings=worker_settings(),
+        )
+        description = f"drpc resident tasks ({self.slots} slots), generation {generation}"
+        try:
+            with tagged_job(self.sc, tag, description, pool=POOL):
+                rdd = self.sc.parallelize(range(self.slots), self.slots)
+                ended = rdd.barrier().mapPartitionsWithIndex(task).collect()
+            reason = "the resident job ended: " + "; ".join(sorted(set(ended)))
+        except BaseException as error:
+            with self._cond:
+                self._job_error = error
+            reason = f"the resident Spark job failed: {describe_spark_error(error)}"
+        with self._cond:
+            if self._stopping or generation != self.generation:
+                return
+        self._break(reason)
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while set(self.workers) - self._ready or self._broken:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    # -- deployments -----------------------------------------------------------------------
+
+    def deploy(
+        self,
+        topology: Topology,
+        conf: dict[str, Any],
+        services: dict[str, Any],
+        *,
+        threads: int = DEFAULT_WORKER_THREADS,
+    ) -> Deployment:
+        """Run ``topology`` on the resident tasks and its driver share here."""
+        self.start()
+        deployment = Deployment(
+            key=f"{topology.name}#{next(_keys)}",
+            topology=topology,
+            frozen=freeze(topology),
+            conf=dict(conf),
+            services=services,
+            threads=threads,
+            node_of=place(topology, self.slots),
+            observed=observer_of(services) is not NULL_OBSERVER,
+        )
+        if not self.wait_ready(self.start_timeout):
+            raise DRPCError(self._not_ready_message())
+        with self._cond:
+            self._deployments[deployment.key] = deployment
+        try:
+            self._deploy(deployment)
+        except BaseException:
+            self.undeploy(deployment)
+            raise
+        return deployment
+
+    def _deploy(self, deployment: Deployment) -> None:
+        with self._cond:
+            deployment.deployed = set()
+            deployment.failed = None
+        for worker in self.workers:
+            self.node.send(
+                worker,
+                (
+                    None,
+                    CONTROL,
+                    Deploy(
+                        deployment.key,
+                        deployment.frozen,
+                        deployment.conf,
+                        deployment.node_of,
+                        deployment.observed,
+                    ),
+                ),
+            )
+        deadline = time.monotonic() + self.start_timeout
+        with self._cond:
+            while set(self.workers) - deployment.deployed and deployment.failed is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._broken:
+                    break
+                self._cond.wait(remaining)
+            failed = deployment.failed
+            missing = sorted(set(self.workers) - deployment.deployed)
+        if failed is not None:
+            raise DRPCError(
+                f"the resident tasks could not run {deployment.topology.name!r}: {failed}"
+            )
+        if missing:
+            raise DRPCError(
+                f"resident tasks {missing} did not start {deployment.topology.name!r} within "
+                f"{self.start_timeout:g} s"
+            )
+        route = Route(self.node, deployment.key, deployment.node_of)
+        engine = LocalExecutor(
+            deployment.topology,
+            conf=deployment.conf,
+            services=deployment.services,
+            threads=deployment.threads,
+            hosted=hosted_by(deployment.node_of, DRIVER),
+            remote=route,
+        )
+        if engine.spans is not None:
+            route.log_fields = engine.spans.log_fields
+        engine.start()
+        deployment.engine = engine
+
+    def undeploy(self, deployment: Deployment) -> None:
+        with self._cond:
+            self._deployments.pop(deployment.key, None)
+        engine, deployment.engine = deployment.engine, None
+        self.node.broadcast((None, CONTROL, Undeploy(deployment.key)))
+        if engine is not None:
+            engine.stop()
+            engine.fail_pending(Failure(DRPCExceptionType.SERVER_SHUTDOWN, "Server Shutting Down"))
+
+    def deployments(self) -> list[Deployment]:
+        with self._cond:
+            return list(self._deployments.values())
+
+    # -- what arrives ----------------------------------------------------------------------
+
+    def _on_items(self, peer: int, items: list[Any]) -> None:
+        dispatch_items(items, self._engine_of, self._control)
+
+    def _engine_of(self, key: str) -> LocalExecutor | None:
+        deployment = self._deployments.get(key)
+        return deployment.engine if deployment is not None else None
+
+    def _control(self, message: Any) -> None:
+        with self._cond:
+            if isinstance(message, Ready):
+                self._ready.add(message.node)
+            elif isinstance(message, Deployed):
+                deployment = self._deployments.get(message.key)
+                if deployment is not None:
+                    deployment.deployed.add(message.node)
+            elif isinstance(message, DeployFailed):
+                deployment = self._deployments.get(message.key)
+                if deployment is not None:
+                    deployment.failed = f"resident task {message.node}: {message.reason}"
+            self._cond.notify_all()
+
+    def _on_lost(self, peer: int, reason: str) -> None:
+        with self._cond:
+            if self._stopping or peer not in self._ready:
+                return
+        self._break(f"resident task {peer} went away: {reason}")
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def _break(self, reason: str) -> None:
+        """The job is gone or going: fail what was in flight, start a new one."""
+        with self._cond:
+            if self._broken or self._stopping:
+                return
+            self._broken = True
+            self._cond.notify_all()
+            job, tag = self._job, self._tag
+        threading.Thread(
+            target=self._recover, args=(reason, job, tag), name="drpc-resident-recover", daemon=True
+        ).start()
+
+    def _recover(self, reason: str, job: threading.Thread | None, tag: str) -> None:
+        waits = job is not None and job is not threading.current_thread()
+        if waits:
+            assert job is not None
+            job.join(JOB_FAILURE_GRACE)  # Spark's own error names the cause best
+        cancelled = waits and job is not None and job.is_alive()
+        if cancelled or not waits:
+            try:
+                self.sc.cancelJobsWithTag(tag)
+            except Exception:
+                log.debug("could not cancel the resident job %s", tag, exc_info=True)
+            if cancelled and job is not None:
+                job.join(JOB_END_WAIT)
+        with self._cond:
+            error = self._job_error
+        if error is not None and not cancelled:
+            reason = f"{reason}; the Spark job: {describe_spark_error(error)}"
+        self.last_failure = reason
+        failure = Failure(
+            DRPCExceptionType.INTERNAL_ERROR,
+            f"Internal error: the request was in flight on the resident Spark tasks and {reason}",
+        )
+        failed = 0
+        for deployment in self.deployments():
+            engine, deployment.engine = deployment.engine, None
+            if engine is not None:
+                engine.stop()
+                failed += engine.fail_pending(failure)
+        log.error(
+            "the resident Spark tasks broke (%s); %d request(s) in flight failed; restarting in "
+            "%g s",
+            reason,
+            failed,
+            self.restart_delay,
+        )
+        time.sleep(self.restart_delay)
+        with self._cond:
+            if self._stopping:
+                return
+            self.restarts += 1
+            self._launch()
+        if not self.wait_ready(self.start_timeout):
+            log.error("the resident Spark tasks did not come back: %s", self._not_ready_message())
+            self._break("the restarted resident job never got all its tasks connected")
+            return
+        for deployment in self.deployments():
+            try:
+                self._deploy(deployment)
+            except Exception:
+                log.exception("redeploying %s failed", deployment.topology.name)
+        log.info("the resident Spark tasks are back (generation %d)", self.generation)
+
+    def _not_ready_message(self) -> str:
+        with self._cond:
+            connected = sorted(self._ready)
+        return (
+            f"the resident Spark job on {self.sc.master} did not get its {self.slots} task(s) "
+            f"running within {self.start_timeout:g} s (connected: {connected or 'none'}); it "
+            "needs that many free executor slots at once (barrier execution), and the "
+            f"executors must reach the driver at {self.address[0]}:{self.address[1]}"
+        )
+
+    # -- stopping --------------------------------------------------------------------------
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            if self._stopping:
+                return
+            self._stopping = True
+            job, tag = self._job, self._tag
+            deployments = list(self._deployments.values())
+            self._cond.notify_all()
+        for deployment in deployments:
+            self.undeploy(deployment)
+        self.node.broadcast((None, CONTROL, Stop()))
+        if job is not None:
+            job.join(timeout)
+            if job.is_alive():
+                try:
+                    self.sc.cancelJobsWithTag(tag)
+                except Exception:
+                    log.debug("could not cancel the resident job", exc_info=True)
+                job.join(timeout)
+        self.node.close()
+        log.info("stopped the resident Spark tasks")

@@ -1,0 +1,52 @@
+"""The deployment protocol between the driver and its resident Spark tasks.
+
+Control items travel as wire items ``(None, CONTROL, message)``
+(``drpc.executors.resident.routing``):
+
+- a worker says ``Ready(node)`` once it is connected to the driver and to the
+  workers before it;
+- the driver sends ``Deploy(key, topology, conf, node_of, observed)`` (the topology
+  frozen with cloudpickle, so bolts defined in ``__main__`` travel) and each
+  worker answers ``Deployed(key, node)`` once its share runs, or
+  ``DeployFailed(key, node, reason)``;
+- ``Undeploy(key)`` stops a worker's share; ``Stop()`` ends the worker, and
+  with it its Spark task.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class Ready(NamedTuple):
+    node: int
+
+
+class Deploy(NamedTuple):
+    key: str
+    topology: bytes
+    conf: dict[str, Any]
+    node_of: dict[int, int]
+    observed: bool  # ship step spans to the driver
+
+
+class Deployed(NamedTuple):
+    key: str
+    node: int
+
+
+class DeployFailed(NamedTuple):
+    key: str
+    node: int
+    reason: str
+
+
+class Undeploy(NamedTuple):
+    key: str
+
+
+class Stop(NamedTuple):
+    pass
+
+
+Control = Ready | Deploy | Deployed | DeployFailed | Undeploy | Stop

@@ -1,0 +1,153 @@
+"""The resident Spark executor (``executor="spark"``): millisecond calls on long-lived tasks.
+
+Contract. ``ResidentExecutor(topology, services={"drpc.invocations": ...},
+master=None, spark_conf=None, slots=None, threads=4, start_timeout=120)``
+serves one DRPC topology on this process's resident Spark job
+(``drpc.executors.resident.cluster``), shared by every resident function of
+the process:
+
+- ``start()`` gets the process's SparkSession (``drpc.runtime``), starts the
+  resident job if none runs (``slots`` barrier tasks, default half the
+  default parallelism, at least one; the first function to start it decides),
+  deploys the topology's bolt tasks on the resident tasks and its spouts,
+  DRPC scaffolding and ackers on the driver. It returns once the function is
+  served; a job that cannot get its slots within ``start_timeout`` seconds
+  raises ``DRPCError`` saying so.
+- A request goes from the request table into the driver's share and through
+  the resident tasks as a stream of messages: the same engine as the local
+  executor (``drpc.executors.local``), its tasks spread over processes, so
+  every rule (acking, coordination, tree timeouts, asynchronous acks) is the
+  local executor's. No Spark job runs per request.
+- A resident task or executor that dies fails the requests in flight with
+  INTERNAL_ERROR naming the cause; the job restarts and serving resumes.
+- ``stop()`` undeploys the function (the resident job keeps running for the
+  others, and ends with the session: ``drpc.runtime.stop_session``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from drpc import config, runtime
+from drpc.builders.drpc_components import required_invocations, served_function
+from drpc.executors.resident.cluster import (
+    DEFAULT_START_TIMEOUT,
+    DEFAULT_WORKER_THREADS,
+    Deployment,
+    ResidentCluster,
+    default_slots,
+)
+from drpc.model.topology import Topology
+
+log = logging.getLogger(__name__)
+
+_clusters_lock = threading.Lock()
+_cluster: ResidentCluster | None = None
+
+
+def resident_cluster(
+    sc: Any, *, slots: int | None = None, start_timeout: float = DEFAULT_START_TIMEOUT
+) -> ResidentCluster:
+    """This process's resident job on ``sc``, created (not yet started) on first use."""
+    global _cluster
+    with _clusters_lock:
+        cluster = _cluster
+        if cluster is not None and cluster.sc is sc:
+            if slots is not None and slots != cluster.slots:
+                raise ValueError(
+                    f"the resident Spark job of this process already runs {cluster.slots} "
+                    f"slot(s); cannot also run {slots} (one resident job per process)"
+                )
+            return cluster
+        cluster = ResidentCluster(sc, slots=slots or default_slots(sc), start_timeout=start_timeout)
+        _cluster = cluster
+    runtime.before_stop(lambda: _stop_cluster(cluster))
+    return cluster
+
+
+def _stop_cluster(cluster: ResidentCluster) -> None:
+    global _cluster
+    with _clusters_lock:
+        if _cluster is cluster:
+            _cluster = None
+    cluster.stop()
+
+
+def current_cluster() -> ResidentCluster | None:
+    """The resident job of this process, if one was made."""
+    with _clusters_lock:
+        return _cluster
+
+
+class ResidentExecutor:
+    """Serves one DRPC topology on the resident Spark job (see the module doc)."""
+
+    name = "spark"
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        services: dict[str, Any] | None = None,
+        conf: dict[str, Any] | None = None,
+        master: str | None = None,
+        spark_conf: dict[str, Any] | None = None,
+        slots: int | None = None,
+        threads: int = DEFAULT_WORKER_THREADS,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+    ) -> None:
+        self.function = served_function(topology, "resident Spark executor")
+        if slots is not None and slots < 1:
+            raise ValueError(f"slots must be None or >= 1, got {slots}")
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        if start_timeout <= 0:
+            raise ValueError(f"start_timeout must be positive, got {start_timeout}")
+        self.topology = topology
+        self.conf = config.resolve(topology.conf, conf)
+        self.services = dict(services or {})
+        required_invocations(self.services, "resident Spark executor")
+        self.master = master
+        self.spark_conf = dict(spark_conf or {})
+        self.slots = slots
+        self.threads = threads
+        self.start_timeout = start_timeout
+        self.cluster: ResidentCluster | None = None
+        self.deployment: Deployment | None = None
+
+    def start(self) -> ResidentExecutor:
+        if self.deployment is not None:
+            return self
+        session = runtime.get_session(self.master, self.spark_conf)
+        self.cluster = resident_cluster(
+            session.sparkContext, slots=self.slots, start_timeout=self.start_timeout
+        )
+        self.deployment = self.cluster.deploy(
+            self.topology, self.conf, self.services, threads=self.threads
+        )
+        log.info(
+            "serving DRPC function %r on the resident Spark tasks (%d slots on %s)",
+            self.function,
+            self.cluster.slots,
+            session.sparkContext.master,
+        )
+        return self
+
+    def stop(self) -> None:
+        deployment, self.deployment = self.deployment, None
+        if deployment is not None and self.cluster is not None:
+            self.cluster.undeploy(deployment)
+            log.info("stopped serving DRPC function %r on the resident Spark tasks", self.function)
+
+    def __enter__(self) -> ResidentExecutor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def engine(self) -> Any:
+        """The driver's share of this function (``LocalExecutor``), while deployed."""
+        return self.deployment.engine if self.deployment is not None else None

@@ -1,0 +1,151 @@
+"""Where a resident function's tasks run, and how its messages reach them.
+
+Contract.
+
+- ``place(topology, workers)`` maps every task id to a node: 0 (the driver)
+  for spouts and the DRPC scaffolding around the user's steps
+  (``prepare-request``, ``join-result``, ``return-results``: they talk to the
+  request table, which lives with the driver), 1..``workers`` for the user's
+  bolt tasks, dealt round-robin in component order so every step is spread
+  over every worker. The ackers run on the driver, beside the spouts whose
+  roots they track.
+- ``Route`` is the ``Remote`` (``drpc.executors.local.executor``) of one
+  process's share of one deployment: a message for a task elsewhere goes to
+  that task's node, an acker message to the driver, a failed root's
+  broadcast to every worker, each as a wire item ``(key, destination,
+  payload)`` (``drpc.executors.resident.transport``).
+- ``dispatch(engine, destination, payload)`` hands an item that arrived for
+  this process to the engine of its deployment; ``SPANS`` items carry the
+  step spans a worker's tasks recorded (``ShippedSpans``) to the driver,
+  which keeps the requests' spans, and ``FIELDS`` items the log fields of a
+  request to a worker, ahead of its first tuple there.
+
+``key`` names a deployment (one function's topology on the current resident
+job); ``CONTROL`` items carry the deployment protocol instead
+(``drpc.executors.resident.control``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from drpc.builders.linear_drpc import JOIN_ID, PREPARE_ID, RETURN_ID
+from drpc.executors.local.executor import LocalExecutor
+from drpc.executors.local.messages import Message, TupleMessage, decode, encode
+from drpc.executors.local.spans import KNOWN_REQUESTS, ShippedSpans, SpanEvent, record_shipped
+from drpc.executors.resident.transport import Node
+from drpc.model.topology import Topology
+
+DRIVER = 0
+ACKER = -1
+ABANDON = -2
+CONTROL = -3
+SPANS = -4
+FIELDS = -5
+
+DRIVER_COMPONENTS = frozenset({PREPARE_ID, JOIN_ID, RETURN_ID})
+
+
+def place(topology: Topology, workers: int) -> dict[int, int]:
+    """The node of every task (see the module doc)."""
+    if workers < 1:
+        raise ValueError(f"a resident deployment needs at least one worker, got {workers}")
+    node_of: dict[int, int] = {}
+    dealt = 0
+    for component_id, spec in topology.components.items():
+        on_driver = spec.kind == "spout" or component_id in DRIVER_COMPONENTS
+        for task_id in topology.component_task_ids[component_id]:
+            if on_driver:
+                node_of[task_id] = DRIVER
+            else:
+                node_of[task_id] = 1 + dealt % workers
+                dealt += 1
+    return node_of
+
+
+def hosted_by(node_of: dict[int, int], node: int) -> set[int]:
+    return {task for task, owner in node_of.items() if owner == node}
+
+
+class Route:
+    """Sends one share's messages for elsewhere (see the module doc)."""
+
+    def __init__(
+        self,
+        node: Node,
+        key: str,
+        node_of: dict[int, int],
+        log_fields: Callable[[int], dict[str, Any] | None] | None = None,
+    ) -> None:
+        """
+        :param log_fields: the log fields of a root's request (the driver, when it keeps
+            the requests' spans): sent to a worker ahead of the request's first tuple
+            there, so the worker's log lines about it carry them.
+        """
+        self.node = node
+        self.key = key
+        self.node_of = node_of
+        self.log_fields = log_fields
+        self._told: OrderedDict[tuple[int, int], None] = OrderedDict()
+
+    def deliver(self, task_id: int, message: Message) -> None:
+        node = self.node_of[task_id]
+        if self.log_fields is not None and type(message) is TupleMessage:
+            self._tell_fields(node, message.message_id)
+        self.node.send(node, (self.key, task_id, encode(message)))
+
+    def _tell_fields(self, node: int, roots: dict[int, int]) -> None:
+        told = self._told
+        for root in roots:
+            if (root, node) in told:
+                continue
+            assert self.log_fields is not None
+            fields = self.log_fields(root)
+            if fields is None:
+                continue
+            told[(root, node)] = None
+            if len(told) > KNOWN_REQUESTS:
+                told.popitem(last=False)
+            self.node.send(node, (self.key, FIELDS, (root, fields)))
+
+    def to_acker(self, root: int, message: Message) -> None:
+        self.node.send(DRIVER, (self.key, ACKER, encode(message)))
+
+    def broadcast_abandon(self, root: int) -> None:
+        self.node.broadcast((self.key, ABANDON, root))
+
+    def ship_spans(self, events: list[SpanEvent]) -> None:
+        self.node.send(DRIVER, (self.key, SPANS, events))
+
+
+def dispatch_items(
+    items: list[Any],
+    engine_of: Callable[[str], LocalExecutor | None],
+    control: Callable[[Any], None],
+) -> None:
+    """Hand a frame's items to the engines they are for (``engine_of(key)``; None: not
+    running here, the item is dropped) and its control items to ``control``."""
+    for key, destination, payload in items:
+        if destination == CONTROL:
+            control(payload)
+            continue
+        engine = engine_of(key)
+        if engine is not None:
+            dispatch(engine, destination, payload)
+
+
+def dispatch(engine: LocalExecutor, destination: int, payload: Any) -> None:
+    """Hand an item that arrived for ``engine``'s share to it."""
+    if destination >= 0:
+        engine.deliver(destination, decode(payload))
+    elif destination == ACKER:
+        message = decode(payload)
+        engine.to_acker(message.root, message)  # type: ignore[union-attr]
+    elif destination == ABANDON:
+        engine.abandon_local(payload)
+    elif destination == SPANS and engine.spans is not None:
+        record_shipped(engine.spans, payload)
+    elif destination == FIELDS and isinstance(engine.recorder, ShippedSpans):
+        engine.recorder.learn(*payload)

@@ -1,0 +1,161 @@
+"""A resident Spark task: one node of the deployment, hosting its share of every function.
+
+Contract. ``resident_task(partition, items, *, driver, token, settings)`` is
+the body of one task of the resident barrier stage
+(``RDD.barrier().mapPartitions``). It opens a node on its executor's
+address, learns the other tasks' addresses through
+``BarrierTaskContext.allGather`` (every task calls it exactly once), connects
+to the driver and to the workers before it, waits for the workers after it
+to connect (``PEER_TIMEOUT``), says ``Ready``, and serves until
+the driver sends ``Stop`` or its connection to the driver breaks:
+
+- ``Deploy``: build and start this worker's share of the function
+  (``LocalExecutor`` over the tasks ``place`` gave this node, routed through
+  ``Route``, shipping its step spans to the driver when observed) and answer
+  ``Deployed``, or ``DeployFailed`` naming why;
+- ``Undeploy``: stop that share;
+- a deployment's items go to its share (``routing.dispatch``); items for a
+  deployment this worker does not run (an undeployed one) are dropped.
+
+When it returns, its Spark task ends. A peer worker that goes away ends this
+one too (the driver restarts the whole stage).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from drpc.executors.local.executor import LocalExecutor
+from drpc.executors.local.spans import ShippedSpans
+from drpc.executors.resident.control import (
+    Deploy,
+    Deployed,
+    DeployFailed,
+    Ready,
+    Stop,
+    Undeploy,
+)
+from drpc.executors.resident.routing import CONTROL, DRIVER, Route, dispatch_items, hosted_by
+from drpc.executors.resident.transport import Address, Node
+from drpc.logs import configure_worker_logging
+
+log = logging.getLogger(__name__)
+
+PEER_TIMEOUT = 60.0
+"""Seconds a resident task waits for the tasks after it to connect before it gives up."""
+
+
+class ResidentWorker:
+    """One resident Spark task's node and the shares it runs."""
+
+    def __init__(self, node_index: int, token: bytes, threads: int) -> None:
+        self.index = node_index
+        self.threads = threads
+        self.node = Node(node_index, token, self._on_items, self._on_lost)
+        self.engines: dict[str, LocalExecutor] = {}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.reason = ""
+
+    def serve(self) -> str:
+        """Serve until stopped; returns why it stopped."""
+        self._done.wait()
+        with self._lock:
+            engines = list(self.engines.values())
+            self.engines.clear()
+        for engine in engines:
+            engine.stop()
+        self.node.close()
+        return self.reason
+
+    def _finish(self, reason: str) -> None:
+        if not self._done.is_set():
+            self.reason = reason
+            self._done.set()
+
+    def _on_lost(self, peer: int, reason: str) -> None:
+        who = "the driver" if peer == DRIVER else f"resident task {peer}"
+        self._finish(f"lost {who}: {reason}")
+
+    def _on_items(self, peer: int, items: list[Any]) -> None:
+        dispatch_items(items, self.engines.get, self._control)
+
+    def _control(self, message: Any) -> None:
+        if isinstance(message, Deploy):
+            self._deploy(message)
+        elif isinstance(message, Undeploy):
+            with self._lock:
+                engine = self.engines.pop(message.key, None)
+            if engine is not None:
+                engine.stop()
+        elif isinstance(message, Stop):
+            self._finish("stopped by the driver")
+
+    def _deploy(self, message: Deploy) -> None:
+        try:
+            topology = pickle.loads(message.topology)
+            route = Route(self.node, message.key, message.node_of)
+            engine = LocalExecutor(
+                topology,
+                conf=message.conf,
+                threads=self.threads,
+                hosted=hosted_by(message.node_of, self.index),
+                remote=route,
+                ackers=False,
+            )
+            if message.observed:
+                engine.recorder = ShippedSpans(engine.holding, route.ship_spans)
+            with self._lock:
+                previous = self.engines.get(message.key)
+                self.engines[message.key] = engine
+            if previous is not None:  # deployed again after a restart raced a new deploy
+                previous.stop()
+            engine.start()
+        except Exception as error:
+            with self._lock:
+                self.engines.pop(message.key, None)
+            reason = f"{type(error).__name__}: {error}"
+            log.exception("resident task %d could not deploy %s", self.index, message.key)
+            self.node.send(DRIVER, (None, CONTROL, DeployFailed(message.key, self.index, reason)))
+            return
+        self.node.send(DRIVER, (None, CONTROL, Deployed(message.key, self.index)))
+
+
+def resident_task(
+    partition: int,
+    items: Iterable[Any],
+    *,
+    driver: Address,
+    token: bytes,
+    threads: int,
+    logging_settings: tuple[str, int] | None,
+) -> Iterator[str]:
+    """One task of the resident barrier stage (see the module doc); yields why it ended."""
+    from pyspark import BarrierTaskContext
+
+    if logging_settings is not None:
+        configure_worker_logging(*logging_settings)
+    context = BarrierTaskContext.get()
+    node_index = context.partitionId() + 1
+    executor_host = context.getTaskInfos()[context.partitionId()].address.rsplit(":", 1)[0]
+    worker = ResidentWorker(node_index, token, threads)
+    host, port = worker.node.listen(executor_host)
+    peers = [json.loads(entry) for entry in context.allGather(json.dumps([node_index, host, port]))]
+    worker.node.connect(DRIVER, driver)
+    for peer, peer_host, peer_port in peers:
+        if peer < node_index:
+            worker.node.connect(peer, (peer_host, peer_port))
+    others = [peer for peer, _, _ in peers if peer != node_index]
+    if not worker.node.wait_for_peers(others, PEER_TIMEOUT):
+        missing = sorted(set(others) - set(worker.node.peers()))
+        raise RuntimeError(f"resident task {node_index}: tasks {missing} never connected")
+    worker.node.send(DRIVER, (None, CONTROL, Ready(node_index)))
+    log.info("resident task %d serving on %s:%d", node_index, host, port)
+    reason = worker.serve()
+    log.info("resident task %d ended: %s", node_index, reason)
+    yield reason

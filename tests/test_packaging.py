@@ -1,0 +1,40 @@
+"""What the package declares: its licence (the text shipped beside it), in the current
+pyproject form, so that building it warns about nothing of ours."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib.metadata import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_licence_is_declared_as_spdx_and_shipped() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"  # a string: the table form is deprecated
+    assert project["project"]["license-files"] == ["LICENSE"]
+    # license-files and SPDX strings need setuptools 77 (older ones warn or refuse)
+    assert "setuptools>=77" in project["build-system"]["requires"]
+    installed = metadata("drpc")
+    assert installed["License-Expression"] == "Apache-2.0"
+    assert installed.get_all("License-File") == ["LICENSE"]
+
+
+def test_the_licence_file_is_the_apache_license_2_0() -> None:
+    text = (ROOT / "LICENSE").read_text()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    assert lines[:3] == [
+        "Apache License",
+        "Version 2.0, January 2004",
+        "http://www.apache.org/licenses/",
+    ]
+    headings = [f"{n}. " for n in range(1, 10)]
+    sections = [line for line in lines if any(line.startswith(h) for h in headings)]
+    assert [line.split(".")[0] for line in sections] == [str(n) for n in range(1, 10)]
+    for line in (
+        "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION",
+        "END OF TERMS AND CONDITIONS",
+        "APPENDIX: How to apply the Apache License to your work.",
+    ):
+        assert line in lines

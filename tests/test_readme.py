@@ -1,0 +1,316 @@
+"""The README as a new user meets it, so that it stays true.
+
+- Every Python block runs as written and prints what its ``# ...`` comments
+  say. Blocks that call a server get one on 127.0.0.1 and have its ports put
+  in for the README's (3772, 3773, 3774) and its address for ``drpc.example``;
+  blocks on Spark share the suite's session (its master put in for
+  ``local[*]``). A new block fails here until ``PYTHON_BLOCKS`` says how to run
+  it.
+- Every command of a ``sh`` block is written in a form that runs from a fresh
+  clone (``make``, ``curl``, or a program of ``.venv/bin``: the virtual
+  environment is not on ``PATH``), and the transcripts' ``drpc-client`` and
+  ``curl`` calls print what the README shows.
+- The ACL example is a valid ACL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from drpc.client import DRPCClient
+from drpc.server import DRPCServer, ServerThread
+from drpc.server.acl import ACL
+from drpc.server.identity import TokenTable
+
+from drpc.examples.exclamation import build_exclamation
+from drpc.examples.reach import build_reach
+from drpc.protocol.tls import server_context
+from tests.conftest import SPARK_TEST_MASTER
+from tests.server.certs import make_pki
+from tests.server.helpers import HOST, free_port, running_server, server_options, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+VENV_BIN = f"{Path(sys.executable).parent}/"
+TOKEN = "alice-token-0123456789"
+
+
+@dataclass(frozen=True)
+class Block:
+    language: str
+    line: int  # of the block's first line of code, 1-based
+    text: str
+
+
+def readme_blocks(language: str) -> list[Block]:
+    found: list[Block] = []
+    lines = README.read_text().splitlines()
+    index = 0
+    while index < len(lines):
+        opening = re.fullmatch(r"```(\w*)", lines[index])
+        index += 1
+        if opening is None:
+            continue
+        start = index
+        while lines[index] != "```":
+            index += 1
+        if opening[1] == language:
+            found.append(Block(language, start + 1, "\n".join(lines[start:index]) + "\n"))
+        index += 1
+    return found
+
+
+@dataclass(frozen=True)
+class Run:
+    """How a Python block runs: ``needs`` a setup of ``SETUPS``; ``prints`` its output lines
+    (a line ending in "..." matches output starting with the rest)."""
+
+    needs: str
+    prints: list[str] = field(default_factory=list)
+
+
+PYTHON_BLOCKS: dict[str, Run] = {
+    'LinearDRPCTopologyBuilder("exclamation")': Run("nothing", ["hello!"]),
+    'LocalDRPC(executor="spark"': Run("spark", ["16", "16"]),
+    'TransactionalTopologyBuilder("global-count"': Run("spark", ["[9, 16, 19]"]),
+    'DRPCClient("localhost", 3772)': Run(
+        "a reach server",
+        ["16", "FAILED_REQUEST function 'no-such-function' is not served: ..."],
+    ),
+    "asyncio.run(serve())": Run("its own process"),
+    "TLSSettings(": Run("a TLS reach server", ["16", "16"]),
+}
+"""A distinctive piece of each Python block of the README, and how it runs."""
+
+
+def _run_of(block: Block) -> Run:
+    matching = [run for marker, run in PYTHON_BLOCKS.items() if marker in block.text]
+    assert len(matching) == 1, (
+        f"README.md:{block.line}: a Python block {PYTHON_BLOCKS} does not describe "
+        f"(or describes twice); add its marker and what it prints:\n{block.text}"
+    )
+    return matching[0]
+
+
+def _substituted(text: str, replacements: dict[str, str]) -> str:
+    for old, new in replacements.items():
+        assert old in text, f"the block no longer shows {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
+def _exec(block: Block, replacements: dict[str, str]) -> list[str]:
+    """Run the block in this process (so Spark blocks share the session); its output lines."""
+    code = compile(_substituted(block.text, replacements), f"README.md:{block.line}", "exec")
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        exec(code, {"__name__": "readme_block"})
+    return output.getvalue().splitlines()
+
+
+def _ports(server: DRPCServer) -> dict[str, str]:
+    return {"3772": str(server.port), "3774": str(server.http_port)}
+
+
+def _nothing(block: Block, request: pytest.FixtureRequest) -> list[str]:
+    return _exec(block, {})
+
+
+def _spark(block: Block, request: pytest.FixtureRequest) -> list[str]:
+    request.getfixturevalue("spark_session")
+    shown = 'master="local[*]"'
+    return _exec(block, {shown: f'master="{SPARK_TEST_MASTER}"'} if shown in block.text else {})
+
+
+def _reach_server(block: Block, request: pytest.FixtureRequest) -> list[str]:
+    with running_server(build_reach()) as server:
+        return _exec(block, {"3772": str(server.port)})
+
+
+def _tls_reach_server(block: Block, request: pytest.FixtureRequest) -> list[str]:
+    here = Path.cwd()
+    (here / "pki").mkdir()
+    pki = make_pki(here / "pki", ["alice"])
+    shutil.copy(pki.ca, here / "ca.pem")
+    shutil.copy(pki.clients["alice"][0], here / "alice.pem")
+    shutil.copy(pki.clients["alice"][1], here / "alice.key")
+    request.getfixturevalue("monkeypatch").setenv("DRPC_TOKEN", TOKEN)
+    server = DRPCServer(
+        **server_options(),
+        ssl_context=server_context(pki.server_cert, pki.server_key, pki.ca),
+        tokens=TokenTable({"alice": TOKEN}),
+    )
+    server.register(build_reach())
+    with ServerThread(server) as running:
+        return _exec(block, {**_ports(running), "drpc.example": "localhost"})
+
+
+def _its_own_process(block: Block, request: pytest.FixtureRequest) -> list[str]:
+    """A block that serves until Ctrl-C: run it, call it, press Ctrl-C, see it exit 0."""
+    port = free_port()
+    ports = {"3772": str(port), "3773": str(free_port()), "3774": str(free_port())}
+    Path("example.py").write_text(_substituted(block.text, ports))
+    process = subprocess.Popen(
+        [sys.executable, "example.py"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        wait_until(lambda: _accepts(port) or process.poll() is not None, 60)
+        if process.poll() is not None:
+            output, _ = process.communicate()
+            pytest.fail(f"README.md:{block.line} exited before serving:\n{output}")
+        with DRPCClient(HOST, port, timeout=30) as client:
+            assert client.execute("reach", "foo.com/blog/1") == "16"
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, output
+    return []
+
+
+def _accepts(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=1):
+        return True
+    return False
+
+
+SETUPS: dict[str, Callable[[Block, pytest.FixtureRequest], list[str]]] = {
+    "nothing": _nothing,
+    "spark": _spark,
+    "a reach server": _reach_server,
+    "a TLS reach server": _tls_reach_server,
+    "its own process": _its_own_process,
+}
+
+PYTHON = readme_blocks("python")
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[f"line-{block.line}" for block in PYTHON])
+def test_every_python_block_runs_as_written(
+    block: Block, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _run_of(block)
+    for expected in run.prints:  # the README says what the block prints
+        assert f"# {expected}" in block.text, f"README.md:{block.line} no longer shows {expected!r}"
+    monkeypatch.chdir(tmp_path)
+    printed = SETUPS[run.needs](block, request)
+    assert len(printed) == len(run.prints), printed
+    for line, expected in zip(printed, run.prints, strict=True):
+        if expected.endswith("..."):
+            assert line.startswith(expected.removesuffix("...")), line
+        else:
+            assert line == expected
+
+
+def test_every_python_block_is_run() -> None:
+    described = {marker for block in PYTHON for marker in PYTHON_BLOCKS if marker in block.text}
+    assert described == set(PYTHON_BLOCKS), "PYTHON_BLOCKS names a block the README lost"
+    assert len(PYTHON) >= len(PYTHON_BLOCKS)
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    line: int
+    text: str  # continuation lines joined, without the "$ " prompt
+    output: list[str]  # the lines a transcript shows under it
+
+
+def readme_commands() -> list[Command]:
+    commands: list[Command] = []
+    for block in readme_blocks("sh"):
+        transcript = block.text.startswith("$ ")
+        pending, first = "", 0
+        for offset, raw in enumerate(block.text.splitlines()):
+            if transcript and not raw.startswith("$ ") and not pending:
+                commands[-1].output.append(raw)
+                continue
+            text = raw.removeprefix("$ ") if not pending else raw
+            if not pending and (not text.strip() or text.lstrip().startswith("#")):
+                continue
+            if not pending:
+                first = block.line + offset
+            pending += text.rstrip("\\").rstrip() + " " if text.endswith("\\") else text
+            if not text.endswith("\\"):
+                commands.append(Command(first, " ".join(pending.split()), []))
+                pending = ""
+    return commands
+
+
+COMMANDS = readme_commands()
+PROGRAMS_ON_PATH = {"make", "curl"}
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[f"line-{c.line}" for c in COMMANDS])
+def test_every_command_runs_from_a_fresh_clone(command: Command) -> None:
+    words = shlex.split(command.text.split("#")[0].replace("...", "x"))
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VARIABLE=value before a command
+        words.pop(0)
+    program = words[0]
+    assert program in PROGRAMS_ON_PATH or program.startswith(".venv/bin/"), (
+        f"README.md:{command.line}: {program!r} is not on a fresh clone's PATH; "
+        f"write .venv/bin/{program}"
+    )
+    if program.startswith(".venv/bin/"):
+        assert (Path(VENV_BIN) / program.removeprefix(".venv/bin/")).exists(), program
+
+
+TRANSCRIPTS = [
+    c
+    for c in COMMANDS
+    if c.output
+    and re.match(
+        r"(\.venv/bin/drpc-client --servers|curl (-X POST .*)?localhost:3774/drpc/)", c.text
+    )
+]
+
+
+@pytest.fixture(scope="module")
+def examples_server() -> Iterator[DRPCServer]:
+    with running_server(build_reach(), build_exclamation()) as server:
+        yield server
+
+
+@pytest.mark.parametrize("command", TRANSCRIPTS, ids=[f"line-{c.line}" for c in TRANSCRIPTS])
+def test_the_transcripts_print_what_they_show(
+    command: Command, examples_server: DRPCServer
+) -> None:
+    text = command.text
+    for shown, port in _ports(examples_server).items():
+        text = text.replace(f"localhost:{shown}", f"{HOST}:{port}")
+    words = shlex.split(text.replace(".venv/bin/", VENV_BIN, 1))
+    ran = subprocess.run(
+        words, capture_output=True, text=True, timeout=60, env={**os.environ, "NO_PROXY": "*"}
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == command.output
+
+
+def test_the_transcripts_that_run_are_the_ones_meant() -> None:
+    assert len(TRANSCRIPTS) == 4  # drpc-client, curl GET, curl POST, curl exclamation
+
+
+def test_the_acl_example_is_a_valid_acl() -> None:
+    [block] = readme_blocks("yaml")
+    acl = ACL.from_mapping(yaml.safe_load(block.text))
+    assert acl.entries["reach"].client_users == {"alice", "bob"}
+    assert acl.entries["reach"].invocation_user == "runner"
+    assert acl.strict is False
