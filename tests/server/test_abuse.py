@@ -265,7 +265,7 @@ def test_calls_in_flight_count_against_the_pending_bytes(
 
 
 def test_a_client_that_does_not_read_is_not_read_either_then_closed(
-    server: ServerProcess, guard: None
+    server: ServerProcess, guard: None, baseline_fds: int
 ) -> None:
     rss = server.rss_kib()
     frame = execute_frame("exclamation", "x" * 100_000)
@@ -279,10 +279,12 @@ def test_a_client_that_does_not_read_is_not_read_either_then_closed(
         except TimeoutError:
             pass  # the server stopped reading: the kernel buffers filled
         assert sent < 200
-        peak, connected = server.rss_kib(), server.fds()
-        wait_until(lambda: server.fds() == connected - 1, WRITE_TIMEOUT + 3)  # closed by it
+        peak = server.rss_kib()
+        # Closed by the server (maybe already: the write timeout runs from its first
+        # unsent reply past the cap), while the client still holds its socket open.
+        wait_until(lambda: "reply bytes not taken within 1 s (write_timeout)" in server.text, 30)
+        wait_until(lambda: server.fds() == baseline_fds, 30)
         assert peak - rss < 16 * 1024, (rss, peak)  # was +51 MiB for 200 calls, held
-    assert "reply bytes not taken within 1 s (write_timeout)" in server.text
 
 
 def test_an_http_client_that_does_not_read_is_closed_at_the_write_timeout(
@@ -371,14 +373,15 @@ def test_idle_connections_are_closed_busy_and_prompt_ones_are_not(
         time.sleep(IDLE / 3)
         prompt.sendall(execute_frame("exclamation", "prompt"))  # inside the idle timeout
         assert read_reply(prompt).success == "prompt!"
+        # Closed within the socket's 10 s timeout (else recv raises), not before its time.
         assert closed_by_server(idle) == b""
-        assert IDLE * 0.8 <= time.monotonic() - started < IDLE + 2
+        assert time.monotonic() - started >= IDLE * 0.8
         time.sleep(IDLE / 2)  # the busy connection outlives the idle timeout: a call is out
         threading.Timer(0.1, answer, (server, "slow", "done")).start()
         assert read_reply(busy).success == "done"
         answered = time.monotonic()
         assert closed_by_server(busy) == b""  # idle from its answer on
-        assert IDLE * 0.8 <= time.monotonic() - answered < IDLE + 2
+        assert time.monotonic() - answered >= IDLE * 0.8
 
 
 def test_connections_per_address(server: ServerProcess, guard: None) -> None:
@@ -390,6 +393,8 @@ def test_connections_per_address(server: ServerProcess, guard: None) -> None:
         wait_until(lambda: health(server)["outstanding"] == PER_ADDRESS)
         with connect_from("127.0.0.6", server.port) as over:
             assert closed_by_server(over) == b""  # closed at once
+        refused = "connections open from 127.0.0.6 (max_connections_per_address)"
+        wait_until(lambda: refused in server.text)  # the reason, not the idle timeout
         with DRPCClient(HOST, server.port, timeout=10) as other:  # another address
             assert other.execute("exclamation", "other") == "other!"
         kept.pop().close()
@@ -402,7 +407,6 @@ def test_connections_per_address(server: ServerProcess, guard: None) -> None:
     finally:
         for connection in kept:
             connection.close()
-    assert "connections open from 127.0.0.6 (max_connections_per_address)" in server.text
 
 
 # -- 7 and 9. what clients can write into the log --------------------------------------------
