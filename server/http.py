@@ -278,6 +278,9 @@ def _credentials_middleware(required: str) -> Middleware:
     async def middleware(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        function = request.match_info.get("function")
+        if function is not None and (refused := _name_refused(request, function)) is not None:
+            return refused  # before anything looks at the name, credentials included
         try:
             check_credentials(
                 required,
@@ -316,6 +319,17 @@ def _refuse(request: web.Request, error: AuthorizationException) -> web.Response
     return _error(401, "AuthorizationException", error.msg)
 
 
+def _name_refused(request: web.Request, function: str) -> web.Response | None:
+    """400 for a function name over ``max_function_name`` bytes (counted), else None."""
+    service = request.app[_SERVICE]
+    try:
+        service.check_name(function)
+    except NameTooLongError as error:
+        service.refused(function, error)
+        return _error(400, error.type.name, error.msg)
+    return None
+
+
 def _path_is_utf8(request: web.Request) -> bool:
     """Whether the percent-decoded path is UTF-8 (the URL parser leaves escapes of other
     bytes, such as %FF, undecoded instead of refusing them)."""
@@ -331,11 +345,8 @@ async def _execute(request: web.Request, args: str) -> web.Response:
     function = request.match_info["function"]
     if not _path_is_utf8(request):
         return _error(400, "FAILED_REQUEST", "the request path is not UTF-8")
-    try:
-        service.check_name(function)
-    except NameTooLongError as error:
-        service.refused(function, error)
-        return _error(400, error.type.name, error.msg)
+    if (refused := _name_refused(request, function)) is not None:
+        return refused
     try:
         identity = _identity(request)
     except AuthorizationException as error:
