@@ -9,8 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,7 +24,7 @@ from drpc import (
 from drpc.logs import ContextFilter, JSONFormatter, TextFormatter, log_context, request_extra
 from drpc.observe import Observer
 from drpc.testing import LocalDRPC
-from tests.server.helpers import EPHEMERAL_PORTS
+from tests.server.helpers import EPHEMERAL_PORTS, http_get
 from tests.topologies.bolts import SleepThenEcho
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,14 +188,6 @@ LISTENING = re.compile(
 )
 
 
-def call(http: str, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://{HOST}:{http}{path}", timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("executor", ["local", "spark"])
 def test_the_server_logs_one_json_object_per_line_with_request_ids(executor: str) -> None:
@@ -238,15 +228,15 @@ def test_the_server_logs_one_json_object_per_line_with_request_ids(executor: str
                 break
         else:
             pytest.fail("the server exited without listening:\n" + "".join(lines))
-        http = listening["http"]
-        assert call(http, "/drpc/reach/foo.com%2Fblog%2F1") == (200, b"16")
-        status, body = call(http, "/drpc/failing/bad?trace=1")
+        http = int(listening["http"])
+        assert http_get(http, "/drpc/reach/foo.com%2Fblog%2F1") == (200, b"16")
+        status, body = http_get(http, "/drpc/failing/bad?trace=1")
         assert status == 400
         failed_id = json.loads(body)["request_id"]
-        status, body = call(http, "/drpc/logged/hey?trace=1")
+        status, body = http_get(http, "/drpc/logged/hey?trace=1")
         assert status == 200 and json.loads(body)["result"] == "hey!"
         logged_id = json.loads(body)["request_id"]
-        status, body = call(http, f"/drpc/sleepy/{timeout + 2}")
+        status, body = http_get(http, f"/drpc/sleepy/{timeout + 2}")
         assert status == 504
     finally:
         server.send_signal(signal.SIGTERM)

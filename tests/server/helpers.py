@@ -11,6 +11,8 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -202,3 +204,12 @@ def connect_from(source: str, port: int, timeout: float = 10.0) -> socket.socket
     """A connection to ``port`` on 127.0.0.1 from the loopback address ``source`` (any of
     127.0.0.0/8), so a test can be another client address."""
     return socket.create_connection((HOST, port), timeout=timeout, source_address=(source, 0))
+
+
+def http_get(port: int, path: str, timeout: float = 30.0) -> tuple[int, bytes]:
+    """GET ``path`` from 127.0.0.1:``port``: the status and body, errors included."""
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}{path}", timeout=timeout) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()

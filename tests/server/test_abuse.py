@@ -35,6 +35,7 @@ from tests.server.helpers import (
     ServerProcess,
     closed_by_server,
     connect_from,
+    http_get,
     server_process,
     wait_until,
 )
@@ -99,17 +100,10 @@ def guard(server: ServerProcess, baseline_fds: int) -> Iterator[None]:
 
 
 def health(server: ServerProcess) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://{HOST}:{server.http_port}/health", timeout=10) as reply:
-        answer: dict[str, Any] = json.loads(reply.read())
+    status, body = http_get(server.http_port, "/health")
+    assert status == 200, body
+    answer: dict[str, Any] = json.loads(body)
     return answer
-
-
-def http_get(server: ServerProcess, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://{HOST}:{server.http_port}{path}", timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
 
 
 def read_reply(connection: socket.socket) -> DistributedRPC.execute_result:
@@ -187,10 +181,10 @@ def test_function_names_and_ids_at_the_limit_pass_and_past_it_are_refused_everyw
             "(max_function_name)"
         )
         assert client.execute("exclamation", "next") == "next!"  # same connection
-    status, body = http_get(server, f"/drpc/{urllib.parse.quote(over)}/y")
+    status, body = http_get(server.http_port, f"/drpc/{urllib.parse.quote(over)}/y")
     assert (status, json.loads(body)["errorMessage"]) == (400, refused.value.msg)
     unserved = "u" * NAME_LIMIT  # at the limit: past the name check, then not served
-    status, body = http_get(server, f"/drpc/{unserved}/y")
+    status, body = http_get(server.http_port, f"/drpc/{unserved}/y")
     assert status == 400 and " is not served" in json.loads(body)["errorMessage"]
     with DRPCInvocationsClient(HOST, server.invocations_port, timeout=10) as runner:
         assert runner.fetch_request(at) is None
@@ -349,7 +343,7 @@ def test_a_closed_connection_withdraws_what_was_not_fetched_and_callers_have_a_q
         http.sendall(b"GET /drpc/held/x HTTP/1.1\r\nHost: x\r\n\r\n")
         wait_until(lambda: health(server)["outstanding"] == 1)
     wait_until(lambda: health(server)["outstanding"] == 0)
-    _, metrics = http_get(server, "/metrics")
+    _, metrics = http_get(server.http_port, "/metrics")
     outcomes = requests_by_outcome(parse(metrics.decode()))
     assert outcomes[("held", "abandoned")] == PER_CALLER - 2 + 1
     assert outcomes[("held", "ok")] == 2
@@ -425,9 +419,9 @@ def test_client_text_cannot_forge_log_lines_and_bad_http_is_one_warning(
     with pytest.raises(DRPCExecutionException) as failed:
         failing.result(10)
     assert failed.value.msg == "boom\n" + forged + "\r\x1b[2K"  # the caller gets it whole
-    for request in (b"GET /\x01\x02 HTTP/1.1\r\nHost: x\r\n\r\n", b"BLAH / HTTP/1.1\r\n\r\n"):
+    for malformed in (b"GET /\x01\x02 HTTP/1.1\r\nHost: x\r\n\r\n", b"BLAH / HTTP/1.1\r\n\r\n"):
         with connect_from("127.0.0.9", server.http_port) as bad:
-            bad.sendall(request)
+            bad.sendall(malformed)
             assert closed_by_server(bad).startswith(b"HTTP/1.")
     wait_until(lambda: server.text.count("refused a request from 127.0.0.9") == 2)
     wait_until(lambda: f"boom\\n{forged}\\r\\x1b[2K" in server.text)  # escaped, one line
