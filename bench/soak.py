@@ -15,14 +15,24 @@ loop until the time is up:
   pauses and read the reply in two, within the server's read deadline.
 
 A warm-up at the same concurrency comes first; the server's RSS after it and
-after the soak (once every call has drained) are compared. Reported: throughput,
-p50/p99 per kind, outcome counts by type, peak RSS (the server's Python
-process and its Spark JVM), open fds at start and end. Exit status 1 when an
-outcome the mix does not ask for occurred (a wrong answer, a connection
-error, INTERNAL_ERROR, "server busy"...) or memory grew by more than 10 %.
+after the soak are compared, each read once every call has drained, the
+server's fds are back to their count (every client connection closed) and
+one interval of its memory trimmer (``drpc.server.trim``) has passed. Then, unless
+``--no-abuse``, the same soak runs again with the abusive clients of
+``bench/abusers.py`` beside the good ones (in a process of their own, from
+other loopback addresses: reply amplification, clients that never read,
+pipelined calls abandoned by closing, idle sockets at the per-address cap,
+churning runner names, /metrics scrapes, malformed HTTP): the good calls' p99
+is reported as a ratio to the soak without them (target 1.5x at most) and
+the server's RSS after it against after the first soak (target 10 %).
+Reported: throughput, p50/p99 per kind, outcome counts by type, peak RSS (the
+server's Python process and its Spark JVM), open fds at start and end. Exit
+status 1 when an outcome the mix does not ask for occurred in either soak (a
+wrong answer, a connection error, INTERNAL_ERROR, "server busy"...) or memory
+grew by more than 10 %.
 
 Usage: ``python bench/soak.py [--callers 1000] [--duration 60] [--warmup 20]
-[--master local[2]] [--out bench/results/soak.json]``. Progress (calls so far,
+[--master local[2]] [--no-abuse] [--out bench/results/soak.json]``. Progress (calls so far,
 their rate, unexpected outcomes) shows on stderr: a live line on a terminal,
 plain lines every few seconds otherwise (``drpc.progress``).
 """
@@ -39,10 +49,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -54,7 +66,7 @@ from drpc.client.calls import execute_call  # noqa: E402
 
 from drpc.examples.reach import EXPECTED_REACH  # noqa: E402
 from drpc.progress import Progress  # noqa: E402
-from drpc.protocol.wire import decode_message  # noqa: E402
+from drpc.protocol.wire import decode_message, from_wire_execution_error  # noqa: E402
 
 HOST = "127.0.0.1"
 SERVER_TIMEOUT = 20.0
@@ -204,7 +216,12 @@ async def _slow_caller(port: int, index: int, stop: float, tally: Tally) -> None
             header = await reader.readexactly(4)
             await asyncio.sleep(0.2)
             reply = decode_message(await reader.readexactly(int.from_bytes(header, "big")))
-            answer = execute_call("exclamation", args).check_reply(reply, n).success
+            result = execute_call("exclamation", args).check_reply(reply, n)
+            if result.e is not None:  # an error reply (a timeout...), not a wrong answer
+                error = from_wire_execution_error(result.e)
+                tally.record("slow", error.type.name, started, error.msg)
+                continue
+            answer = result.success
         except Exception as error:
             tally.record("slow", type(error).__name__, started, str(error))
             if writer is not None:
@@ -274,7 +291,7 @@ def _percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] if ordered else 0.0
 
 
-def _start_server(master: str, ports: dict[str, int]) -> subprocess.Popen[str]:
+def _start_server(master: str, ports: dict[str, int], log: IO[str]) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
     env.setdefault("SPARK_LOCAL_IP", HOST)
     return subprocess.Popen(
@@ -285,11 +302,13 @@ def _start_server(master: str, ports: dict[str, int]) -> subprocess.Popen[str]:
          "--topology", "drpc.examples.reach:topology",
          "--topology", "drpc.examples.exclamation:topology",
          "--topology", "bench.soak_topologies:failing"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True,
     )  # fmt: skip
 
 
-def _wait_until_serving(server: subprocess.Popen[str], port: int, timeout: float) -> None:
+def _wait_until_serving(
+    server: subprocess.Popen[str], port: int, timeout: float, log: IO[str]
+) -> None:
     async def probe() -> bool:
         try:
             async with AsyncDRPCClient(HOST, port, timeout=30) as client:
@@ -300,53 +319,83 @@ def _wait_until_serving(server: subprocess.Popen[str], port: int, timeout: float
     deadline = time.monotonic() + timeout
     while not asyncio.run(probe()):
         if server.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(
-                f"the server did not start: {server.stderr.read() if server.stderr else ''}"
-            )
+            log.seek(0)
+            raise SystemExit(f"the server did not start: {log.read()[-4000:]}")
         time.sleep(1)
 
 
-def run(callers: int, seconds: float, warmup: float, master: str) -> dict[str, Any]:
-    ports = {"port": _free_port(), "invocations": _free_port(), "http": _free_port()}
-    server = _start_server(master, ports)
-    try:
-        _wait_until_serving(server, ports["port"], 180)
-        jvm = _jvm(server.pid)
-        print(f"server pid {server.pid} (Spark JVM {jvm}); warm-up {warmup:g} s", flush=True)
-        asyncio.run(_load(ports, callers, warmup, Tally(), "warm-up"))
-        time.sleep(2)
-        start = {"rss_kib": _proc(server.pid, "VmRSS"), "fds": _fds(server.pid)}
-        if jvm:
-            start["jvm_rss_kib"] = _proc(jvm, "VmRSS")
-        print(f"after warm-up: {start}; soak {seconds:g} s with {callers} callers", flush=True)
-        tally = Tally(recording=True)
-        began = time.monotonic()
-        asyncio.run(_load(ports, callers, seconds, tally, "soak"))
-        elapsed = time.monotonic() - began
-        time.sleep(2)
-        end = {"rss_kib": _proc(server.pid, "VmRSS"), "fds": _fds(server.pid)}
-        peak = {"server_rss_kib": _proc(server.pid, "VmHWM")}
-        if jvm:
-            end["jvm_rss_kib"] = _proc(jvm, "VmRSS")
-            peak["jvm_rss_kib"] = _proc(jvm, "VmHWM")
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+SETTLE_TIMEOUT = 60.0
+TRIM_INTERVAL = 10.0  # drpc.server.trim.DEFAULT_INTERVAL
+
+
+def _settle(pid: int, fds: int) -> int:
+    """After a phase: wait (up to ``SETTLE_TIMEOUT``) until the server's open fds are back
+    to ``fds`` (every client connection closed), then one memory-trimmer interval and a
+    margin, so the RSS read next is what the server holds, not what it has yet to give
+    back. Returns the open fds then."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while _fds(pid) > fds and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(TRIM_INTERVAL + 2)
+    return _fds(pid)
+
+
+class _RSSSampler:
+    """The largest RSS of a process seen since ``reset``, sampled every half second."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            self.peak = max(self.peak, _proc(self.pid, "VmRSS"))
+
+    def reset(self) -> int:
+        peak, self.peak = self.peak, _proc(self.pid, "VmRSS")
+        return peak
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _phase(
+    ports: dict[str, int], callers: int, seconds: float, label: str, abuse: bool
+) -> tuple[Tally, float, dict[str, Any] | None]:
+    """One recorded soak; with ``abuse`` the abusive clients (``bench/abusers.py``) run
+    beside the good ones in a process of their own, for as long."""
+    abusers = None
+    if abuse:
+        abusers = subprocess.Popen(
+            [sys.executable, str(HERE / "abusers.py"), "--port", str(ports["port"]),
+             "--invocations-port", str(ports["invocations"]), "--http-port",
+             str(ports["http"]), "--duration", str(seconds)],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    tally = Tally(recording=True)
+    began = time.monotonic()
+    asyncio.run(_load(ports, callers, seconds, tally, label))
+    elapsed = time.monotonic() - began
+    report = None
+    if abusers is not None:
+        out, _ = abusers.communicate(timeout=120)
+        report = json.loads(out) if abusers.returncode == 0 else {"exit": abusers.returncode}
+    return tally, elapsed, report
+
+
+def _kind_report(tally: Tally, elapsed: float) -> dict[str, Any]:
     total = sum(tally.outcomes.values())
     unexpected = {
         f"{kind}: {outcome}": count
         for (kind, outcome), count in tally.outcomes.items()
         if outcome not in EXPECTED[kind]
     }
-    growth = (end["rss_kib"] - start["rss_kib"]) / start["rss_kib"]
     return {
-        "callers": callers,
         "seconds": round(elapsed, 1),
-        "master": master,
-        "mix": MIX,
         "calls": total,
         "throughput_per_s": round(total / elapsed, 1),
         "latency_ms": {
@@ -362,12 +411,97 @@ def run(callers: int, seconds: float, warmup: float, master: str) -> dict[str, A
         },
         "unexpected": unexpected,
         "unexpected_examples": {f"{k}: {o}": d for (k, o), d in tally.examples.items()},
+    }
+
+
+GOOD_KINDS = ("good", "http", "slow")
+P99_TARGET = 1.5
+RSS_TARGET = 0.10
+
+
+def run(callers: int, seconds: float, warmup: float, master: str, abuse: bool) -> dict[str, Any]:
+    with tempfile.TemporaryFile("w+") as log:  # the server's stderr: never a full pipe
+        return _soak(callers, seconds, warmup, master, abuse, log)
+
+
+def _soak(
+    callers: int, seconds: float, warmup: float, master: str, abuse: bool, log: IO[str]
+) -> dict[str, Any]:
+    ports = {"port": _free_port(), "invocations": _free_port(), "http": _free_port()}
+    server = _start_server(master, ports, log)
+    phases: dict[str, dict[str, Any]] = {}
+    try:
+        _wait_until_serving(server, ports["port"], 180, log)
+        jvm = _jvm(server.pid)
+        print(f"server pid {server.pid} (Spark JVM {jvm}); warm-up {warmup:g} s", flush=True)
+        idle_fds = _fds(server.pid)
+        asyncio.run(_load(ports, callers, warmup, Tally(), "warm-up"))
+        start = {"fds": _settle(server.pid, idle_fds), "rss_kib": _proc(server.pid, "VmRSS")}
+        if jvm:
+            start["jvm_rss_kib"] = _proc(jvm, "VmRSS")
+        sampler = _RSSSampler(server.pid)
+        print(f"after warm-up: {start}; soak {seconds:g} s with {callers} callers", flush=True)
+        for name in ("soak", "soak with abusers") if abuse else ("soak",):
+            sampler.reset()
+            tally, elapsed, abusers = _phase(ports, callers, seconds, name, name != "soak")
+            fds_after = _settle(server.pid, start["fds"])
+            phases[name] = _kind_report(tally, elapsed)
+            phases[name]["server_peak_rss_kib"] = sampler.reset()
+            phases[name]["after"] = {"rss_kib": _proc(server.pid, "VmRSS"), "fds": fds_after}
+            if jvm:
+                phases[name]["after"]["jvm_rss_kib"] = _proc(jvm, "VmRSS")
+            if abusers is not None:
+                phases[name]["abusers"] = abusers
+        sampler.close()
+        peak = {"server_rss_kib": _proc(server.pid, "VmHWM")}
+        if jvm:
+            peak["jvm_rss_kib"] = _proc(jvm, "VmHWM")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.seek(0)
+        server_log = log.read()
+    clean = phases["soak"]
+    end = clean["after"]
+    growth = (end["rss_kib"] - start["rss_kib"]) / start["rss_kib"]
+    report: dict[str, Any] = {
+        "callers": callers,
+        "master": master,
+        "mix": MIX,
+        **{key: clean[key] for key in ("seconds", "calls", "throughput_per_s", "latency_ms")},
+        **{key: clean[key] for key in ("outcomes", "unexpected", "unexpected_examples")},
         "after_warmup": start,
         "after_soak": end,
         "peak": peak,
         "server_rss_growth": round(growth, 4),
-        "ok": not unexpected and growth <= 0.10,
+        "server_log_lines": len(server_log.splitlines()),
     }
+    ok = not clean["unexpected"] and growth <= RSS_TARGET
+    if abuse:
+        abused = phases["soak with abusers"]
+        ratios = {
+            kind: round(
+                abused["latency_ms"][kind]["p99"] / max(1, clean["latency_ms"][kind]["p99"]), 2
+            )
+            for kind in GOOD_KINDS
+            if kind in abused["latency_ms"] and kind in clean["latency_ms"]
+        }
+        abuse_growth = (abused["after"]["rss_kib"] - end["rss_kib"]) / end["rss_kib"]
+        report["with_abusers"] = abused
+        report["good_p99_ratio_with_abusers"] = ratios
+        report["server_rss_growth_with_abusers"] = round(abuse_growth, 4)
+        report["targets"] = {
+            f"good p99 with abusers within {P99_TARGET}x": all(
+                r <= P99_TARGET for r in ratios.values()
+            ),
+            f"server RSS after the abusers within {RSS_TARGET:.0%}": abuse_growth <= RSS_TARGET,
+        }
+        ok = ok and not abused["unexpected"] and abuse_growth <= RSS_TARGET
+    report["ok"] = ok
+    return report
 
 
 def main() -> int:
@@ -385,8 +519,13 @@ def main() -> int:
     parser.add_argument(
         "--out", default=str(HERE / "results" / "soak.json"), help="JSON report file"
     )
+    parser.add_argument(
+        "--no-abuse",
+        action="store_true",
+        help="skip the second soak, the one with the abusive clients beside the good ones",
+    )
     args = parser.parse_args()
-    report = run(args.callers, args.duration, args.warmup, args.master)
+    report = run(args.callers, args.duration, args.warmup, args.master, not args.no_abuse)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

@@ -73,6 +73,19 @@ class ServerBusyError(DRPCExecutionException):
         self.retry_after = retry_after
 
 
+class NameTooLongError(DRPCExecutionException):
+    """A function name or request id longer than the server's ``max_function_name`` UTF-8
+    bytes, refused before it is looked up, logged or echoed. On the wire it is
+    FAILED_REQUEST (execute), HTTP 400, or a ``TApplicationException`` on the invocations
+    port, whose methods declare no exception for it."""
+
+
+class AbandonedError(DRPCExecutionException):
+    """The caller of a queued request went away (closed its connection) before a runtime
+    fetched it: the server withdrew the request. Nobody receives it; observers count it as
+    the outcome ``abandoned``."""
+
+
 class AuthorizationException(DRPCError):
     """The caller's identity may not perform the operation."""
 
@@ -247,6 +260,12 @@ class StateOrderError(StateError):
     txids already cached), by a commit record for a txid that is not the next one,
     and by a map update for a txid behind the txid already stored for that key.
     """
+
+
+class StateFormatError(StateError):
+    """A record of drpc's own in a state directory (a commit record, a spout's batch
+    metadata) is in no format drpc reads, or was refused because reading it would have
+    run code. The directory was written by something else, or tampered with."""
 
 
 class StateKeyError(StateError, ValueError):

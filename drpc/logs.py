@@ -7,6 +7,12 @@ of someone else's alone) and returns its handler:
 
 - ``"text"`` (the default): ``TIME LEVEL LOGGER: message``, followed by the
   record's extra fields as ``[key=value ...]`` (``[request_id=12 function=reach]``);
+  control characters in the message and the fields (a newline in a function
+  name or a failure message sent by a client, a carriage return, an ANSI
+  escape) are written escaped (``\\n``, ``\\r``, ``\\x1b``…), so a record is
+  one line and input cannot forge another; a traceback or stack follows on
+  lines of its own, each indented by two spaces (a line of the log that
+  starts at its first column always starts a record);
 - ``"json"``: one JSON object per line with ``time`` (UTC, ISO 8601 with
   milliseconds), ``level``, ``logger``, ``message`` and every extra field the
   record carries (``request_id``, ``function``, ``txid``, ``job``, ... given
@@ -125,20 +131,46 @@ def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
     }
 
 
+def _escapes() -> dict[int, str]:
+    table = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]}
+    table.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+    table.update({0x2028: "\\u2028", 0x2029: "\\u2029"})  # Unicode line breaks
+    return table
+
+
+_ESCAPES = _escapes()
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character (C0, DEL, C1, U+2028/2029) written escaped."""
+    return text.translate(_ESCAPES)
+
+
 class TextFormatter(logging.Formatter):
-    """``TIME LEVEL LOGGER: message key=value ...``."""
+    """``TIME LEVEL LOGGER: message [key=value ...]``, one line; control characters
+    escaped; a traceback or stack after it, indented."""
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        record.message = escape_controls(record.getMessage())
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        text = self.formatMessage(record)
         fields = extra_fields(record)
-        if not fields:
-            return text
-        context = " ".join(f"{key}={value}" for key, value in fields.items())
-        head, newline, rest = text.partition("\n")
-        return f"{head} [{context}]{newline}{rest}"
+        if fields:
+            context = " ".join(f"{key}={value}" for key, value in fields.items())
+            text = f"{text} [{escape_controls(context)}]"
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        details = [record.exc_text] if record.exc_text else []
+        if record.stack_info:
+            details.append(self.formatStack(record.stack_info))
+        for detail in details:
+            for line in detail.splitlines():
+                text += "\n  " + escape_controls(line)
+        return text
 
 
 class JSONFormatter(logging.Formatter):

@@ -4,10 +4,14 @@
 requests get decimal ids "1", "2", ...; each function has a FIFO queue; a
 request is handed out at most once (``fetch`` removes it from its queue);
 ``complete``/``fail`` settle a request once and ignore unknown or settled ids
-(counted as ``late_results``); ``expire(now)`` settles every request past its
-deadline with SERVER_TIMEOUT "Timed Out" and removes it from its queue;
-``shutdown`` settles everything with SERVER_SHUTDOWN. The caller owns threads,
-locks, clocks and waiters (``PendingRequest.waiter`` is theirs to use).
+(counted as ``late_results``); ``withdraw`` settles a request nobody fetched
+yet (its caller went away) and leaves a fetched one to its runtime;
+``expire(now)`` settles every request past its deadline with SERVER_TIMEOUT
+"Timed Out" and removes it from its queue; ``shutdown`` settles everything
+with SERVER_SHUTDOWN. A request may name its ``caller`` (whoever submitted
+it, as the issuer identifies callers); ``held_by(caller)`` counts the
+requests a caller holds. The caller owns threads, locks, clocks and waiters
+(``PendingRequest.waiter`` is theirs to use).
 
 ``Invocations`` is what a topology's DRPC spout and ReturnResults talk to:
 an in-process table (LocalDRPC, the embedded server) or a Thrift client of a
@@ -230,6 +234,7 @@ class PendingRequest:
     submitted: float
     deadline: float
     timeout: float
+    caller: str | None = None
     fetched: bool = False
     done: bool = False
     result: str | None = None
@@ -253,6 +258,7 @@ class RequestTable:
         self._queues: dict[str, OrderedDict[str, PendingRequest]] = {}
         # One FIFO per distinct timeout: deadlines within a FIFO are in submission order.
         self._by_timeout: dict[float, OrderedDict[str, PendingRequest]] = {}
+        self._held: dict[str, int] = {}
         self.late_results = 0
         self.closed = False
 
@@ -269,15 +275,28 @@ class RequestTable:
     def queued_functions(self) -> list[str]:
         return [name for name, queue in self._queues.items() if queue]
 
+    def held_by(self, caller: str) -> int:
+        """Requests ``caller`` submitted that are not settled yet."""
+        return self._held.get(caller, 0)
+
     def submit(
-        self, function: str, args: str, now: float, timeout: float | None = None
+        self,
+        function: str,
+        args: str,
+        now: float,
+        timeout: float | None = None,
+        caller: str | None = None,
     ) -> PendingRequest:
         if self.closed:
             raise DRPCExecutionException(SHUTDOWN_MESSAGE, DRPCExceptionType.SERVER_SHUTDOWN)
         timeout = self.timeout if timeout is None else timeout
         if timeout <= 0:
             raise ValueError(f"request timeout must be positive, got {timeout!r}")
-        request = PendingRequest(str(next(self._ids)), function, args, now, now + timeout, timeout)
+        request = PendingRequest(
+            str(next(self._ids)), function, args, now, now + timeout, timeout, caller
+        )
+        if caller is not None:
+            self._held[caller] = self._held.get(caller, 0) + 1
         self._requests[request.id] = request
         self._queues.setdefault(function, OrderedDict())[request.id] = request
         self._by_timeout.setdefault(timeout, OrderedDict())[request.id] = request
@@ -303,6 +322,15 @@ class RequestTable:
         if request is not None:
             request.error = error
         return request
+
+    def withdraw(self, request_id: str, error: DRPCExecutionException) -> PendingRequest | None:
+        """Settle a request with ``error`` if no runtime fetched it yet (it leaves its
+        queue); a fetched one stays until its runtime answers or its deadline, and None
+        is returned for it as for an unknown or settled id."""
+        request = self._requests.get(request_id)
+        if request is None or request.fetched:
+            return None
+        return self.fail(request_id, error)
 
     def time_out(self, request_id: str) -> PendingRequest | None:
         """Settle one request with SERVER_TIMEOUT (its waiter gave up at the deadline)."""
@@ -344,6 +372,12 @@ class RequestTable:
             self.late_results += 1
             return None
         request.done = True
+        if request.caller is not None:
+            held = self._held[request.caller] - 1
+            if held:
+                self._held[request.caller] = held
+            else:
+                del self._held[request.caller]
         queue = self._queues.get(request.function)
         if queue is not None:
             queue.pop(request_id, None)

@@ -15,16 +15,24 @@ Decisions, exactly Storm's:
   is its ``invocation.user``; a missing key allows nobody;
 - a function with no entry is open to everyone unless strict, then closed;
 - an empty function name and any other operation are refused;
+- the file must name its functions as strings: YAML reads unquoted keys such
+  as ``on``, ``yes``, ``null``, ``007`` or ``12:30`` as other types, and the
+  function meant would have no entry (open when not strict), so a key that is
+  not a string is refused naming it (quote it); a file without the
+  ``drpc.authorizer.acl`` key (an empty or cut-short file) is refused too;
 - a refusal raises ``AuthorizationException("DRPC request '<op>' for '<user>'
   user is not authorized")``; every decision is logged on the ``drpc.audit``
   logger with the user, operation and function: refusals at WARNING, allowed
   operations at DEBUG (they are routine: an idle runner's polls alone are
   several a second, which at INFO would bury everything else).
 
-``ACLAuthorizer`` reloads its file when the file's modification time changes
-(checked at most every ``reload_interval`` seconds, default 1), as Storm
-re-reads its ACL; a file that no longer loads keeps the previous ACL in force
-and logs why.
+``ACLAuthorizer`` reloads its file when the file's modification time or size
+changes (checked at most every ``reload_interval`` seconds, default 1), as
+Storm re-reads its ACL; a file that no longer loads (invalid, empty, cut
+short before its ``drpc.authorizer.acl`` key, a key that is not a string)
+keeps the previous ACL in force and logs why at ERROR on ``drpc.audit``.
+Replace the file atomically (write another, then rename it over) so a reload
+never reads half of it.
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ class ACL:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "ACL") -> ACL:
+        _check_string_keys(data, source, "top-level keys")
         unknown = set(data) - {ACL_KEY, STRICT_KEY}
         if unknown:
             raise ConfigFileError(
@@ -76,12 +85,16 @@ class ACL:
         strict = data.get(STRICT_KEY, False)
         if not isinstance(strict, bool):
             raise ConfigFileError(f"{source}: {STRICT_KEY!r} must be true or false")
-        functions = data.get(ACL_KEY) or {}
+        if ACL_KEY not in data:
+            raise ConfigFileError(
+                f"{source}: no {ACL_KEY!r} key (an empty or cut-short file?); write "
+                f"'{ACL_KEY}: {{}}' for an ACL with no entries"
+            )
+        functions = data[ACL_KEY] or {}
         if not isinstance(functions, Mapping):
             raise ConfigFileError(f"{source}: {ACL_KEY!r} must map function names to entries")
-        return cls(
-            {str(name): _entry(name, value, source) for name, value in functions.items()}, strict
-        )
+        _check_string_keys(functions, source, "function names")
+        return cls({name: _entry(name, value, source) for name, value in functions.items()}, strict)
 
     @classmethod
     def from_file(cls, path: str | Path) -> ACL:
@@ -100,9 +113,21 @@ class ACL:
         return entry.invocation_user is not None and user == entry.invocation_user
 
 
-def _entry(name: object, value: object, source: str) -> FunctionACL:
+def _check_string_keys(data: Mapping[Any, Any], source: str, what: str) -> None:
+    """Refuse keys YAML did not read as strings, naming each with the type it became."""
+    odd = [key for key in data if not isinstance(key, str)]
+    if odd:
+        named = ", ".join(f"{key!r} ({type(key).__name__})" for key in odd)
+        raise ConfigFileError(
+            f"{source}: {what} must be strings, but YAML read {named}; quote them "
+            "(e.g. 'on': or '007':)"
+        )
+
+
+def _entry(name: str, value: object, source: str) -> FunctionACL:
     if not isinstance(value, Mapping):
         raise ConfigFileError(f"{source}: the entry of function {name!r} must be a mapping")
+    _check_string_keys(value, source, f"the keys of function {name!r}")
     unknown = set(value) - {CLIENT_USERS_KEY, INVOCATION_USER_KEY}
     if unknown:
         raise ConfigFileError(f"{source}: function {name!r} has unknown key(s) {sorted(unknown)}")
@@ -140,12 +165,12 @@ class ACLAuthorizer:
         self._path = None if isinstance(acl, ACL) else Path(acl)
         self.reload_interval = reload_interval
         self._lock = threading.Lock()
-        self._mtime: int | None = None
+        self._signature: tuple[int, int] | None = None
         self._checked = time.monotonic()
         if isinstance(acl, ACL):
             self._acl = self._apply_strict(acl)
         else:
-            self._mtime = _mtime(self._path)
+            self._signature = _signature(self._path)
             self._acl = self._apply_strict(ACL.from_file(acl))
 
     @property
@@ -164,10 +189,10 @@ class ACLAuthorizer:
             if now - self._checked < self.reload_interval:
                 return
             self._checked = now
-            mtime = _mtime(self._path)
-            if mtime == self._mtime:
+            signature = _signature(self._path)
+            if signature == self._signature:
                 return
-            self._mtime = mtime
+            self._signature = signature
             try:
                 self._acl = self._apply_strict(ACL.from_file(self._path))
             except ConfigFileError as error:
@@ -185,8 +210,10 @@ class ACLAuthorizer:
         raise refusal(operation, user)
 
 
-def _mtime(path: Path | None) -> int | None:
+def _signature(path: Path | None) -> tuple[int, int] | None:
+    """The file's modification time and size: a change of either means a reload."""
     try:
-        return os.stat(path).st_mtime_ns if path is not None else None
+        stat = os.stat(path) if path is not None else None
     except OSError:
         return None
+    return None if stat is None else (stat.st_mtime_ns, stat.st_size)

@@ -20,7 +20,10 @@ Limits and settings are keyword arguments; see ``DRPCServer.__init__`` and
 ``authorizer`` (e.g. ``drpc.server.acl.ACLAuthorizer``) every network operation is
 authorized; ``tokens`` maps HTTP bearer tokens to users. ``host`` defaults to every
 interface, as Storm's; a server started beyond loopback with neither an authorizer
-nor TLS logs a warning saying so (``drpc.server.exposure``).
+nor TLS logs a warning saying so (``drpc.server.exposure``). Lines about refused
+client input go through one rate-limited ``refusals`` log; while serving,
+``trimmer`` (``drpc.server.trim``) gives memory that bursts freed back to the
+operating system.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from drpc.server.http import RequestDeadline, create_http_app
 from drpc.server.identity import CERTIFICATE_OR_TOKEN, CREDENTIALS, TokenTable
 from drpc.server.limits import Limits
 from drpc.server.metrics import ServerMetrics
+from drpc.server.refusals import HTTPServerLog, RefusalLog
 from drpc.server.service import (
     DEFAULT_RUNNER_LIVENESS,
     Authorizer,
@@ -47,10 +51,11 @@ from drpc.server.service import (
 )
 from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS, ThriftListener
 from drpc.server.transactional import HostedTransactional
+from drpc.server.trim import MemoryTrimmer
 
 from drpc import runtime
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
-from drpc.errors import DRPCError
+from drpc.errors import DRPCError, NameTooLongError
 from drpc.hosting import Host, as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
@@ -135,7 +140,8 @@ class DRPCServer:
             operation, function); raises ``AuthorizationException`` to refuse.
         :param shutdown_grace: seconds ``stop()`` waits for replies and runtimes.
         :param metrics: the Prometheus metrics served at ``GET /metrics``; by default
-            ``ServerMetrics`` with its function label bound at ``limits.max_functions``.
+            ``ServerMetrics`` with its function label bound at ``limits.max_functions``
+            and label values cut at ``limits.max_label_length``.
         :param dashboard: the live page at ``GET /``; by default ``Dashboard`` tracking at
             most ``limits.max_outstanding`` requests (its other bounds are its defaults).
         """
@@ -157,7 +163,12 @@ class DRPCServer:
         self.shutdown_grace = shutdown_grace
         self._conf = dict(conf or {})
         self.spark_options = session_options(master, spark_conf, start_timeout)
-        self.metrics = metrics or ServerMetrics(max_functions=limits.max_functions)
+        self.metrics = metrics or ServerMetrics(
+            max_functions=limits.max_functions, max_label_length=limits.max_label_length
+        )
+        self.refusals = RefusalLog(limits.refusal_logs_per_second)
+        """Where every line about refused client input goes, at most
+        ``limits.refusal_logs_per_second`` a second (``drpc.server.refusals``)."""
         self.dashboard = dashboard or Dashboard(max_tracked=limits.max_outstanding)
         self.service = DRPCService(
             timeout=timeout,
@@ -166,12 +177,14 @@ class DRPCServer:
             authorizer=authorizer,
             limits=limits,
             observers=(self.metrics, self.dashboard),
+            refusals=self.refusals,
         )
         self.metrics.bind(self.service)
         listener_options: dict[str, Any] = {
             "limits": limits,
             "ssl_context": ssl_context,
             "max_connections": max_connections,
+            "refusals": self.refusals,
         }
         self._execute_listener = ThriftListener(
             "DistributedRPC", execute_methods(self.service), **listener_options
@@ -181,6 +194,10 @@ class DRPCServer:
         )
         self._http_runner: web.AppRunner | None = None
         self._http_deadline: asyncio.Task[None] | None = None
+        self.trimmer = MemoryTrimmer()
+        """Returns what bursts of abusive (or just large) traffic freed to the OS
+        (``drpc.server.trim``)."""
+        self._trimming: asyncio.Task[None] | None = None
         self.transactional: dict[str, HostedTransactional] = {}
         self.dashboard.watch_transactional(
             lambda: {name: hosted.status() for name, hosted in self.transactional.items()}
@@ -220,8 +237,15 @@ class DRPCServer:
         built = as_topology(topology)
         if self.stopped:
             raise DRPCError("the DRPC server is stopped")
-        runtime = self._host.register(built, executor, **executor_options)
         assert built.drpc_function is not None
+        try:
+            self.service.check_name(built.drpc_function)
+        except NameTooLongError as error:
+            raise DRPCError(
+                f"cannot serve {built.drpc_function[:40]!r}...: {error.msg}; callers could "
+                "not name it"
+            ) from None
+        runtime = self._host.register(built, executor, **executor_options)
         self.service.register_embedded(built.drpc_function)
         return runtime
 
@@ -278,7 +302,9 @@ class DRPCServer:
                 self.host, self.invocations_port
             )
             if self.http_port is not None:
-                deadline = RequestDeadline(self.limits.read_timeout)
+                deadline = RequestDeadline(
+                    self.limits.read_timeout, self.limits.write_timeout, self.refusals
+                )
                 app = create_http_app(
                     self.service,
                     limits=self.limits,
@@ -296,6 +322,9 @@ class DRPCServer:
                     lingering_time=self.limits.read_timeout,
                     max_line_size=self.limits.max_header_size,
                     max_field_size=self.limits.max_header_size,
+                    # A call whose client went away is cancelled, which withdraws its request.
+                    handler_cancellation=True,
+                    logger=HTTPServerLog(self.refusals),
                 )
                 await self._http_runner.setup()
                 site = web.TCPSite(
@@ -309,6 +338,7 @@ class DRPCServer:
             await self._close_listeners()
             raise
         self.started = True
+        self._trimming = asyncio.create_task(self.trimmer.run())
         for hosted in self.transactional.values():
             hosted.start()
         log.info("%s", self.describe())
@@ -356,6 +386,9 @@ class DRPCServer:
         log.info("DRPC server stopped")
 
     async def _close_listeners(self) -> None:
+        if self._trimming is not None:
+            self._trimming.cancel()
+            self._trimming = None
         await self._execute_listener.close(self.shutdown_grace)
         await self._invocations_listener.close(self.shutdown_grace)
         if self._http_deadline is not None:

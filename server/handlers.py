@@ -9,6 +9,13 @@ Contract (Storm's semantics, wire facts in DESIGN.md):
 - ``result``, ``failRequest`` ("Request failed", FAILED_REQUEST) and
   ``failRequestV2`` settle a request once; unknown ids are ignored;
 - every call is authorized first; a refusal replies ``aze``;
+- a function name or request id over ``limits.max_function_name`` bytes is
+  refused before anything else: ``execute`` replies ``e`` (FAILED_REQUEST,
+  ``NameTooLongError``); the invocations methods, which declare no exception
+  for it, reply a ``TApplicationException`` (type UNKNOWN) naming the limit and
+  keep the connection open;
+- ``execute`` calls are held to the caller's quota: the user, or the
+  connection's host when anonymous (``drpc.server.identity.caller_of``);
 - a call missing a required argument is a ``ProtocolError``.
 
 Storm's ``DRPCRequest`` carries no origin: a remote runner knows which server
@@ -19,15 +26,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from drpc.server.identity import caller_of
 from drpc.server.service import EXECUTE, FAIL_REQUEST, FETCH_REQUEST, RESULT, DRPCService
 from drpc.server.thrift_listener import MethodHandler, Peer
+from thrift.Thrift import TApplicationException
 
-from drpc.errors import AuthorizationException, DRPCExceptionType, DRPCExecutionException
+from drpc.errors import (
+    AuthorizationException,
+    DRPCExceptionType,
+    DRPCExecutionException,
+    NameTooLongError,
+)
 from drpc.protocol.gen import DistributedRPC, DistributedRPCInvocations, ttypes
 from drpc.protocol.wire import (
     REPLY,
     Message,
     ProtocolError,
+    encode_application_error,
     encode_message,
     from_wire_execution_error,
     read_struct,
@@ -59,7 +74,9 @@ def execute_methods(service: DRPCService) -> dict[str, MethodHandler]:
         reply = DistributedRPC.execute_result()
         try:
             service.authorize(peer.identity, EXECUTE, args.functionName)
-            reply.success = await service.execute(args.functionName, args.funcArgs)
+            reply.success = await service.execute(
+                args.functionName, args.funcArgs, caller=caller_of(peer.identity, peer.host)
+            )
         except DRPCExecutionException as error:
             reply.e = to_wire_execution_error(error)
         except AuthorizationException as error:
@@ -70,7 +87,22 @@ def execute_methods(service: DRPCService) -> dict[str, MethodHandler]:
 
 
 def invocations_methods(service: DRPCService) -> dict[str, MethodHandler]:
+    def refusing_long_names(handler: MethodHandler) -> MethodHandler:
+        async def guarded(message: Message, peer: Peer) -> bytes:
+            try:
+                return await handler(message, peer)
+            except NameTooLongError as error:
+                service.refusals.refuse(
+                    "refused %s from %s: %s", message.name, peer.address, error.msg
+                )
+                return encode_application_error(
+                    message.name, message.seqid, TApplicationException.UNKNOWN, error.msg
+                )
+
+        return guarded
+
     def authorize_settling(peer: Peer, operation: str, request_id: str) -> None:
+        service.check_name(request_id, "request id")
         function = service.function_of(request_id)
         if function is not None:  # unknown ids are ignored anyway
             service.authorize(peer.identity, operation, function)
@@ -127,8 +159,8 @@ def invocations_methods(service: DRPCService) -> dict[str, MethodHandler]:
         return settle_failure(message, peer, args.id, error, reply)
 
     return {
-        "result": result,
-        "fetchRequest": fetch_request,
-        "failRequest": fail_request,
-        "failRequestV2": fail_request_v2,
+        "result": refusing_long_names(result),
+        "fetchRequest": refusing_long_names(fetch_request),
+        "failRequest": refusing_long_names(fail_request),
+        "failRequestV2": refusing_long_names(fail_request_v2),
     }

@@ -34,13 +34,23 @@ Contract:
   ``read_timeout`` (checked every half of it) is closed by ``RequestDeadline``
   (later requests on a kept-alive connection are bounded by aiohttp's
   keep-alive timeout, set to ``read_timeout`` too); a body or path that is
-  not UTF-8 gets 400;
+  not UTF-8 gets 400; a function name over ``limits.max_function_name``
+  UTF-8 bytes gets 400 before the caller is identified, authorized or logged;
+- a connection with reply bytes unsent for ``limits.write_timeout`` seconds
+  (a client that does not read) is closed by ``RequestDeadline``;
+- a call is held to its caller's quota (the user, else the client address:
+  ``drpc.server.identity.caller_of``); a call whose client disconnects is
+  cancelled (the server runs with aiohttp's handler cancellation), which
+  withdraws its request if no runtime fetched it yet;
 - ``GET /health`` answers 200 JSON ``{"status": "ok", "functions": [...],
-  "outstanding": n}`` while serving, 503 with ``"status": "shutting down"``
-  after shutdown began;
+  "functions_total": n, "outstanding": n}`` while serving (at most
+  ``limits.max_listed_functions`` names), 503 with ``"status": "shutting
+  down"`` after shutdown began;
 - with ``metrics`` (``drpc.server.metrics.ServerMetrics``), ``GET /metrics``
   answers the Prometheus text format (requests by function and outcome,
-  latencies, queues, jobs, transactional progress: see that module);
+  latencies, queues, jobs, transactional progress: see that module), rendered
+  in a worker thread, one rendering at a time shared by the scrapes that
+  arrive meanwhile, so a large one never stalls the event loop;
 - with ``dashboard`` (``drpc.server.dashboard.Dashboard``), ``GET /`` is a live
   page of the server (functions, in-flight requests, recent failures,
   transactional topologies), ``GET /api/status`` the JSON it polls and
@@ -61,9 +71,10 @@ from typing import Any
 
 from aiohttp import web
 from drpc.server.dashboard import Dashboard, add_routes
-from drpc.server.identity import TokenTable, bearer_user, check_credentials
+from drpc.server.identity import TokenTable, bearer_user, caller_of, check_credentials
 from drpc.server.limits import Limits
 from drpc.server.metrics import ServerMetrics
+from drpc.server.refusals import RefusalLog
 from drpc.server.service import EXECUTE, DRPCService
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 
@@ -71,6 +82,7 @@ from drpc.errors import (
     AuthorizationException,
     DRPCExceptionType,
     DRPCExecutionException,
+    NameTooLongError,
     ServerBusyError,
 )
 from drpc.protocol.tls import common_name
@@ -100,15 +112,26 @@ _LIMITS = web.AppKey("drpc_limits", Limits)
 
 
 class RequestDeadline:
-    """Closes HTTP connections whose first request does not arrive whole in time.
+    """Closes HTTP connections whose first request does not arrive whole in time
+    (``timeout``), and connections that leave reply bytes unsent for ``write_timeout``.
 
     ``middleware`` marks a connection once a request of it reaches a handler;
-    ``run(server)`` sweeps ``drpc.server.connections`` every ``timeout / 2`` seconds."""
+    ``run(server)`` sweeps ``drpc.server.connections`` every half of the shorter
+    deadline."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        write_timeout: float | None = None,
+        refusals: RefusalLog | None = None,
+    ) -> None:
         self.timeout = timeout
+        self.write_timeout = timeout if write_timeout is None else write_timeout
+        self.refusals = refusals or RefusalLog(Limits().refusal_logs_per_second)
         self.closed = 0
+        self.write_timeouts = 0
         self._first_seen: dict[asyncio.BaseTransport, float] = {}
+        self._unsent_since: dict[asyncio.BaseTransport, float] = {}
         self._requested: set[asyncio.BaseTransport] = set()
 
     @web.middleware
@@ -121,26 +144,62 @@ class RequestDeadline:
 
     async def run(self, server: web.Server) -> None:
         while True:
-            await asyncio.sleep(self.timeout / 2)
+            await asyncio.sleep(min(self.timeout, self.write_timeout) / 2)
             self.sweep([handler.transport for handler in server.connections], time.monotonic())
 
     def sweep(self, transports: Iterable[asyncio.BaseTransport | None], now: float) -> None:
         first_seen: dict[asyncio.BaseTransport, float] = {}
         live = {transport for transport in transports if transport is not None}
+        self._sweep_unsent(live, now)
         self._requested &= live
         for transport in live - self._requested:
-            first = self._first_seen.get(transport, now)
-            if now - first < self.timeout:
-                first_seen[transport] = first
+            if not _overdue(self._first_seen, first_seen, transport, now, self.timeout):
                 continue
             self.closed += 1
-            log.warning(
+            self.refusals.refuse(
                 "HTTP: closing connection from %s: no whole request within %g s",
                 transport.get_extra_info("peername"),
                 self.timeout,
             )
             transport.close()
         self._first_seen = first_seen
+
+    def _sweep_unsent(self, live: set[asyncio.BaseTransport], now: float) -> None:
+        unsent_since: dict[asyncio.BaseTransport, float] = {}
+        for transport in live:
+            if not isinstance(transport, asyncio.WriteTransport) or transport.is_closing():
+                continue
+            unsent = transport.get_write_buffer_size()
+            if not unsent or not _overdue(
+                self._unsent_since, unsent_since, transport, now, self.write_timeout
+            ):
+                continue
+            self.write_timeouts += 1
+            self.refusals.refuse(
+                "HTTP: closing connection from %s: %d reply bytes not taken within %g s "
+                "(write_timeout)",
+                transport.get_extra_info("peername"),
+                unsent,
+                self.write_timeout,
+            )
+            transport.abort()
+        self._unsent_since = unsent_since
+
+
+def _overdue(
+    seen: dict[asyncio.BaseTransport, float],
+    kept: dict[asyncio.BaseTransport, float],
+    transport: asyncio.BaseTransport,
+    now: float,
+    limit: float,
+) -> bool:
+    """Whether ``transport``, in its state since ``seen[transport]`` (or now, if first seen),
+    has been so for ``limit`` seconds; if not, it is carried over into ``kept``."""
+    since = seen.get(transport, now)
+    if now - since < limit:
+        kept[transport] = since
+        return False
+    return True
 
 
 def create_http_app(
@@ -176,8 +235,20 @@ def create_http_app(
 def _metrics_handler(
     metrics: ServerMetrics,
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
+    rendering: asyncio.Future[bytes] | None = None
+
     async def handler(request: web.Request) -> web.Response:
-        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+        nonlocal rendering
+        if rendering is None:
+            loop = asyncio.get_running_loop()
+            rendering = loop.run_in_executor(None, metrics.exposition)
+            rendering.add_done_callback(lambda _: _forget())
+        body = await asyncio.shield(rendering)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+    def _forget() -> None:
+        nonlocal rendering
+        rendering = None
 
     return handler
 
@@ -207,6 +278,9 @@ def _credentials_middleware(required: str) -> Middleware:
     async def middleware(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        function = request.match_info.get("function")
+        if function is not None and (refused := _name_refused(request, function)) is not None:
+            return refused  # before anything looks at the name, credentials included
         try:
             check_credentials(
                 required,
@@ -245,6 +319,17 @@ def _refuse(request: web.Request, error: AuthorizationException) -> web.Response
     return _error(401, "AuthorizationException", error.msg)
 
 
+def _name_refused(request: web.Request, function: str) -> web.Response | None:
+    """400 for a function name over ``max_function_name`` bytes (counted), else None."""
+    service = request.app[_SERVICE]
+    try:
+        service.check_name(function)
+    except NameTooLongError as error:
+        service.refused(function, error)
+        return _error(400, error.type.name, error.msg)
+    return None
+
+
 def _path_is_utf8(request: web.Request) -> bool:
     """Whether the percent-decoded path is UTF-8 (the URL parser leaves escapes of other
     bytes, such as %FF, undecoded instead of refusing them)."""
@@ -260,6 +345,8 @@ async def _execute(request: web.Request, args: str) -> web.Response:
     function = request.match_info["function"]
     if not _path_is_utf8(request):
         return _error(400, "FAILED_REQUEST", "the request path is not UTF-8")
+    if (refused := _name_refused(request, function)) is not None:
+        return refused
     try:
         identity = _identity(request)
     except AuthorizationException as error:
@@ -267,7 +354,8 @@ async def _execute(request: web.Request, args: str) -> web.Response:
     trace = RequestTrace(function) if _wants_trace(request) else None
     try:
         service.authorize(identity, EXECUTE, function)
-        result = await service.execute(function, args, trace=trace)
+        caller = caller_of(identity, request.remote or "")
+        result = await service.execute(function, args, trace=trace, caller=caller)
     except ServerBusyError as error:
         response = _error(503, error.type.name, error.msg)
         response.headers["Retry-After"] = str(request.app[_LIMITS].retry_after)
@@ -296,10 +384,12 @@ async def _health(request: web.Request) -> web.Response:
     service = request.app[_SERVICE]
     if service.closed:
         return web.json_response({"status": "shutting down"}, status=503)
+    listed, total = service.served_summary()
     return web.json_response(
         {
             "status": "ok",
-            "functions": service.served_functions(),
+            "functions": listed,
+            "functions_total": total,
             "outstanding": service.outstanding(),
         }
     )

@@ -14,8 +14,8 @@ Contract:
   about the secret;
 - ``bearer_user(header, tokens)`` returns the user of an ``Authorization``
   header value, or raises ``AuthorizationException`` for a header that is
-  not ``Bearer <token>`` or a token nobody holds: a wrong token is refused,
-  never downgraded to ``ANONYMOUS``;
+  not ``Bearer <token>``, a token that is not UTF-8, or a token nobody holds:
+  a wrong token is refused, never downgraded to ``ANONYMOUS``;
 - ``check_credentials(required, has_certificate, header, tokens)`` enforces
   what a port demands of every caller (``CREDENTIALS``): None lets anyone in
   (anonymous callers are the ACL's to judge); ``"certificate"`` a verified
@@ -23,6 +23,10 @@ Contract:
   A caller without them gets ``AuthorizationException`` saying what this
   server requires ("this server requires a client certificate"), the message
   a caller sees instead of a failed TLS handshake.
+- ``caller_of(identity, host)`` is whom the server holds to its per-caller
+  quota: ``"user NAME"`` for an identified caller, else ``"address HOST"``
+  (the client's address without its port, so new connections do not make a
+  new caller).
 """
 
 from __future__ import annotations
@@ -88,7 +92,10 @@ def bearer_user(header: str, tokens: TokenTable | None) -> str:
     scheme, _, token = header.strip().partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise AuthorizationException("the Authorization header is not 'Bearer <token>'")
-    user = tokens.user_of(token.strip()) if tokens is not None else None
+    try:
+        user = tokens.user_of(token.strip()) if tokens is not None else None
+    except UnicodeEncodeError:  # a header with bytes that are not UTF-8
+        raise AuthorizationException("the bearer token is not UTF-8") from None
     if user is None:
         raise AuthorizationException("the bearer token is not valid")
     return user
@@ -109,3 +116,8 @@ def check_credentials(
         bearer_user(header, tokens)
         return
     raise AuthorizationException(_MISSING[required])
+
+
+def caller_of(identity: str | None, host: str) -> str:
+    """The key of a caller's quota: its user if identified, else its address."""
+    return f"user {identity}" if identity is not None else f"address {host}"

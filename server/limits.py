@@ -77,6 +77,55 @@ class Limits:
         "connection until one finishes",
     )
     retry_after: int = _limit(1, "seconds a refused HTTP caller is told to wait (Retry-After)")
+    max_function_name: int = _limit(
+        256,
+        "longest function name (execute, fetchRequest, HTTP) and request id (result, "
+        "failRequest) in UTF-8 bytes; a longer one is refused at once, before any lookup "
+        "(execute: FAILED_REQUEST, HTTP: 400, invocations: TApplicationException)",
+    )
+    max_listed_functions: int = _limit(
+        32,
+        "most served function names a 'not served' error, /health or the dashboard lists; "
+        "the others are counted, not named",
+    )
+    max_label_length: int = _limit(
+        128,
+        "longest metric label value in characters; a longer name is cut and tagged with a "
+        "digest of the whole, so two long names stay apart",
+    )
+    max_outstanding_per_caller: int = _limit(
+        2048,
+        "most requests one caller holds (queued or running): the user, or the client address "
+        "when anonymous; past it its calls are refused like max_outstanding",
+    )
+    max_connections_per_address: int = _limit(
+        256,
+        "most open connections from one client address per Thrift port; past it a new one "
+        "from that address is closed at once",
+    )
+    idle_timeout: float = _limit(
+        120.0,
+        "seconds a Thrift connection with no call in flight may wait for its next frame; "
+        "then it is closed (clients reconnect)",
+    )
+    max_pending_bytes: int = _limit(
+        MAX_FRAME_SIZE,
+        "most bytes one Thrift connection may make the server hold: its calls read and not "
+        "answered yet plus its replies not sent yet; past it the server reads no more calls "
+        "from it (and, past it in unsent replies alone, holds further replies) until it "
+        "drains",
+    )
+    write_timeout: float = _limit(
+        30.0,
+        "seconds a connection has to take its waiting replies (Thrift: once its unsent "
+        "replies pass max_pending_bytes; HTTP: any unsent bytes); a slower one is closed and "
+        "its calls withdrawn",
+    )
+    refusal_logs_per_second: int = _limit(
+        10,
+        "most WARNING lines a second about refused client input (closed connections, "
+        "malformed HTTP requests); past it they are counted and one line says how many",
+    )
 
     def __post_init__(self) -> None:
         for item in fields(self):

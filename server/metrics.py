@@ -36,13 +36,17 @@ only if the function is served or its call was queued, and at most
 serves, names past the bound) is counted under ``function="__other__"``, so
 callers sending random names add one series, not one each. Steps
 (``max_steps``, default 256), topologies (``max_topologies``, default 64) and
-replay causes (``max_causes``, default 32) are bounded the same way. A step
+replay causes (``max_causes``, default 32) are bounded the same way. A label
+value is at most ``max_label_length`` characters (default 128, the server
+passes ``Limits.max_label_length``): a longer name is cut and ends with
+``~`` and 8 hex digits of its SHA-256, so two long names keep two values. A step
 span is attributed to its function through a map of the last ``max_recent``
 requests submitted (default 4096), then the service's table of held requests.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -89,33 +93,51 @@ DEFAULT_MAX_STEPS = 256
 DEFAULT_MAX_TOPOLOGIES = 64
 DEFAULT_MAX_CAUSES = 32
 DEFAULT_MAX_RECENT = 4096
+DEFAULT_MAX_LABEL_LENGTH = 128
+_DIGEST_TAG = 9  # "~" and 8 hex digits
+
+
+def clip_label(name: str, length: int) -> str:
+    """``name`` if at most ``length`` characters, else its start, ``~`` and 8 hex digits of
+    its SHA-256 (``length`` characters in all)."""
+    if len(name) <= length:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{name[: max(0, length - _DIGEST_TAG)]}~{digest}"
 
 
 class BoundedLabels:
-    """At most ``limit`` distinct label values; past it every new name maps to ``OTHER``.
-    Thread-safe."""
+    """At most ``limit`` distinct label values, each at most ``length`` characters
+    (``clip_label``; None: names kept whole); past the count every new name maps to
+    ``OTHER``. Thread-safe."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, length: int | None = DEFAULT_MAX_LABEL_LENGTH) -> None:
         if limit < 1:
             raise ValueError(f"a label bound must be >= 1, got {limit!r}")
+        if length is not None and length <= _DIGEST_TAG:
+            raise ValueError(f"a label length must be > {_DIGEST_TAG}, got {length!r}")
         self.limit = limit
-        self._names: set[str] = set()
+        self.length = length
+        self._names: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def __call__(self, name: str, admit: bool = True) -> str:
-        """``name`` if it has a value already, or may get one (``admit``) within the bound;
-        else ``OTHER``."""
-        if name in self._names:
-            return name
+        """The label value of ``name`` if it has one already, or may get one (``admit``)
+        within the bound; else ``OTHER``."""
+        label = self._names.get(name)
+        if label is not None:
+            return label
         if not admit:
             return OTHER
         with self._lock:
-            if name in self._names:
-                return name
+            label = self._names.get(name)
+            if label is not None:
+                return label
             if len(self._names) >= self.limit:
                 return OTHER
-            self._names.add(name)
-            return name
+            label = name if self.length is None else clip_label(name, self.length)
+            self._names[name] = label
+            return label
 
     def __len__(self) -> int:
         return len(self._names)
@@ -155,6 +177,7 @@ class ServerMetrics(Observer):
         max_topologies: int = DEFAULT_MAX_TOPOLOGIES,
         max_causes: int = DEFAULT_MAX_CAUSES,
         max_recent: int = DEFAULT_MAX_RECENT,
+        max_label_length: int = DEFAULT_MAX_LABEL_LENGTH,
     ) -> None:
         """
         :param max_functions: most function names with label values of their own
@@ -164,11 +187,12 @@ class ServerMetrics(Observer):
         :param max_causes: most replay causes with their own (default 32).
         :param max_recent: submitted requests remembered to attribute step spans to
             their function without the service's lock (default 4096).
+        :param max_label_length: longest label value in characters (default 128).
         """
-        self.functions = BoundedLabels(max_functions)
-        self.steps = BoundedLabels(max_steps)
-        self.topologies = BoundedLabels(max_topologies)
-        self.causes = BoundedLabels(max_causes)
+        self.functions = BoundedLabels(max_functions, max_label_length)
+        self.steps = BoundedLabels(max_steps, max_label_length)
+        self.topologies = BoundedLabels(max_topologies, max_label_length)
+        self.causes = BoundedLabels(max_causes, max_label_length)
         self.recent = RecentRequests(max_recent)
         self._service: DRPCService | None = None
         registry = self.registry = CollectorRegistry(auto_describe=True)

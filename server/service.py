@@ -16,21 +16,33 @@ runtimes may live in other threads:
 - a result or failure for an unknown or settled id is ignored and counted
   (``late_results``);
 - a function is *served* while a topology is registered for it in-process or
-  a remote runner fetched it within ``runner_liveness`` seconds; a call to a
-  function that is not served fails at once with FAILED_REQUEST naming the
-  served functions, unless ``wait_for_unserved`` (Storm's behaviour: queue it
-  and let it time out);
+  a remote runner fetched it within ``runner_liveness`` seconds (a name whose
+  window passed is forgotten at the next fetch); a call to a function that is
+  not served fails at once with FAILED_REQUEST naming at most
+  ``max_listed_functions`` of the served functions (the others counted),
+  unless ``wait_for_unserved`` (Storm's behaviour: queue it and let it time
+  out);
 - every operation from the network passes ``authorize(identity, operation,
-  function)`` first; the default allows everything (``drpc.server.acl`` plugs in
-  here);
+  function)`` first: a function name over ``limits.max_function_name`` UTF-8
+  bytes is refused with ``NameTooLongError`` before anything looks at it
+  (``check_name``, which front ends also call on request ids), then the
+  authorizer decides; the default allows everything (``drpc.server.acl``
+  plugs in here);
 - limits (``drpc.server.limits.Limits``) refuse a call at once with
   ``ServerBusyError`` (FAILED_REQUEST "server busy: …") when its function
   already has ``max_queue_depth`` requests waiting, when ``max_outstanding``
   requests are held, or when it would open a queue for one function name more
-  than ``max_functions``; runner fetches of more than ``max_functions``
-  distinct names are served but not remembered; a result over
-  ``max_result_size`` UTF-8 bytes fails its request with FAILED_REQUEST
-  instead of reaching the caller.
+  than ``max_functions``, or when its ``caller`` (the user, or the client
+  address when anonymous: front ends pass it) already holds
+  ``max_outstanding_per_caller`` requests; runner fetches of more than
+  ``max_functions`` distinct names are served but not remembered; a result
+  over ``max_result_size`` UTF-8 bytes fails its request with FAILED_REQUEST
+  instead of reaching the caller;
+- a call whose caller goes away (its task is cancelled: the connection
+  closed) withdraws its request if no runtime fetched it yet (settled with
+  ``AbandonedError``, counted in ``withdrawn``); a fetched one stays held, and
+  counted against its caller, until its runtime answers or its deadline, and
+  that outcome reaches nobody;
 - ``observer``, a ``drpc.observe.FanOut``, is the one bus every request's life
   goes to (metrics, the dashboard, traces) and that hosted runtimes report
   their events to: ``request_submitted`` and ``request_fetched`` (called with
@@ -58,15 +70,19 @@ import logging
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from drpc.server.limits import Limits
+from drpc.server.refusals import RefusalLog
 
 from drpc.errors import (
+    AbandonedError,
     AuthorizationException,
     DRPCExceptionType,
     DRPCExecutionException,
+    NameTooLongError,
     ServerBusyError,
 )
 from drpc.hosting import Wakeups
@@ -88,6 +104,10 @@ log = logging.getLogger(__name__)
 DEFAULT_RUNNER_LIVENESS = 30.0
 """Seconds a remote runner's last ``fetchRequest`` keeps its function served."""
 
+MAX_LOGGED_MESSAGE = 1000
+"""Characters of a failure message (a runner's ``failRequestV2`` may send a megabyte) that
+go into its log line; the caller still gets the whole message."""
+
 EXECUTE = "execute"
 FETCH_REQUEST = "fetchRequest"
 RESULT = "result"
@@ -100,7 +120,8 @@ SHUTDOWN = "shutdown"
 INTERNAL_ERROR = "internal_error"
 UNAUTHORIZED = "unauthorized"
 BUSY = "busy"
-OUTCOMES = (OK, FAILED, TIMEOUT, SHUTDOWN, INTERNAL_ERROR, UNAUTHORIZED, BUSY)
+ABANDONED = "abandoned"
+OUTCOMES = (OK, FAILED, TIMEOUT, SHUTDOWN, INTERNAL_ERROR, UNAUTHORIZED, BUSY, ABANDONED)
 """What an execute call can end in, as metrics and the dashboard count it."""
 
 _OUTCOME_OF_TYPE = {
@@ -117,6 +138,8 @@ def outcome_of(error: BaseException | None) -> str:
         return OK
     if isinstance(error, ServerBusyError):
         return BUSY
+    if isinstance(error, AbandonedError):
+        return ABANDONED
     if isinstance(error, AuthorizationException):
         return UNAUTHORIZED
     if isinstance(error, DRPCExecutionException):
@@ -165,9 +188,12 @@ class DRPCService:
         authorizer: Authorizer | None = None,
         limits: Limits | None = None,
         observers: Sequence[Observer] = (),
+        refusals: RefusalLog | None = None,
     ) -> None:
         """
         :param observers: put on the bus (``observer``) beside the tracer.
+        :param refusals: where lines about refused input go (rate-limited); by default
+            this module's logger at ``limits.refusal_logs_per_second``.
         """
         if runner_liveness < 0:
             raise ValueError(f"runner_liveness must be >= 0, got {runner_liveness!r}")
@@ -176,14 +202,17 @@ class DRPCService:
         self.wait_for_unserved = wait_for_unserved
         self._authorizer = authorizer
         self.limits = limits or Limits()
+        self.refusals = refusals or RefusalLog(self.limits.refusal_logs_per_second)
         self.refused_busy = 0
+        self.withdrawn = 0
+        """Requests withdrawn because their caller went away before a fetch."""
         self.tracer = RequestTracer()
         """Collects the spans of traced calls."""
         self.observer = FanOut(self.tracer, *observers)
         """The bus: request events, and every hosted runtime's events."""
         self._lock = threading.Lock()
         self._embedded: set[str] = set()
-        self._remote_fetches: dict[str, float] = {}
+        self._remote_fetches: OrderedDict[str, float] = OrderedDict()  # oldest fetch first
         self._wakeups = Wakeups()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -213,6 +242,19 @@ class DRPCService:
         with self._lock:
             return self._served(time.monotonic())
 
+    def served_summary(self) -> tuple[list[str], int]:
+        """At most ``limits.max_listed_functions`` served names (sorted) and how many are
+        served: what may be shown to anyone who asks."""
+        served = self.served_functions()
+        return served[: self.limits.max_listed_functions], len(served)
+
+    def _listed(self, now: float) -> str:
+        served = self._served(now)
+        shown = served[: self.limits.max_listed_functions]
+        listed = ", ".join(shown) or "none"
+        more = len(served) - len(shown)
+        return f"{listed} and {more} more" if more else listed
+
     def _served(self, now: float) -> list[str]:
         remote = {
             name
@@ -227,12 +269,23 @@ class DRPCService:
         fetched = self._remote_fetches.get(function)
         return fetched is not None and now - fetched <= self.runner_liveness
 
+    def check_name(self, name: str, what: str = "function name") -> None:
+        """Refuse ``name`` with ``NameTooLongError`` if it is over ``max_function_name``
+        UTF-8 bytes; ``what`` says what it is in the message (never the name itself)."""
+        limit = self.limits.max_function_name
+        size = _utf8_size(name, limit)
+        if size > limit:
+            raise NameTooLongError(
+                f"a {what} of {size} bytes exceeds the limit of {limit} (max_function_name)",
+                DRPCExceptionType.FAILED_REQUEST,
+            )
+
     def authorize(self, identity: str | None, operation: str, function: str) -> None:
-        if self._authorizer is None:
-            return
         try:
-            self._authorizer(identity, operation, function)
-        except AuthorizationException as error:
+            self.check_name(function)
+            if self._authorizer is not None:
+                self._authorizer(identity, operation, function)
+        except (AuthorizationException, NameTooLongError) as error:
             if operation == EXECUTE:
                 self.refused(function, error)
             raise
@@ -247,11 +300,21 @@ class DRPCService:
 
     # -- callers (event loop) -------------------------------------------------------------
 
-    async def execute(self, function: str, args: str, *, trace: RequestTrace | None = None) -> str:
+    async def execute(
+        self,
+        function: str,
+        args: str,
+        *,
+        trace: RequestTrace | None = None,
+        caller: str | None = None,
+    ) -> str:
         """Queue a request and wait for its outcome. Call on the attached loop.
 
         With ``trace`` the request's id, times and step spans are recorded there
-        (``drpc.requests.RequestTrace``; read it once this returns or raises)."""
+        (``drpc.requests.RequestTrace``; read it once this returns or raises).
+        ``caller`` is whoever calls (``caller_of``), held to
+        ``max_outstanding_per_caller``. Cancelling the call withdraws its request
+        unless a runtime fetched it already."""
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self.attach(loop)
@@ -260,16 +323,16 @@ class DRPCService:
         with self._lock:
             refuse = not (self.wait_for_unserved or self._table.closed)
             try:
+                self.check_name(function)
                 if refuse and not self._is_served(function, now):
-                    served = ", ".join(self._served(now)) or "none"
                     raise DRPCExecutionException(
                         f"function {function!r} is not served: no topology is registered "
                         f"for it and no runner fetched it in the last "
-                        f"{self.runner_liveness:g} s; served functions: {served}",
+                        f"{self.runner_liveness:g} s; served functions: {self._listed(now)}",
                         DRPCExceptionType.FAILED_REQUEST,
                     )
-                self._check_capacity(function)
-                request = self._table.submit(function, args, now)
+                self._check_capacity(function, caller)
+                request = self._table.submit(function, args, now, caller=caller)
             except DRPCExecutionException as error:
                 known = self._is_served(function, now)
                 self.observer.request_refused(function, error, known, now)
@@ -279,15 +342,37 @@ class DRPCService:
             self.observer.request_submitted(request)
         self._arm_expiry(request.deadline)
         self._wakeups.notify(function)
-        return await waiter
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            self._withdraw(request)
+            raise
 
-    def _check_capacity(self, function: str) -> None:
+    def _withdraw(self, request: PendingRequest) -> None:
+        gone = AbandonedError(
+            "Request withdrawn: its caller went away before a runtime fetched it",
+            DRPCExceptionType.FAILED_REQUEST,
+        )
+        with self._lock:
+            withdrawn = self._table.withdraw(request.id, gone)
+            if withdrawn is not None:
+                self.withdrawn += 1
+        if withdrawn is not None:
+            self._settle([withdrawn])
+
+    def _check_capacity(self, function: str, caller: str | None) -> None:
         """Refuse a new request for ``function`` if a limit is reached. Holds the lock."""
         limits = self.limits
         reason = None
         depth = self._table.queue_depth(function)
+        held = 0 if caller is None else self._table.held_by(caller)
         if len(self._table) >= limits.max_outstanding:
             reason = f"{len(self._table)} requests outstanding (limit {limits.max_outstanding})"
+        elif held >= limits.max_outstanding_per_caller:
+            reason = (
+                f"{held} requests outstanding for {caller} "
+                f"(limit {limits.max_outstanding_per_caller} per caller)"
+            )
         elif depth >= limits.max_queue_depth:
             reason = f"{depth} requests of {function!r} waiting (limit {limits.max_queue_depth})"
         elif depth == 0 and len(self._table.queued_functions()) >= limits.max_functions:
@@ -312,18 +397,22 @@ class DRPCService:
         return None if request is None else request.as_request(origin)
 
     def _remember_fetch(self, function: str, now: float) -> None:
+        """Note a runner's fetch of ``function``; forget names whose window passed."""
         fetches = self._remote_fetches
-        if function not in fetches and len(fetches) >= self.limits.max_functions:
-            for name, fetched in list(fetches.items()):
-                if now - fetched > self.runner_liveness:
-                    del fetches[name]
-            if len(fetches) >= self.limits.max_functions:
-                log.warning(
-                    "not tracking runner fetches of %r: %d functions tracked (limit)",
-                    function[:100],
-                    len(fetches),
-                )
-                return
+        while fetches:
+            name, fetched = next(iter(fetches.items()))
+            if now - fetched <= self.runner_liveness:
+                break
+            del fetches[name]
+        if function in fetches:
+            fetches.move_to_end(function)
+        elif len(fetches) >= self.limits.max_functions:
+            self.refusals.refuse(
+                "not tracking runner fetches of %r: %d functions tracked (limit)",
+                function[:100],
+                len(fetches),
+            )
+            return
         fetches[function] = now
 
     def tracked_functions(self) -> int:
@@ -384,7 +473,7 @@ class DRPCService:
             request.id,
             request.function,
             error.type.name,
-            error.msg,
+            error.msg[:MAX_LOGGED_MESSAGE],
             extra=request_extra(request.id, request.function),
         )
         return True

@@ -9,20 +9,33 @@ Contract:
   string, container or nesting limits (``drpc.protocol.scan``), or a method the
   service does not have close that connection only (a method it does not
   have, or a call with malformed arguments, first gets a
-  ``TApplicationException`` reply); the reason is logged, the listener keeps
-  serving everyone else;
+  ``TApplicationException`` reply); the reason is logged (``refusals``: one
+  WARNING line each, rate-limited), the listener keeps serving everyone else;
 - calls on one connection run concurrently and each reply carries its call's
   sequence id, so a sequential client (one call at a time, like Thrift's
   generated clients) and a multiplexing one (matching replies by sequence id)
   both work; with ``limits.max_calls_per_connection`` calls in flight the
   connection is not read until one finishes;
-- at ``max_connections`` open connections a new one is closed at once (logged);
+- what one connection makes the server hold is bounded: while its calls in
+  flight (the frames read and not answered) and its replies not yet sent pass
+  ``limits.max_pending_bytes``, the connection is not read; while its unsent
+  replies alone pass it, finished calls also hold their replies, and a
+  connection that stays so for ``limits.write_timeout`` seconds is closed
+  (aborted: what it did not take is dropped) and its calls are cancelled,
+  which withdraws their requests;
+- a connection with no call in flight may wait ``limits.idle_timeout``
+  seconds for its next frame, then it is closed (a multiplexing client waiting
+  for long calls is not idle);
+- at ``max_connections`` open connections, or ``limits.max_connections_per_address``
+  from one client address, a new one (from that address) is closed at once;
 - with an ``ssl`` context the connection is TLS; a verified client
   certificate's subject CN is the caller's identity (``Peer.identity``),
   otherwise the identity is None (anonymous);
 - a handler that raises anything but ``ProtocolError`` is a server bug: it is
   logged with its traceback and the caller gets an INTERNAL_ERROR
   ``TApplicationException``; the connection stays open;
+- when a connection ends (the client closed it, or a limit above), calls
+  still in flight on it are cancelled;
 - ``close()`` stops accepting, lets calls in flight write their replies (up to
   a grace period), then closes every connection.
 """
@@ -37,6 +50,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from drpc.server.limits import Limits
+from drpc.server.refusals import RefusalLog
 from thrift.Thrift import TApplicationException
 
 from drpc.protocol.scan import WireLimits
@@ -58,14 +72,36 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Peer:
-    """Who is calling: the remote address, and the authenticated identity if any."""
+    """Who is calling: the remote address ("host:port"), its host, and the authenticated
+    identity if any."""
 
     address: str
     identity: str | None = None
+    host: str = ""
 
 
 MethodHandler = Callable[[Message, Peer], Awaitable[bytes]]
 """Reads a call's arguments from the message and returns the framed reply."""
+
+
+class _Connection:
+    """One client connection: its streams, who it is, and its calls in flight."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Peer
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.peer = peer
+        self.calls: dict[asyncio.Task[None], int] = {}  # each call and its frame's size
+        self.call_bytes = 0
+        self.waiting: asyncio.Timeout | None = None  # the idle deadline of a frame awaited
+
+    def call_done(self, call: asyncio.Task[None], idle_timeout: float) -> None:
+        self.call_bytes -= self.calls.pop(call, 0)
+        waiting = self.waiting
+        if not self.calls and waiting is not None and waiting.when() is None:
+            waiting.reschedule(asyncio.get_running_loop().time() + idle_timeout)
 
 
 class ThriftListener:
@@ -77,6 +113,7 @@ class ThriftListener:
         limits: Limits | None = None,
         ssl_context: ssl.SSLContext | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        refusals: RefusalLog | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be positive, got {max_connections!r}")
@@ -90,9 +127,13 @@ class ThriftListener:
         )
         self._ssl = ssl_context
         self.max_connections = max_connections
+        self.refusals = refusals or RefusalLog(self.limits.refusal_logs_per_second)
         self.refused_connections = 0
+        self.idle_closed = 0
+        self.write_timeouts = 0
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._per_host: dict[str, int] = {}
         self._calls: set[asyncio.Task[None]] = set()
         self.port: int | None = None
 
@@ -119,82 +160,152 @@ class ThriftListener:
         if self._server is not None:
             await self._server.wait_closed()
 
+    def connections_from(self, host: str) -> int:
+        """Open connections from the client address ``host``."""
+        return self._per_host.get(host, 0)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        peername = writer.get_extra_info("peername")
+        host = _host(peername)
+        from_host = self._per_host.get(host, 0)
+        reason = None
         if len(self._connections) >= self.max_connections:
+            reason = f"{len(self._connections)} connections open"
+        elif from_host >= self.limits.max_connections_per_address:
+            reason = f"{from_host} connections open from {host} (max_connections_per_address)"
+        if reason is not None:
             self.refused_connections += 1
-            log.warning(
-                "%s: refused a connection from %s: %d connections open",
+            self.refusals.refuse(
+                "%s: refused a connection from %s: %s",
                 self.service_name,
-                _format_address(writer.get_extra_info("peername")),
-                len(self._connections),
+                _format_address(peername),
+                reason,
             )
             writer.close()
             return
         self._connections.add(task)
+        self._per_host[host] = from_host + 1
+        peer = Peer(_format_address(peername), common_name(writer.get_extra_info("peercert")), host)
         try:
-            await self._serve(reader, writer)
+            await self._serve(_Connection(reader, writer, peer))
         except asyncio.CancelledError:
             pass  # close() cancelled this connection: it is closed, nothing to report
         finally:
             self._connections.discard(task)
+            left = self._per_host[host] - 1
+            if left:
+                self._per_host[host] = left
+            else:
+                del self._per_host[host]
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peername = writer.get_extra_info("peername")
-        peer = Peer(_format_address(peername), common_name(writer.get_extra_info("peercert")))
-        calls: set[asyncio.Task[None]] = set()
+    async def _serve(self, connection: _Connection) -> None:
+        writer, peer, calls = connection.writer, connection.peer, connection.calls
+        writer.transport.set_write_buffer_limits(high=self.limits.max_pending_bytes)
+        idle_timeout = self.limits.idle_timeout
         try:
-            while True:
-                while len(calls) >= self.limits.max_calls_per_connection:
-                    done, _ = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
-                    calls.difference_update(done)
-                message = await self._read_message(reader, peer)
+            while await self._may_read(connection):
+                message = await self._read_message(connection)
                 if message is None:
                     break
                 handler = self._methods.get(message.name)
                 if handler is None or message.type != CALL:
                     what = "unknown method" if handler is None else "not a call"
-                    log.warning(
-                        "%s: closing connection from %s: %s %r",
-                        self.service_name,
-                        peer.address,
-                        what,
-                        message.name,
-                    )
+                    self._refuse(peer, f"{what} {message.name[:100]!r}")
                     writer.write(
                         encode_application_error(
                             message.name,
                             message.seqid,
                             TApplicationException.UNKNOWN_METHOD,
-                            f"{what} {message.name!r} on {self.service_name}",
+                            f"{what} {message.name[:100]!r} on {self.service_name}",
                         )
                     )
                     break
-                call = asyncio.create_task(self._call(handler, message, peer, writer))
-                calls.add(call)
+                call = asyncio.create_task(self._call(handler, message, connection))
+                calls[call] = message.size + FRAME_HEADER_SIZE
+                connection.call_bytes += message.size + FRAME_HEADER_SIZE
                 self._calls.add(call)
-                call.add_done_callback(calls.discard)
+                call.add_done_callback(lambda done: connection.call_done(done, idle_timeout))
                 call.add_done_callback(self._calls.discard)
+                await asyncio.sleep(0)  # one frame, then the other connections' turn
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:
             log.exception("%s: connection from %s failed", self.service_name, peer.address)
         finally:
-            for call in calls:
+            for call in list(calls):
                 call.cancel()
             with contextlib.suppress(Exception):
-                await writer.drain()
+                async with asyncio.timeout(self.limits.write_timeout):
+                    await writer.drain()
+            if writer.transport.get_write_buffer_size():
+                writer.transport.abort()  # the client did not take what it was sent
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _read_message(self, reader: asyncio.StreamReader, peer: Peer) -> Message | None:
+    async def _may_read(self, connection: _Connection) -> bool:
+        """Wait until the connection may be read: fewer than ``max_calls_per_connection``
+        calls in flight, and its calls and unsent replies within ``max_pending_bytes``.
+        False when it must close instead (its replies were not taken in time)."""
+        calls, limits = connection.calls, self.limits
+        while True:
+            if not await self._room(connection):
+                return False
+            pending = connection.call_bytes + connection.writer.transport.get_write_buffer_size()
+            if not calls or (
+                len(calls) < limits.max_calls_per_connection and pending <= limits.max_pending_bytes
+            ):
+                return True
+            await asyncio.wait(set(calls), return_when=asyncio.FIRST_COMPLETED)
+
+    async def _room(self, connection: _Connection) -> bool:
+        """Wait while the connection's unsent replies exceed ``max_pending_bytes``; False
+        when they did for ``write_timeout`` seconds (the connection is then closed)."""
+        transport = connection.writer.transport
+        if transport.get_write_buffer_size() <= self.limits.max_pending_bytes:
+            return not transport.is_closing()
+        try:
+            async with asyncio.timeout(self.limits.write_timeout):
+                await connection.writer.drain()
+        except TimeoutError:
+            if not transport.is_closing():
+                self.write_timeouts += 1
+                self._refuse(
+                    connection.peer,
+                    f"{transport.get_write_buffer_size()} reply bytes not taken within "
+                    f"{self.limits.write_timeout:g} s (write_timeout)",
+                )
+                transport.abort()
+            return False
+        except ConnectionError:
+            return False
+        return not transport.is_closing()
+
+    async def _read_message(self, connection: _Connection) -> Message | None:
         """The next message, or None when the connection should close (reason logged).
 
-        An idle connection may wait for its next frame as long as it likes; once a frame's
-        first byte is in, the whole frame must follow within ``read_timeout``."""
-        first = await reader.read(1)
+        With no call in flight a connection may wait ``idle_timeout`` for its next frame;
+        once a frame's first byte is in, the whole frame must follow within
+        ``read_timeout``."""
+        reader, peer = connection.reader, connection.peer
+        idle_timeout = self.limits.idle_timeout
+        try:
+            async with asyncio.timeout(None if connection.calls else idle_timeout) as waiting:
+                connection.waiting = waiting
+                first = await reader.read(1)
+        except TimeoutError:
+            self.idle_closed += 1
+            log.debug(
+                "%s: closing connection from %s: idle for %g s",
+                self.service_name,
+                peer.address,
+                idle_timeout,
+            )
+            return None
+        finally:
+            connection.waiting = None
         if not first:
             return None
         length = -1
@@ -219,15 +330,14 @@ class ThriftListener:
         return None
 
     def _refuse(self, peer: Peer, reason: str) -> None:
-        log.warning("%s: closing connection from %s: %s", self.service_name, peer.address, reason)
+        self.refusals.refuse(
+            "%s: closing connection from %s: %s", self.service_name, peer.address, reason
+        )
 
     async def _call(
-        self,
-        handler: MethodHandler,
-        message: Message,
-        peer: Peer,
-        writer: asyncio.StreamWriter,
+        self, handler: MethodHandler, message: Message, connection: _Connection
     ) -> None:
+        peer, writer = connection.peer, connection.writer
         try:
             reply = await handler(message, peer)
         except ProtocolError as error:
@@ -247,10 +357,14 @@ class ThriftListener:
                 TApplicationException.INTERNAL_ERROR,
                 f"internal error: {type(error).__name__}",
             )
-        if not writer.is_closing():
+        if await self._room(connection):
             writer.write(reply)
-            with contextlib.suppress(ConnectionError):
-                await writer.drain()
+
+
+def _host(peername: object) -> str:
+    if isinstance(peername, tuple) and peername:
+        return str(peername[0])
+    return str(peername)
 
 
 def _format_address(peername: object) -> str:

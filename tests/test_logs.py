@@ -9,8 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,7 +24,7 @@ from drpc import (
 from drpc.logs import ContextFilter, JSONFormatter, TextFormatter, log_context, request_extra
 from drpc.observe import Observer
 from drpc.testing import LocalDRPC
-from tests.server.helpers import EPHEMERAL_PORTS
+from tests.server.helpers import EPHEMERAL_PORTS, http_get
 from tests.topologies.bolts import SleepThenEcho
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,6 +134,25 @@ def test_text_lines_stay_readable_with_the_fields_at_the_end() -> None:
     assert TextFormatter().format(record("plain")).endswith("drpc.test: plain")
 
 
+def test_text_lines_escape_control_characters_so_input_cannot_forge_a_line() -> None:
+    forged = "x\n2099-01-01 00:00:00,000 INFO drpc: forged\r\x1b[2K\u2028\x85\t"
+    escaped = r"x\n2099-01-01 00:00:00,000 INFO drpc: forged\r\x1b[2K\u2028\x85\t"
+    line = TextFormatter().format(record("failed: %s", forged, function=forged))
+    assert line.endswith(f"failed: {escaped} [function={escaped}]")
+    assert line.splitlines() == [line]  # one line, whatever the input held
+    try:
+        raise ValueError("boom\n2099-01-01 00:00:00,000 INFO drpc: forged too")
+    except ValueError:
+        broken = logging.LogRecord(
+            "drpc.test", logging.ERROR, "", 1, "it broke", (), sys.exc_info()
+        )
+    head, *rest = TextFormatter().format(broken).splitlines()
+    assert head.endswith("ERROR drpc.test: it broke")
+    assert rest[0] == "  Traceback (most recent call last):"
+    assert rest[-1] == "  2099-01-01 00:00:00,000 INFO drpc: forged too"
+    assert all(line.startswith("  ") for line in rest)  # a record starts at column one only
+
+
 def test_configure_logging_in_a_fresh_process() -> None:
     script = (
         "import logging; from drpc.logs import configure_logging\n"
@@ -169,14 +186,6 @@ LISTENING = re.compile(
     r"execute \(Thrift\) on [\d.]+:(?P<port>\d+), invocations \(Thrift\) on [\d.]+:\d+; "
     r"HTTP on http://[\d.]+:(?P<http>\d+)/drpc/"
 )
-
-
-def call(http: str, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://{HOST}:{http}{path}", timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
 
 
 @pytest.mark.timeout(180)
@@ -219,15 +228,15 @@ def test_the_server_logs_one_json_object_per_line_with_request_ids(executor: str
                 break
         else:
             pytest.fail("the server exited without listening:\n" + "".join(lines))
-        http = listening["http"]
-        assert call(http, "/drpc/reach/foo.com%2Fblog%2F1") == (200, b"16")
-        status, body = call(http, "/drpc/failing/bad?trace=1")
+        http = int(listening["http"])
+        assert http_get(http, "/drpc/reach/foo.com%2Fblog%2F1") == (200, b"16")
+        status, body = http_get(http, "/drpc/failing/bad?trace=1")
         assert status == 400
         failed_id = json.loads(body)["request_id"]
-        status, body = call(http, "/drpc/logged/hey?trace=1")
+        status, body = http_get(http, "/drpc/logged/hey?trace=1")
         assert status == 200 and json.loads(body)["result"] == "hey!"
         logged_id = json.loads(body)["request_id"]
-        status, body = call(http, f"/drpc/sleepy/{timeout + 2}")
+        status, body = http_get(http, f"/drpc/sleepy/{timeout + 2}")
         assert status == 504
     finally:
         server.send_signal(signal.SIGTERM)

@@ -77,3 +77,23 @@ def test_timeouts_must_be_positive(timeout: float) -> None:
         RequestTable(timeout=timeout)
     with pytest.raises(ValueError):
         RequestTable().submit("f", "x", now=0, timeout=timeout)
+
+
+def test_withdraw_settles_only_what_no_runtime_fetched_and_callers_hold_counts() -> None:
+    table = RequestTable(timeout=10)
+    queued = table.submit("f", "q", now=0, caller="address 10.0.0.1")
+    running = table.submit("f", "r", now=0, caller="address 10.0.0.1")
+    other = table.submit("f", "o", now=0, caller="user alice")
+    anonymous = table.submit("f", "a", now=0)
+    assert (table.held_by("address 10.0.0.1"), table.held_by("user alice")) == (2, 1)
+    assert table.fetch("f") is queued and table.fetch("f") is running
+    gone = DRPCExecutionException("gone")
+    assert table.withdraw(queued.id, gone) is None  # fetched: left to its runtime
+    assert table.withdraw(other.id, gone) is other and other.error is gone
+    assert table.queue_depth("f") == 1  # the withdrawn one left its queue
+    assert table.withdraw(other.id, gone) is None  # settled already
+    assert (table.held_by("address 10.0.0.1"), table.held_by("user alice")) == (2, 0)
+    table.complete(queued.id, "1")
+    table.expire(now=11)
+    assert table.held_by("address 10.0.0.1") == 0 and len(table) == 0
+    assert anonymous.error is not None  # no caller: counted against nobody

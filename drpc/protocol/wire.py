@@ -73,6 +73,8 @@ class Message:
     type: int
     seqid: int
     protocol: TProtocolBase
+    size: int = 0
+    """Bytes of the framed payload it was decoded from."""
 
 
 def _protocol(buffer: TMemoryBuffer) -> TProtocolBase:
@@ -119,7 +121,7 @@ def decode_message(payload: bytes, limits: WireLimits | None = None) -> Message:
         raise ProtocolError(f"malformed message header: {_describe(error)}") from error
     if not isinstance(name, str):
         raise ProtocolError("malformed message header: method name is not a string")
-    return Message(name, message_type, seqid, protocol)
+    return Message(name, message_type, seqid, protocol, len(payload))
 
 
 def _malformed(reason: str) -> ProtocolError:

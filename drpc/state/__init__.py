@@ -6,7 +6,8 @@
   per directory (``writer``).
 - ``CoordinatorState`` and ``RotatingTransactionalState`` (``coordinator``,
   ``rotating``): the coordinator's next txid, commit record, per-txid batch and
-  per-partition metadata.
+  per-partition metadata; drpc's own records among them are explicit bytes
+  (``records``), read without running code; user values are pickled (``codec``).
 - ``TransactionalMap`` and ``OpaqueMap`` (``maps``): user state with Storm's
   ``{value, txid}`` and ``{value, prev, txid}`` rules, written through a
   committer's handle in the commit's write transaction.

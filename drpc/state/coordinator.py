@@ -14,7 +14,10 @@ Contract:
 - ``batch_meta`` is the per-txid batch metadata, a strict
   ``RotatingTransactionalState`` (namespace ``"meta"``): cache a batch's
   metadata when it is first emitted (standalone, durable at once) so a replay,
-  even after a restart, emits the same batch.
+  even after a restart, emits the same batch. With ``plain_batch_meta`` (the
+  metadata is drpc's own: a partitioned spout's partition count, an opaque
+  spout's None) it is stored as plain data (``drpc.state.records``), never
+  pickled; a user coordinator's metadata is user data, pickled.
 - ``partition_state(i)`` is partition ``i``'s per-txid metadata, a non-strict
   ``RotatingTransactionalState`` (namespace ``"partition/<i>"``), as Storm's
   partitioned emitters keep it; its cleanup is the emitter's job.
@@ -22,7 +25,9 @@ Contract:
   record in a state directory, for status tools.
 
 The record lives in ``COORDINATOR_DB`` under ``name(topology_id) + b"commit"``
-as a pickled ``(txid, committed_at)``.
+as ``drpc.state.records``' commit record (never a pickle; a record drpc wrote
+as a pickled ``(txid, committed_at)`` before is still read, without running
+anything).
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ import time
 from dataclasses import dataclass
 
 from drpc.errors import StateError, StateKeyError, StateOrderError
-from drpc.state.codec import decode_names, dumps, encode_name, loads
+from drpc.state.codec import decode_names, encode_name
 from drpc.state.env import COORDINATOR_DB, StateEnvironment, StateTxn
+from drpc.state.records import decode_commit, encode_commit
 from drpc.state.rotating import INIT_TXID, RotatingTransactionalState
 
 META_NAMESPACE = "meta"
@@ -55,11 +61,15 @@ class CommitRecord:
 class CoordinatorState:
     """Next txid, commit record, batch and partition metadata of ``topology_id``."""
 
-    def __init__(self, env: StateEnvironment, topology_id: str) -> None:
+    def __init__(
+        self, env: StateEnvironment, topology_id: str, *, plain_batch_meta: bool = False
+    ) -> None:
         self.env = env
         self.topology_id = topology_id
         self._key = encode_name(topology_id, "topology id") + _COMMIT
-        self.batch_meta = RotatingTransactionalState(env, topology_id, META_NAMESPACE, strict=True)
+        self.batch_meta = RotatingTransactionalState(
+            env, topology_id, META_NAMESPACE, strict=True, plain=plain_batch_meta
+        )
 
     def __repr__(self) -> str:
         return f"<CoordinatorState {self.topology_id!r} in {self.env.path!r}>"
@@ -88,7 +98,7 @@ class CoordinatorState:
                 f"to commit is {expected}"
             )
         record = CommitRecord(txid, time.time() if committed_at is None else committed_at)
-        txn.put(COORDINATOR_DB, self._key, dumps((record.txid, record.committed_at), "commit"))
+        txn.put(COORDINATOR_DB, self._key, encode_commit(record.txid, record.committed_at))
         self.batch_meta.cleanup_before(txid, txn=txn)
         return record
 
@@ -115,5 +125,5 @@ class CoordinatorState:
 
 
 def _record(stored: bytes) -> CommitRecord:
-    txid, committed_at = loads(stored)
+    txid, committed_at = decode_commit(stored)
     return CommitRecord(txid, committed_at)

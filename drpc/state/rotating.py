@@ -26,7 +26,9 @@ survives restarts and follows the caller's transaction exactly):
 
 Records live in ``ROTATING_DB`` under ``name(topology_id) + name(namespace) +
 txid`` (``drpc.state.codec``), so several topologies and namespaces share a
-directory without meeting.
+directory without meeting. Values are pickled (user data: a spout's
+metadata), or with ``plain=True`` (drpc's own data) stored as plain data by
+``drpc.state.records``, which never runs code when it reads.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from collections.abc import Callable
 from drpc.errors import StateOrderError
 from drpc.state.codec import decode_txid, dumps, encode_name, encode_txid, loads
 from drpc.state.env import ROTATING_DB, StateEnvironment, StateTxn
+from drpc.state.records import decode_plain, encode_plain
 
 INIT_TXID = 1
 
@@ -46,12 +49,19 @@ class RotatingTransactionalState:
     """Per-txid data of ``namespace`` in topology ``topology_id`` (see module doc)."""
 
     def __init__(
-        self, env: StateEnvironment, topology_id: str, namespace: str, *, strict: bool = True
+        self,
+        env: StateEnvironment,
+        topology_id: str,
+        namespace: str,
+        *,
+        strict: bool = True,
+        plain: bool = False,
     ) -> None:
         self.env = env
         self.topology_id = topology_id
         self.namespace = namespace
         self.strict = strict
+        self.plain = plain
         self._prefix = encode_name(topology_id, "topology id") + encode_name(namespace, "namespace")
 
     def __repr__(self) -> str:
@@ -67,7 +77,7 @@ class RotatingTransactionalState:
     def get_last_state(self, *, txn: StateTxn | None = None) -> object:
         with self.env.reading(txn) as t:
             for _, value in t.scan(ROTATING_DB, self._prefix, reverse=True):
-                return loads(value)
+                return self._decode(value)
             return None
 
     def list(self, *, txn: StateTxn | None = None) -> list[int]:
@@ -101,7 +111,7 @@ class RotatingTransactionalState:
 
     def override_state(self, txid: int, data: object, *, txn: StateTxn | None = None) -> None:
         key = self._key(txid)
-        value = dumps(data, f"state of txid {txid} in {self!r}")
+        value = self._encode(data, txid)
         self.env.writing(txn, lambda t: t.put(ROTATING_DB, key, value), what=self._what(txid))
 
     def remove_state(self, txid: int, *, txn: StateTxn | None = None) -> None:
@@ -123,6 +133,13 @@ class RotatingTransactionalState:
     def _what(self, txid: int) -> str:
         return f"txid {txid} of {self!r}"
 
+    def _encode(self, data: object, txid: int) -> bytes:
+        what = f"state of txid {txid} in {self!r}"
+        return encode_plain(data, what) if self.plain else dumps(data, what)
+
+    def _decode(self, stored: bytes) -> object:
+        return decode_plain(stored, f"a record of {self!r}") if self.plain else loads(stored)
+
     def _key(self, txid: int) -> bytes:
         return self._prefix + encode_txid(txid)
 
@@ -132,7 +149,7 @@ class RotatingTransactionalState:
     def _cached(self, txid: int, txn: StateTxn | None) -> tuple[bool, object]:
         with self.env.reading(txn) as t:
             stored = t.get(ROTATING_DB, self._key(txid))
-        return (False, None) if stored is None else (True, loads(stored))
+        return (False, None) if stored is None else (True, self._decode(stored))
 
     def _get_or_init(
         self, t: StateTxn, txid: int, initializer: StateInitializer
@@ -141,7 +158,7 @@ class RotatingTransactionalState:
         key = self._key(txid)
         stored = t.get(ROTATING_DB, key)
         if stored is not None:
-            return True, loads(stored)
+            return True, self._decode(stored)
         start = encode_txid(txid)
         before = next(t.scan(ROTATING_DB, self._prefix, start=start, reverse=True), None)
         after = next(t.scan(ROTATING_DB, self._prefix, start=start), None)
@@ -151,8 +168,8 @@ class RotatingTransactionalState:
                 self._txid(before[0]) if before else None,
                 self._txid(after[0]) if after else None,
             )
-        data = None if after else initializer(txid, loads(before[1]) if before else None)
-        t.put(ROTATING_DB, key, dumps(data, f"state of txid {txid} in {self!r}"))
+        data = None if after else initializer(txid, self._decode(before[1]) if before else None)
+        t.put(ROTATING_DB, key, self._encode(data, txid))
         return False, data
 
     def _check_order(self, txid: int, prev: int | None, later: int | None) -> None:

@@ -35,7 +35,7 @@ from drpc.commandline import (
     CommandLineParser,
     import_from_working_directory,
 )
-from drpc.errors import DRPCError, StateError
+from drpc.errors import DRPCError, StateError, StateFormatError
 from drpc.executors import EXECUTORS
 from drpc.hosting import as_transactional, load_topology
 from drpc.logs import add_logging_arguments, configure_logging
@@ -218,6 +218,9 @@ def status(state_dir: str) -> dict[str, Any]:
 def _status(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         report = status(args.state_dir)
+    except StateFormatError as error:  # a record drpc refuses to read: not a usage error
+        print(f"drpc-transactional: {error}", file=sys.stderr)
+        return 1
     except StateError as error:
         parser.error(str(error))
     if args.json:

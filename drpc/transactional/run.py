@@ -82,6 +82,7 @@ from drpc.transactional.spark_backend import SparkBackend
 from drpc.transactional.spouts import (
     TRANSACTIONAL_SERVICE,
     TransactionalServices,
+    drpc_owns_batch_meta,
     spout_coordinator,
 )
 
@@ -191,7 +192,9 @@ class TransactionalRunner:
             raise ValueError(f"max_spout_pending must be None or >= 1, got {max_spout_pending!r}")
         self.env = StateEnvironment.open(str(state_dir), **(state_options or {}))
         self.observer = bus(observer)
-        self.coordinator_state = CoordinatorState(self.env, info.id)
+        self.coordinator_state = CoordinatorState(
+            self.env, info.id, plain_batch_meta=drpc_owns_batch_meta(info.spout)
+        )
         self.transactional = TransactionalServices(info.id, self.coordinator_state)
         self.services: dict[str, Any] = {
             TRANSACTIONAL_SERVICE: self.transactional,

@@ -274,6 +274,14 @@ def _close(component: Any) -> None:
         close()
 
 
+def drpc_owns_batch_meta(spout: IComponent) -> bool:
+    """Whether the coordinator's batch metadata of ``spout`` is drpc's own (partitioned
+    kinds: a partition count or None), stored as plain data, not the user's (pickled)."""
+    return isinstance(
+        spout, BasePartitionedTransactionalSpout | BaseOpaquePartitionedTransactionalSpout
+    )
+
+
 def spout_coordinator(spout: IComponent, conf: Conf, context: TopologyContext) -> Any:
     if isinstance(spout, BasePartitionedTransactionalSpout):
         return _PartitionedCoordinator(spout.get_coordinator(conf, context))

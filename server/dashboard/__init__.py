@@ -29,8 +29,10 @@ runtimes); it keeps, in memory and bounded:
   is running and its last error.
 
 Names shown (functions, steps, topologies) are cut to ``max_name`` characters
-(default 200). With ``watch_spark_ui(url)`` the page links the Spark UI of the
-server's session (``spark_ui`` in the JSON; only an http(s) URL is shown).
+(default 200); the served functions listed are at most the server's
+``Limits.max_listed_functions`` (``served_total`` counts them all). With
+``watch_spark_ui(url)`` the page links the Spark UI of the server's session
+(``spark_ui`` in the JSON; only an http(s) URL is shown).
 
 ``status(service)`` is the JSON the page polls every second; the page
 (``static/index.html``, ``dashboard.js``, ``dashboard.css``: plain files, no
@@ -255,9 +257,10 @@ class Dashboard(Observer):
         self.started = clock()
         self.untracked = 0
         """Requests not tracked because ``max_tracked`` were."""
-        self._labels = BoundedLabels(max_functions)
-        self._topology_labels = BoundedLabels(max_topologies)
-        self._causes = BoundedLabels(max_causes)
+        # Names are kept whole (at most max_functions of them) and cut where shown.
+        self._labels = BoundedLabels(max_functions, None)
+        self._topology_labels = BoundedLabels(max_topologies, None)
+        self._causes = BoundedLabels(max_causes, None)
         self._functions: dict[str, _Function] = {}
         self._tracked: dict[str, _Tracked] = {}
         self._failures: deque[dict[str, Any]] = deque(maxlen=max_failures)
@@ -427,15 +430,17 @@ class Dashboard(Observer):
         served = service.served_functions() if service is not None else []
         now = self.clock()
         with self._lock:
+            served_labels = set()
             for name in served:
                 self._function(name, admit=True)
+                served_labels.add(self._labels(name, admit=False))
             in_flight = sorted(self._tracked.values(), key=lambda t: t.submitted)
             held: dict[str, Counter[str]] = {}
             for tracked in in_flight:
                 label = self._labels(tracked.function, admit=False)
                 held.setdefault(label, Counter())["running" if tracked.fetched else "queued"] += 1
             functions = [
-                self._function_status(name, entry, now, name in served, held.get(name))
+                self._function_status(name, entry, now, name in served_labels, held.get(name))
                 for name, entry in sorted(self._functions.items())
             ]
             shown = [
@@ -468,8 +473,10 @@ class Dashboard(Observer):
         self._add_hosted(status["transactional"])
         status["spark_ui"] = self.spark_ui()
         if service is not None:
+            listed, total = service.served_summary()
             status["server"] = {
-                "served": [_clip(name, self.max_name) for name in served],
+                "served": [_clip(name, self.max_name) for name in listed],
+                "served_total": total,
                 "outstanding": service.outstanding(),
                 "late_results": service.late_results,
                 "refused_busy": service.refused_busy,

@@ -4,9 +4,11 @@ outcome, the calls this test made."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import urllib.request
 
+import aiohttp
 import pytest
 from drpc.client import (
     AuthorizationException,
@@ -174,3 +176,66 @@ def test_each_server_has_its_own_registry() -> None:
         _, second_samples = scrape(second)
     assert requests_by_outcome(first_samples) == {("exclamation", "ok"): 1}
     assert requests_by_outcome(second_samples) == {}
+
+
+def test_long_function_names_get_short_label_values() -> None:
+    at, over = "f" * 40, "g" * 41
+    with running_server(exclamation(), limits=Limits(max_label_length=40)) as server:
+        with DRPCInvocationsClient(HOST, server.invocations_port, timeout=10) as runner:
+            for name in (at, over):
+                assert runner.fetch_request(name) is None  # served from now on
+            calls = [Call(server.port, name, "x") for name in (at, over)]
+            wait_until(lambda: server.service.outstanding() == 2)
+            for name in (at, over):
+                request = runner.fetch_request(name)
+                assert request is not None
+                runner.result(request.return_info.request_id, "done")
+        assert [call.failed_with() for call in calls] == [None, None]
+        text, samples = scrape(server)
+    labels = {function for function, _ in requests_by_outcome(samples)}
+    assert at in labels  # at the limit: the name itself
+    assert over not in text
+    [cut] = labels - {at}
+    assert len(cut) == 40 and cut.startswith("g" * 31 + "~")
+
+
+class Recorder:
+    """A collector that notes the thread every scrape renders on and can hold a scrape."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+        self.release = threading.Event()
+
+    def describe(self) -> list[object]:
+        return []
+
+    def collect(self) -> list[object]:
+        self.threads.append(threading.get_ident())
+        self.release.wait(10)
+        return []
+
+
+async def test_metrics_render_off_the_event_loop_one_at_a_time() -> None:
+    recorder = Recorder()
+    with running_server(exclamation()) as server:
+        server.metrics.registry.register(recorder)
+        url = f"http://{HOST}:{server.http_port}/metrics"
+        async with aiohttp.ClientSession() as session:
+
+            async def scrape_once() -> int:
+                async with session.get(url) as response:
+                    await response.read()
+                    return response.status
+
+            scrapes = [asyncio.ensure_future(scrape_once()) for _ in range(3)]
+            while not recorder.threads:
+                await asyncio.sleep(0.01)
+            # While a rendering is held, the loop still answers calls.
+            with DRPCClient(HOST, server.port, timeout=10) as client:
+                assert await asyncio.to_thread(client.execute, "exclamation", "x") == "x!"
+            await asyncio.sleep(0.2)  # the other scrapes arrive and wait for this rendering
+            recorder.release.set()
+            assert await asyncio.gather(*scrapes) == [200, 200, 200]
+        loop_thread = server.service._loop_thread
+    assert len(recorder.threads) == 1  # three scrapes, one rendering
+    assert recorder.threads[0] != loop_thread

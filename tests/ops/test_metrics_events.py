@@ -91,6 +91,19 @@ def test_bounded_labels() -> None:
         BoundedLabels(0)
 
 
+def test_label_values_are_cut_at_their_length_and_stay_apart() -> None:
+    labels = BoundedLabels(10, length=32)
+    at, over, other = "a" * 32, "a" * 33, "a" * 32 + "b"
+    assert labels(at) == at  # at the limit: whole
+    cut = labels(over)
+    assert len(cut) == 32 and cut.startswith("a" * 23 + "~") and cut != at
+    assert labels(other) != cut and len(labels(other)) == 32  # same start, another value
+    assert labels(over) == cut  # the same name keeps its value
+    assert BoundedLabels(1, length=None)("n" * 5000) == "n" * 5000
+    with pytest.raises(ValueError, match="length"):
+        BoundedLabels(1, length=9)
+
+
 def test_executor_events_feed_batch_job_and_step_metrics() -> None:
     metrics = ServerMetrics()
     metrics.batch_coalesced("reach", 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import signal
@@ -10,6 +11,8 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,6 +50,29 @@ class ServerProcess:
     def text(self) -> str:
         """Everything it logged so far (all of it once the ``with`` block ended)."""
         return "".join(self.log)
+
+    @property
+    def port(self) -> int:
+        return int(self.listening["port"])
+
+    @property
+    def invocations_port(self) -> int:
+        return int(self.listening["invocations"])
+
+    @property
+    def http_port(self) -> int:
+        return int(self.listening["http"])
+
+    def rss_kib(self) -> int:
+        """Its resident memory in KiB."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+        assert found is not None
+        return int(found.group(1))
+
+    def fds(self) -> int:
+        """Its open file descriptors."""
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
 
 
 @contextmanager
@@ -172,3 +198,18 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(0.01)
+
+
+def connect_from(source: str, port: int, timeout: float = 10.0) -> socket.socket:
+    """A connection to ``port`` on 127.0.0.1 from the loopback address ``source`` (any of
+    127.0.0.0/8), so a test can be another client address."""
+    return socket.create_connection((HOST, port), timeout=timeout, source_address=(source, 0))
+
+
+def http_get(port: int, path: str, timeout: float = 30.0) -> tuple[int, bytes]:
+    """GET ``path`` from 127.0.0.1:``port``: the status and body, errors included."""
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}{path}", timeout=timeout) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()

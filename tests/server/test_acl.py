@@ -19,6 +19,7 @@ import pytest
 from drpc.client import (
     AuthorizationException,
     DRPCClient,
+    DRPCExecutionException,
     DRPCInvocationsClient,
     HTTPDRPCClient,
     TLSSettings,
@@ -340,3 +341,77 @@ def test_tokens_file_maps_users_to_one_or_several_tokens(tmp_path: Path) -> None
     assert table.user_of("alice-token-0123456789") == "alice"
     assert table.user_of("r2-token-0123456789") == "runner"
     assert table.user_of("alice-token-012345678") is None
+
+
+@pytest.mark.parametrize(
+    ("key", "read_as"),
+    [("on", "True (bool)"), ("yes", "True (bool)"), ("null", "None (NoneType)"),
+     ("007", "7 (int)"), ("12:30", "750 (int)")],
+)  # fmt: skip
+def test_a_function_name_yaml_reads_as_another_type_is_refused_naming_it(
+    tmp_path: Path, key: str, read_as: str
+) -> None:
+    path = tmp_path / "acl.yaml"
+    path.write_text(f"drpc.authorizer.acl:\n  {key}: {{client.users: [alice]}}\n")
+    with pytest.raises(ConfigFileError, match="quote them") as refused:
+        ACLAuthorizer(path)
+    assert f"function names must be strings, but YAML read {read_as}" in str(refused.value)
+    path.write_text(f"drpc.authorizer.acl:\n  '{key}': {{client.users: [alice]}}\n")
+    authorizer = ACLAuthorizer(path, strict=False)  # quoted: the function has its entry
+    authorizer("alice", "execute", key)
+    with pytest.raises(AuthorizationException):
+        authorizer("bob", "execute", key)
+
+
+def test_a_reload_that_reads_an_empty_or_cut_file_keeps_the_previous_acl(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "acl.yaml"
+    path.write_text("drpc.authorizer.acl: {f: {client.users: [alice]}}\n")
+    authorizer = ACLAuthorizer(path, reload_interval=0.0)
+    caplog.set_level(logging.ERROR, logger="drpc.audit")
+    for content in ("", "drpc.authorizer.acl.strict: false\n", "drpc.authorizer.acl: {on: {}}\n"):
+        path.write_text(content)  # a writer caught half way; a key YAML read as True
+        authorizer("alice", "execute", "f")
+        with pytest.raises(AuthorizationException):
+            authorizer("bob", "execute", "f")  # f is not open: the previous ACL holds
+    kept = [r.getMessage() for r in caplog.records if "kept the previous ACL" in r.getMessage()]
+    assert len(kept) == 3 and "no 'drpc.authorizer.acl' key" in kept[0]
+    path.write_text("drpc.authorizer.acl: {f: {client.users: [bob]}}\n")
+    authorizer("bob", "execute", "f")  # a whole file is taken again
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ConfigFileError, match=r"no 'drpc\.authorizer\.acl' key"):
+        ACLAuthorizer(empty)  # at start too: an empty ACL file is a mistake, not an open door
+
+
+async def test_a_bearer_token_that_is_not_utf8_is_refused_audited_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tokens = TokenTable({"alice": TOKENS["alice"]})
+    server = DRPCServer(**server_options(), tokens=tokens)
+    caplog.set_level(logging.WARNING, logger="drpc.audit")
+    with ServerThread(server) as running:
+        for token in (b"\xff\xfe" + b"x" * 20, TOKENS["alice"].encode() + b"\xe9"):
+            reader, writer = await asyncio.open_connection(HOST, running.http_port)
+            writer.write(
+                b"GET /drpc/f/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                b"Authorization: Bearer " + token + b"\r\n\r\n"
+            )
+            answer = await reader.read()
+            writer.close()
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 401"), answer[:200]
+            assert json.loads(body) == {
+                "error": "AuthorizationException",
+                "errorMessage": "the bearer token is not UTF-8",
+            }
+        outcomes = running.dashboard.status()["functions"]
+        with (
+            HTTPDRPCClient(f"http://{HOST}:{running.http_port}", token=TOKENS["alice"]) as ok,
+            pytest.raises(DRPCExecutionException, match="is not served"),
+        ):
+            ok.execute("f", "x")  # a good token is still taken
+    denied = [r.getMessage() for r in caplog.records if r.getMessage().startswith("denied")]
+    assert denied == ["denied execute of 'f' from 127.0.0.1: the bearer token is not UTF-8"] * 2
+    assert [(f["name"], f["totals"]) for f in outcomes] == [("__other__", {"unauthorized": 2})]

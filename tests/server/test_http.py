@@ -108,6 +108,7 @@ async def test_health(http: tuple[DRPCServer, str]) -> None:
         assert await response.json() == {
             "status": "ok",
             "functions": ["exclamation", "failing", "reach"],
+            "functions_total": 3,
             "outstanding": 0,
         }
 

@@ -19,9 +19,12 @@ from drpc.client import (
     ServerBusyError,
 )
 from drpc.server import DRPCServer, ServerThread
+from drpc.server.identity import TokenTable
 from drpc.server.limits import Limits
 
-from drpc.errors import DRPCExceptionType
+from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
+from drpc.errors import DRPCError, DRPCExceptionType
+from drpc.examples.exclamation import ExclaimBolt, build_exclamation
 from tests.server.helpers import HOST, closed_by_server, raw_connection, server_options, wait_until
 
 
@@ -199,3 +202,82 @@ def test_limits_refuse_non_positive_values() -> None:
         Limits(max_queue_depth=0)
     with pytest.raises(ValueError, match="read_timeout"):
         Limits(read_timeout=-1.0)
+
+
+def test_runner_fetched_names_are_forgotten_when_their_window_passes() -> None:
+    server = DRPCServer(**server_options(runner_liveness=0.5))
+    with ServerThread(server) as running:
+        service = running.service
+        for i in range(50):
+            assert service.fetch(f"name-{i}", "runner", remote=True) is None
+        assert service.tracked_functions() == 50  # inside the window: all served
+        assert len(service.served_functions()) == 50
+        time.sleep(0.6)
+        assert service.fetch("fresh", "runner", remote=True) is None
+        assert service.tracked_functions() == 1  # the expired 50 are gone, not just unserved
+        assert service.served_functions() == ["fresh"]
+
+
+def test_the_served_list_is_listed_whole_up_to_its_limit() -> None:
+    limited = DRPCServer(**server_options(), limits=Limits(max_listed_functions=3))
+    with ServerThread(limited) as server:
+        service = server.service
+        for name in ("a", "b", "c"):
+            service.fetch(name, "runner", remote=True)
+        assert service.served_summary() == (["a", "b", "c"], 3)
+        with DRPCClient(HOST, server.port, timeout=10) as client:
+            with pytest.raises(DRPCExecutionException) as at_the_limit:
+                client.execute("d", "x")
+            assert at_the_limit.value.msg.endswith("served functions: a, b, c")
+            service.fetch("e", "runner", remote=True)
+            with pytest.raises(DRPCExecutionException) as over:
+                client.execute("d", "x")
+            assert over.value.msg.endswith("served functions: a, b, c and 1 more")
+        assert service.served_summary() == (["a", "b", "c"], 4)
+
+
+def test_a_function_name_over_the_limit_cannot_be_registered() -> None:
+    server = DRPCServer(**server_options(), limits=Limits(max_function_name=11))
+    server.register(build_exclamation())  # "exclamation": 11 bytes, at the limit
+    builder = LinearDRPCTopologyBuilder("exclamation!")
+    builder.add_bolt(ExclaimBolt())
+    with pytest.raises(DRPCError, match="exceeds the limit of 11"):
+        server.register(builder)
+    with ServerThread(server) as running, DRPCClient(HOST, running.port, timeout=10) as client:
+        assert client.execute("exclamation", "x") == "x!"
+
+
+async def test_each_user_and_each_anonymous_address_has_its_own_quota() -> None:
+    tokens = TokenTable({"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"})
+    limited = DRPCServer(
+        **server_options(wait_for_unserved=True),
+        limits=Limits(max_outstanding_per_caller=2),
+        tokens=tokens,
+    )
+    with ServerThread(limited) as server:
+        url = f"http://{HOST}:{server.http_port}/drpc/f"
+        alice = {"Authorization": "Bearer alice-token-0123456789"}
+        bob = {"Authorization": "Bearer bob-token-0123456789"}
+        async with aiohttp.ClientSession() as session:
+            held = [
+                asyncio.ensure_future(session.get(f"{url}/a{i}", headers=alice)) for i in range(2)
+            ]
+            while server.service.outstanding() < 2:  # alice at her quota: both queued
+                await asyncio.sleep(0.01)
+            async with session.get(f"{url}/a3", headers=alice) as refused:
+                assert refused.status == 503
+                assert (await refused.json())["errorMessage"] == (
+                    "server busy: 2 requests outstanding for user alice (limit 2 per caller)"
+                )
+            held.append(asyncio.ensure_future(session.get(f"{url}/b", headers=bob)))
+            async with AsyncDRPCClient(HOST, server.port, timeout=20) as anonymous:
+                held.append(asyncio.ensure_future(anonymous.execute("f", "anon")))
+                while server.service.outstanding() < 4:  # bob and 127.0.0.1: quotas of their own
+                    await asyncio.sleep(0.01)
+                await asyncio.to_thread(_answer_all, server, "f")
+                *responses, anon = await asyncio.gather(*held)
+                assert anon == "anon!"
+            for response in responses:
+                async with response:
+                    assert response.status == 200
+        assert server.service.refused_busy == 1

@@ -166,6 +166,15 @@ def test_an_http_caller_without_a_certificate_is_told_the_server_requires_one(pk
                 401,
                 {"error": "AuthorizationException", "errorMessage": required},
             ), path
+        long_name = "n" * 257  # refused before anything looks at it, credentials included
+        assert _http_status(server, f"/drpc/{long_name}/x", pki) == (
+            400,
+            {
+                "error": "FAILED_REQUEST",
+                "errorMessage": "a function name of 257 bytes exceeds the limit of 256 "
+                "(max_function_name)",
+            },
+        )
         with HTTPDRPCClient(url, tls=_as(pki, "bob"), timeout=10) as bob:
             assert bob.execute("exclamation", "web") == "web!"
         metrics = server.metrics.exposition().decode()

@@ -5,7 +5,9 @@
 
 const POLL_MS = 1000;
 const STALE_MS = 5000;
-const OUTCOMES = ["ok", "failed", "timeout", "internal_error", "busy", "unauthorized", "shutdown"];
+const OUTCOMES = [
+  "ok", "failed", "timeout", "internal_error", "busy", "unauthorized", "shutdown", "abandoned",
+];
 const COLORS = {
   ok: "#2e9e5b",
   failed: "#d64545",
@@ -14,6 +16,7 @@ const COLORS = {
   busy: "#c9a227",
   unauthorized: "#4f6d8a",
   shutdown: "#8a8f96",
+  abandoned: "#b0a7c4",
   commits: "#2e9e5b",
   replays: "#d64545",
   p50: "#2f6fdb",
@@ -171,7 +174,9 @@ function renderSummary(status) {
   const server = status.server || {};
   const parts = [];
   const add = (label, value) => parts.push(el("span", {}, label, " ", el("b", {}, value)), "  ·  ");
-  add("serving", (server.served || []).length ? server.served.join(", ") : "no function");
+  const served = server.served || [];
+  const more = (server.served_total ?? served.length) - served.length;
+  add("serving", served.length ? served.join(", ") + (more > 0 ? ` and ${more} more` : "") : "no function");
   add("outstanding", server.outstanding ?? status.in_flight_total);
   add("late results", server.late_results ?? 0);
   add("up", seconds(status.uptime));

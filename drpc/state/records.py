@@ -1,0 +1,99 @@
+"""drpc's own records in a state directory, in explicit formats that never run code.
+
+Contract (on-disk formats; ``drpc.state.codec`` pickles user values, this
+module never does):
+
+- **commit record** (``encode_commit``/``decode_commit``): ``b"c1"``, the
+  txid as 8 bytes big-endian, the commit time as an 8-byte big-endian IEEE
+  754 double: 18 bytes.
+- **plain data** (``encode_plain``/``decode_plain``): drpc's own batch
+  metadata (a partitioned spout's partition count, an opaque spout's None):
+  ``b"j1"`` then UTF-8 JSON of None, a bool, an int, a float, a str, or lists
+  and str-keyed dicts of these (tuples are written as lists); anything else
+  raises ``StateValueError`` naming what was being stored.
+- **earlier records**: drpc wrote both as pickles before these formats. A
+  record that starts as a pickle is read by an unpickler that resolves no
+  class, function or persistent id, so it can only build plain containers
+  and scalars; a crafted pickle that names any callable is refused, never
+  run. Such a record must still hold what it should (a commit record: an
+  ``(int, float)`` tuple).
+- a record in none of these forms raises ``StateFormatError`` naming what it
+  was meant to be.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import struct
+from typing import Any
+
+from drpc.errors import StateFormatError, StateValueError
+
+COMMIT_TAG = b"c1"
+PLAIN_TAG = b"j1"
+_COMMIT = struct.Struct(">Qd")
+_PICKLE_START = 0x80  # the PROTO opcode every pickle of protocol 2 or later begins with
+
+
+def encode_commit(txid: int, committed_at: float) -> bytes:
+    return COMMIT_TAG + _COMMIT.pack(txid, committed_at)
+
+
+def decode_commit(data: bytes) -> tuple[int, float]:
+    """The (txid, commit time) of a commit record."""
+    if data.startswith(COMMIT_TAG) and len(data) == len(COMMIT_TAG) + _COMMIT.size:
+        txid, committed_at = _COMMIT.unpack(data[len(COMMIT_TAG) :])
+        return txid, committed_at
+    value = _earlier(data, "a commit record")
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and type(value[0]) is int
+        and isinstance(value[1], int | float)
+        and not isinstance(value[1], bool)
+    ):
+        return value[0], float(value[1])
+    raise StateFormatError(f"a commit record holds {type(value).__name__}, not (txid, time)")
+
+
+def encode_plain(value: object, what: str) -> bytes:
+    try:
+        text = json.dumps(value, allow_nan=True, separators=(",", ":"), default=_refuse)
+    except (TypeError, ValueError) as error:
+        raise StateValueError(f"{what} cannot be stored as plain data: {error}") from error
+    return PLAIN_TAG + text.encode("utf-8")
+
+
+def decode_plain(data: bytes, what: str) -> Any:
+    if data.startswith(PLAIN_TAG):
+        try:
+            return json.loads(data[len(PLAIN_TAG) :].decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as error:
+            raise StateFormatError(f"{what} is not valid plain data: {error}") from error
+    return _earlier(data, what)
+
+
+def _refuse(value: object) -> Any:
+    raise TypeError(f"{type(value).__name__} is not plain data")
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Reads pickles of containers and scalars only: any class or function is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"it names {module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("it holds a persistent id")
+
+
+def _earlier(data: bytes, what: str) -> Any:
+    """A record in drpc's earlier pickled form, read without resolving any callable."""
+    if not data or data[0] != _PICKLE_START:
+        raise StateFormatError(f"{what} is in no format drpc reads ({bytes(data[:8])!r}...)")
+    try:
+        return _PlainUnpickler(io.BytesIO(data)).load()
+    except Exception as error:  # any malformed pickle: the record is refused, never run
+        raise StateFormatError(f"{what} was refused: {error}") from None
