@@ -77,3 +77,36 @@ def test_timeouts_must_be_positive(timeout: float) -> None:
         RequestTable(timeout=timeout)
     with pytest.raises(ValueError):
         RequestTable().submit("f", "x", now=0, timeout=timeout)
+
+
+def test_settling_removes_emptied_queues_so_distinct_names_leave_nothing_behind() -> None:
+    table = RequestTable(timeout=10)
+    for i in range(50):  # a distinct function and timeout each, settled every way
+        request = table.submit(f"f{i}", "x", now=i, timeout=1 + i)
+        if i % 4 == 0:
+            table.complete(request.id, "ok")
+        elif i % 4 == 1:
+            assert table.fetch(f"f{i}") is request
+            table.fail(request.id, DRPCExecutionException("no"))
+        elif i % 4 == 2:
+            assert table.time_out(request.id) is request
+        else:
+            assert table.expire(now=i + 1 + i) == [request]
+    assert len(table) == 0 and table.queued_functions() == []
+    assert table._queues == {} and table._by_timeout == {}  # no entry per name seen
+    assert table.next_deadline() is None
+
+
+def test_settling_one_request_keeps_the_others_of_its_queue_and_timeout() -> None:
+    table = RequestTable(timeout=10)
+    a = table.submit("f", "a", now=0)
+    b = table.submit("f", "b", now=1)
+    c = table.submit("g", "c", now=2, timeout=5)
+    assert table.queued_functions() == ["f", "g"]
+    assert table.complete(a.id, "ok") is a
+    assert table.queue_depth("f") == 1 and table.next_deadline() == 7
+    assert table.fail(c.id, DRPCExecutionException("no")) is c
+    assert table.queued_functions() == ["f"] and table.next_deadline() == 11
+    assert table.fetch("f") is b
+    assert table.queued_functions() == [] and table.next_deadline() == 11  # fetched, pending
+    assert table.expire(now=11) == [b] and table.next_deadline() is None

@@ -20,6 +20,7 @@ from drpc.model.grouping import (
     DirectGrouping,
     FieldsGrouping,
     GlobalGrouping,
+    Grouping,
     LocalOrShuffleGrouping,
     NoneGrouping,
     ShuffleGrouping,
@@ -150,3 +151,22 @@ def test_global_all_and_local_or_shuffle() -> None:
     other = LocalOrShuffleGrouping().partitioner(fields, 2, 4, 3)
     assert sorted(other.choose([i])[0] for i in range(3)) == [0, 1, 2]
     assert DirectGrouping().needs_direct_stream and not ShuffleGrouping().needs_direct_stream
+
+
+@pytest.mark.parametrize(
+    ("grouping", "keeps"),
+    [
+        # (source tasks, target tasks): (1, 1), (1, 3), (3, 1), (3, 3)
+        (GlobalGrouping(), (True, True, False, False)),
+        (ShuffleGrouping(), (True, False, False, False)),
+        (NoneGrouping(), (True, False, False, False)),
+        (FieldsGrouping(Fields("x")), (True, False, False, False)),
+        (AllGrouping(), (True, False, False, False)),
+        (LocalOrShuffleGrouping(), (True, False, False, True)),
+        (DirectGrouping(), (False, False, False, False)),
+    ],
+    ids=lambda value: getattr(value, "kind", ""),
+)
+def test_which_groupings_keep_the_task_index(grouping: Grouping, keeps: tuple[bool, ...]) -> None:
+    shapes = [(1, 1), (1, 3), (3, 1), (3, 3)]
+    assert tuple(grouping.keeps_task_index(s, t) for s, t in shapes) == keeps

@@ -59,3 +59,104 @@ def test_header_forms() -> None:
         decode_message(struct.pack(">I", 0x80020001) + execute_body("f", "a")[4:], LIMITS)
     with pytest.raises(ProtocolError, match="method name of 65 bytes exceeds the limit of 64"):
         decode_message(struct.pack(">i", 65) + b"m" * 65 + bytes([1, 0, 0, 0, 1, 0]), LIMITS)
+
+
+BOOL, BYTE, DOUBLE, I16, STRUCT, LIST, STOP = 2, 3, 4, 6, 12, 15, 0
+
+
+def _field(kind: int, field_id: int) -> bytes:
+    return struct.pack(">bh", kind, field_id)
+
+
+def _string(text: bytes) -> bytes:
+    return struct.pack(">i", len(text)) + text
+
+
+def _struct(*fields: bytes) -> bytes:
+    return b"".join(fields) + bytes([STOP])
+
+
+# Unknown fields of every kind, each within the limits (64 bytes, 4 elements, depth 8):
+# a struct holding a string, a list and a struct; a list of two structs; a map of strings
+# to lists; a set; empty ones of each; and every fixed-width type.
+NESTED_STRUCT = _field(STRUCT, 3) + _struct(
+    _field(STRING, 1) + _string(b"s" * 64),
+    _field(LIST, 2) + struct.pack(">bi", I32, 4) + bytes(16),
+    _field(STRUCT, 3) + _struct(_field(I16, 1) + bytes(2)),
+)
+LIST_OF_STRUCTS = (
+    _field(LIST, 4)
+    + struct.pack(">bi", STRUCT, 2)
+    + (_struct(_field(I32, 1) + bytes(4)) + _struct(_field(STRING, 2) + _string(b"t")))
+)
+MAP_OF_LISTS = (
+    _field(MAP, 5)
+    + struct.pack(">bbi", STRING, LIST, 2)
+    + (_string(b"k") + struct.pack(">bi", I64, 1) + bytes(8))
+    + (_string(b"") + struct.pack(">bi", I64, 0))
+)
+EMPTIES = (
+    _field(STRING, 6)
+    + _string(b"")
+    + _field(LIST, 7)
+    + struct.pack(">bi", STRING, 0)
+    + _field(SET, 8)
+    + struct.pack(">bi", I32, 0)
+    + _field(MAP, 9)
+    + struct.pack(">bbi", I32, I32, 0)
+    + _field(STRUCT, 10)
+    + _struct()
+)
+FIXED_WIDTH = (
+    _field(BOOL, 11)
+    + b"\1"
+    + _field(BYTE, 12)
+    + b"\x7f"
+    + _field(I16, 13)
+    + b"\0\1"
+    + _field(DOUBLE, 14)
+    + struct.pack(">d", 1.5)
+    + _field(I64, 15)
+    + bytes(8)
+    + _field(UUID, 16)
+    + bytes(16)
+)
+ALL_WITHIN = NESTED_STRUCT + LIST_OF_STRUCTS + MAP_OF_LISTS + EMPTIES + FIXED_WIDTH
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [NESTED_STRUCT, LIST_OF_STRUCTS, MAP_OF_LISTS, EMPTIES, FIXED_WIDTH, ALL_WITHIN],
+    ids=["nested struct", "list of structs", "map of lists", "empty ones", "fixed", "all"],
+)
+def test_unknown_fields_of_every_kind_within_the_limits_decode(extra: bytes) -> None:
+    assert _decoded(extra) == "args"
+
+
+def test_every_proper_prefix_of_a_message_is_refused() -> None:
+    # The scan reads the message to its last STOP byte: it consumes the whole payload,
+    # so a message cut anywhere, even right after a nested value, is refused.
+    payload = execute_body("f", "args", ALL_WITHIN)
+    decode_message(payload, LIMITS)
+    for cut in range(len(payload)):
+        with pytest.raises(ProtocolError, match="malformed message: "):
+            decode_message(payload[:cut], LIMITS)
+
+
+OVER_LIMIT = {
+    "string": (_field(STRING, 20) + _string(b"x" * 65), "a string of 65 bytes exceeds"),
+    "list": (_field(LIST, 20) + struct.pack(">bi", I32, 5) + bytes(20), "a list of 5 elements"),
+    "unknown type": (_field(99, 20), "unknown Thrift type code 99"),
+}
+
+
+@pytest.mark.parametrize("over", sorted(OVER_LIMIT))
+@pytest.mark.parametrize(
+    "before",
+    [NESTED_STRUCT, LIST_OF_STRUCTS, MAP_OF_LISTS, EMPTIES],
+    ids=["nested struct", "list of structs", "map of lists", "empty ones"],
+)
+def test_a_value_past_a_limit_after_nested_values_is_refused(before: bytes, over: str) -> None:
+    extra, reason = OVER_LIMIT[over]
+    with pytest.raises(ProtocolError, match=reason):
+        decode_message(execute_body("f", "args", before + extra), LIMITS)

@@ -226,3 +226,50 @@ def test_memory_per_root_is_constant(size: int, seed: int) -> None:
             assert acker.entry_size(1)[0] == baseline[0]
             assert acker.entry_size(1)[1] <= 36  # a 64-bit int, however many XORs
     assert len(acker) <= 1
+
+
+OTHER = Failure(DRPCExceptionType.FAILED_REQUEST, "other", "bolt2", 1)
+
+
+def test_failed_records_ignore_late_events_until_their_own_deadline_and_expire_in_order() -> None:
+    acker = Acker(timeout=10)
+    assert acker.init(1, 0b1, "a", now=0) == []
+    assert acker.init(2, 0b1, "b", now=3) == []
+    assert acker.fail(1, FAILURE, now=1) == [RootFailed(1, "a", FAILURE)]  # record until 11
+    assert acker.fail(2, OTHER, now=4) == [RootFailed(2, "b", OTHER)]  # record until 14
+    assert acker.fail(1, OTHER, now=5) == []  # a second fail for a failed root
+    assert acker.init(1, 0b1, "a", now=5) == []  # a late init for it
+    assert acker.expire(now=10.9) == []
+    assert acker.failed_roots == 2
+    assert acker.ack(1, 0b1, now=10.9) == [] and 1 not in acker
+    assert acker.expire(now=11) == []
+    assert acker.failed_roots == 1
+    assert acker.ack(2, 0b1, now=11) == [] and 2 not in acker
+    assert acker.ack(1, 0b1, now=11) == [] and acker.value(1) == 0b1  # forgotten: a stray
+    assert acker.expire(now=14) == []
+    assert acker.failed_roots == 0 and len(acker) == 1
+
+
+def test_two_fails_before_the_init_fail_the_root_once_with_the_first_failure() -> None:
+    acker = Acker(timeout=10)
+    assert acker.fail(5, FAILURE, now=0) == []
+    assert acker.fail(5, OTHER, now=1) == []
+    assert acker.init(5, 0b1, "owner", now=2) == [RootFailed(5, "owner", FAILURE)]
+    assert acker.ack(5, 0b1, now=3) == []
+    assert len(acker) == 0 and acker.failed_roots == 1
+    assert acker.expire(now=9.9) == [] and acker.failed_roots == 1
+    assert acker.expire(now=10) == [] and acker.failed_roots == 0  # 10 s from the first fail
+
+
+def test_a_timed_out_root_is_remembered_for_a_timeout_after_it_expired() -> None:
+    acker = Acker(timeout=10)
+    acker.init(1, 0b11, "owner", now=0)
+    acker.init(2, 0b11, "other", now=4)
+    [timed_out] = acker.expire(now=12)
+    assert (timed_out.root, timed_out.owner, timed_out.timed_out) == (1, "owner", True)
+    assert acker.failed_roots == 1 and len(acker) == 1
+    assert [d.root for d in acker.expire(now=21.9)] == [2]
+    assert acker.failed_roots == 2  # root 1's record lasts until 22, root 2's until 31.9
+    assert acker.ack(1, 0b11, now=21.9) == [] and 1 not in acker
+    assert acker.expire(now=22) == [] and acker.failed_roots == 1
+    assert acker.expire(now=31.9) == [] and acker.failed_roots == 0

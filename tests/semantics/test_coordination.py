@@ -307,3 +307,40 @@ def test_no_finish_after_a_failure_or_timeout_whenever_it_happens(
     assert len(t) == 0
     t.expire(now=100)
     assert t.tombstones == 0
+
+
+def test_a_failed_id_ignores_every_late_event_until_its_tombstone_expires() -> None:
+    t = tracker(1, timeout=10, waits_for_id=True, waits_for_commit=True)
+    assert t.tuple_received(1, now=0) == []
+    assert t.tuple_failed(1, BOOM, now=1) == [Failed(1, BOOM)]  # tombstone until 11
+    assert t.tuple_failed(1, BOOM, now=2) == [Ignored(1)]  # a second fail
+    assert t.id_received(1, now=2) == [Ignored(1)]
+    assert t.commit_received(1, now=2) == [Ignored(1)]
+    t.tuple_emitted(1, 5)
+    assert t.emitted_counts(1) == {} and len(t) == 0
+    assert t.abandon(2, now=4) == []  # tombstone until 14
+    assert t.expire(now=10.9) == [] and t.tombstones == 2
+    assert t.id_received(1, now=10.9) == [Ignored(1)]
+    assert t.expire(now=11) == [] and t.tombstones == 1
+    assert t.tuple_received(2, now=11) == [Ignored(2)]
+    assert t.tuple_received(1, now=11) == [] and 1 in t  # forgotten: tracked afresh
+    assert t.expire(now=14) == [] and t.tombstones == 0 and len(t) == 1
+
+
+def test_a_fail_for_an_id_never_seen_leaves_no_trace() -> None:
+    t = tracker(1, timeout=10)
+    assert t.tuple_failed(9, BOOM, now=0) == []
+    assert t.tuple_acked(9, now=0) == []
+    assert len(t) == 0 and t.tombstones == 0
+    assert t.report_received(9, 0, now=1) == [FinishBatch(9)]
+
+
+def test_burying_an_id_again_moves_its_tombstone_to_the_back() -> None:
+    t = tracker(1, timeout=10)
+    t.tuple_received(1, now=0)
+    assert t.tuple_failed(1, BOOM, now=1) == [Failed(1, BOOM)]  # until 11
+    assert t.abandon(2, now=2) == []  # until 12
+    assert t.abandon(1, now=5) == []  # 1 again: until 15, behind 2
+    assert t.expire(now=12) == [] and t.tombstones == 1
+    assert t.tuple_received(2, now=12) == [] and t.tuple_received(1, now=12) == [Ignored(1)]
+    assert t.expire(now=15) == [] and t.tombstones == 0

@@ -170,3 +170,34 @@ def test_attempts_order_hash_and_name_the_txid() -> None:
     assert sorted([TransactionAttempt(2, 9), TransactionAttempt(1, 10)])[0].txid == 1
     with pytest.raises(ValueError):
         TransactionAttempt(0, 1)
+
+
+def test_stale_acks_are_ignored_and_leave_every_status_as_it_was() -> None:
+    source = Source()
+    source.value = "m"
+    coordinator = TransactionalCoordinator(
+        max_spout_pending=2, attempt_ids=itertools.count(1).__next__
+    )
+    out = coordinator.next_tuple(source)
+    assert [(d.attempt, d.last_committed) for d in out if isinstance(d, EmitBatch)] == [
+        (TransactionAttempt(1, 1), None),
+        (TransactionAttempt(2, 2), None),
+    ]
+    old_1, old_2 = attempts(out)
+    new_1, new_2 = attempts(coordinator.fail(old_1, source))
+    assert (new_1, new_2) == (TransactionAttempt(1, 3), TransactionAttempt(2, 4))
+    assert coordinator.ack(old_1, source) == []  # the attempt that failed
+    assert coordinator.ack(old_2, source) == []  # dropped with it
+    assert coordinator.ack(TransactionAttempt(9, 1), source) == []  # a txid not active
+    assert coordinator.active == {1: Status.PROCESSING, 2: Status.PROCESSING}
+    assert coordinator.ack(new_1, source) == [EmitCommit(new_1)]
+    assert coordinator.ack(old_1, source) == []  # no commit from a stale attempt
+    assert coordinator.fail(old_1, source) == []
+    assert coordinator.active == {1: Status.COMMITTING, 2: Status.PROCESSING}
+    assert coordinator.attempt_of(1) == new_1 and coordinator.attempt_of(3) is None
+    assert coordinator.ack(new_1, source) == [
+        Committed(1),
+        EmitBatch(TransactionAttempt(3, 5), "m", 1),
+    ]
+    assert coordinator.current_txid == 2
+    assert coordinator.active == {2: Status.PROCESSING, 3: Status.PROCESSING}
