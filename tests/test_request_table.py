@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drpc.errors import DRPCExceptionType, DRPCExecutionException
-from drpc.requests import RequestTable
+from drpc.requests import LOCAL_ORIGIN, DRPCRequest, RequestTable, ReturnInfo
 
 
 def test_ids_are_decimal_strings_in_order_and_fetch_is_fifo_per_function() -> None:
@@ -110,3 +110,19 @@ def test_settling_one_request_keeps_the_others_of_its_queue_and_timeout() -> Non
     assert table.fetch("f") is b
     assert table.queued_functions() == [] and table.next_deadline() == 11  # fetched, pending
     assert table.expire(now=11) == [b] and table.next_deadline() is None
+
+
+def test_queue_depth_of_a_function_never_seen_or_drained_is_zero() -> None:
+    table = RequestTable(timeout=10)
+    assert table.queue_depth("never") == 0
+    request = table.submit("f", "x", now=0)
+    assert table.queue_depth("f") == 1
+    assert table.fetch("f") is request
+    assert table.queue_depth("f") == 0 and table.get(request.id) is request
+
+
+def test_a_pending_request_is_handed_out_with_where_its_result_goes() -> None:
+    table = RequestTable(timeout=10)
+    pending = table.submit("f", "x", now=5)
+    assert pending.as_request() == DRPCRequest("f", "x", ReturnInfo("1", LOCAL_ORIGIN), 15)
+    assert pending.as_request("b:3773") == DRPCRequest("f", "x", ReturnInfo("1", "b:3773"), 15)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drpc.requests import LOCAL_ORIGIN, RequestTrace, ReturnInfo, TraceCollector
+from drpc.requests import LOCAL_ORIGIN, RequestTrace, ReturnInfo, Span, TraceCollector
 
 SUBMITTED = 1000.0
 """The monotonic clock at submission: every time below is relative to it."""
@@ -84,6 +84,7 @@ def test_the_collector_fills_only_watched_requests_of_its_origin() -> None:
 
 
 def test_an_unstamped_trace_is_empty_and_a_failed_one_says_where() -> None:
+    assert RequestTrace().function == ""  # named once the request is
     trace = RequestTrace("f")
     assert (trace.function, trace.request_id, trace.remote, trace.spans) == ("f", None, False, [])
     assert (trace.submitted, trace.fetched, trace.settled, trace.failed_in) == (None,) * 4
@@ -102,3 +103,20 @@ def test_an_unstamped_trace_is_empty_and_a_failed_one_says_where() -> None:
         "trace": [{"step": "queue", "ms": 2000.0}, {"step": "return", "ms": 0.0}],
         "failed_in": {"step": "a", "reason": "FAILED_REQUEST: x"},
     }
+
+
+def test_milliseconds_are_rounded_to_three_decimals() -> None:
+    trace = trace_of([], fetched=0.25, settled=0.0012345678)
+    assert trace.as_json()["total_ms"] == 1.235
+    assert steps_and_ms(trace) == [("queue", 1.235), ("return", 0.0)]
+
+
+def test_the_collector_keeps_each_span_whole_and_ignores_what_it_cannot_place() -> None:
+    collector = TraceCollector()
+    collector.unwatch("404")  # never watched: nothing to drop
+    trace = RequestTrace("f")
+    collector.watch("1", trace)
+    collector.step_finished("1", "no origin", 1.0, 2.0, {})  # not a ReturnInfo
+    collector.step_finished(ReturnInfo("1", LOCAL_ORIGIN), "a", 1.5, 2.5, {"busy_ms": 0.5})
+    assert trace.spans == [Span("a", 1.5, 2.5, {"busy_ms": 0.5})]
+    assert collector.watching == 1

@@ -24,6 +24,7 @@ from drpc.model.grouping import (
     LocalOrShuffleGrouping,
     NoneGrouping,
     ShuffleGrouping,
+    fields_grouping,
 )
 
 
@@ -170,3 +171,11 @@ def test_global_all_and_local_or_shuffle() -> None:
 def test_which_groupings_keep_the_task_index(grouping: Grouping, keeps: tuple[bool, ...]) -> None:
     shapes = [(1, 1), (1, 3), (3, 1), (3, 3)]
     assert tuple(grouping.keeps_task_index(s, t) for s, t in shapes) == keeps
+
+
+def test_direct_streams_never_ask_a_partitioner_and_fields_grouping_builds_the_spec() -> None:
+    direct = DirectGrouping().partitioner(Fields("x"), 0, 1, 3)
+    with pytest.raises(AssertionError, match=r"^direct streams are routed by emit_direct, never"):
+        direct.choose([1])
+    assert fields_grouping("x") == FieldsGrouping(Fields("x"))
+    assert fields_grouping(["x", "y"]).fields == Fields("x", "y")

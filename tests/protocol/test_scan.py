@@ -3,14 +3,15 @@ against what Thrift's own decoder accepts."""
 
 from __future__ import annotations
 
+import re
 import struct
 
 import pytest
 
 from drpc.protocol.gen import DistributedRPC
-from drpc.protocol.scan import WireLimits
+from drpc.protocol.scan import WireLimits, check_message
 from drpc.protocol.wire import ProtocolError, decode_message, read_struct
-from tests.server.hostile import execute_body
+from tests.server.hostile import execute_body, nested_field
 
 LIMITS = WireLimits(max_string_length=64, max_container_length=4, max_nesting_depth=8)
 MAP, SET, STRING, I32, I64, UUID = 13, 14, 11, 8, 10, 16
@@ -160,3 +161,77 @@ def test_a_value_past_a_limit_after_nested_values_is_refused(before: bytes, over
     extra, reason = OVER_LIMIT[over]
     with pytest.raises(ProtocolError, match=reason):
         decode_message(execute_body("f", "args", before + extra), LIMITS)
+
+
+@pytest.mark.parametrize(
+    ("end", "reason"),
+    [
+        (_field(LIST, 20) + b"\x08\0\0", "a list header needs 4 bytes but only 2 remain"),
+        (
+            _field(MAP, 20) + struct.pack(">bbi", I32, I32, 3) + bytes(5),
+            "a map of 3 elements cannot fit in the 5 bytes left",
+        ),
+        (
+            _field(LIST, 20) + struct.pack(">bi", BYTE, 4) + bytes(3),
+            "a list of 4 elements cannot fit in the 3 bytes left",
+        ),
+        (  # 4 one-byte elements and not a byte more: they fit, the missing STOP does not
+            _field(LIST, 20) + struct.pack(">bi", BYTE, 4) + bytes(4),
+            "a field header needs 1 bytes but only 0 remain",
+        ),
+    ],
+    ids=["list header cut", "map", "list", "list to the last byte"],
+)
+def test_a_container_within_the_limit_must_fit_in_the_bytes_left(end: bytes, reason: str) -> None:
+    payload = execute_body("f", "args", end)[:-1]  # the payload ends with ``end``
+    with pytest.raises(ProtocolError, match=f"^malformed message: {reason}$"):
+        decode_message(payload, LIMITS)
+
+
+STRICT = execute_body("f", "args")
+NON_STRICT = struct.pack(">i", 7) + b"execute" + bytes([1]) + STRICT[4 + 4 + 7 :]
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (STRICT[:2], "the message header needs 4 bytes but only 2 remain"),
+        (STRICT[:6], "the method name needs 4 bytes but only 2 remain"),
+        (STRICT[:10], "the method name needs 7 bytes but only 2 remain"),
+        (STRICT[:17], "the sequence id needs 4 bytes but only 2 remain"),
+        (STRICT[:19], "a field header needs 1 bytes but only 0 remain"),
+        (STRICT[:21], "a field id needs 2 bytes but only 1 remain"),
+        (STRICT[:24], "a string needs 4 bytes but only 2 remain"),
+        (STRICT[:35], "a string needs 4 bytes but only 1 remain"),
+        (NON_STRICT[:8], "the method name needs 7 bytes but only 4 remain"),
+        (NON_STRICT[:11], "the message type needs 1 bytes but only 0 remain"),
+        (STRICT[:4] + struct.pack(">i", -3), "the method name has a negative length -3"),
+        (struct.pack(">I", 0x80020001) + STRICT[4:], "unknown protocol version 0x80020000"),
+        (STRICT[:-1] + _field(MAP, 20), "a map header needs 1 bytes but only 0 remain"),
+        (STRICT[:-1] + _field(MAP, 20) + bytes([I32]), "a map header needs 1 bytes but only 0"),
+        (STRICT[:-1] + _field(LIST, 20), "a list header needs 1 bytes but only 0 remain"),
+        (STRICT[:-1] + _field(SET, 20) + bytes([I32]), "a set header needs 4 bytes but only 0"),
+        (STRICT[:-1] + _field(STRING, 20) + b"\xff" * 4, "a string has a negative length -1"),
+        (execute_body("f", "", nested_field(8)), "nesting deeper than the limit of 8"),
+    ],
+    ids=lambda value: "" if isinstance(value, bytes) else value,
+)
+def test_each_refusal_names_what_was_wrong_where(payload: bytes, reason: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(reason)}"):
+        check_message(payload, LIMITS, ValueError)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        NON_STRICT,
+        struct.pack(">i", 0) + bytes([1]) + STRICT[15:],  # a non-strict header, no name
+        execute_body("f", "", nested_field(7)),  # the deepest nesting allowed
+        # containers of one-byte elements that fill the payload up to its STOP
+        execute_body("f", "", _field(MAP, 20) + struct.pack(">bbi", BYTE, BYTE, 2) + bytes(4)),
+        execute_body("f", "", _field(LIST, 20) + struct.pack(">bi", BYTE, 4) + bytes(4)),
+    ],
+    ids=["non-strict", "empty name", "depth 8", "map to the end", "list to the end"],
+)
+def test_messages_at_the_edges_pass(payload: bytes) -> None:
+    check_message(payload, LIMITS, ValueError)

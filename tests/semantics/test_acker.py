@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -95,6 +96,23 @@ def test_late_acks_after_a_timeout_do_not_resurrect_the_root() -> None:
     assert len(acker.expire(now=10)) == 1
     assert acker.ack(1, 0b11, now=11) == []
     assert len(acker) == 0
+
+
+def test_the_value_of_a_root_not_pending_is_none() -> None:
+    acker = Acker(timeout=10)
+    assert acker.value(1) is None
+    acker.ack(1, 0b101, now=0)
+    assert acker.value(1) == 0b101
+
+
+def test_entry_size_counts_the_entry_and_a_non_zero_value() -> None:
+    acker = Acker(timeout=10)
+    acker.ack(1, 0b101, now=0)
+    acker.ack(2, 0b1, now=0)
+    acker.ack(2, 0b1, now=0)  # back to zero, not initialised: still pending
+    size, value = acker.entry_size(1)
+    assert size >= 4 * 8 and value == sys.getsizeof(0b101)  # four slots; the int
+    assert acker.entry_size(2) == (size, 0)
 
 
 def test_timeout_must_be_positive() -> None:

@@ -15,6 +15,7 @@ from drpc.transactional.coordinator import (
     EmitCommit,
     Status,
     TransactionalCoordinator,
+    random_attempt_ids,
 )
 
 
@@ -155,10 +156,38 @@ def test_the_window_starts_at_the_first_uncommitted_txid_after_a_restart() -> No
     assert [d.last_committed for d in out if isinstance(d, EmitBatch)] == [7, 7]
 
 
-@pytest.mark.parametrize("options", [{"max_spout_pending": 0}, {"current_txid": 0}])
-def test_invalid_settings_are_refused(options: dict[str, int]) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"max_spout_pending": 0}, "max_spout_pending must be >= 1, got 0"),
+        ({"current_txid": 0}, "txids start at 1, got 0"),
+    ],
+)
+def test_invalid_settings_are_refused(options: dict[str, int], reason: str) -> None:
+    with pytest.raises(ValueError, match=f"^{reason}$"):
         TransactionalCoordinator(**options)
+
+
+def test_default_attempt_ids_are_random_non_negative_63_bit_integers() -> None:
+    ids = random_attempt_ids()
+    drawn = [ids() for _ in range(1000)]
+    assert all(isinstance(i, int) and 0 <= i < 2**63 for i in drawn)
+    assert len(set(drawn)) == 1000
+    assert max(drawn) >= 2**62  # the whole 63 bits are used
+    assert random_attempt_ids()() != random_attempt_ids()()  # each coordinator its own stream
+
+
+def test_a_txid_neither_cached_nor_ready_is_skipped_not_the_ones_after_it() -> None:
+    # Storm's sync: each txid of the window is emitted if its metadata is cached or the
+    # spout is ready; one that must wait does not hold back a cached one after it.
+    source = Source()
+    source.cache = {9: "cached"}
+    coordinator = TransactionalCoordinator(
+        max_spout_pending=3, current_txid=8, attempt_ids=itertools.count(1).__next__
+    )
+    assert coordinator.next_tuple(source) == [EmitBatch(TransactionAttempt(9, 1), "cached", 7)]
+    source.value = "new"
+    assert batches(coordinator.next_tuple(source)) == [(8, "new"), (10, "new")]
 
 
 def test_attempts_order_hash_and_name_the_txid() -> None:
