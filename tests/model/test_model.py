@@ -11,6 +11,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -179,3 +180,10 @@ def test_direct_streams_never_ask_a_partitioner_and_fields_grouping_builds_the_s
         direct.choose([1])
     assert fields_grouping("x") == FieldsGrouping(Fields("x"))
     assert fields_grouping(["x", "y"]).fields == Fields("x", "y")
+
+
+@pytest.mark.parametrize("fields", [["x", "y"], ("x", "y"), Fields("x", "y")])
+def test_a_fields_grouping_holds_its_fields_as_fields(fields: Any) -> None:
+    grouping = FieldsGrouping(fields)
+    assert isinstance(grouping.fields, Fields) and grouping.fields.to_list() == ["x", "y"]
+    assert FieldsGrouping("x").fields.to_list() == ["x"]
