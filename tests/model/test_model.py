@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from drpc import Fields, Tuple, UnhashableGroupingValueError, Values, stable_hash
+from drpc.errors import InvalidTopologyError
 from drpc.model.grouping import (
     AllGrouping,
     DirectGrouping,
@@ -187,3 +188,21 @@ def test_a_fields_grouping_holds_its_fields_as_fields(fields: Any) -> None:
     grouping = FieldsGrouping(fields)
     assert isinstance(grouping.fields, Fields) and grouping.fields.to_list() == ["x", "y"]
     assert FieldsGrouping("x").fields.to_list() == ["x"]
+
+
+def test_a_fields_grouping_selecting_nothing_or_an_undeclared_field_is_refused() -> None:
+    declared = Fields("id", "url")
+    FieldsGrouping(Fields("url")).validate(declared, "bolt1", "default")
+    with pytest.raises(InvalidTopologyError) as empty:
+        FieldsGrouping(Fields()).validate(declared, "bolt1", "default")
+    assert (str(empty.value), empty.value.component) == (
+        "component 'bolt1': fields grouping on default selects no fields",
+        "bolt1",
+    )
+    with pytest.raises(InvalidTopologyError) as undeclared:
+        FieldsGrouping(Fields("id", "user")).validate(declared, "bolt2", "s")
+    assert (str(undeclared.value), undeclared.value.component) == (
+        "component 'bolt2': fields grouping on undeclared field 'user' of s "
+        "(declared fields: ['id', 'url'])",
+        "bolt2",
+    )
