@@ -69,13 +69,15 @@ def test_shutdown_settles_everything_and_refuses_new_requests() -> None:
     with pytest.raises(DRPCExecutionException) as caught:
         table.submit("f", "3", now=1)
     assert caught.value.type is DRPCExceptionType.SERVER_SHUTDOWN
+    assert caught.value.msg == "Server Shutting Down"
 
 
 @pytest.mark.parametrize("timeout", [0, -1])
 def test_timeouts_must_be_positive(timeout: float) -> None:
-    with pytest.raises(ValueError):
+    reason = f"^request timeout must be positive, got {timeout}$"
+    with pytest.raises(ValueError, match=reason):
         RequestTable(timeout=timeout)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=reason):
         RequestTable().submit("f", "x", now=0, timeout=timeout)
 
 
@@ -124,5 +126,6 @@ def test_queue_depth_of_a_function_never_seen_or_drained_is_zero() -> None:
 def test_a_pending_request_is_handed_out_with_where_its_result_goes() -> None:
     table = RequestTable(timeout=10)
     pending = table.submit("f", "x", now=5)
+    assert (pending.submitted, pending.deadline, pending.timeout) == (5, 15, 10)
     assert pending.as_request() == DRPCRequest("f", "x", ReturnInfo("1", LOCAL_ORIGIN), 15)
     assert pending.as_request("b:3773") == DRPCRequest("f", "x", ReturnInfo("1", "b:3773"), 15)
