@@ -118,8 +118,8 @@ def test_queue_depth_of_a_function_never_seen_or_drained_is_zero() -> None:
     table = RequestTable(timeout=10)
     assert table.queue_depth("never") == 0
     request = table.submit("f", "x", now=0)
-    assert table.queue_depth("f") == 1
-    assert table.fetch("f") is request
+    assert table.queue_depth("f") == 1 and not request.fetched
+    assert table.fetch("f") is request and request.fetched
     assert table.queue_depth("f") == 0 and table.get(request.id) is request
 
 
