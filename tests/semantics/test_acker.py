@@ -116,8 +116,9 @@ def test_entry_size_counts_the_entry_and_a_non_zero_value() -> None:
 
 
 def test_timeout_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match=r"^acker timeout must be positive, got 0$"):
         Acker(timeout=0)
+    assert Acker(timeout=0.5).timeout == 0.5  # under a second is fine
 
 
 def test_new_edge_ids_are_non_zero_64_bit() -> None:
