@@ -5,7 +5,9 @@ tasks, spark-batch: a job per batch), ``tx_executor`` over the executors of
 transactional runs (local, spark); ``drpc`` is a LocalDRPC on ``executor``,
 shut down after the test. Tests on Spark share one SparkSession
 (``local[2]``) for the whole run, started on first use, and carry the
-``spark`` marker (``pytest -m "not spark"`` runs without a JVM).
+``spark`` marker: those fixtures mark their Spark params, and
+``tests.spark_marker`` marks every test that uses ``spark_session`` and
+proves that a run without spark tests (``pytest -m "not spark"``) starts no JVM.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from drpc.testing import LocalDRPC
+
+pytest_plugins = ["tests.spark_marker"]
 
 EXECUTORS = [
     "local",

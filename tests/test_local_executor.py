@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,6 +29,7 @@ from drpc.executors.local import LocalExecutor
 from drpc.testing import LocalDRPC
 
 from .topologies import bolts
+from .waiting import wait_until
 
 EVENTS: dict[str, list[Any]] = {}
 LOCK = threading.Lock()
@@ -39,14 +38,6 @@ LOCK = threading.Lock()
 def record(kind: str, value: Any) -> None:
     with LOCK:
         EVENTS.setdefault(kind, []).append(value)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 class ListSpout(BaseRichSpout):
@@ -117,13 +108,13 @@ def test_spout_tuples_are_acked_when_their_tree_completes_and_failed_otherwise()
     builder.set_bolt("split", SplitAndMutate(), 2).all_grouping("words")
     builder.set_bolt("count", CountLetters(), 3).fields_grouping("split", Fields("letter"))
     with LocalExecutor(builder.create_topology("letters")) as executor:
-        wait_for(lambda: len(EVENTS.get("ack", [])) + len(EVENTS.get("fail", [])) == 4)
+        wait_until(lambda: len(EVENTS.get("ack", [])) + len(EVENTS.get("fail", [])) == 4)
         assert sorted(EVENTS["ack"]) == ["cat", "dog", "ox"]
         assert EVENTS["fail"] == ["xray"]
         assert sorted(EVENTS["letter"]) == sorted("catcatdogdogoxox")
         # Each of the two tasks got its own copy of the list: no mutation leaked across.
         assert all(box == [word] for _, box in EVENTS["box"] for word in [box[0]])
-        wait_for(lambda: executor.pending_roots() == 0)
+        wait_until(lambda: executor.pending_roots() == 0)
 
 
 def test_nothing_is_left_tracked_after_many_mixed_requests() -> None:
@@ -139,7 +130,7 @@ def test_nothing_is_left_tracked_after_many_mixed_requests() -> None:
             1 for n in range(300) if n % 7 == 0
         )
         for runtime in (reach, square):
-            wait_for(
+            wait_until(
                 lambda runtime=runtime: (
                     runtime.pending_roots() == 0
                     and runtime.tracked_ids() == 0

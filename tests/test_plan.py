@@ -73,3 +73,42 @@ def test_a_single_step_topology_needs_no_shuffle() -> None:
         "return-results",
     ]
     assert [plan.after_spark(c) for c in plan.driver_components()] == [False, False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("grouping", "tasks", "fused"),
+    [
+        ("global", 1, True),  # one task to one task: task 0 sends to task 0
+        ("global", 3, False),  # every task sends to task 0: a shuffle
+        ("shuffle", 1, True),
+        ("shuffle", 3, False),
+        ("fields", 1, True),
+        ("fields", 3, False),
+        ("all", 1, True),
+        ("all", 3, False),
+        ("local_or_shuffle", 3, True),
+        ("direct", 1, False),  # the emitter picks the task: never fused
+        ("direct", 3, False),
+    ],
+)
+def test_a_step_fuses_with_its_upstream_only_through_a_grouping_that_keeps_the_task_index(
+    grouping: str, tasks: int, fused: bool
+) -> None:
+    builder = LinearDRPCTopologyBuilder("fusion")
+    if grouping == "direct":
+        builder.add_bolt(bolts.DirectToEveryTask(), tasks)
+        declarer = builder.add_bolt(bolts.RecordTask(), tasks)
+    else:
+        builder.add_bolt(bolts.EmitN(), tasks)
+        declarer = builder.add_bolt(bolts.Identity(), tasks)
+    if grouping == "fields":
+        declarer.fields_grouping(Fields("i"))
+    else:
+        getattr(declarer, f"{grouping}_grouping")()
+    plan = compile_plan(builder.create_topology())
+    if fused:
+        assert [stage.components for stage in plan.stages] == [("bolt0", "bolt1")]
+        assert plan.shuffles == 0
+    else:
+        assert [stage.components for stage in plan.stages] == [("bolt0",), ("bolt1",)]
+        assert plan.shuffles == 1

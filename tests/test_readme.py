@@ -204,7 +204,16 @@ SETUPS: dict[str, Callable[[Block, pytest.FixtureRequest], list[str]]] = {
 PYTHON = readme_blocks("python")
 
 
-@pytest.mark.parametrize("block", PYTHON, ids=[f"line-{block.line}" for block in PYTHON])
+def _marks_of(block: Block) -> list[pytest.MarkDecorator]:
+    """``spark`` for a block that runs on the Spark session (see tests/spark_marker.py)."""
+    runs = [run for marker, run in PYTHON_BLOCKS.items() if marker in block.text]
+    return [pytest.mark.spark] if any(run.needs == "spark" for run in runs) else []
+
+
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(block, id=f"line-{block.line}", marks=_marks_of(block)) for block in PYTHON],
+)
 def test_every_python_block_runs_as_written(
     block: Block, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

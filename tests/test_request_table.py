@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drpc.errors import DRPCExceptionType, DRPCExecutionException
-from drpc.requests import RequestTable
+from drpc.requests import LOCAL_ORIGIN, DRPCRequest, RequestTable, ReturnInfo
 
 
 def test_ids_are_decimal_strings_in_order_and_fetch_is_fifo_per_function() -> None:
@@ -69,13 +69,15 @@ def test_shutdown_settles_everything_and_refuses_new_requests() -> None:
     with pytest.raises(DRPCExecutionException) as caught:
         table.submit("f", "3", now=1)
     assert caught.value.type is DRPCExceptionType.SERVER_SHUTDOWN
+    assert caught.value.msg == "Server Shutting Down"
 
 
 @pytest.mark.parametrize("timeout", [0, -1])
 def test_timeouts_must_be_positive(timeout: float) -> None:
-    with pytest.raises(ValueError):
+    reason = f"^request timeout must be positive, got {timeout}$"
+    with pytest.raises(ValueError, match=reason):
         RequestTable(timeout=timeout)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=reason):
         RequestTable().submit("f", "x", now=0, timeout=timeout)
 
 
@@ -97,3 +99,53 @@ def test_withdraw_settles_only_what_no_runtime_fetched_and_callers_hold_counts()
     table.expire(now=11)
     assert table.held_by("address 10.0.0.1") == 0 and len(table) == 0
     assert anonymous.error is not None  # no caller: counted against nobody
+
+
+def test_settling_removes_emptied_queues_so_distinct_names_leave_nothing_behind() -> None:
+    table = RequestTable(timeout=10)
+    for i in range(50):  # a distinct function and timeout each, settled every way
+        request = table.submit(f"f{i}", "x", now=i, timeout=1 + i)
+        if i % 4 == 0:
+            table.complete(request.id, "ok")
+        elif i % 4 == 1:
+            assert table.fetch(f"f{i}") is request
+            table.fail(request.id, DRPCExecutionException("no"))
+        elif i % 4 == 2:
+            assert table.time_out(request.id) is request
+        else:
+            assert table.expire(now=i + 1 + i) == [request]
+    assert len(table) == 0 and table.queued_functions() == []
+    assert table._queues == {} and table._by_timeout == {}  # no entry per name seen
+    assert table.next_deadline() is None
+
+
+def test_settling_one_request_keeps_the_others_of_its_queue_and_timeout() -> None:
+    table = RequestTable(timeout=10)
+    a = table.submit("f", "a", now=0)
+    b = table.submit("f", "b", now=1)
+    c = table.submit("g", "c", now=2, timeout=5)
+    assert table.queued_functions() == ["f", "g"]
+    assert table.complete(a.id, "ok") is a
+    assert table.queue_depth("f") == 1 and table.next_deadline() == 7
+    assert table.fail(c.id, DRPCExecutionException("no")) is c
+    assert table.queued_functions() == ["f"] and table.next_deadline() == 11
+    assert table.fetch("f") is b
+    assert table.queued_functions() == [] and table.next_deadline() == 11  # fetched, pending
+    assert table.expire(now=11) == [b] and table.next_deadline() is None
+
+
+def test_queue_depth_of_a_function_never_seen_or_drained_is_zero() -> None:
+    table = RequestTable(timeout=10)
+    assert table.queue_depth("never") == 0
+    request = table.submit("f", "x", now=0)
+    assert table.queue_depth("f") == 1 and not request.fetched
+    assert table.fetch("f") is request and request.fetched
+    assert table.queue_depth("f") == 0 and table.get(request.id) is request
+
+
+def test_a_pending_request_is_handed_out_with_where_its_result_goes() -> None:
+    table = RequestTable(timeout=10)
+    pending = table.submit("f", "x", now=5)
+    assert (pending.submitted, pending.deadline, pending.timeout) == (5, 15, 10)
+    assert pending.as_request() == DRPCRequest("f", "x", ReturnInfo("1", LOCAL_ORIGIN), 15)
+    assert pending.as_request("b:3773") == DRPCRequest("f", "x", ReturnInfo("1", "b:3773"), 15)

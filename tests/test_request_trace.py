@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from drpc.requests import LOCAL_ORIGIN, RequestTrace, ReturnInfo, TraceCollector
+from drpc.requests import LOCAL_ORIGIN, RequestTrace, ReturnInfo, Span, TraceCollector
+
+SUBMITTED = 1000.0
+"""The monotonic clock at submission: every time below is relative to it."""
 
 
 def trace_of(
@@ -12,9 +15,11 @@ def trace_of(
 ) -> RequestTrace:
     trace = RequestTrace("f")
     trace.request_id = "7"
-    trace.submitted, trace.fetched, trace.settled = 0.0, fetched, settled
+    trace.submitted = SUBMITTED
+    trace.fetched = None if fetched is None else SUBMITTED + fetched
+    trace.settled = SUBMITTED + settled
     for step, start, end in spans:
-        trace.add(step, start, end, {"busy_ms": 1.0})
+        trace.add(step, SUBMITTED + start, SUBMITTED + end, {"busy_ms": 1.0})
     return trace
 
 
@@ -33,7 +38,9 @@ def test_each_step_takes_the_time_since_the_previous_end() -> None:
         ("return", 1000.0),
     ]
     answer = trace.as_json()
+    assert (answer["request_id"], answer["function"]) == ("7", "f")
     assert answer["total_ms"] == 10_000.0
+    assert "failed_in" not in answer
     assert sum(entry["ms"] for entry in answer["trace"]) == pytest.approx(10_000.0)
     b = answer["trace"][2]
     assert (b["start_ms"], b["end_ms"], b["busy_ms"]) == (2000.0, 6000.0, 1.0)
@@ -74,3 +81,42 @@ def test_the_collector_fills_only_watched_requests_of_its_origin() -> None:
     collector.step_finished(ReturnInfo("1", LOCAL_ORIGIN), "d", 1.0, 2.0, {})
     assert [span.step for span in trace.spans] == ["a"]
     assert collector.watching == 0
+
+
+def test_an_unstamped_trace_is_empty_and_a_failed_one_says_where() -> None:
+    assert RequestTrace().function == ""  # named once the request is
+    trace = RequestTrace("f")
+    assert (trace.function, trace.request_id, trace.remote, trace.spans) == ("f", None, False, [])
+    assert (trace.submitted, trace.fetched, trace.settled, trace.failed_in) == (None,) * 4
+    assert trace.total == 0.0 and trace.timeline() == []
+    trace.submitted = SUBMITTED
+    assert trace.total == 0.0  # not settled yet
+    assert steps_and_ms(trace) == [("queue", 0.0), ("return", 0.0)]
+    trace.settled = SUBMITTED - 1.0  # a clock that went back: nothing negative
+    assert trace.total == 0.0 and steps_and_ms(trace) == [("queue", 0.0), ("return", 0.0)]
+    trace.settled = SUBMITTED + 2.0
+    trace.failed_in = ("a", "FAILED_REQUEST: x")
+    assert trace.as_json() == {
+        "request_id": None,
+        "function": "f",
+        "total_ms": 2000.0,
+        "trace": [{"step": "queue", "ms": 2000.0}, {"step": "return", "ms": 0.0}],
+        "failed_in": {"step": "a", "reason": "FAILED_REQUEST: x"},
+    }
+
+
+def test_milliseconds_are_rounded_to_three_decimals() -> None:
+    trace = trace_of([], fetched=0.25, settled=0.0012345678)
+    assert trace.as_json()["total_ms"] == 1.235
+    assert steps_and_ms(trace) == [("queue", 1.235), ("return", 0.0)]
+
+
+def test_the_collector_keeps_each_span_whole_and_ignores_what_it_cannot_place() -> None:
+    collector = TraceCollector()
+    collector.unwatch("404")  # never watched: nothing to drop
+    trace = RequestTrace("f")
+    collector.watch("1", trace)
+    collector.step_finished("1", "no origin", 1.0, 2.0, {})  # not a ReturnInfo
+    collector.step_finished(ReturnInfo("1", LOCAL_ORIGIN), "a", 1.5, 2.5, {"busy_ms": 0.5})
+    assert trace.spans == [Span("a", 1.5, 2.5, {"busy_ms": 0.5})]
+    assert collector.watching == 1

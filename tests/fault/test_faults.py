@@ -36,6 +36,7 @@ from tests.fault.processes import free_port, kill
 from tests.server.helpers import HOST, server_options, wait_until
 from tests.spark.workload import CrashOn
 from tests.transactional.test_faults import committed, write_words
+from tests.waiting import SLACK
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,13 +204,14 @@ def test_a_runner_killed_mid_request_fails_by_the_deadline_typed() -> None:
             runner.wait(10)
         assert isinstance(outcome, DRPCExecutionException), outcome
         assert outcome.type is DRPCExceptionType.SERVER_TIMEOUT
-        assert elapsed < timeout + 1.0  # never a hang past the deadline
-        time.sleep(0.6)  # past runner_liveness: nobody serves "slow" now
+        assert elapsed < timeout + SLACK  # never a hang past the deadline
+        # past runner_liveness: nobody serves "slow" now
+        wait_until(lambda: "slow" not in running.functions, 30)
         with DRPCClient(HOST, running.port, timeout=10) as client:
             started = time.monotonic()
             with pytest.raises(DRPCExecutionException, match="is not served"):
                 client.execute("slow", "0")
-            assert time.monotonic() - started < 1.0
+            assert time.monotonic() - started < timeout  # at once, not at the deadline
         assert running.service.outstanding() == 0
 
 

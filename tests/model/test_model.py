@@ -11,18 +11,22 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from drpc import Fields, Tuple, UnhashableGroupingValueError, Values, stable_hash
+from drpc.errors import InvalidTopologyError
 from drpc.model.grouping import (
     AllGrouping,
     DirectGrouping,
     FieldsGrouping,
     GlobalGrouping,
+    Grouping,
     LocalOrShuffleGrouping,
     NoneGrouping,
     ShuffleGrouping,
+    fields_grouping,
 )
 
 
@@ -150,3 +154,55 @@ def test_global_all_and_local_or_shuffle() -> None:
     other = LocalOrShuffleGrouping().partitioner(fields, 2, 4, 3)
     assert sorted(other.choose([i])[0] for i in range(3)) == [0, 1, 2]
     assert DirectGrouping().needs_direct_stream and not ShuffleGrouping().needs_direct_stream
+
+
+@pytest.mark.parametrize(
+    ("grouping", "keeps"),
+    [
+        # (source tasks, target tasks): (1, 1), (1, 3), (3, 1), (3, 3)
+        (GlobalGrouping(), (True, True, False, False)),
+        (ShuffleGrouping(), (True, False, False, False)),
+        (NoneGrouping(), (True, False, False, False)),
+        (FieldsGrouping(Fields("x")), (True, False, False, False)),
+        (AllGrouping(), (True, False, False, False)),
+        (LocalOrShuffleGrouping(), (True, False, False, True)),
+        (DirectGrouping(), (False, False, False, False)),
+    ],
+    ids=lambda value: getattr(value, "kind", ""),
+)
+def test_which_groupings_keep_the_task_index(grouping: Grouping, keeps: tuple[bool, ...]) -> None:
+    shapes = [(1, 1), (1, 3), (3, 1), (3, 3)]
+    assert tuple(grouping.keeps_task_index(s, t) for s, t in shapes) == keeps
+
+
+def test_direct_streams_never_ask_a_partitioner_and_fields_grouping_builds_the_spec() -> None:
+    direct = DirectGrouping().partitioner(Fields("x"), 0, 1, 3)
+    with pytest.raises(AssertionError, match=r"^direct streams are routed by emit_direct, never"):
+        direct.choose([1])
+    assert fields_grouping("x") == FieldsGrouping(Fields("x"))
+    assert fields_grouping(["x", "y"]).fields == Fields("x", "y")
+
+
+@pytest.mark.parametrize("fields", [["x", "y"], ("x", "y"), Fields("x", "y")])
+def test_a_fields_grouping_holds_its_fields_as_fields(fields: Any) -> None:
+    grouping = FieldsGrouping(fields)
+    assert isinstance(grouping.fields, Fields) and grouping.fields.to_list() == ["x", "y"]
+    assert FieldsGrouping("x").fields.to_list() == ["x"]
+
+
+def test_a_fields_grouping_selecting_nothing_or_an_undeclared_field_is_refused() -> None:
+    declared = Fields("id", "url")
+    FieldsGrouping(Fields("url")).validate(declared, "bolt1", "default")
+    with pytest.raises(InvalidTopologyError) as empty:
+        FieldsGrouping(Fields()).validate(declared, "bolt1", "default")
+    assert (str(empty.value), empty.value.component) == (
+        "component 'bolt1': fields grouping on default selects no fields",
+        "bolt1",
+    )
+    with pytest.raises(InvalidTopologyError) as undeclared:
+        FieldsGrouping(Fields("id", "user")).validate(declared, "bolt2", "s")
+    assert (str(undeclared.value), undeclared.value.component) == (
+        "component 'bolt2': fields grouping on undeclared field 'user' of s "
+        "(declared fields: ['id', 'url'])",
+        "bolt2",
+    )

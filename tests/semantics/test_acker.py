@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -97,9 +98,27 @@ def test_late_acks_after_a_timeout_do_not_resurrect_the_root() -> None:
     assert len(acker) == 0
 
 
+def test_the_value_of_a_root_not_pending_is_none() -> None:
+    acker = Acker(timeout=10)
+    assert acker.value(1) is None
+    acker.ack(1, 0b101, now=0)
+    assert acker.value(1) == 0b101
+
+
+def test_entry_size_counts_the_entry_and_a_non_zero_value() -> None:
+    acker = Acker(timeout=10)
+    acker.ack(1, 0b101, now=0)
+    acker.ack(2, 0b1, now=0)
+    acker.ack(2, 0b1, now=0)  # back to zero, not initialised: still pending
+    size, value = acker.entry_size(1)
+    assert size >= 4 * 8 and value == sys.getsizeof(0b101)  # four slots; the int
+    assert acker.entry_size(2) == (size, 0)
+
+
 def test_timeout_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match=r"^acker timeout must be positive, got 0$"):
         Acker(timeout=0)
+    assert Acker(timeout=0.5).timeout == 0.5  # under a second is fine
 
 
 def test_new_edge_ids_are_non_zero_64_bit() -> None:
@@ -226,3 +245,50 @@ def test_memory_per_root_is_constant(size: int, seed: int) -> None:
             assert acker.entry_size(1)[0] == baseline[0]
             assert acker.entry_size(1)[1] <= 36  # a 64-bit int, however many XORs
     assert len(acker) <= 1
+
+
+OTHER = Failure(DRPCExceptionType.FAILED_REQUEST, "other", "bolt2", 1)
+
+
+def test_failed_records_ignore_late_events_until_their_own_deadline_and_expire_in_order() -> None:
+    acker = Acker(timeout=10)
+    assert acker.init(1, 0b1, "a", now=0) == []
+    assert acker.init(2, 0b1, "b", now=3) == []
+    assert acker.fail(1, FAILURE, now=1) == [RootFailed(1, "a", FAILURE)]  # record until 11
+    assert acker.fail(2, OTHER, now=4) == [RootFailed(2, "b", OTHER)]  # record until 14
+    assert acker.fail(1, OTHER, now=5) == []  # a second fail for a failed root
+    assert acker.init(1, 0b1, "a", now=5) == []  # a late init for it
+    assert acker.expire(now=10.9) == []
+    assert acker.failed_roots == 2
+    assert acker.ack(1, 0b1, now=10.9) == [] and 1 not in acker
+    assert acker.expire(now=11) == []
+    assert acker.failed_roots == 1
+    assert acker.ack(2, 0b1, now=11) == [] and 2 not in acker
+    assert acker.ack(1, 0b1, now=11) == [] and acker.value(1) == 0b1  # forgotten: a stray
+    assert acker.expire(now=14) == []
+    assert acker.failed_roots == 0 and len(acker) == 1
+
+
+def test_two_fails_before_the_init_fail_the_root_once_with_the_first_failure() -> None:
+    acker = Acker(timeout=10)
+    assert acker.fail(5, FAILURE, now=0) == []
+    assert acker.fail(5, OTHER, now=1) == []
+    assert acker.init(5, 0b1, "owner", now=2) == [RootFailed(5, "owner", FAILURE)]
+    assert acker.ack(5, 0b1, now=3) == []
+    assert len(acker) == 0 and acker.failed_roots == 1
+    assert acker.expire(now=9.9) == [] and acker.failed_roots == 1
+    assert acker.expire(now=10) == [] and acker.failed_roots == 0  # 10 s from the first fail
+
+
+def test_a_timed_out_root_is_remembered_for_a_timeout_after_it_expired() -> None:
+    acker = Acker(timeout=10)
+    acker.init(1, 0b11, "owner", now=0)
+    acker.init(2, 0b11, "other", now=4)
+    [timed_out] = acker.expire(now=12)
+    assert (timed_out.root, timed_out.owner, timed_out.timed_out) == (1, "owner", True)
+    assert acker.failed_roots == 1 and len(acker) == 1
+    assert [d.root for d in acker.expire(now=21.9)] == [2]
+    assert acker.failed_roots == 2  # root 1's record lasts until 22, root 2's until 31.9
+    assert acker.ack(1, 0b11, now=21.9) == [] and 1 not in acker
+    assert acker.expire(now=22) == [] and acker.failed_roots == 1
+    assert acker.expire(now=31.9) == [] and acker.failed_roots == 0

@@ -307,3 +307,117 @@ def test_no_finish_after_a_failure_or_timeout_whenever_it_happens(
     assert len(t) == 0
     t.expire(now=100)
     assert t.tombstones == 0
+
+
+def test_a_failed_id_ignores_every_late_event_until_its_tombstone_expires() -> None:
+    t = tracker(1, timeout=10, waits_for_id=True, waits_for_commit=True)
+    assert t.tuple_received(1, now=0) == []
+    assert t.tuple_failed(1, BOOM, now=1) == [Failed(1, BOOM)]  # tombstone until 11
+    assert t.tuple_failed(1, BOOM, now=2) == [Ignored(1)]  # a second fail
+    assert t.id_received(1, now=2) == [Ignored(1)]
+    assert t.commit_received(1, now=2) == [Ignored(1)]
+    t.tuple_emitted(1, 5)
+    assert t.emitted_counts(1) == {} and len(t) == 0
+    assert t.abandon(2, now=4) == []  # tombstone until 14
+    assert t.expire(now=10.9) == [] and t.tombstones == 2
+    assert t.id_received(1, now=10.9) == [Ignored(1)]
+    assert t.expire(now=11) == [] and t.tombstones == 1
+    assert t.tuple_received(2, now=11) == [Ignored(2)]
+    assert t.tuple_received(1, now=11) == [] and 1 in t  # forgotten: tracked afresh
+    assert t.expire(now=14) == [] and t.tombstones == 0 and len(t) == 1
+
+
+def test_a_fail_for_an_id_never_seen_leaves_no_trace() -> None:
+    t = tracker(1, timeout=10)
+    assert t.tuple_failed(9, BOOM, now=0) == []
+    assert t.tuple_acked(9, now=0) == []
+    assert len(t) == 0 and t.tombstones == 0
+    assert t.report_received(9, 0, now=1) == [FinishBatch(9)]
+
+
+def test_burying_an_id_again_moves_its_tombstone_to_the_back() -> None:
+    t = tracker(1, timeout=10)
+    t.tuple_received(1, now=0)
+    assert t.tuple_failed(1, BOOM, now=1) == [Failed(1, BOOM)]  # until 11
+    assert t.abandon(2, now=2) == []  # until 12
+    assert t.abandon(1, now=5) == []  # 1 again: until 15, behind 2
+    assert t.expire(now=12) == [] and t.tombstones == 1
+    assert t.tuple_received(2, now=12) == [] and t.tuple_received(1, now=12) == [Ignored(1)]
+    assert t.expire(now=15) == [] and t.tombstones == 0
+
+
+def test_internal_errors_name_the_step_and_task_where_they_are_known() -> None:
+    t = tracker(1)
+    t.report_received(1, 5, 0)
+    assert t.report_received(1, 0, 0) == [
+        Failed(
+            1,
+            Failure(
+                DRPCExceptionType.INTERNAL_ERROR,
+                "Internal error: step 'bolt1' (task 3) received 2 count reports for one id, "
+                "expected 1",
+                "bolt1",
+                3,
+            ),
+        )
+    ]
+    anonymous = CoordinationTracker(CoordinationConfig(1))
+    for _ in range(2):
+        anonymous.tuple_received(2, 0)
+        assert anonymous.tuple_acked(2, 0) == []
+    [failed] = anonymous.report_received(2, 1, 0)
+    assert failed == Failed(
+        2,
+        Failure(
+            DRPCExceptionType.INTERNAL_ERROR,
+            "Internal error: a step received 2 tuples for an id but upstream reported 1",
+        ),
+    )
+    unnumbered = CoordinationTracker(CoordinationConfig(1, component="bolt2"))
+    unnumbered.report_received(3, 0, 0)
+    [failed] = unnumbered.report_received(3, 0, 0)
+    assert isinstance(failed, Failed)
+    assert failed.failure.message.startswith("Internal error: step 'bolt2' received 2 count")
+
+
+def test_status_and_emitted_counts_describe_a_tracked_id() -> None:
+    t = tracker(2, waits_for_id=True, waits_for_commit=True)
+    assert t.status(1) is None and t.emitted_counts(1) == {} and 1 not in t
+    t.report_received(1, 5, 0)
+    t.tuple_received(1, 0)
+    t.tuple_received(1, 0)
+    t.tuple_acked(1, 0)
+    t.commit_received(1, 0)
+    t.tuple_emitted(1, 5)
+    t.tuple_emitted(1, 5, count=2)
+    t.tuple_emitted(1, 6)
+    assert 1 in t and list(t.tracked_ids()) == [1]
+    assert t.emitted_counts(1) == {5: 3, 6: 1}
+    status = t.status(1)
+    assert status is not None
+    assert (status.reports, status.expected_reports, status.reported_tuples) == (1, 2, 5)
+    assert (status.acked, status.received, status.id_received, status.commit_received) == (
+        1,
+        2,
+        False,
+        True,
+    )
+    assert status.describe() == "1/2 count reports, 1 of 5 reported tuples acked"
+    assert not status.waits_upstream  # a tuple received here is not acked yet
+    t.tuple_acked(1, 0)
+    assert t.status(1).waits_upstream  # type: ignore[union-attr]
+    first = tracker(0)
+    first.tuple_received(4, 0)
+    assert first.status(4).describe() == "0/0 count reports, 0 tuples acked"  # type: ignore[union-attr]
+
+
+def test_finish_calls_for_an_id_not_finishing_are_refused() -> None:
+    t = tracker(1)
+    t.report_received(1, 1, 0)
+    with pytest.raises(RuntimeError, match=r"^finish_failed for id 1 that is not finishing$"):
+        t.finish_failed(1, BOOM, 0)
+    with pytest.raises(RuntimeError, match=r"^finish_failed for id 2 that is not finishing$"):
+        t.finish_failed(2, BOOM, 0)
+    assert 1 in t and t.tombstones == 0
+    with pytest.raises(RuntimeError, match=r"^finish_done for id 1 that is not finishing$"):
+        t.finish_done(1)

@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ from thrift.transport import TSocket, TTransport
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.examples.exclamation import build_exclamation
 from tests.topologies.bolts import FailOn
+from tests.waiting import wait_until as wait_until  # re-exported for the server tests
 
 HOST = "127.0.0.1"
 EPHEMERAL_PORTS = ["--host", HOST, "--port", "0", "--invocations-port", "0", "--http-port", "0"]
@@ -190,14 +191,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind((HOST, 0))
         return int(probe.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.01)
 
 
 def connect_from(source: str, port: int, timeout: float = 10.0) -> socket.socket:

@@ -20,6 +20,7 @@ from drpc.server import DRPCServer
 from drpc.errors import DRPCExceptionType
 from drpc.protocol.gen import DistributedRPCInvocations, ttypes
 from tests.server.helpers import HOST, exclamation, generated_client, running_server, wait_until
+from tests.waiting import SLACK
 
 
 def _call_in_background(server: DRPCServer, function: str, args: str) -> Future[str]:
@@ -114,7 +115,7 @@ def test_timeout_then_dequeued_and_a_late_result_is_ignored_and_counted() -> Non
         with DRPCClient(HOST, server.port) as client, pytest.raises(DRPCExecutionException) as e:
             client.execute("test", "tester")
         elapsed = time.monotonic() - started
-        assert timeout <= elapsed <= 1.5 * timeout
+        assert timeout <= elapsed < timeout + SLACK  # at the deadline, not before; no hang
         assert e.value.type is DRPCExceptionType.SERVER_TIMEOUT
         assert e.value.msg == "Timed Out"
         empty = invocations.fetchRequest("test")
@@ -164,7 +165,7 @@ def test_an_unserved_function_fails_at_once_naming_the_served_ones() -> None:
         started = time.monotonic()
         with pytest.raises(DRPCExecutionException) as failure:
             client.execute("nope", "x")
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < SLACK  # at once, not at the 30 s deadline
         assert failure.value.type is DRPCExceptionType.FAILED_REQUEST
         assert "'nope' is not served" in failure.value.msg
         assert "served functions: exclamation" in failure.value.msg
@@ -180,7 +181,7 @@ def test_waiting_for_unserved_functions_as_storm_does_times_out() -> None:
 
 
 def test_a_runner_fetch_serves_a_function_for_runner_liveness_seconds() -> None:
-    liveness = 0.5
+    liveness = 2 * SLACK  # the queued call below comes well within it
     with (
         running_server(runner_liveness=liveness) as server,
         DRPCInvocationsClient(HOST, server.invocations_port) as invocations,

@@ -22,6 +22,7 @@ from drpc.examples.reach import build_reach
 from drpc.runner import RemoteRunner
 from tests.server.helpers import HOST, exclamation, failing_topology, running_server, wait_until
 from tests.topologies.bolts import FailOn, SleepThenEcho
+from tests.waiting import SLACK
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,9 +51,14 @@ def traced_get(server: DRPCServer, path: str) -> tuple[int, str, dict[str, Any]]
     return status, content_type, json.loads(body)
 
 
+UNACCOUNTED_MS = 250.0
+"""What thread hand-offs after the last step may add to a request on a loaded machine."""
+
+
 def check_accounts_for_total(answer: dict[str, Any], *, covered: bool = True) -> None:
     """Entries in order, each span inside the request, their sum the total, and (when
-    ``covered``) the steps, not the remainder, making up the total within 10%."""
+    ``covered``) the steps, not the remainder, making up the total: within 10% or
+    ``UNACCOUNTED_MS``, whichever is more (a request of a few ms on a loaded machine)."""
     total = answer["total_ms"]
     trace = answer["trace"]
     assert total > 0
@@ -61,7 +67,8 @@ def check_accounts_for_total(answer: dict[str, Any], *, covered: bool = True) ->
     assert sum(entry["ms"] for entry in trace) == pytest.approx(total, rel=0.1)
     timed = sum(entry["ms"] for entry in trace[:-1])  # queue and the steps, not "return"
     if covered:
-        assert abs(total - timed) <= 0.1 * total, f"steps account for {timed} of {total} ms"
+        unaccounted = max(0.1 * total, UNACCOUNTED_MS)
+        assert abs(total - timed) <= unaccounted, f"steps account for {timed} of {total} ms"
     previous_end = 0.0
     for entry in trace[1:-1]:
         # the measured spans are unclamped: a wrong clock would put one outside the request
@@ -138,10 +145,11 @@ def test_a_traced_timeout_shows_the_step_it_was_in() -> None:
     with running_server(builder, timeout=1.0) as server:
         status, _, answer = traced_get(server, "/drpc/sleepy/3?trace=1")
     assert status == 504 and answer["error"] == "SERVER_TIMEOUT"
-    assert answer["total_ms"] == pytest.approx(1000, abs=250)
-    assert [entry["step"] for entry in answer["trace"]] == ["queue", "return"]
+    assert 750 <= answer["total_ms"] < 1000 + 1000 * SLACK  # the deadline, and no hang
+    queue, unaccounted = answer["trace"]
+    assert (queue["step"], unaccounted["step"]) == ("queue", "return")
     # nothing finished within the deadline: the whole wait after the queue is unaccounted
-    assert answer["trace"][1]["ms"] > 0.8 * answer["total_ms"]
+    assert unaccounted["ms"] == pytest.approx(answer["total_ms"] - queue["ms"], abs=0.002)
 
 
 def test_a_remote_runner_shows_queue_and_runner_time() -> None:

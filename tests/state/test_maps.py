@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from typing import Any
 
 import pytest
@@ -80,7 +81,12 @@ def test_transactional_value_update_by_txid(txid: int, expected: TransactionalVa
 
 
 def test_transactional_value_refuses_a_txid_behind_its_own() -> None:
-    with pytest.raises(StateOrderError, match="batch txid 2 is behind the state's txid 3"):
+    with pytest.raises(
+        StateOrderError,
+        match=r"^batch txid 2 is behind the state's txid 3 "
+        r"\(TransactionalValue\(value=5, txid=3\)\): "
+        r"a commit older than the last one cannot be applied$",
+    ):
         TransactionalValue(5, 3).update(2, add(2))
 
 
@@ -302,6 +308,30 @@ def test_a_map_name_is_bound_to_one_kind(env: StateEnvironment) -> None:
     commit(env, other, 1, lambda h: h.put("k", 1))
     with pytest.raises(StateError, match=r"holds opaque values.*TransactionalMap"):
         TransactionalMap(env, "other")
+
+
+def test_a_map_is_opened_only_by_its_own_kind_with_a_valid_name(env: StateEnvironment) -> None:
+    commit(env, TransactionalMap(env, "counts"), 1, lambda h: h.put("k", 1))
+    assert TransactionalMap(env, "counts").get("k") == 1  # its own kind opens it again
+    with pytest.raises(
+        StateError,
+        match=rf"^map 'counts' in {re.escape(repr(env.path))} holds transactional values; "
+        r"it cannot be opened as a OpaqueMap$",
+    ):
+        OpaqueMap(env, "counts")
+    with pytest.raises(StateKeyError, match=r"^map name must not be empty$"):
+        TransactionalMap(env, "")
+
+
+def test_reads_inside_a_commit_see_what_it_wrote(env: StateEnvironment) -> None:
+    counts = TransactionalMap(env, "counts")
+
+    def write_then_read(txn: StateTxn) -> tuple[object, object]:
+        counts.handle(txn, 1).put("k", 5)
+        return counts.stored("k", txn=txn), counts.items(txn=txn)
+
+    assert env.run_write(write_then_read) == (TransactionalValue(5, 1), [("k", 5)])
+    assert counts.items() == [("k", 5)]
 
 
 def test_maps_do_not_meet_even_when_one_name_starts_the_other(env: StateEnvironment) -> None:

@@ -12,6 +12,7 @@ from drpc.examples.exclamation import build_exclamation
 from drpc.examples.reach import EXPECTED_REACH, build_reach
 from drpc.examples.square import build_square
 from drpc.testing import LocalDRPC
+from tests.waiting import SLACK
 
 from . import bolts
 
@@ -98,10 +99,10 @@ def test_a_request_past_its_deadline_times_out_and_the_next_one_succeeds(drpc: L
     builder.add_bolt(bolts.SleepThenEcho())
     drpc.register(builder)
     started = time.monotonic()
-    error = failure_of(drpc, "slow", "3", timeout=0.5)
+    error = failure_of(drpc, "slow", "6", timeout=0.5)
     assert error.type is DRPCExceptionType.SERVER_TIMEOUT
     assert error.msg.startswith("Timed Out")
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 0.5 + SLACK  # at the deadline, not when the bolt is done
     assert drpc.execute("slow", "0") == "slept"
 
 
@@ -165,7 +166,7 @@ def test_an_unregistered_function_fails_at_once_listing_the_registered_ones(
     drpc.register(build_exclamation())
     started = time.monotonic()
     error = failure_of(drpc, "reach", "foo.com/blog/1")
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < SLACK  # at once, not at the 30 s deadline
     assert error.type is DRPCExceptionType.FAILED_REQUEST
     assert "'reach' is not registered" in error.msg and "exclamation" in error.msg
 
@@ -211,7 +212,7 @@ def test_a_chain_that_emits_no_result_fails_instead_of_timing_out(drpc: LocalDRP
     drpc.register(builder)
     started = time.monotonic()
     error = failure_of(drpc, "silent", "x")
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < SLACK  # at once, not at the 30 s deadline
     assert error.type is DRPCExceptionType.FAILED_REQUEST
     assert "emitted no result" in error.msg and "bolt0" in error.msg
 

@@ -15,6 +15,7 @@ from drpc.transactional.coordinator import (
     EmitCommit,
     Status,
     TransactionalCoordinator,
+    random_attempt_ids,
 )
 
 
@@ -155,10 +156,38 @@ def test_the_window_starts_at_the_first_uncommitted_txid_after_a_restart() -> No
     assert [d.last_committed for d in out if isinstance(d, EmitBatch)] == [7, 7]
 
 
-@pytest.mark.parametrize("options", [{"max_spout_pending": 0}, {"current_txid": 0}])
-def test_invalid_settings_are_refused(options: dict[str, int]) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"max_spout_pending": 0}, "max_spout_pending must be >= 1, got 0"),
+        ({"current_txid": 0}, "txids start at 1, got 0"),
+    ],
+)
+def test_invalid_settings_are_refused(options: dict[str, int], reason: str) -> None:
+    with pytest.raises(ValueError, match=f"^{reason}$"):
         TransactionalCoordinator(**options)
+
+
+def test_default_attempt_ids_are_random_non_negative_63_bit_integers() -> None:
+    ids = random_attempt_ids()
+    drawn = [ids() for _ in range(1000)]
+    assert all(isinstance(i, int) and 0 <= i < 2**63 for i in drawn)
+    assert len(set(drawn)) == 1000
+    assert max(drawn) >= 2**62  # the whole 63 bits are used
+    assert random_attempt_ids()() != random_attempt_ids()()  # each coordinator its own stream
+
+
+def test_a_txid_neither_cached_nor_ready_is_skipped_not_the_ones_after_it() -> None:
+    # Storm's sync: each txid of the window is emitted if its metadata is cached or the
+    # spout is ready; one that must wait does not hold back a cached one after it.
+    source = Source()
+    source.cache = {9: "cached"}
+    coordinator = TransactionalCoordinator(
+        max_spout_pending=3, current_txid=8, attempt_ids=itertools.count(1).__next__
+    )
+    assert coordinator.next_tuple(source) == [EmitBatch(TransactionAttempt(9, 1), "cached", 7)]
+    source.value = "new"
+    assert batches(coordinator.next_tuple(source)) == [(8, "new"), (10, "new")]
 
 
 def test_attempts_order_hash_and_name_the_txid() -> None:
@@ -170,3 +199,34 @@ def test_attempts_order_hash_and_name_the_txid() -> None:
     assert sorted([TransactionAttempt(2, 9), TransactionAttempt(1, 10)])[0].txid == 1
     with pytest.raises(ValueError):
         TransactionAttempt(0, 1)
+
+
+def test_stale_acks_are_ignored_and_leave_every_status_as_it_was() -> None:
+    source = Source()
+    source.value = "m"
+    coordinator = TransactionalCoordinator(
+        max_spout_pending=2, attempt_ids=itertools.count(1).__next__
+    )
+    out = coordinator.next_tuple(source)
+    assert [(d.attempt, d.last_committed) for d in out if isinstance(d, EmitBatch)] == [
+        (TransactionAttempt(1, 1), None),
+        (TransactionAttempt(2, 2), None),
+    ]
+    old_1, old_2 = attempts(out)
+    new_1, new_2 = attempts(coordinator.fail(old_1, source))
+    assert (new_1, new_2) == (TransactionAttempt(1, 3), TransactionAttempt(2, 4))
+    assert coordinator.ack(old_1, source) == []  # the attempt that failed
+    assert coordinator.ack(old_2, source) == []  # dropped with it
+    assert coordinator.ack(TransactionAttempt(9, 1), source) == []  # a txid not active
+    assert coordinator.active == {1: Status.PROCESSING, 2: Status.PROCESSING}
+    assert coordinator.ack(new_1, source) == [EmitCommit(new_1)]
+    assert coordinator.ack(old_1, source) == []  # no commit from a stale attempt
+    assert coordinator.fail(old_1, source) == []
+    assert coordinator.active == {1: Status.COMMITTING, 2: Status.PROCESSING}
+    assert coordinator.attempt_of(1) == new_1 and coordinator.attempt_of(3) is None
+    assert coordinator.ack(new_1, source) == [
+        Committed(1),
+        EmitBatch(TransactionAttempt(3, 5), "m", 1),
+    ]
+    assert coordinator.current_txid == 2
+    assert coordinator.active == {2: Status.PROCESSING, 3: Status.PROCESSING}
