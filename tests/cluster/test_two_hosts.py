@@ -49,7 +49,7 @@ from tests.cluster.harness import (
 )
 from tests.transactional.test_faults import committed, write_words
 
-pytestmark = [pytest.mark.slow, pytest.mark.fault, pytest.mark.cluster]
+pytestmark = [pytest.mark.slow, pytest.mark.fault, pytest.mark.cluster, pytest.mark.spark]
 
 BIN = Path(sys.executable).parent
 EXECUTOR_MEMORY = "spark.executor.memory=512m"  # two of them fit the workers' 1g
