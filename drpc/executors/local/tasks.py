@@ -103,6 +103,9 @@ class BoltTask(Actor):
         self.dead_roots: OrderedDict[int, float] = OrderedDict()
         self.done_with_id = False  # set when an id completes, fails or is given up here
         self.last_sent: float | None = None  # when spans are kept: the handling's last send
+        # ...and its first count report: a handling that emits nothing ends there, since
+        # the task it reports to may finish (and end its own span) at once.
+        self.first_report: float | None = None
         self.failed_here = False  # the handling failed an id
         self.hands_over = spec.id == RETURN_ID  # hands results to the invocations handle
         self.timeout = self.core.message_timeout
@@ -138,6 +141,7 @@ class BoltTask(Actor):
         started = time.monotonic()
         self.done_with_id = False
         self.last_sent = None
+        self.first_report = None
         self.failed_here = False
         if self.hands_over:
             HANDLING.current = (self.component_id, self.task_id, started)
@@ -154,10 +158,10 @@ class BoltTask(Actor):
                 HANDLING.current = None
             # A count report matters to the span only when it finished an id here.
             if not report:
-                ended = self.last_sent or time.monotonic()
+                ended = self.last_sent or self.first_report or time.monotonic()
                 spans.saw(self.component_id, self.task_id, roots, started, ended)
             elif self.done_with_id:
-                ended = self.last_sent or time.monotonic()
+                ended = self.last_sent or self.first_report or time.monotonic()
                 moves_end = self.last_sent is not None or self.failed_here
                 spans.saw(self.component_id, self.task_id, roots, started, ended, moves_end)
 
@@ -278,6 +282,8 @@ class BoltTask(Actor):
             )
 
     def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
+        if self.engine.recorder is not None and self.first_report is None:
+            self.first_report = time.monotonic()  # before the receiver can act on it
         message_id = anchored_to((trigger,)) if trigger is not None else {}
         self.engine.deliver(
             task, ReportMessage(self.component_id, self.task_id, id, count, message_id)
