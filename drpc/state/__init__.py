@@ -7,9 +7,11 @@
 - ``CoordinatorState`` and ``RotatingTransactionalState`` (``coordinator``,
   ``rotating``): the coordinator's next txid, commit record, per-txid batch and
   per-partition metadata.
-- ``TransactionalMap`` and ``OpaqueMap`` (``maps``): user state with Storm's
-  ``{value, txid}`` and ``{value, prev, txid}`` rules, written through a
-  committer's handle in the commit's write transaction.
+- ``TransactionalMap``, ``OpaqueMap`` and ``NonTransactionalMap`` (``maps``):
+  user state with Storm's ``{value, txid}``, ``{value, prev, txid}`` and bare
+  value rules, written through a committer's handle in the commit's write
+  transaction, with an optional cache of committed records for the writer
+  (``cache``).
 
 One commit is one write transaction::
 
@@ -34,7 +36,15 @@ from drpc.state.env import (
     StateOptions,
     StateTxn,
 )
-from drpc.state.maps import MapHandle, OpaqueMap, OpaqueValue, TransactionalMap, TransactionalValue
+from drpc.state.maps import (
+    MapHandle,
+    NonTransactionalMap,
+    OpaqueMap,
+    OpaqueValue,
+    PlainValue,
+    TransactionalMap,
+    TransactionalValue,
+)
 from drpc.state.rotating import INIT_TXID, RotatingTransactionalState, StateInitializer
 
 __all__ = [
@@ -47,8 +57,10 @@ __all__ = [
     "CommitRecord",
     "CoordinatorState",
     "MapHandle",
+    "NonTransactionalMap",
     "OpaqueMap",
     "OpaqueValue",
+    "PlainValue",
     "RotatingTransactionalState",
     "StateEnvironment",
     "StateInitializer",

@@ -479,13 +479,12 @@ class StateEnvironment:
             if isinstance(error, lmdb.Error):
                 raise self._wrap(error, "write") from error
             raise
-        writes = txn._take_writes()
+        writes, hooks = txn._take_writes()
         txn_id = raw.id()
         while True:
             try:
                 apply_writes(raw, writes, self._dbs)
                 raw.commit()
-                return result
             except lmdb.MapFullError:
                 with suppress(lmdb.Error):
                     raw.abort()
@@ -495,6 +494,9 @@ class StateEnvironment:
                 if isinstance(error, lmdb.Error):
                     raise self._wrap(error, "write") from error
                 raise
+            else:
+                txn._committed(hooks)
+                return result
             before = self.map_size
             self._grow()
             log.info(
