@@ -10,7 +10,14 @@ from drpc import FailedException, stable_hash
 from drpc.state.topology import current_commit
 from drpc.transactional import OpaqueMemoryTransactionalSpout
 from drpc.transactional.spouts import MemoryMeta, _OpaqueMemoryEmitter
-from drpc.trident import Count, Function, TridentCollector, TridentTuple
+from drpc.trident import (
+    Consumer,
+    Count,
+    Function,
+    ReducerAggregator,
+    TridentCollector,
+    TridentTuple,
+)
 
 
 def first_time(marker_dir: str, name: str) -> bool:
@@ -89,3 +96,29 @@ class ChangingOpaqueSpout(OpaqueMemoryTransactionalSpout):
 
     def get_emitter(self, conf: Any, context: Any) -> Any:
         return _GrowingOpaqueEmitter(self.data, self.take_per_batch, self.marker_dir)
+
+
+class Concat(ReducerAggregator[str]):
+    """Joins a group's first input field in arrival order."""
+
+    def init(self) -> str:
+        return ""
+
+    def reduce(self, current: str, tuple: TridentTuple) -> str:
+        return current + tuple.get_value(0)
+
+
+class WriteLines(Consumer):
+    """peek: appends each tuple's values to a file (the test reads it back)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def accept(self, tuple: TridentTuple) -> None:
+        with open(self.path, "a") as out:
+            out.write(" ".join(map(str, tuple.values)) + "\n")
+
+
+class EmitsTwoValues(Function):
+    def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
+        collector.emit([1, 2])
