@@ -31,10 +31,11 @@ Contract:
   ``NonTransactionalMap`` (Storm's non-transactional state) - stores the bare
   ``PlainValue(value)`` and applies every update, a replay included: at least
   once, not exactly once.
-- ``cache_size=N`` (default 0) keeps up to N committed records in memory for
-  the commit handles of this map object (``drpc.state.cache``): for the one
-  process writing the map, whose every write of it goes through this object.
-  Committed reads outside a commit never use it.
+- ``cache_size=N`` (default 0: none) keeps up to N committed records in
+  memory for the commit handles of this map object (``drpc.state.cache``):
+  for the one process writing the map; writes by other map objects or
+  processes make it miss, never serve stale records. Committed reads
+  outside a commit never use it.
 - ``fn`` runs once per update, even when the map must grow during the
   commit (``drpc.state.env`` applies the commit's bytes again, not ``fn``).
 - A map name is bound to one kind in the directory's catalog: opening an
@@ -124,7 +125,7 @@ class _StateMap(Generic[S]):
         self.env = env
         self.name = name
         self.default = default
-        self.cache = RecordCache(cache_size) if cache_size else None
+        self.cache = RecordCache(cache_size, env, MAPS_DB) if cache_size else None
         self._prefix = encode_name(name, "map name")
         with env.read() as t:
             self._check_kind(t)

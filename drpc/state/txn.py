@@ -11,16 +11,13 @@ Contract:
 - Keys are checked where they are written: empty, or longer than LMDB's
   limit, raises ``StateKeyError`` at once.
 - A transaction that has ended raises ``StateError`` when used.
-- ``after_commit(fn)`` (write transactions) runs ``fn()`` once the transaction
-  committed, never when it aborted: how state objects keep caches of
-  committed data. ``lmdb_id`` is LMDB's id of the transaction (a write's id is
-  the last committed id + 1, so a writer can tell whether anyone else
-  committed since its own last commit).
+- ``lmdb_id`` is LMDB's id of the transaction (a write's id is the last
+  committed id + 1, so a writer can tell whether anyone committed since).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import suppress
 from typing import TYPE_CHECKING, cast
 
@@ -44,7 +41,7 @@ class StateTxn:
     the transaction.
     """
 
-    __slots__ = ("_after", "_done", "_env", "_raw", "_writes", "cache", "lmdb_id", "write")
+    __slots__ = ("_done", "_env", "_raw", "_writes", "cache", "lmdb_id", "write")
 
     def __init__(self, env: StateEnvironment, raw: lmdb.Transaction, write: bool) -> None:
         self._env = env
@@ -52,21 +49,8 @@ class StateTxn:
         self.write = write
         self._done = False
         self._writes: Writes | None = {} if write else None
-        self._after: list[Callable[[], None]] = []
         self.cache: dict[object, object] = {}
         self.lmdb_id: int = raw.id()
-
-    def after_commit(self, fn: Callable[[], None]) -> None:
-        """Run ``fn()`` after this write transaction commits (not if it aborts)."""
-        if not self.write:
-            raise StateError(
-                f"state directory {self._env.path!r}: a read transaction never commits"
-            )
-        self._after.append(fn)
-
-    def _committed(self, hooks: list[Callable[[], None]]) -> None:
-        for fn in hooks:
-            fn()
 
     @property
     def env(self) -> StateEnvironment:
@@ -152,13 +136,11 @@ class StateTxn:
         if mutate and not key:
             raise StateKeyError("LMDB does not store an empty key")
 
-    def _take_writes(self) -> tuple[Writes, list[Callable[[], None]]]:
-        """End the transaction for its user and hand over what it wrote and its
-        after-commit hooks."""
+    def _take_writes(self) -> Writes:
+        """End the transaction for its user and hand over what it wrote."""
         self._done = True
         writes, self._writes = self._writes or {}, None
-        hooks, self._after = self._after, []
-        return writes, hooks
+        return writes
 
     def _end(self, commit: bool) -> None:
         self._done = True

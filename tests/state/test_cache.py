@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from drpc.state import (
     TransactionalMap,
 )
 from drpc.state.cache import RecordCache
+from drpc.state.codec import encode_key, encode_name
+from drpc.state.env import MAPS_DB
 
 
 def add(n: int) -> Any:
@@ -101,7 +104,31 @@ def test_two_handles_of_one_map_in_one_commit_share_the_staged_records(
     assert counts.cache is not None and counts.cache.hits == 2
 
 
-def test_cache_sizes_are_counts() -> None:
-    for size in (-1, True, 1.5):
+def test_other_writes_of_this_process_evict_only_their_keys(env: StateEnvironment) -> None:
+    mine = TransactionalMap(env, "counts", default=0, cache_size=10)
+    other = TransactionalMap(env, "counts", default=0)
+    unrelated = OpaqueMap(env, "elsewhere", default=0)
+    env.run_write(lambda txn: mine.handle(txn, 1).multi_update({"cat": add(1), "dog": add(1)}))
+    env.run_write(lambda txn: unrelated.handle(txn, 1).update("cat", add(5)))
+    env.run_write(lambda txn: other.handle(txn, 2).update("dog", add(10)))
+    assert mine.cache is not None and len(mine.cache) == 1
+    assert env.run_write(
+        lambda txn: mine.handle(txn, 3).multi_update({"cat": add(1), "dog": add(1)})
+    ) == {"cat": 2, "dog": 12}
+    assert mine.cache.hits == 1
+
+
+def test_another_process_committing_empties_the_cache(env: StateEnvironment) -> None:
+    counts = TransactionalMap(env, "counts", default=0, cache_size=10)
+    env.run_write(lambda txn: counts.handle(txn, 1).update("cat", add(1)))
+    # a commit this process's environment does not see, as another process's would be
+    with env._lmdb.begin(write=True, db=env._db(MAPS_DB)) as raw:
+        raw.put(encode_name("counts") + encode_key("cat"), pickle.dumps((100, 1)))
+    assert env.run_write(lambda txn: counts.handle(txn, 2).update("cat", add(1))) == 101
+    assert counts.cache is not None and counts.cache.hits == 0
+
+
+def test_cache_sizes_are_positive_counts(env: StateEnvironment) -> None:
+    for size in (-1, 0, True, 1.5):
         with pytest.raises(ValueError, match="cache size"):
-            RecordCache(size)  # type: ignore[arg-type]
+            RecordCache(size, env, "drpc.maps")  # type: ignore[arg-type]

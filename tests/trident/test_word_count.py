@@ -76,7 +76,7 @@ def expected_sum(words: str) -> str:
 def test_word_count_is_exact_under_replays_in_both_phases(tx_executor: str, tmp_path: Path) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
-    state = LMDBMapState.transactional("word-counts", cache_size=8)
+    state = LMDBMapState.transactional("word-counts", cache_size=32)
     topology = word_count(
         MemoryTransactionalSpout(DATA, Fields("sentence"), 2),
         state,
@@ -86,6 +86,8 @@ def test_word_count_is_exact_under_replays_in_both_phases(tx_executor: str, tmp_
     state_dir = tmp_path / "state"
     result = run(topology, state_dir=str(state_dir), executor=tx_executor, max_spout_pending=3)
     assert committed(state_dir, state) == dict(WORDS)
+    cache = state.open(StateEnvironment.open(state_dir)).cache
+    assert cache is not None and cache.hits > 0  # commits read hot words from memory
     assert result.replays["processing"] > 0 and result.replays["commit"] > 0
     assert result.tuples == sum(len(rows) for rows in DATA.values())
     questions = ["cat the dog jumped", "the", "zebra", "", "to be or not to be"]
