@@ -12,6 +12,8 @@ checked against the input:
 - Structured Streaming: ``bench/transactional.py``'s baseline at the same
   batch size (counts per micro-batch in Spark, one LMDB transaction per
   micro-batch, idempotent by batch id);
+- drpc transactional: ``bench/transactional.py``'s hand-written batch bolt
+  and committer over the same file log and batch size, on Spark;
 - plain Python: ``Counter`` per batch and one durable LMDB transaction per
   batch, the limit on this machine.
 
@@ -141,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             results["trident_local"] = bench_trident(
                 log_dir, work / "state-local", "local", args.batch, expected
             )
+        results["transactional_spark"] = baseline.bench_drpc(
+            log_dir, work / "state-transactional", "spark", expected
+        )
         if not args.skip_streaming:
             results["structured_streaming"] = baseline.bench_structured_streaming(
                 session, stream_dir, work / "state-stream", work / "checkpoint", expected
@@ -155,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, label in (
         ("trident_spark", "drpc Trident, Spark"),
         ("trident_local", "drpc Trident, local executor"),
+        ("transactional_spark", "drpc transactional bolts, Spark"),
         ("structured_streaming", "Structured Streaming + foreachBatch"),
         ("plain_python", "plain Python Counter + LMDB txn a batch"),
     ):

@@ -73,7 +73,7 @@ class Input:
 
     component: str
     stream: str
-    how: str  # "fields", "global", "shuffle", "local" (stay in the task when possible)
+    how: str  # "fields", "global", "all", "shuffle", "local" (stay in the task if possible)
     fields: Names = ()
 
 
@@ -229,6 +229,8 @@ def _subscribe(declarer: Any, input: Input) -> None:
         declarer.fields_grouping(input.component, Fields(*input.fields), input.stream)
     elif input.how == "global":
         declarer.global_grouping(input.component, input.stream)
+    elif input.how == "all":
+        declarer.all_grouping(input.component, input.stream)
     elif input.how == "local":
         declarer.local_or_shuffle_grouping(input.component, input.stream)
     else:
@@ -278,6 +280,8 @@ def drpc_topology(
             declarer.fields_grouping(Fields(*input.fields), input.stream)
         elif input.how == "global":
             declarer.global_grouping(input.stream)
+        elif input.how == "all":
+            declarer.all_grouping(input.stream)
         elif input.how == "shuffle":
             declarer.shuffle_grouping(input.stream)
     builder.add_bolt(ReturnTuples()).fields_grouping(Fields(BATCH_FIELD), RESULT_STREAM)

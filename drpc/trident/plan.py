@@ -94,7 +94,7 @@ class PartitionAggregate:
 
 @dataclass(frozen=True, slots=True)
 class Repartition:
-    """Send tuples on to other tasks: by ``fields`` (hash), ``global`` (one task), ``shuffle``."""
+    """Send tuples on to other tasks: ``fields`` (hash), ``global`` (one), ``all``, ``shuffle``."""
 
     how: str
     fields: Names = ()

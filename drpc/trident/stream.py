@@ -16,8 +16,10 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
 - On a ``Stream``: ``each(fields, function, out_fields)`` appends a function's
   output to each tuple (``each(fields, filter)`` filters); ``filter``,
   ``project``, ``map``, ``flat_map``, ``peek``; ``partition_by(fields)``,
-  ``shuffle()``, ``global_()`` repartition; ``parallelism_hint(n)`` sets the
-  number of tasks of the steps since the last repartition;
+  ``shuffle()``, ``global_()``, ``batch_global()`` (one task per batch, here
+  the same as ``global_``), ``broadcast()`` (every task) repartition;
+  ``parallelism_hint(n)`` sets the number of tasks of the steps since the
+  last repartition;
   ``partition_aggregate``, ``aggregate`` (the whole batch),
   ``group_by(fields)``, ``persistent_aggregate(state, [fields,] aggregator,
   out_fields)`` (returns a ``TridentState``), ``state_query(state, fields,
@@ -240,6 +242,14 @@ class Stream:
 
     def global_(self) -> Stream:
         return self._then(Repartition("global"), self.fields)
+
+    def batch_global(self) -> Stream:
+        """Every tuple of a batch to one task (drpc runs one batch per bolt instance, so this
+        is ``global_``)."""
+        return self._then(Repartition("global"), self.fields)
+
+    def broadcast(self) -> Stream:
+        return self._then(Repartition("all"), self.fields)
 
     def parallelism_hint(self, parallelism: int) -> Stream:
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:

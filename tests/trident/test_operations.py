@@ -100,6 +100,37 @@ def test_whole_batch_aggregates_answer_even_an_empty_request(
     assert drpc.execute("partitions", "x y") == "[[2]]"
 
 
+def test_repartitions_send_tuples_where_they_say(drpc: LocalDRPC, tmp_path: Path) -> None:
+    topology = TridentTopology()
+    (
+        words(topology, "broadcast")
+        .broadcast()
+        .partition_aggregate(Count(), ["n"])
+        .parallelism_hint(3)
+    )
+    (
+        words(topology, "global")
+        .parallelism_hint(2)
+        .shuffle()
+        .partition_aggregate(Count(), ["n"])
+        .parallelism_hint(2)
+        .batch_global()
+        .aggregate(["n"], Sum(), ["total"])
+    )
+    (
+        words(topology, "by-word")
+        .partition_by(["word"])
+        .group_by(["word"])
+        .partition_aggregate(["word"], Concat(), ["joined"])
+        .parallelism_hint(4)
+        .filter(["joined"], lambda t: len(t[0]) > 1)
+    )
+    serve(drpc, topology, tmp_path)
+    assert rows(drpc.execute("broadcast", "a b c d")) == [[4], [4], [4]]
+    assert drpc.execute("global", "a b c d e") == "[[5]]"
+    assert rows(drpc.execute("by-word", "a b a c b a")) == [["a", "aaa"], ["b", "bb"]]
+
+
 def test_an_operation_that_emits_the_wrong_width_fails_the_request(
     drpc: LocalDRPC, tmp_path: Path
 ) -> None:
