@@ -154,3 +154,27 @@ def test_only_per_word_partial_counts_reach_the_committer(tmp_path: Path) -> Non
     [stream] = [s for s in compiled.components[committer].inputs if s.stream_id == "s0"]
     declared = compiled.components[stream.component_id].outputs[stream.stream_id].fields
     assert list(declared) == ["$batch", "word", "$partial"]
+
+
+def test_a_spout_stream_queries_the_state_another_run_committed(
+    tx_executor: str, tmp_path: Path
+) -> None:
+    counts = LMDBMapState.transactional("word-counts")
+    state_dir = tmp_path / "state"
+    run(
+        word_count(MemoryTransactionalSpout(DATA, Fields("sentence"), 3), counts, Split(), Count()),
+        state_dir=str(state_dir),
+        executor=tx_executor,
+    )
+    by_count = LMDBMapState.opaque("words-by-count")
+    topology = TridentTopology()
+    questions = {0: [["the"], ["moon"], ["zebra"]], 1: [["the"], ["to"]]}
+    (
+        topology.new_stream("lookups", MemoryTransactionalSpout(questions, Fields("word"), 2))
+        .state_query(topology.new_static_state(counts), ["word"], MapGet(), ["count"])
+        .each(["count"], FilterNull())
+        .group_by(["count"])
+        .persistent_aggregate(by_count, Count(), ["words"])
+    )
+    run(topology, state_dir=str(state_dir), executor=tx_executor)
+    assert committed(state_dir, by_count) == {WORDS["the"]: 2, WORDS["moon"]: 1, WORDS["to"]: 1}
