@@ -13,8 +13,9 @@ them all. Both carry ``state_dir`` as ``drpc.state.dir`` so state queries
 read that directory's committed state.
 
 Segment parallelism: a ``parallelism_hint`` on any step of the segment, else
-that of the segment feeding it (the spout's for the first), 1 after a
-global repartition. Streams between components are named ``s0``, ``s1``, ...
+that of the segment feeding it (the spout's for the first: its
+``new_stream(parallelism=)``, or a hint right after ``new_stream``), 1 after
+a global repartition. Streams between components are named ``s0``, ``s1``, ...
 """
 
 from __future__ import annotations
@@ -204,10 +205,11 @@ def transactional_topology(
     source = sources[0]
     spout = source.operation
     assert isinstance(spout, SpoutSource)
+    spout_parallelism = source.parallelism or spout.parallelism
     compiler = _Compiler()
-    first = compiler.segment(Input(SPOUT_ID, DEFAULT_STREAM_ID, "local"), spout.parallelism)
+    first = compiler.segment(Input(SPOUT_ID, DEFAULT_STREAM_ID, "local"), spout_parallelism)
     compiler.place(source.children, source.fields, compiler.root_of(first), first)
-    builder = TransactionalTopologyBuilder(spout.txid, SPOUT_ID, spout.spout, spout.parallelism)
+    builder = TransactionalTopologyBuilder(spout.txid, SPOUT_ID, spout.spout, spout_parallelism)
     for component in compiler.components:
         if component.persist is not None:
             declarer = builder.set_committer_bolt(

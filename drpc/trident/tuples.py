@@ -23,7 +23,7 @@ class TridentTuple:
     __slots__ = ("_index", "values")
 
     def __init__(self, values: Sequence[Any], index: Mapping[str, int]) -> None:
-        self.values: tuple[Any, ...] = tuple(values)
+        self.values: tuple[Any, ...] = values if type(values) is tuple else tuple(values)
         self._index = index
 
     @classmethod

@@ -142,12 +142,23 @@ def test_the_query_is_served_on_every_drpc_executor(executor: str, tmp_path: Pat
     ]
 
 
+def test_a_hint_after_new_stream_sets_the_spout_parallelism(tmp_path: Path) -> None:
+    topology = TridentTopology()
+    spout = MemoryTransactionalSpout(DATA, Fields("sentence"), 3)
+    topology.new_stream("hinted", spout).parallelism_hint(3).each(["sentence"], Split(), ["w"])
+    compiled = transactional_topology(topology, str(tmp_path))
+    assert compiled.components["spout"].parallelism == 3
+    assert compiled.components["b0"].parallelism == 3
+
+
 def test_only_per_word_partial_counts_reach_the_committer(tmp_path: Path) -> None:
     state = LMDBMapState.transactional("word-counts")
     topology = word_count(
         MemoryTransactionalSpout(DATA, Fields("sentence"), 3), state, Split(), Count()
     )
     compiled = transactional_topology(topology, str(tmp_path))
+    assert compiled.components["spout"].parallelism == 2
+    assert compiled.components["b0"].parallelism == 2
     info = compiled.transactional
     assert info is not None
     [committer] = info.committers
