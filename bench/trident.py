@@ -39,6 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+import cloudpickle  # noqa: E402
 import transactional as baseline  # noqa: E402  (bench/transactional.py)
 
 from drpc import Fields, runtime  # noqa: E402
@@ -48,6 +49,9 @@ from drpc.transactional.filelog import FileLogTransactionalSpout  # noqa: E402
 from drpc.trident import Count, LMDBMapState, TridentTopology, run  # noqa: E402
 
 MAP = "bench-trident-counts"
+
+# Spark workers cannot import bench/transactional.py: its bolts travel by value.
+cloudpickle.register_pickle_by_value(baseline)
 
 
 def word_count(log_dir: Path, batch: int) -> TridentTopology:
