@@ -127,10 +127,10 @@ class _Compiler:
         input = Input(segment.name, stream, operation.how, operation.fields)
         parallelism = 1 if input.how == "global" else segment.parallelism
         steps = [child for child in node.children if not isinstance(child.operation, Persist)]
-        for child in node.children:
-            if isinstance(child.operation, Persist):
-                self.persist(child, node.fields, input, parallelism)
-        if steps:
+        persists = [child for child in node.children if isinstance(child.operation, Persist)]
+        for child in persists:
+            self.persist(child, node.fields, input, parallelism)
+        if steps or not persists:  # a stream ending in a repartition still gets its tasks
             after = self.segment(input, parallelism)
             self.place(steps, node.fields, self.root_of(after), after)
 

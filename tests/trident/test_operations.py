@@ -125,7 +125,9 @@ def test_repartitions_send_tuples_where_they_say(drpc: LocalDRPC, tmp_path: Path
         .parallelism_hint(4)
         .filter(["joined"], lambda t: len(t[0]) > 1)
     )
+    words(topology, "ends-shuffled").project(["word"]).shuffle()
     serve(drpc, topology, tmp_path)
+    assert rows(drpc.execute("ends-shuffled", "b a")) == [["a"], ["b"]]
     assert rows(drpc.execute("broadcast", "a b c d")) == [[4], [4], [4]]
     assert drpc.execute("global", "a b c d e") == "[[5]]"
     assert rows(drpc.execute("by-word", "a b a c b a")) == [["a", "aaa"], ["b", "bb"]]
