@@ -259,3 +259,14 @@ class StateValueError(StateError, TypeError):
 
 class TransactionalError(DRPCError):
     """A transactional run cannot go on (e.g. one batch kept failing)."""
+
+
+class SparkConfError(DRPCError, ValueError):
+    """A Spark setting drpc was given is malformed (not KEY=VALUE, not a ``spark.`` key, an
+    unreadable settings file); the message names the setting or the file and line."""
+
+
+class SparkStartError(DRPCError):
+    """The Spark session could not start serving: no executor registered in time, the
+    master gave up, or the executors cannot run drpc's code. The message names the master,
+    the driver address the executors were given and the likely cause."""

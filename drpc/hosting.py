@@ -2,14 +2,16 @@
 
 Contract:
 
-- ``Host(invocations, executor=..., conf=..., observer=...)`` runs the DRPC
+- ``Host(invocations, executor=..., conf=..., observer=..., spark_options=...)``
+  runs the DRPC
   functions one process serves from one invocations handle: the DRPC server
   (its request table), ``LocalDRPC`` and the remote runner (the servers'
   invocations ports) all host through it. ``register(topology, executor=None,
   **options)`` takes a builder, a ``Topology`` or a zero-argument factory,
   refuses one that serves no DRPC function or a function already registered
   (``DRPCError``), creates the executor (``drpc.executors.create_executor``,
-  with the handle and the observer as services) and starts it, returning the
+  with the handle and the observer as services; a Spark executor also gets
+  ``spark_options``: ``master``, ``spark_conf``, ``start_timeout``) and starts it, returning the
   started runtime (a runtime that fails to start is not registered).
   ``runtime(function)``, ``functions`` and ``stop()`` (every runtime, in
   registration order; one that fails to stop is logged and the others still
@@ -31,8 +33,10 @@ Contract:
   ``add_listener`` half of an invocations handle that can wake its spouts;
 - ``add_hosting_arguments``/``hosting_setup`` give the command lines that host
   topologies (``drpc-server``, ``drpc.runner``) the same ``--topology``,
-  ``--executor``, ``--master``, ``--log-level`` and ``--log-format text|json``
-  options (logging set up by ``drpc.logs.configure_logging``); ``--topology``
+  ``--executor``, ``--log-level`` and ``--log-format text|json`` options
+  (logging set up by ``drpc.logs.configure_logging``), the Spark flags of
+  ``drpc.sparkconf.add_spark_arguments`` (``--master``, ``--spark-conf``,
+  ``--spark-conf-file``, ``--start-timeout``) and ``--slots``; ``--topology``
   modules are imported from the working directory first, as ``python -m``
   does (``drpc.commandline``), and must serve a DRPC function.
 """
@@ -52,11 +56,12 @@ from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.commandline import WORKING_DIRECTORY_HELP, import_from_working_directory
 from drpc.errors import DRPCError
-from drpc.executors import EXECUTORS, create_executor
+from drpc.executors import EXECUTORS, SPARK_EXECUTORS, create_executor
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.model.topology import Topology
 from drpc.observe import OBSERVER_SERVICE, Observer
 from drpc.requests import Invocations
+from drpc.sparkconf import add_spark_arguments, spark_options
 
 log = logging.getLogger(__name__)
 
@@ -161,19 +166,23 @@ class Host:
         conf: dict[str, Any] | None = None,
         observer: Observer | None = None,
         executor_options: dict[str, Any] | None = None,
+        spark_options: dict[str, Any] | None = None,
     ) -> None:
         """
         :param executor: the default executor of registered topologies (default
             ``default_executor()``).
         :param conf: topology configuration for every runtime (under each topology's own).
         :param observer: receives the runtimes' events (``drpc.observe``).
-        :param executor_options: default keywords of every executor (``master``...).
+        :param executor_options: default keywords of every executor.
+        :param spark_options: default keywords of Spark executors only (``master``,
+            ``spark_conf``, ``start_timeout``: ``drpc.runtime.get_session``); none by default.
         """
         self.invocations = invocations
         self.executor = executor or default_executor()
         self.conf = dict(conf or {})
         self.observer = observer
         self.executor_options = dict(executor_options or {})
+        self.spark_options = dict(spark_options or {})
         self._lock = threading.Lock()
         self._runtimes: dict[str, tuple[str, Any] | None] = {}  # None: starting
         self._stopped = False
@@ -190,13 +199,14 @@ class Host:
             if function in self._runtimes:
                 raise DRPCError(f"function {function!r} is already registered")
             self._runtimes[function] = None
+        defaults = self.spark_options if name in SPARK_EXECUTORS else {}
         try:
             runtime = create_executor(
                 name,
                 built,
                 services={INVOCATIONS_SERVICE: self.invocations, OBSERVER_SERVICE: self.observer},
                 conf=self.conf,
-                **{**self.executor_options, **options},
+                **{**defaults, **self.executor_options, **options},
             )
             runtime.start()
         except BaseException:
@@ -294,10 +304,7 @@ def add_hosting_arguments(parser: argparse.ArgumentParser, *, topology_required:
         "tasks, millisecond calls) or spark-batch (a Spark job per batch of requests) "
         "(default: %(default)s)",
     )
-    parser.add_argument(
-        "--master",
-        help="Spark master URL for the Spark executors, e.g. local[*] or spark://host:7077",
-    )
+    add_spark_arguments(parser)
     parser.add_argument(
         "--slots",
         type=int,
@@ -319,11 +326,7 @@ def hosting_setup(
         topologies = [as_drpc(load_topology(spec), spec) for spec in args.topology]
     except ValueError as error:
         parser.error(str(error))
-    options: dict[str, Any] = {}
-    if args.master is not None:
-        if args.executor == "local":
-            parser.error("--master applies to --executor spark and spark-batch only")
-        options["master"] = args.master
+    options = spark_options(parser, args, args.executor)
     if args.slots is not None:
         if args.executor != "spark":
             parser.error("--slots applies to --executor spark only")
@@ -331,3 +334,9 @@ def hosting_setup(
             parser.error("--slots must be >= 1")
         options["slots"] = args.slots
     return topologies, options
+
+
+def job_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The executor options that apply to runs made of Spark jobs (transactional runs):
+    all but ``slots``, which sizes the resident tasks of served functions."""
+    return {name: value for name, value in options.items() if name != "slots"}

@@ -350,9 +350,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(ValueError):  # not the main thread
             signal.signal(signum, request_stop)
-    with runner:
+    try:
+        runner.start()
+    except DRPCError as error:  # e.g. SparkStartError: no executor registered in time
+        log.error("cannot serve: %s", error)
+        return 1
+    try:
         stopping.wait()
         log.info("stopping")
+    finally:
+        runner.stop()
     return 0
 
 

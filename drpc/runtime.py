@@ -1,23 +1,47 @@
-"""The process's one SparkSession: create or adopt it, warm it up, stop it.
+"""The process's one SparkSession: create or adopt it, check that it can serve, warm it up, stop it.
 
 Contract:
 
-- ``get_session(master=None, conf=None)`` returns the process's SparkSession
-  in classic mode (the RDD API drpc compiles to needs it). The first call
-  creates it with server settings (``SERVER_CONF``: FAIR scheduling, Python
-  worker reuse, Unix domain sockets for driver/worker traffic, UI off,
-  loopback networking) overlaid by ``conf``, then warms it up with one RDD job
-  and one DataFrame job so the first request does not pay for JVM and worker
-  start-up. Later calls return the same session; asking for a different
-  master than the running one raises ``ValueError`` rather than silently
-  using the wrong cluster. A session created elsewhere (e.g. by a notebook) is
-  adopted as is and never stopped by drpc.
+- ``get_session(master=None, conf=None, *, start_timeout=120)`` returns the
+  process's SparkSession in classic mode (the RDD API drpc compiles to needs
+  it). The first call creates it with the settings ``drpc.sparkconf.resolve``
+  gives: drpc's defaults for the kind of master, under the user's own
+  settings (``spark-defaults.conf``; under ``spark-submit``, the submitted
+  master and conf, which drpc adopts instead of overriding), under ``conf``
+  and ``master``. Then, before it returns:
+
+  - once this process's JVM runs (launched with those settings, or
+    spark-submit's), the rest of the start is bounded by ``start_timeout``
+    seconds: creating the context (a standalone master that cannot answer the
+    driver blocks it for a minute; a session that arrives after the timeout is
+    stopped at once) and, on a master with executors of their own (anything
+    but ``local[...]``), the first executor registering. When that does not
+    happen, or the master gives up on the application, ``SparkStartError``
+    names the master, the driver address the executors were given
+    (``spark.driver.host``:``spark.driver.port``, the host alone while Spark
+    has not reported the port) and the likely cause;
+  - it warms up with one RDD job whose tasks import drpc (executors that
+    cannot, because drpc was not shipped to them, fail the start with
+    ``SparkStartError`` saying how to ship it) and one DataFrame job, so the
+    first request does not pay for JVM and worker start-up;
+  - it logs the master, the driver's address, what Python and which drpc the
+    executors run, and the Spark UI's URL (``ui_url()``; the UI is on by
+    default for a cluster master, off for ``local[...]``).
+
+  Later calls return the same session; asking for a different master than the
+  running one raises ``ValueError`` rather than silently using the wrong
+  cluster. A session created elsewhere (e.g. by a notebook) is adopted as is
+  and never stopped by drpc.
 - ``stop_session()`` stops the session drpc created (idempotent), after the
   callbacks registered with ``before_stop`` (a resident job ends first); it
   also runs at interpreter exit, so a script that never calls it still shuts Spark down
   cleanly instead of racing the JVM's own shutdown.
-- The environment is prepared for Spark's Python workers: ``PYSPARK_PYTHON``
-  defaults to this interpreter and ``SPARK_LOCAL_IP`` to 127.0.0.1 when unset.
+- The environment of Spark's Python processes: the executors run
+  ``spark.pyspark.python`` if set (as ``spark-submit`` does), else
+  ``PYSPARK_PYTHON``, else this interpreter; on a ``local``/``local-cluster``
+  master ``SPARK_LOCAL_IP`` defaults to 127.0.0.1, on any other it is left to
+  Spark.
+- ``describe_spark_error`` turns a Spark failure into its telling line.
 
 Creating two executors in one process reuses the session.
 """
@@ -27,31 +51,27 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import platform
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from drpc.errors import SparkStartError
+from drpc.sparkconf import (
+    DEFAULT_APP_NAME,
+    DEFAULT_START_TIMEOUT,
+    is_local_master,
+    resolve,
+    user_defaults,
+)
+
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MASTER = "local[*]"
-
-SERVER_CONF: dict[str, str] = {
-    "spark.api.mode": "classic",
-    "spark.scheduler.mode": "FAIR",
-    "spark.python.worker.reuse": "true",
-    "spark.python.unix.domain.socket.enabled": "true",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.sql.shuffle.partitions": "8",
-    "spark.sql.adaptive.enabled": "true",
-}
 
 _lock = threading.Lock()
 _before_stop: list[Callable[[], None]] = []
@@ -59,18 +79,20 @@ _session: SparkSession | None = None
 _owned = False
 _master: str | None = None
 
-
-def _prepare_environment() -> None:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+_LOOPBACK = ("127.", "localhost", "::1", "[::1]")
 
 
 def get_session(
-    master: str | None = None, conf: Mapping[str, Any] | None = None, *, app_name: str = "drpc"
+    master: str | None = None,
+    conf: Mapping[str, Any] | None = None,
+    *,
+    app_name: str = DEFAULT_APP_NAME,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
 ) -> SparkSession:
-    """The process's SparkSession, created and warmed up on first use."""
+    """The process's SparkSession, created, checked and warmed up on first use."""
     global _session, _owned, _master
+    if not start_timeout > 0:
+        raise ValueError(f"start_timeout must be positive, got {start_timeout!r}")
     with _lock:
         if _session is not None and not _stopped(_session):
             if master is not None and _master is not None and master != _master:
@@ -79,7 +101,6 @@ def get_session(
                     f"cannot also use {master!r} (one session per process)"
                 )
             return _session
-        _prepare_environment()
         from pyspark.sql import SparkSession
 
         active = SparkSession.getActiveSession()
@@ -89,30 +110,229 @@ def get_session(
             log.info("adopted the running SparkSession on %s", _master)
             return active
         started = time.monotonic()
-        builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
-        for key, value in {**SERVER_CONF, **(conf or {})}.items():
-            builder = builder.config(key, str(value))
-        session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
-        _session, _owned, _master = session, True, session.sparkContext.master
+        submitted = _submitted_settings()
+        user = user_defaults() if submitted is None else submitted
+        settings = resolve(master, conf, user, app_name)
+        _prepare_environment(settings)
+        _launch_gateway(settings)  # a local JVM: its start-up is not the cluster's to explain
+        deadline = time.monotonic() + start_timeout
+        builder = SparkSession.builder
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        session = _create_within(builder, start_timeout)
+        if session is None:
+            raise SparkStartError(_start_failure(settings, start_timeout))
+        sc = session.sparkContext
+        sc.setLogLevel("ERROR")
+        try:
+            _await_executors(sc, deadline, start_timeout)
+            reports = warm_up(session)
+        except BaseException:
+            session.stop()
+            raise
+        _session, _owned, _master = session, True, sc.master
         atexit.register(stop_session)
-        warm_up(session)
         log.info(
-            "started SparkSession %s on %s in %.1f s (warm)",
+            "started SparkSession %s %r on %s in %.1f s (warm): driver at %s, %s; executors run %s",
             session.version,
+            sc.appName,
             _master,
             time.monotonic() - started,
+            _driver_address(sc),
+            f"Spark UI at {sc.uiWebUrl}" if sc.uiWebUrl else "Spark UI off",
+            "; ".join(reports),
         )
         return session
 
 
-def warm_up(session: SparkSession) -> None:
-    """Run one RDD job and one DataFrame job so workers and codegen are ready."""
+def _launch_gateway(settings: Mapping[str, str]) -> None:
+    """Start this process's Spark JVM with ``settings`` (they include what must be set at
+    launch, such as ``spark.driver.memory``), unless one runs already."""
+    from pyspark import SparkConf, SparkContext
+
+    launch = SparkConf(loadDefaults=False)
+    for key, value in settings.items():
+        launch.set(key, value)
+    SparkContext._ensure_initialized(conf=launch)
+
+
+def _create_within(builder: Any, seconds: float) -> SparkSession | None:
+    """``builder.getOrCreate()``, or None if it has not returned within ``seconds`` (a
+    standalone master that never confirms the application blocks it for a minute). A
+    session that arrives after that is stopped at once: nobody is waiting for it."""
+    lock = threading.Lock()
+    outcome: list[Any] = []
+    done = threading.Event()
+    abandoned = False
+
+    def create() -> None:
+        try:
+            created = builder.getOrCreate()
+        except BaseException as error:
+            created = error
+        with lock:
+            if abandoned:
+                if not isinstance(created, BaseException):
+                    created.stop()
+                return
+            outcome.append(created)
+        done.set()
+
+    threading.Thread(target=create, name="drpc-spark-start", daemon=True).start()
+    done.wait(seconds)
+    with lock:
+        if not outcome:
+            abandoned = True
+            return None
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
+
+
+def _submitted_settings() -> dict[str, str] | None:
+    """The settings of the JVM already running for this process (``spark-submit``'s, or a
+    session's before), or None when drpc is about to launch one."""
+    from pyspark import SparkConf, SparkContext
+
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and SparkContext._gateway is None:
+        return None
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
+def _prepare_environment(settings: Mapping[str, str]) -> None:
+    python = settings.get("spark.pyspark.python")
+    if python:
+        os.environ["PYSPARK_PYTHON"] = python
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if is_local_master(settings["spark.master"]):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def _has_own_executors(master: str) -> bool:
+    return not (master == "local" or master.startswith("local["))
+
+
+def _await_executors(sc: SparkContext, deadline: float, timeout: float) -> None:
+    if not _has_own_executors(str(sc.master)):
+        return
+    jsc = sc._jsc.sc()
+    while jsc.getExecutorMemoryStatus().size() <= 1:  # the driver's own block manager counts
+        stopped = bool(jsc.isStopped())
+        if stopped or time.monotonic() >= deadline:
+            settings = dict(sc.getConf().getAll())
+            accepted = str(sc.applicationId).startswith("app-")
+            raise SparkStartError(_start_failure(settings, timeout, stopped, accepted))
+        time.sleep(0.2)
+
+
+def _driver_address(sc: SparkContext) -> str:
+    conf = sc.getConf()
+    return f"{conf.get('spark.driver.host')}:{conf.get('spark.driver.port')}"
+
+
+def _advertised_driver(settings: Mapping[str, str]) -> str:
+    """The driver address the executors are told while the SparkContext still starts (Spark
+    does not tell the port it picked before the context is up)."""
+    host = settings.get("spark.driver.host") or os.environ.get("SPARK_LOCAL_IP")
+    port = settings.get("spark.driver.port")
+    if host is None:
+        return "an address Spark picked (spark.driver.host and SPARK_LOCAL_IP are unset)"
+    return f"{host}:{port}" if port else f"{host} (spark.driver.host; port not reported yet)"
+
+
+def _start_failure(
+    settings: Mapping[str, str],
+    timeout: float,
+    stopped: bool = False,
+    accepted: bool | None = None,
+) -> str:
+    """Why no executor registered (see the module doc): the master, the driver address the
+    executors were given and the likely cause."""
+    master = settings["spark.master"]
+    host = settings.get("spark.driver.host")
+    if accepted is None:
+        driver = _advertised_driver(settings)
+        host = host or os.environ.get("SPARK_LOCAL_IP")
+        if master.startswith("spark://"):
+            accepted = False  # still starting: the standalone master has not confirmed it
+    else:
+        driver = f"{host}:{settings.get('spark.driver.port')} (spark.driver.host:spark.driver.port)"
+    head = (
+        f"the Spark master {master} gave up on the application before any executor registered"
+        if stopped
+        else f"no Spark executor registered within {timeout:g} s on master {master}"
+    )
+    told = f"the executors were told to reach the driver at {driver}"
+    if host is not None and host.startswith(_LOOPBACK):
+        cause = (
+            f"{host} is a loopback address, which executors on other hosts cannot reach: set "
+            "spark.driver.host to an address of this host the workers can reach (--spark-conf "
+            "spark.driver.host=ADDRESS), or leave it and SPARK_LOCAL_IP unset so Spark picks one"
+        )
+    elif stopped or accepted is False:
+        cause = (
+            "the master has not accepted the application: is a master running, and reachable "
+            "from this host, at that address?"
+        )
+    else:
+        cause = (
+            "the executors cannot connect back to the driver at that address (a firewall, or "
+            "an address the workers cannot route to: set spark.driver.host, spark.driver.port "
+            "and spark.blockManager.port), or no worker has the free cores and memory the "
+            "application asks for (spark.executor.cores, spark.executor.memory, "
+            "spark.cores.max); the master's web UI and the workers' logs say which"
+        )
+    return f"{head}; {told}. Likely cause: {cause}"
+
+
+def executor_report(_: object) -> str:
+    """What runs drpc in a Spark Python worker (called there by the warm-up job)."""
+    where = os.path.dirname(os.path.abspath(__file__))
+    return f"Python {platform.python_version()} ({sys.executable}) with drpc from {where}"
+
+
+def warm_up(session: SparkSession) -> list[str]:
+    """Run one RDD job that imports drpc on the executors and one DataFrame job, so workers
+    and codegen are ready; returns what the executors reported (``executor_report``)."""
     sc = session.sparkContext
-    sc.parallelize(range(sc.defaultParallelism * 2), sc.defaultParallelism).map(
-        lambda x: x * 2
-    ).sum()
+    slots = sc.defaultParallelism
+    try:
+        reports = sc.parallelize(range(slots * 2), slots).map(executor_report).distinct().collect()
+    except Exception as error:
+        raise SparkStartError(_warm_up_failure(sc, error)) from error
     session.range(1000).selectExpr("sum(id)").collect()
+    return sorted(reports)
+
+
+def _warm_up_failure(sc: SparkContext, error: BaseException) -> str:
+    text = str(getattr(error, "java_exception", None) or error)
+    missing = next(
+        (line.strip() for line in text.splitlines() if "ModuleNotFoundError" in line), None
+    )
+    if missing is not None:
+        return (
+            f"the executors of {sc.master} cannot import drpc ({missing}; Python "
+            f"{os.environ.get('PYSPARK_PYTHON')}): ship drpc and your topologies' modules to "
+            "them, as a packed environment (spark.archives) or a zip (spark.submit.pyFiles), "
+            "see the README's 'Deploying on a cluster'"
+        )
+    return f"the warm-up job on {sc.master} failed: {describe_spark_error(error)}"
+
+
+def describe_spark_error(error: BaseException) -> str:
+    """The line of a Spark failure that says what happened (a Python worker that exited,
+    the Python exception, or Spark's own), at most 400 characters."""
+    text = str(getattr(error, "java_exception", None) or error)
+    for marker in ("Python worker exited unexpectedly", "PythonException", "SparkException"):
+        position = text.find(marker)
+        if position >= 0:
+            text = text[position:]
+            break
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return first[:400]
 
 
 def _stopped(session: SparkSession) -> bool:
@@ -126,6 +346,12 @@ def current_session() -> SparkSession | None:
         if _session is not None and not _stopped(_session):
             return _session
         return None
+
+
+def ui_url() -> str | None:
+    """The Spark UI of the running session, None when there is none or its UI is off."""
+    session = current_session()
+    return None if session is None else session.sparkContext.uiWebUrl
 
 
 def before_stop(callback: Callable[[], None]) -> None:

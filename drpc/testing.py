@@ -18,6 +18,9 @@ process and blocks for the answer:
   registered functions;
 - on exit every outstanding request fails with SERVER_SHUTDOWN.
 
+``master``, ``spark_conf`` and ``start_timeout`` set up the Spark session of
+runtimes on Spark (``drpc.runtime.get_session``); other ``executor_options``
+go to every runtime's executor.
 ``submit`` returns a ``concurrent.futures.Future`` for concurrent callers.
 ``observer`` (a ``drpc.observe.Observer``) is handed to the hosted runtimes,
 which then report their events to it.
@@ -47,6 +50,7 @@ from drpc.requests import (
     RequestTable,
     ReturnInfo,
 )
+from drpc.sparkconf import DEFAULT_START_TIMEOUT, session_options
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,9 @@ class LocalDRPC:
         timeout: float = DEFAULT_REQUEST_TIMEOUT,
         conf: dict[str, Any] | None = None,
         observer: Observer | None = None,
+        master: str | None = None,
+        spark_conf: dict[str, Any] | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
         **executor_options: Any,
     ) -> None:
         self.executor_name = executor
@@ -75,6 +82,7 @@ class LocalDRPC:
             conf=self._conf,
             observer=observer,
             executor_options=executor_options,
+            spark_options=session_options(master, spark_conf, start_timeout),
         )
         self._closed = False
         self._expirer = threading.Thread(

@@ -48,11 +48,13 @@ from drpc.server.service import (
 from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS, ThriftListener
 from drpc.server.transactional import HostedTransactional
 
+from drpc import runtime
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError
 from drpc.hosting import Host, as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
+from drpc.sparkconf import DEFAULT_START_TIMEOUT, session_options
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,9 @@ class DRPCServer:
         wait_for_unserved: bool = False,
         executor: str | None = None,
         conf: dict[str, Any] | None = None,
+        master: str | None = None,
+        spark_conf: dict[str, Any] | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
         authorizer: Authorizer | None = None,
         shutdown_grace: float = 5.0,
         metrics: ServerMetrics | None = None,
@@ -120,6 +125,12 @@ class DRPCServer:
         :param conf: topology configuration for registered topologies, under each
             topology's own (e.g. ``topology.message.timeout.secs``, default 30: a tuple
             tree stuck longer fails its request with FAILED_REQUEST, as in Storm).
+        :param master: Spark master of the runtimes on Spark (DRPC and transactional); default
+            None: ``spark.master`` from spark-submit or spark-defaults.conf, else ``local[*]``.
+        :param spark_conf: Spark settings of those runtimes, over spark-defaults.conf and
+            drpc's defaults (``drpc.sparkconf``); default none.
+        :param start_timeout: seconds for a Spark executor to register before starting a
+            runtime fails with ``SparkStartError`` (default 120).
         :param authorizer: called before every network operation with (identity,
             operation, function); raises ``AuthorizationException`` to refuse.
         :param shutdown_grace: seconds ``stop()`` waits for replies and runtimes.
@@ -145,6 +156,7 @@ class DRPCServer:
         self.executor = executor or default_executor()
         self.shutdown_grace = shutdown_grace
         self._conf = dict(conf or {})
+        self.spark_options = session_options(master, spark_conf, start_timeout)
         self.metrics = metrics or ServerMetrics(max_functions=limits.max_functions)
         self.dashboard = dashboard or Dashboard(max_tracked=limits.max_outstanding)
         self.service = DRPCService(
@@ -173,6 +185,7 @@ class DRPCServer:
         self.dashboard.watch_transactional(
             lambda: {name: hosted.status() for name, hosted in self.transactional.items()}
         )
+        self.dashboard.watch_spark_ui(runtime.ui_url)
         self.observer = self.service.observer
         """The one event bus (``drpc.observe``): requests, and every hosted runtime's
         events, reach the metrics, the dashboard and traces; append observers to
@@ -182,6 +195,7 @@ class DRPCServer:
             executor=self.executor,
             conf=self._conf,
             observer=self.observer,
+            spark_options=self.spark_options,
         )
         self.started = False
         self.stopped = False
@@ -234,7 +248,7 @@ class DRPCServer:
             state_dir=state_dir,
             executor=executor or self.executor,
             observer=self.observer,
-            **options,
+            **{**self.spark_options, **options},
         )
         self.transactional[hosted.topology_id] = hosted
         if self.started:
@@ -319,6 +333,7 @@ class DRPCServer:
             f"invocations (Thrift) on {self.host}:{self.invocations_port}{http}; "
             f"request timeout {self.timeout:g} s"
             + ("; TLS" if self.ssl_context is not None else "")
+            + (f"; Spark UI {spark_ui}" if (spark_ui := self.dashboard.spark_ui()) else "")
         )
 
     async def stop(self) -> None:

@@ -47,7 +47,13 @@ from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS
 
 from drpc.commandline import WORKING_DIRECTORY_HELP, CommandLineParser
 from drpc.errors import DRPCError
-from drpc.hosting import add_hosting_arguments, as_transactional, hosting_setup, load_topology
+from drpc.hosting import (
+    add_hosting_arguments,
+    as_transactional,
+    hosting_setup,
+    job_options,
+    load_topology,
+)
 from drpc.protocol.tls import server_context
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
 from drpc.transactional.cli import add_state_arguments, state_options
@@ -240,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 state_dir=args.state_dir,
                 max_spout_pending=args.max_spout_pending,
                 state_options=options,
-                **executor_options,
+                **job_options(executor_options),
             )
         return asyncio.run(_serve(server))
     except (OSError, DRPCError) as error:  # a port in use, a state directory another run writes

@@ -38,7 +38,7 @@ LAYERS: list[set[str]] = [
     {"drpc.model"},
     {"drpc.semantics"},
     {"drpc.builders"},
-    {"drpc.runtime", "drpc.executors"},
+    {"drpc.sparkconf", "drpc.runtime", "drpc.executors"},
     {"drpc.hosting", "drpc.transactional"},
     {"drpc.trident"},
     {"drpc.testing"},

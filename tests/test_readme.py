@@ -94,6 +94,9 @@ PYTHON_BLOCKS: dict[str, Run] = {
     ),
     "asyncio.run(serve())": Run("its own process"),
     "TLSSettings(": Run("a TLS reach server", ["16", "16"]),
+    # The spark-submit script: run here it only defines its topology (not __main__);
+    # tests/cluster/serve.py is it under spark-submit on the two-host cluster.
+    "class Shout(BaseBasicBolt)": Run("nothing"),
 }
 """A distinctive piece of each Python block of the README, and how it runs."""
 

@@ -7,7 +7,9 @@ returns an unstarted ``Executor``; unknown names and unknown options raise
 ``ValueError``/``TypeError`` naming what was wrong. An ``Executor`` serves one
 topology from ``start()`` until ``stop()``; both return once done (a Spark
 session may take seconds to start). Every executor runs each bolt task through
-the shared task core (``drpc.executors.task``).
+the shared task core (``drpc.executors.task``). ``SPARK_EXECUTORS`` names the
+executors that run on the process's Spark session and so take its settings
+(``master``, ``spark_conf``, ``start_timeout``: ``drpc.sparkconf.session_options``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from drpc.executors.spark import SparkExecutor
 from drpc.model.topology import Topology
 
 EXECUTORS = ("local", "spark", "spark-batch")
+SPARK_EXECUTORS = ("spark", "spark-batch")  # those that take a Spark session's settings
 
 
 class Executor(Protocol):

@@ -1,7 +1,8 @@
 """``drpc-transactional``: run a transactional topology, or show a state directory.
 
-    drpc-transactional run MODULE:ATTR --state-dir DIR [--executor local|spark]
-                       [--master URL] [--max-spout-pending N] [--until-idle | --forever]
+    drpc-transactional run MODULE:ATTR --state-dir DIR [--executor local|spark|spark-batch]
+                       [--master URL] [--spark-conf KEY=VALUE ...] [--spark-conf-file FILE]
+                       [--start-timeout SECONDS] [--max-spout-pending N] [--until-idle | --forever]
                        [--max-batches N] [--map-size SIZE] [--max-map-size SIZE]
                        [--log-level LEVEL] [--log-format text|json]
     drpc-transactional status --state-dir DIR [--json]
@@ -39,6 +40,7 @@ from drpc.executors import EXECUTORS
 from drpc.hosting import as_transactional, load_topology
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.progress import Progress
+from drpc.sparkconf import add_spark_arguments, spark_options
 from drpc.state import CoordinatorState, StateEnvironment
 from drpc.state.codec import decode_names
 from drpc.state.env import (
@@ -106,7 +108,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--executor", choices=EXECUTORS, default="local", help="(default: %(default)s)"
     )
-    run.add_argument("--master", help="Spark master for --executor spark (default local[*])")
     run.add_argument(
         "--max-spout-pending",
         type=int,
@@ -133,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
         help="give up when a batch fails N times (default 100)",
     )
     add_state_arguments(run)
+    add_spark_arguments(run)
     add_logging_arguments(run, default_level="WARNING")
     status = commands.add_parser("status", help="show the topologies and maps of a state directory")
     status.add_argument("--state-dir", required=True, help="an existing LMDB state directory")
@@ -143,8 +145,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.max_spout_pending is not None and args.max_spout_pending < 1:
         parser.error("--max-spout-pending must be >= 1")
-    if args.master is not None and args.executor != "spark":
-        parser.error("--master applies to --executor spark only")
+    spark = spark_options(parser, args, args.executor)
     import_from_working_directory()
     try:
         topology = as_transactional(load_topology(args.topology), args.topology)
@@ -174,8 +175,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             state_dir=args.state_dir,
             executor=args.executor,
             max_spout_pending=args.max_spout_pending,
-            master=args.master,
             max_attempts=args.max_attempts,
+            **spark,
             state_options=options,
         ) as runner:
             result = runner.run(

@@ -1,7 +1,8 @@
 """Running a transactional topology: coordinator loop, processing backends, ordered commits.
 
 Contract. ``run(topology, state_dir=..., executor="local"|"spark",
-max_spout_pending=None, until_idle=True)`` drives one transactional topology
+max_spout_pending=None, until_idle=True, master=None, spark_conf=None)`` (the
+last two for the Spark session, ``drpc.runtime``) drives one transactional topology
 until its source runs dry (a committed batch emitted nothing) or
 ``max_batches`` have committed, and returns what was committed:
 
@@ -58,6 +59,7 @@ from drpc.executors import EXECUTORS
 from drpc.model.context import TopologyContext
 from drpc.model.topology import Topology
 from drpc.observe import OBSERVER_SERVICE, Observer, bus
+from drpc.sparkconf import DEFAULT_START_TIMEOUT
 from drpc.state import CoordinatorState, StateEnvironment
 from drpc.state.topology import STATE_DIR_CONF, STATE_SERVICE, TopologyState
 from drpc.transactional.attempt import TransactionAttempt
@@ -151,6 +153,7 @@ class TransactionalRunner:
         conf: dict[str, Any] | None = None,
         master: str | None = None,
         spark_conf: dict[str, Any] | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
         threads: int = 4,
         max_attempts: int | None = 100,
         state_options: dict[str, Any] | None = None,
@@ -159,6 +162,9 @@ class TransactionalRunner:
         """
         :param max_spout_pending: batches processed at once; None (default) takes the
             topology's ``topology.max.spout.pending`` (``conf`` overrides it), else 1.
+        :param master, spark_conf, start_timeout: the Spark session of ``executor="spark"``
+            (``drpc.runtime.get_session``; defaults: Spark's resolution of the master, no
+            settings of your own, 120 s for an executor to register).
         :param state_options: options of ``StateEnvironment.open`` for ``state_dir``
             (e.g. ``map_size``, ``max_map_size``, ``sync``); defaults otherwise.
         :param observer: receives ``tx_*`` events (``drpc.observe``).
@@ -218,6 +224,7 @@ class TransactionalRunner:
                 max_spout_pending,
                 master,
                 spark_conf,
+                start_timeout,
             )
         self.max_attempts = max_attempts
         self._failures: collections.Counter[int] = collections.Counter()
@@ -505,6 +512,8 @@ def run(
     max_batches: int | None = None,
     conf: dict[str, Any] | None = None,
     master: str | None = None,
+    spark_conf: dict[str, Any] | None = None,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
     on_commit: Callable[[CommitInfo], None] | None = None,
     stop: threading.Event | None = None,
     max_attempts: int | None = 100,
@@ -519,6 +528,8 @@ def run(
         max_spout_pending=max_spout_pending,
         conf=conf,
         master=master,
+        spark_conf=spark_conf,
+        start_timeout=start_timeout,
         max_attempts=max_attempts,
         state_options=state_options,
         observer=observer,

@@ -24,10 +24,11 @@ from drpc.errors import DRPCExceptionType, Failure
 from drpc.executors.batch import TaskRun, gather_shipments
 from drpc.executors.plan import DRIVER, SPARK, compile_plan
 from drpc.executors.records import Shipment, first_failure
-from drpc.executors.spark.stages import JobSpec, SparkStages, describe_spark_error, tagged_job
+from drpc.executors.spark.stages import JobSpec, SparkStages, tagged_job
 from drpc.logs import worker_settings
 from drpc.model.topology import Topology
 from drpc.semantics.runners import freeze
+from drpc.sparkconf import DEFAULT_START_TIMEOUT
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.builder import TransactionalInfo
 from drpc.transactional.processing import (
@@ -52,6 +53,7 @@ class SparkBackend:
         max_jobs: int,
         master: str | None = None,
         spark_conf: dict[str, Any] | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
     ) -> None:
         self.topology = topology
         self.info = info
@@ -60,6 +62,7 @@ class SparkBackend:
         self.transactional = transactional
         self.master = master
         self.spark_conf = spark_conf
+        self.start_timeout = start_timeout
         placement = {
             component_id: DRIVER
             if spec.kind == "spout"
@@ -79,7 +82,10 @@ class SparkBackend:
 
     def start(self, report: Callable[[Event], None]) -> None:
         self._report = report
-        self._sc = runtime.get_session(self.master, self.spark_conf).sparkContext
+        session = runtime.get_session(
+            self.master, self.spark_conf, start_timeout=self.start_timeout
+        )
+        self._sc = session.sparkContext
         self._broadcast = self._sc.broadcast(freeze(self.topology))
         self._stages = SparkStages(self._sc, self.plan, self._token, self._broadcast)
 
@@ -143,7 +149,8 @@ class SparkBackend:
                     attempt,
                     Failure(
                         DRPCExceptionType.INTERNAL_ERROR,
-                        f"the Spark job of batch {attempt} failed: {describe_spark_error(error)}",
+                        f"the Spark job of batch {attempt} failed: "
+                        f"{runtime.describe_spark_error(error)}",
                     ),
                 )
             )

@@ -29,7 +29,8 @@ runtimes); it keeps, in memory and bounded:
   is running and its last error.
 
 Names shown (functions, steps, topologies) are cut to ``max_name`` characters
-(default 200).
+(default 200). With ``watch_spark_ui(url)`` the page links the Spark UI of the
+server's session (``spark_ui`` in the JSON; only an http(s) URL is shown).
 
 ``status(service)`` is the JSON the page polls every second; the page
 (``static/index.html``, ``dashboard.js``, ``dashboard.css``: plain files, no
@@ -262,6 +263,7 @@ class Dashboard(Observer):
         self._failures: deque[dict[str, Any]] = deque(maxlen=max_failures)
         self._topologies: dict[str, _Topology] = {}
         self._hosted: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
+        self._spark_ui: Callable[[], str | None] | None = None
         self._lock = threading.Lock()
 
     def watch_transactional(self, hosted: Callable[[], Mapping[str, Mapping[str, Any]]]) -> None:
@@ -269,6 +271,14 @@ class Dashboard(Observer):
         status (``running``, ``error``, ``executor``, ``last_txid``…); the page shows
         whether each run is up, and runs that have not committed yet."""
         self._hosted = hosted
+
+    def watch_spark_ui(self, url: Callable[[], str | None]) -> None:
+        """``url()`` is the Spark UI's address (None while there is none); the page links it."""
+        self._spark_ui = url
+
+    def spark_ui(self) -> str | None:
+        url = self._spark_ui() if self._spark_ui is not None else None
+        return url if url and url.startswith(("http://", "https://")) else None
 
     # -- requests (the server's request table) ------------------------------------------------
 
@@ -456,6 +466,7 @@ class Dashboard(Observer):
                 ],
             }
         self._add_hosted(status["transactional"])
+        status["spark_ui"] = self.spark_ui()
         if service is not None:
             status["server"] = {
                 "served": [_clip(name, self.max_name) for name in served],

@@ -359,3 +359,18 @@ def test_the_installed_server_serves_a_topology_module_beside_the_user(tmp_path:
         with urllib.request.urlopen(url, timeout=30) as response:
             assert response.read() == b"HELLO"
     assert "neither an ACL nor TLS" not in server.text  # 127.0.0.1: nothing to warn about
+
+
+def test_slots_go_to_served_functions_and_not_to_a_hosted_transactional_run() -> None:
+    from drpc.server.cli import _parser
+
+    from drpc.hosting import hosting_setup, job_options
+
+    parser = _parser()
+    args = parser.parse_args(["--executor", "spark", "--slots", "2", "--master", "local[2]"])
+    _, options = hosting_setup(parser, args)
+    assert options["slots"] == 2
+    transactional = job_options(options)
+    assert "slots" not in transactional
+    assert transactional["master"] == "local[2]"
+    assert transactional == {name: options[name] for name in options if name != "slots"}

@@ -16,6 +16,7 @@ from drpc import DRPCExceptionType, DRPCExecutionException, LinearDRPCTopologyBu
 from drpc.examples.reach import EXPECTED_REACH, build_reach
 from drpc.resources import WorkerResource
 from drpc.testing import LocalDRPC
+from tests.cluster.harness import package_listing, spark_home_view
 
 from . import workload
 
@@ -106,7 +107,10 @@ def test_a_worker_resource_is_loaded_once_per_python_worker(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_resident_and_batch_functions_on_a_local_cluster_with_separate_executor_jvms() -> None:
+@pytest.mark.timeout(360)  # its own subprocess may take 300 s on a loaded machine
+def test_resident_and_batch_functions_on_a_local_cluster_with_separate_executor_jvms(
+    tmp_path: Path,
+) -> None:
     script = textwrap.dedent(
         """
         from drpc.testing import LocalDRPC
@@ -130,9 +134,18 @@ def test_resident_and_batch_functions_on_a_local_cluster_with_separate_executor_
         print("ok")
         """
     )
+    before = package_listing()
+    home = spark_home_view(tmp_path / "spark-home")  # its workers write work/ under SPARK_HOME
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", script],
+        env={**os.environ, "SPARK_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     # One resident task on one executor JVM, batch jobs on the other.
     assert out.stdout.split() == ["executors", "2", "slots", "1", "ok"]
+    assert list(home.glob("work/app-*")), "the workers wrote their work directories elsewhere"
+    assert package_listing() == before  # and nothing inside the installed pyspark

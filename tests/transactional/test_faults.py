@@ -24,12 +24,13 @@ WORDS = 60_000
 PARTITIONS = 4
 
 
-def write_words(log_dir: Path, seed: int) -> Counter[str]:
+def write_words(log_dir: Path, seed: int, count: int = WORDS) -> Counter[str]:
+    """Append ``count`` random words over the partitions; returns how often each came."""
     rng = random.Random(seed)
     vocabulary = [f"word{n}" for n in range(300)]
     expected: Counter[str] = Counter()
     for partition in range(PARTITIONS):
-        words = [rng.choice(vocabulary) for _ in range(WORDS // PARTITIONS)]
+        words = [rng.choice(vocabulary) for _ in range(count // PARTITIONS)]
         append_lines(log_dir, partition, words)
         expected.update(words)
     return expected

@@ -59,10 +59,11 @@ from drpc.executors.resident.routing import (
 )
 from drpc.executors.resident.transport import Node
 from drpc.executors.resident.worker import resident_task
-from drpc.executors.spark.stages import describe_spark_error, tagged_job
+from drpc.executors.spark.stages import tagged_job
 from drpc.logs import worker_settings
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, observer_of
+from drpc.runtime import describe_spark_error
 from drpc.semantics.runners import freeze
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,8 @@ serves one DRPC topology on this process's resident Spark job
 (``drpc.executors.resident.cluster``), shared by every resident function of
 the process:
 
-- ``start()`` gets the process's SparkSession (``drpc.runtime``), starts the
+- ``start()`` gets the process's SparkSession (``drpc.runtime``: no executor
+  registering within ``start_timeout`` raises ``SparkStartError``), starts the
   resident job if none runs (``slots`` barrier tasks, default half the
   default parallelism, at least one; the first function to start it decides),
   deploys the topology's bolt tasks on the resident tasks and its spouts,
@@ -120,7 +121,9 @@ class ResidentExecutor:
     def start(self) -> ResidentExecutor:
         if self.deployment is not None:
             return self
-        session = runtime.get_session(self.master, self.spark_conf)
+        session = runtime.get_session(
+            self.master, self.spark_conf, start_timeout=self.start_timeout
+        )
         self.cluster = resident_cluster(
             session.sparkContext, slots=self.slots, start_timeout=self.start_timeout
         )

@@ -2,9 +2,12 @@
 jobs on a persistent session.
 
 Contract. ``SparkExecutor(topology, services={"drpc.invocations": ...},
-master=None, max_batch_size=256, max_wait=0.01, max_jobs_in_flight=2)``:
+master=None, spark_conf=None, start_timeout=120, max_batch_size=256,
+max_wait=0.01, max_jobs_in_flight=2)``:
 
-- ``start()`` gets the process's SparkSession (``drpc.runtime``), compiles the
+- ``start()`` gets the process's SparkSession (``drpc.runtime``, which resolves
+  ``master`` and ``spark_conf`` and fails with ``SparkStartError`` when no
+  executor registers within ``start_timeout`` seconds), compiles the
   topology (``drpc.executors.plan``), broadcasts it once (cloudpickle, so
   bolts defined in ``__main__`` travel) and starts serving its DRPC function;
   ``stop()`` cancels the jobs in flight and stops serving (the session stays).
@@ -92,7 +95,7 @@ from drpc.errors import (
 from drpc.executors.batch import TaskRun, gather_shipments
 from drpc.executors.plan import SparkPlan, compile_plan
 from drpc.executors.records import Shipment, Timing
-from drpc.executors.spark.stages import JobSpec, SparkStages, describe_spark_error, tagged_job
+from drpc.executors.spark.stages import JobSpec, SparkStages, tagged_job
 from drpc.executors.spark.trace import (
     COALESCE_STEP,
     SPARK_JOB_STEP,
@@ -105,6 +108,7 @@ from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 from drpc.requests import DRPCRequest, ReturnInfo
 from drpc.semantics.runners import freeze
+from drpc.sparkconf import DEFAULT_START_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +154,7 @@ class SparkExecutor:
         conf: dict[str, Any] | None = None,
         master: str | None = None,
         spark_conf: dict[str, Any] | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
         max_batch_size: int = 256,
         max_wait: float = 0.01,
         max_jobs_in_flight: int = 2,
@@ -172,6 +177,7 @@ class SparkExecutor:
         self._observing = self.observer is not NULL_OBSERVER
         self.master = master
         self.spark_conf = dict(spark_conf or {})
+        self.start_timeout = start_timeout
         self.max_batch_size = max_batch_size
         self.max_wait = max_wait
         self.max_jobs_in_flight = max_jobs_in_flight
@@ -205,7 +211,9 @@ class SparkExecutor:
                 f"topology {self.topology.name!r} cannot be pickled for Spark workers: "
                 f"{type(error).__name__}: {error}"
             ) from error
-        session = runtime.get_session(self.master, self.spark_conf)
+        session = runtime.get_session(
+            self.master, self.spark_conf, start_timeout=self.start_timeout
+        )
         self._sc = session.sparkContext
         self._broadcast = self._sc.broadcast(frozen)
         self._stages = SparkStages(self._sc, self.plan, self._token, self._broadcast)
@@ -426,7 +434,7 @@ class SparkExecutor:
             failure = Failure(
                 DRPCExceptionType.INTERNAL_ERROR,
                 f"Internal error: the Spark job for {len(job.requests)} requests of "
-                f"{self.function!r} failed: {describe_spark_error(error)}",
+                f"{self.function!r} failed: {runtime.describe_spark_error(error)}",
             )
             log.error(
                 "Spark job %s of %r failed: %s",

@@ -12,7 +12,7 @@ travels once, in ``broadcast``, and is unpickled once per Python worker
 ``JobSpec`` is what every task of one job needs besides the topology.
 ``tagged_job`` runs a block with a Spark job tag (cancellable with
 ``cancelJobsWithTag``), a description and optionally a FAIR pool, and clears
-them again. ``describe_spark_error`` turns a Spark failure into one line.
+them again.
 """
 
 from __future__ import annotations
@@ -67,19 +67,6 @@ def tagged_job(sc: Any, tag: str, description: str, pool: str | None = None) -> 
             sc.setJobDescription(None)
         except Exception:
             log.debug("could not reset Spark thread properties", exc_info=True)
-
-
-def describe_spark_error(error: BaseException) -> str:
-    """The line of a Spark failure that says what happened (a Python worker that exited,
-    the Python exception, or Spark's own), at most 400 characters."""
-    text = str(getattr(error, "java_exception", None) or error)
-    for marker in ("Python worker exited unexpectedly", "PythonException", "SparkException"):
-        position = text.find(marker)
-        if position >= 0:
-            text = text[position:]
-            break
-    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    return first[:400]
 
 
 # -- worker side ------------------------------------------------------------------------------

@@ -175,6 +175,9 @@ function renderSummary(status) {
   add("outstanding", server.outstanding ?? status.in_flight_total);
   add("late results", server.late_results ?? 0);
   add("up", seconds(status.uptime));
+  if (status.spark_ui) {
+    parts.push(el("a", { href: status.spark_ui, target: "_blank", rel: "noopener", class: "spark-ui" }, "Spark UI"), "  ·  ");
+  }
   parts.pop();
   if (server.shutting_down) parts.push("  ·  ", el("span", { class: "error-banner" }, "shutting down"));
   document.getElementById("summary").replaceChildren(...parts);
