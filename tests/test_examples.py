@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from drpc.examples.reach import EXPECTED_REACH
 from drpc.hosting import as_drpc, as_transactional, load_topology
+from drpc.testing import LocalDRPC
+from drpc.transactional import run
 
 
 def test_reach_demo_prints_the_reference_results() -> None:
@@ -44,7 +47,22 @@ def test_each_drpc_example_serves_its_function_as_topology(module: str, function
     assert as_drpc(load_topology(spec), spec).drpc_function == function
 
 
-@pytest.mark.parametrize("module", ["transactional_global_count", "transactional_words"])
+@pytest.mark.parametrize(
+    "module", ["transactional_global_count", "transactional_words", "trident_words"]
+)
 def test_each_transactional_example_runs_as_topology(module: str) -> None:
     spec = f"drpc.examples.{module}:topology"
     assert as_transactional(load_topology(spec), spec).transactional is not None
+
+
+def test_the_trident_example_counts_and_answers_from_the_state_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRPC_STATE_DIR", str(tmp_path / "state"))
+    spec = "drpc.examples.trident_words:topology"
+    result = run(load_topology(spec), state_dir=str(tmp_path / "state"))
+    assert [commit.tuples for commit in result.commits] == [3, 2, 0]
+    query = as_drpc(load_topology("drpc.examples.trident_words:words_query"), "words_query")
+    with LocalDRPC() as drpc:
+        drpc.register(query)
+        assert drpc.execute("words", "cat the dog jumped") == "[[6]]"

@@ -40,6 +40,7 @@ LAYERS: list[set[str]] = [
     {"drpc.builders"},
     {"drpc.sparkconf", "drpc.runtime", "drpc.executors"},
     {"drpc.hosting", "drpc.transactional"},
+    {"drpc.trident"},
     {"drpc.testing"},
     {"drpc", "drpc.examples"},
     {"drpc.runner"},

@@ -8,9 +8,11 @@
   ``rotating``): the coordinator's next txid, commit record, per-txid batch and
   per-partition metadata; drpc's own records among them are explicit bytes
   (``records``), read without running code; user values are pickled (``codec``).
-- ``TransactionalMap`` and ``OpaqueMap`` (``maps``): user state with Storm's
-  ``{value, txid}`` and ``{value, prev, txid}`` rules, written through a
-  committer's handle in the commit's write transaction.
+- ``TransactionalMap``, ``OpaqueMap`` and ``NonTransactionalMap`` (``maps``):
+  user state with Storm's ``{value, txid}``, ``{value, prev, txid}`` and bare
+  value rules, written through a committer's handle in the commit's write
+  transaction, with an optional cache of committed records for the writer
+  (``cache``).
 
 One commit is one write transaction::
 
@@ -35,7 +37,15 @@ from drpc.state.env import (
     StateOptions,
     StateTxn,
 )
-from drpc.state.maps import MapHandle, OpaqueMap, OpaqueValue, TransactionalMap, TransactionalValue
+from drpc.state.maps import (
+    MapHandle,
+    NonTransactionalMap,
+    OpaqueMap,
+    OpaqueValue,
+    PlainValue,
+    TransactionalMap,
+    TransactionalValue,
+)
 from drpc.state.rotating import INIT_TXID, RotatingTransactionalState, StateInitializer
 
 __all__ = [
@@ -48,8 +58,10 @@ __all__ = [
     "CommitRecord",
     "CoordinatorState",
     "MapHandle",
+    "NonTransactionalMap",
     "OpaqueMap",
     "OpaqueValue",
+    "PlainValue",
     "RotatingTransactionalState",
     "StateEnvironment",
     "StateInitializer",

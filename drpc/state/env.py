@@ -49,6 +49,11 @@ Contract:
   for this process (``drpc.state.writer``): while a live process holds it, a
   claim from another process raises ``StateInUseError`` naming that pid;
   ``close()`` releases this process's claims. Reads need no claim.
+- **Commit watchers.** ``watch_commits(watcher)`` makes this process's every
+  successful write call ``watcher.on_commit(txn, writes)`` (the ended
+  transaction and the bytes it wrote, by database) on the writing thread,
+  before the write returns; never for an aborted one. Watchers are held
+  weakly. How caches of committed data (``drpc.state.cache``) stay true.
 - Sub-databases are fixed: ``COORDINATOR_DB``, ``ROTATING_DB``, ``MAPS_DB``,
   ``CATALOG_DB``; the state classes own their key layouts (``drpc.state.codec``).
 - LMDB errors that escape are wrapped in ``StateError`` naming the directory.
@@ -59,10 +64,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import lmdb
 
@@ -72,7 +78,7 @@ from drpc.errors import (
     StateForkError,
     StateFullError,
 )
-from drpc.state.txn import StateTxn, apply_writes
+from drpc.state.txn import StateTxn, Writes, apply_writes
 from drpc.state.writer import WriterClaim, WriterLock
 
 log = logging.getLogger(__name__)
@@ -120,6 +126,12 @@ class StateOptions:
             raise ValueError(f"max_readers must be at least 1, got {self.max_readers}")
         if self.resize_timeout <= 0:
             raise ValueError(f"resize_timeout must be positive, got {self.resize_timeout}")
+
+
+class CommitWatcher(Protocol):
+    """Told of every write this process commits (``StateEnvironment.watch_commits``)."""
+
+    def on_commit(self, txn: StateTxn, writes: Writes) -> None: ...
 
 
 class _ReadGate:
@@ -194,6 +206,7 @@ class StateEnvironment:
         self.max_key_size: int = self._lmdb.max_key_size()
         self.stale_readers_cleared = 0
         self._writer = WriterLock(path)
+        self._watchers: weakref.WeakSet[CommitWatcher] = weakref.WeakSet()
         self._dbs: dict[str, lmdb._Database] = {}
         try:
             for name in _DATABASES:
@@ -340,6 +353,11 @@ class StateEnvironment:
             raise StateError(f"state directory {self.path!r}: a write needs a write transaction")
         return fn(txn)
 
+    def watch_commits(self, watcher: CommitWatcher) -> None:
+        """Call ``watcher.on_commit(txn, writes)`` after each write of this process commits."""
+        self._check()
+        self._watchers.add(watcher)
+
     # -- the writer claim ------------------------------------------------------------------
 
     def claim_writer(self, holder: str) -> WriterClaim:
@@ -485,7 +503,6 @@ class StateEnvironment:
             try:
                 apply_writes(raw, writes, self._dbs)
                 raw.commit()
-                return result
             except lmdb.MapFullError:
                 with suppress(lmdb.Error):
                     raw.abort()
@@ -495,6 +512,10 @@ class StateEnvironment:
                 if isinstance(error, lmdb.Error):
                     raise self._wrap(error, "write") from error
                 raise
+            else:
+                for watcher in list(self._watchers):
+                    watcher.on_commit(txn, writes)
+                return result
             before = self.map_size
             self._grow()
             log.info(

@@ -1,4 +1,4 @@
-"""User state maps for committers: ``TransactionalMap`` and ``OpaqueMap`` in LMDB.
+"""User state maps: ``TransactionalMap``, ``OpaqueMap`` and ``NonTransactionalMap`` in LMDB.
 
 Contract:
 
@@ -27,13 +27,22 @@ Contract:
   wrote (the first update's txid mark does not make the second a no-op).
   A stored txid above T raises ``StateOrderError``: T was committed before
   that txid, so applying it now would count twice.
+
+  ``NonTransactionalMap`` (Storm's non-transactional state) - stores the bare
+  ``PlainValue(value)`` and applies every update, a replay included: at least
+  once, not exactly once.
+- ``cache_size=N`` (default 0: none) keeps up to N committed records in
+  memory for the commit handles of this map object (``drpc.state.cache``):
+  for the one process writing the map; writes by other map objects or
+  processes make it miss, never serve stale records. Committed reads
+  outside a commit never use it.
 - ``fn`` runs once per update, even when the map must grow during the
   commit (``drpc.state.env`` applies the commit's bytes again, not ``fn``).
 - A map name is bound to one kind in the directory's catalog: opening an
   ``OpaqueMap`` under a ``TransactionalMap``'s name raises ``StateError``.
 
 Records live in ``MAPS_DB`` under ``name(map name) + encode_key(key)`` as a
-pickled ``(value, txid)`` or ``(value, prev, txid)``; ``CATALOG_DB`` maps
+pickled ``(value, txid)``, ``(value, prev, txid)`` or ``(value,)``; ``CATALOG_DB`` maps
 ``name(map name)`` to the kind.
 """
 
@@ -44,11 +53,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from drpc.errors import StateError, StateKeyError, StateOrderError
+from drpc.state.cache import MISS, RecordCache
 from drpc.state.codec import StateKey, decode_key, dumps, encode_key, encode_name, loads
 from drpc.state.env import CATALOG_DB, MAPS_DB, StateEnvironment, StateTxn
 
 Updater = Callable[[Any], Any]
-S = TypeVar("S", "TransactionalValue", "OpaqueValue")
+S = TypeVar("S", "TransactionalValue", "OpaqueValue", "PlainValue")
 
 _MISSING: Any = object()
 
@@ -89,6 +99,13 @@ class OpaqueValue:
         return OpaqueValue(new_value, self.prev if txid == self.txid else self.value, txid)
 
 
+@dataclass(frozen=True, slots=True)
+class PlainValue:
+    """A value of a non-transactional map: no txid, so no replay rule."""
+
+    value: Any
+
+
 def _check_not_behind(txid: int, stored: TransactionalValue | OpaqueValue) -> None:
     if txid < stored.txid:
         raise StateOrderError(
@@ -102,10 +119,13 @@ class _StateMap(Generic[S]):
 
     KIND: ClassVar[bytes]
 
-    def __init__(self, env: StateEnvironment, name: str, *, default: Any = None) -> None:
+    def __init__(
+        self, env: StateEnvironment, name: str, *, default: Any = None, cache_size: int = 0
+    ) -> None:
         self.env = env
         self.name = name
         self.default = default
+        self.cache = RecordCache(cache_size, env, MAPS_DB) if cache_size else None
         self._prefix = encode_name(name, "map name")
         with env.read() as t:
             self._check_kind(t)
@@ -216,6 +236,9 @@ class MapHandle(Generic[S]):
         self.txn = txn
         self.txid = txid
         self._written: set[bytes] = set()
+        self._cache = map.cache
+        if self._cache is not None:
+            self._cache.open(txn)
 
     def __repr__(self) -> str:
         return f"<MapHandle {self.map.name!r} txid {self.txid}>"
@@ -229,7 +252,7 @@ class MapHandle(Generic[S]):
         values = []
         for key in keys:
             encoded = self.map._key(key)
-            stored = self.map._read(self.txn, encoded)
+            stored = self._stored(encoded)
             if stored is None:
                 values.append(self.map.default)
             else:
@@ -244,11 +267,10 @@ class MapHandle(Generic[S]):
         results: dict[StateKey, Any] = {}
         for key, fn in updates.items():
             encoded = self.map._key(key)
-            stored = self.map._read(self.txn, encoded)
+            stored = self._stored(encoded)
             record = self.map._apply(stored, self.txid, fn, encoded in self._written)
             if record is not stored:
-                self.map._write(self.txn, encoded, record)
-                self._written.add(encoded)
+                self._write(encoded, record)
             results[key] = record.value
         return results
 
@@ -259,10 +281,24 @@ class MapHandle(Generic[S]):
         """Set values for this txid (opaque: keeping the value from before it as prev)."""
         for key, value in values.items():
             encoded = self.map._key(key)
-            stored = self.map._read(self.txn, encoded)
-            record = self.map._put(stored, self.txid, value)
-            self.map._write(self.txn, encoded, record)
-            self._written.add(encoded)
+            stored = self._stored(encoded)
+            self._write(encoded, self.map._put(stored, self.txid, value))
+
+    def _stored(self, encoded: bytes) -> S | None:
+        cache = self._cache
+        if cache is None:
+            return self.map._read(self.txn, encoded)
+        record = cache.get(encoded)
+        if record is MISS:
+            record = self.map._read(self.txn, encoded)
+            cache.remember(encoded, record)
+        return record
+
+    def _write(self, encoded: bytes, record: S) -> None:
+        self.map._write(self.txn, encoded, record)
+        self._written.add(encoded)
+        if self._cache is not None:
+            self._cache.stage(self.txn, encoded, record)
 
 
 class TransactionalMap(_StateMap[TransactionalValue]):
@@ -323,3 +359,27 @@ class OpaqueMap(_StateMap[OpaqueValue]):
     def _decode(self, data: bytes) -> OpaqueValue:
         value, prev, txid = loads(data)
         return OpaqueValue(value, prev, txid)
+
+
+class NonTransactionalMap(_StateMap[PlainValue]):
+    """The bare value per key: every update applies, replays included (see module doc)."""
+
+    KIND = b"non-transactional"
+
+    def _apply(
+        self, stored: PlainValue | None, txid: int, fn: Updater, written: bool
+    ) -> PlainValue:
+        return PlainValue(fn(self.default if stored is None else stored.value))
+
+    def _put(self, stored: PlainValue | None, txid: int, value: Any) -> PlainValue:
+        return PlainValue(value)
+
+    def _as_of(self, stored: PlainValue, txid: int, written: bool) -> Any:
+        return stored.value
+
+    def _encode(self, record: PlainValue) -> tuple[Any, ...]:
+        return (record.value,)
+
+    def _decode(self, data: bytes) -> PlainValue:
+        (value,) = loads(data)
+        return PlainValue(value)

@@ -11,6 +11,8 @@ Contract:
 - Keys are checked where they are written: empty, or longer than LMDB's
   limit, raises ``StateKeyError`` at once.
 - A transaction that has ended raises ``StateError`` when used.
+- ``lmdb_id`` is LMDB's id of the transaction (a write's id is the last
+  committed id + 1, so a writer can tell whether anyone committed since).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class StateTxn:
     the transaction.
     """
 
-    __slots__ = ("_done", "_env", "_raw", "_writes", "cache", "write")
+    __slots__ = ("_done", "_env", "_raw", "_writes", "cache", "lmdb_id", "write")
 
     def __init__(self, env: StateEnvironment, raw: lmdb.Transaction, write: bool) -> None:
         self._env = env
@@ -48,6 +50,7 @@ class StateTxn:
         self._done = False
         self._writes: Writes | None = {} if write else None
         self.cache: dict[object, object] = {}
+        self.lmdb_id: int = raw.id()
 
     @property
     def env(self) -> StateEnvironment:

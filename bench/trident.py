@@ -1,0 +1,179 @@
+"""Exactly-once word count into LMDB: drpc Trident against Structured Streaming and plain Python.
+
+The same words as ``bench/transactional.py`` (a seeded Zipf draw over a
+20 000-word vocabulary, 4 file-log partitions), counted exactly once into
+LMDB state, side by side in one run on one SparkSession, every final count
+checked against the input:
+
+- drpc Trident: ``new_stream(file log).group_by(word).persistent_aggregate(
+  LMDBMapState.transactional, Count())``: a per-partition partial count, then
+  only per-word partials reach the commit; on Spark (one job per batch, up
+  to 3 in flight) and on the local executor;
+- Structured Streaming: ``bench/transactional.py``'s baseline at the same
+  batch size (counts per micro-batch in Spark, one LMDB transaction per
+  micro-batch, idempotent by batch id);
+- drpc transactional: ``bench/transactional.py``'s hand-written batch bolt
+  and committer over the same file log and batch size, on Spark;
+- plain Python: ``Counter`` per batch and one durable LMDB transaction per
+  batch, the limit on this machine.
+
+Usage: ``python bench/trident.py [--words N] [--batch N] [--skip-local]
+[--out FILE]``; prints a table and writes JSON (default
+``bench/results/trident.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import cloudpickle  # noqa: E402
+import transactional as baseline  # noqa: E402  (bench/transactional.py)
+
+from drpc import Fields, runtime  # noqa: E402
+from drpc.progress import Progress  # noqa: E402
+from drpc.state import StateEnvironment, TransactionalMap  # noqa: E402
+from drpc.transactional.filelog import FileLogTransactionalSpout  # noqa: E402
+from drpc.trident import Count, LMDBMapState, TridentTopology, run  # noqa: E402
+
+MAP = "bench-trident-counts"
+
+# Spark workers cannot import bench/transactional.py: its bolts travel by value.
+cloudpickle.register_pickle_by_value(baseline)
+
+
+def word_count(log_dir: Path, batch: int) -> TridentTopology:
+    spout = FileLogTransactionalSpout(log_dir, Fields("word"), batch // baseline.PARTITIONS)
+    topology = TridentTopology()
+    topology.new_stream("bench-trident", spout, parallelism=2).group_by(
+        ["word"]
+    ).persistent_aggregate(LMDBMapState.transactional(MAP), Count(), ["count"])
+    return topology
+
+
+def bench_trident(
+    log_dir: Path, state_dir: Path, executor: str, batch: int, expected: Counter[str]
+) -> dict[str, Any]:
+    progress = Progress(sys.stderr, interval=10)
+    started = time.perf_counter()
+    result = run(
+        word_count(log_dir, batch),
+        state_dir=str(state_dir),
+        executor=executor,
+        max_spout_pending=3,
+        on_commit=lambda info: progress.update(f"trident on {executor}: txid {info.txid}"),
+    )
+    elapsed = time.perf_counter() - started
+    progress.close(f"trident on {executor}: {result.tuples} words in {elapsed:.1f} s")
+    counts = dict(TransactionalMap(StateEnvironment.open(str(state_dir)), MAP).items())
+    assert counts == dict(expected), f"trident on {executor} counted wrongly"
+    return {
+        "seconds": elapsed,
+        "tuples": result.tuples,
+        "batches": len(result.commits),
+        "tuples_per_s": result.tuples / elapsed,
+        "replays": dict(result.replays),
+    }
+
+
+def bench_plain_python(
+    log_dir: Path, state_dir: Path, batch: int, expected: Counter[str]
+) -> dict[str, Any]:
+    env = StateEnvironment.open(str(state_dir))
+    counts = TransactionalMap(env, "plain-counts", default=0)
+    words = [json.loads(line) for path in sorted(log_dir.glob("*.jsonl")) for line in path.open()]
+    started = time.perf_counter()  # the words are in memory: the limit, not a reader
+    txid = 0
+    for start in range(0, len(words), batch):
+        txid += 1
+        batch_counts = Counter(words[start : start + batch])
+
+        def commit(txn: Any, txid: int = txid, batch_counts: Counter[str] = batch_counts) -> None:
+            counts.handle(txn, txid).multi_update(
+                {w: (lambda v, n=n: v + n) for w, n in batch_counts.items()}
+            )
+
+        env.run_write(commit)
+    elapsed = time.perf_counter() - started
+    assert dict(counts.items()) == dict(expected), "plain Python counted wrongly"
+    return {
+        "seconds": elapsed,
+        "tuples": len(words),
+        "batches": txid,
+        "tuples_per_s": len(words) / elapsed,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--words", type=int, default=2_000_000)
+    parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--skip-local", action="store_true")
+    parser.add_argument("--skip-streaming", action="store_true")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "trident.json")
+    args = parser.parse_args(argv)
+    baseline.BATCH = args.batch
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="drpc-bench-trident-"))
+    results: dict[str, Any] = {}
+    try:
+        print(f"generating {args.words} words ...", flush=True)
+        log_dir, stream_dir, expected = baseline.generate(work, args.words)
+        session = runtime.get_session()
+        results["environment"] = {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "spark": session.version,
+            "master": session.sparkContext.master,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        results.update(words=args.words, batch=args.batch, distinct_words=len(expected))
+        results["trident_spark"] = bench_trident(
+            log_dir, work / "state-spark", "spark", args.batch, expected
+        )
+        if not args.skip_local:
+            results["trident_local"] = bench_trident(
+                log_dir, work / "state-local", "local", args.batch, expected
+            )
+        results["transactional_spark"] = baseline.bench_drpc(
+            log_dir, work / "state-transactional", "spark", expected
+        )
+        if not args.skip_streaming:
+            results["structured_streaming"] = baseline.bench_structured_streaming(
+                session, stream_dir, work / "state-stream", work / "checkpoint", expected
+            )
+        results["plain_python"] = bench_plain_python(
+            log_dir, work / "state-plain", args.batch, expected
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"{'run':<40}{'seconds':>9}{'batches':>9}{'words/s':>11}")
+    for key, label in (
+        ("trident_spark", "drpc Trident, Spark"),
+        ("trident_local", "drpc Trident, local executor"),
+        ("transactional_spark", "drpc transactional bolts, Spark"),
+        ("structured_streaming", "Structured Streaming + foreachBatch"),
+        ("plain_python", "plain Python Counter + LMDB txn a batch"),
+    ):
+        if key in results:
+            r = results[key]
+            print(f"{label:<40}{r['seconds']:>9.1f}{r['batches']:>9}{r['tuples_per_s']:>11.0f}")
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

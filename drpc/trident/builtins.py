@@ -1,0 +1,96 @@
+"""Trident's built-ins: ``Count``, ``Sum``, ``FilterNull``, ``MapGet``, ``FirstN``, ``Debug``.
+
+Contract (Storm's behaviour):
+
+- ``Count()``: a ``CombinerAggregator`` counting tuples (zero 0).
+- ``Sum()``: a ``CombinerAggregator`` adding its one input field (zero 0).
+- ``FilterNull()``: keeps a tuple only if none of its input fields is None.
+- ``MapGet()``: a ``QueryFunction`` reading each key (the input fields: one
+  field is the key itself, several a tuple of them) from a map state,
+  emitting the stored value (None when absent).
+- ``FirstN(n, sort_field=None, reverse=False)``: an ``Aggregator`` emitting
+  the first ``n`` tuples of its input (its output fields are its input
+  fields), by ``sort_field`` when given (largest first with ``reverse``).
+- ``Debug(prefix="DEBUG")``: a filter printing every tuple and keeping it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from drpc.trident.operations import Aggregator, CombinerAggregator, Filter, QueryFunction
+from drpc.trident.tuples import TridentCollector, TridentTuple
+
+
+class Count(CombinerAggregator[int]):
+    def init(self, tuple: TridentTuple) -> int:
+        return 1
+
+    def combine(self, a: int, b: int) -> int:
+        return a + b
+
+    def zero(self) -> int:
+        return 0
+
+
+class Sum(CombinerAggregator[Any]):
+    def init(self, tuple: TridentTuple) -> Any:
+        return tuple.get_value(0)
+
+    def combine(self, a: Any, b: Any) -> Any:
+        return a + b
+
+    def zero(self) -> Any:
+        return 0
+
+
+class FilterNull(Filter):
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        return all(value is not None for value in tuple.values)
+
+
+def key_of(values: Sequence[Any]) -> Any:
+    """The state key of a tuple's key fields: the value itself for one field, else a tuple."""
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+class MapGet(QueryFunction):
+    def batch_retrieve(self, state: Any, keys: Sequence[TridentTuple]) -> Sequence[Any]:
+        return list(state.multi_get([key_of(key.values) for key in keys]))
+
+    def execute(self, tuple: TridentTuple, result: Any, collector: TridentCollector) -> None:
+        collector.emit([result])
+
+
+class FirstN(Aggregator[list[TridentTuple]]):
+    def __init__(self, n: int, sort_field: str | None = None, reverse: bool = False) -> None:
+        if n < 0:
+            raise ValueError(f"FirstN takes n >= 0, got {n}")
+        self.n = n
+        self.sort_field = sort_field
+        self.reverse = reverse
+
+    def init(self, batch_id: Any, collector: TridentCollector) -> list[TridentTuple]:
+        return []
+
+    def aggregate(
+        self, state: list[TridentTuple], tuple: TridentTuple, collector: TridentCollector
+    ) -> None:
+        state.append(tuple)
+
+    def complete(self, state: list[TridentTuple], collector: TridentCollector) -> None:
+        if self.sort_field is not None:
+            field = self.sort_field
+            state = sorted(state, key=lambda t: t.get_value_by_field(field), reverse=self.reverse)
+        for tuple in state[: self.n]:
+            collector.emit(tuple.values)
+
+
+class Debug(Filter):
+    def __init__(self, prefix: str = "DEBUG") -> None:
+        self.prefix = prefix
+
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        print(f"{self.prefix}: {list(tuple.values)!r}", flush=True)
+        return True

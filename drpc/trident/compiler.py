@@ -1,0 +1,307 @@
+"""Compiling a Trident graph into drpc topologies: segments of fused steps, cut at repartitions.
+
+Contract. ``transactional_topology(topology, state_dir)`` compiles the spout
+stream of a ``TridentTopology`` into a transactional topology
+(``drpc.transactional``): the spout's emitter, then one ``SegmentBolt`` per
+segment (the steps between two repartitions run fused in one task, batch
+by batch) and one committer ``PersistBolt`` per ``persistent_aggregate``,
+so commits are strictly ordered and exactly once by the transactional
+machinery and the map kinds' txid rules. ``drpc_topology(topology, function,
+state_dir)`` compiles one DRPC stream into a linear DRPC topology: its
+segments in order, then ``ReturnTuples``. ``drpc_topologies`` compiles
+them all. Both carry ``state_dir`` as ``drpc.state.dir`` so state queries
+read that directory's committed state.
+
+Segment parallelism: a ``parallelism_hint`` on any step of the segment, else
+that of the segment feeding it (the spout's for the first: its
+``new_stream(parallelism=)``, or a hint right after ``new_stream``), 1 after
+a global repartition. Streams between components are named ``s0``, ``s1``, ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
+from drpc.errors import InvalidTopologyError
+from drpc.model.fields import Fields
+from drpc.model.streams import DEFAULT_STREAM_ID
+from drpc.model.topology import Topology
+from drpc.state.topology import STATE_DIR_CONF
+from drpc.transactional.builder import TransactionalTopologyBuilder
+from drpc.trident.bolts import BATCH_FIELD, PersistBolt, ReturnTuples, SegmentBolt
+from drpc.trident.plan import (
+    DRPCSource,
+    Each,
+    FilterStep,
+    FlatMapStep,
+    MapStep,
+    Names,
+    Node,
+    PartitionAggregate,
+    Peek,
+    Persist,
+    Project,
+    Repartition,
+    SpoutSource,
+    StateQuery,
+)
+from drpc.trident.processors import (
+    EachProcessor,
+    Emit,
+    FilterProcessor,
+    FlatMapProcessor,
+    MapProcessor,
+    PartitionAggregateProcessor,
+    PeekProcessor,
+    Processor,
+    ProjectProcessor,
+    Root,
+    Selection,
+    StateQueryProcessor,
+)
+from drpc.trident.stream import TridentTopology
+
+SPOUT_ID = "spout"
+RESULT_STREAM = "result"
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """Where a component's tuples come from and how they are spread over its tasks."""
+
+    component: str
+    stream: str
+    how: str  # "fields", "global", "all", "shuffle", "local" (stay in the task if possible)
+    fields: Names = ()
+
+
+@dataclass(slots=True)
+class Component:
+    name: str
+    input: Input
+    parallelism: int
+    root: Processor | None = None  # a segment's processors
+    persist: PersistBolt | None = None
+    streams: dict[str, Names] = field(default_factory=dict)
+
+
+class _Compiler:
+    def __init__(self) -> None:
+        self.components: list[Component] = []
+        self._streams = 0
+
+    def stream_id(self) -> str:
+        name = f"s{self._streams}"
+        self._streams += 1
+        return name
+
+    def segment(self, input: Input, parallelism: int) -> Component:
+        component = Component(f"b{len(self.components)}", input, parallelism, root=Root())
+        self.components.append(component)
+        return component
+
+    def place(
+        self, children: list[Node], fields: Names, parent: Processor, segment: Component
+    ) -> None:
+        """Place steps ``children`` (over tuples of ``fields``, after ``parent``) in ``segment``."""
+        for child in children:
+            operation = child.operation
+            if child.parallelism is not None:
+                segment.parallelism = child.parallelism
+            if isinstance(operation, Repartition):
+                self.repartition(child, operation, parent, segment)
+                continue
+            processor = _processor(child, fields)
+            parent.children.append(processor)
+            self.place(child.children, child.fields, processor, segment)
+
+    def repartition(
+        self, node: Node, operation: Repartition, parent: Processor, segment: Component
+    ) -> None:
+        stream = self.stream_id()
+        parent.children.append(Emit(stream))
+        segment.streams[stream] = node.fields
+        input = Input(segment.name, stream, operation.how, operation.fields)
+        parallelism = 1 if input.how == "global" else segment.parallelism
+        steps = [child for child in node.children if not isinstance(child.operation, Persist)]
+        persists = [child for child in node.children if isinstance(child.operation, Persist)]
+        for child in persists:
+            self.persist(child, node.fields, input, parallelism)
+        if steps or not persists:  # a stream ending in a repartition still gets its tasks
+            after = self.segment(input, parallelism)
+            self.place(steps, node.fields, self.root_of(after), after)
+
+    @staticmethod
+    def root_of(component: Component) -> Processor:
+        assert component.root is not None
+        return component.root
+
+    def persist(self, node: Node, fields: Names, input: Input, parallelism: int) -> None:
+        operation = node.operation
+        assert isinstance(operation, Persist)
+        bolt = PersistBolt(
+            operation.state,
+            Selection(fields, operation.group),
+            Selection(fields, operation.input),
+            operation.aggregator,
+        )
+        component = Component(
+            f"persist{len(self.components)}",
+            input,
+            node.parallelism or parallelism,
+            persist=bolt,
+        )
+        self.components.append(component)
+
+
+def _processor(node: Node, fields: Names) -> Processor:
+    """The processor of step ``node`` over tuples of ``fields``."""
+    operation = node.operation
+    if isinstance(operation, Each):
+        return EachProcessor(
+            Selection(fields, operation.input), operation.function, len(operation.output)
+        )
+    if isinstance(operation, FilterStep):
+        return FilterProcessor(Selection(fields, operation.input), operation.filter)
+    if isinstance(operation, Project):
+        return ProjectProcessor(Selection(fields, operation.fields))
+    if isinstance(operation, MapStep):
+        return MapProcessor(Selection(fields, fields), operation.function, len(node.fields))
+    if isinstance(operation, FlatMapStep):
+        return FlatMapProcessor(Selection(fields, fields), operation.function, len(node.fields))
+    if isinstance(operation, Peek):
+        return PeekProcessor(Selection(fields, fields), operation.consumer)
+    if isinstance(operation, StateQuery):
+        return StateQueryProcessor(
+            operation.state,
+            Selection(fields, operation.input),
+            operation.function,
+            len(operation.output),
+        )
+    if isinstance(operation, PartitionAggregate):
+        return PartitionAggregateProcessor(
+            Selection(fields, operation.group),
+            Selection(fields, operation.input),
+            operation.aggregator,
+            len(operation.output),
+        )
+    raise InvalidTopologyError(f"{type(operation).__name__} cannot run inside a segment")
+
+
+def _conf(state_dir: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {**(conf or {}), STATE_DIR_CONF: str(state_dir)}
+
+
+def transactional_topology(
+    topology: TridentTopology, state_dir: str, conf: Mapping[str, Any] | None = None
+) -> Topology:
+    """The spout stream of ``topology`` as a transactional topology (see the module doc)."""
+    sources = [node for node in topology.sources if isinstance(node.operation, SpoutSource)]
+    if not sources:
+        raise InvalidTopologyError("this Trident topology has no spout stream (new_stream)")
+    source = sources[0]
+    spout = source.operation
+    assert isinstance(spout, SpoutSource)
+    spout_parallelism = source.parallelism or spout.parallelism
+    compiler = _Compiler()
+    first = compiler.segment(Input(SPOUT_ID, DEFAULT_STREAM_ID, "local"), spout_parallelism)
+    compiler.place(source.children, source.fields, compiler.root_of(first), first)
+    builder = TransactionalTopologyBuilder(spout.txid, SPOUT_ID, spout.spout, spout_parallelism)
+    for component in compiler.components:
+        if component.persist is not None:
+            declarer = builder.set_committer_bolt(
+                component.name, component.persist, component.parallelism
+            )
+        else:
+            assert component.root is not None
+            declarer = builder.set_bolt(
+                component.name,
+                SegmentBolt(component.root, component.streams),
+                component.parallelism,
+            )
+        _subscribe(declarer, component.input)
+    return builder.create_topology(_conf(state_dir, conf))
+
+
+def _subscribe(declarer: Any, input: Input) -> None:
+    if input.how == "fields":
+        declarer.fields_grouping(input.component, Fields(*input.fields), input.stream)
+    elif input.how == "global":
+        declarer.global_grouping(input.component, input.stream)
+    elif input.how == "all":
+        declarer.all_grouping(input.component, input.stream)
+    elif input.how == "local":
+        declarer.local_or_shuffle_grouping(input.component, input.stream)
+    else:
+        declarer.shuffle_grouping(input.component, input.stream)
+
+
+def drpc_topology(
+    topology: TridentTopology,
+    function: str,
+    state_dir: str,
+    conf: Mapping[str, Any] | None = None,
+) -> Topology:
+    """The DRPC stream of ``function`` as a linear DRPC topology (see the module doc)."""
+    sources = [
+        node
+        for node in topology.sources
+        if isinstance(node.operation, DRPCSource) and node.operation.function == function
+    ]
+    if not sources:
+        raise InvalidTopologyError(f"this Trident topology has no DRPC stream {function!r}")
+    source = sources[0]
+    tip = source
+    while tip.children:
+        if len(tip.children) > 1:
+            raise InvalidTopologyError(
+                f"DRPC stream {function!r} branches; a DRPC function's stream is one chain"
+            )
+        tip = tip.children[0]
+        if isinstance(tip.operation, Persist):
+            raise InvalidTopologyError(
+                f"DRPC stream {function!r} writes state; DRPC streams only query state"
+            )
+    compiler = _Compiler()
+    first = compiler.segment(Input("", DEFAULT_STREAM_ID, "none"), 1)
+    compiler.place(source.children, source.fields, compiler.root_of(first), first)
+    last = compiler.components[-1]
+    _append_to_tip(compiler.root_of(last), Emit(RESULT_STREAM))
+    last.streams[RESULT_STREAM] = tip.fields
+    builder = LinearDRPCTopologyBuilder(function)
+    for component in compiler.components:
+        assert component.root is not None
+        declarer = builder.add_bolt(
+            SegmentBolt(component.root, component.streams), component.parallelism
+        )
+        input = component.input
+        if input.how == "fields":
+            declarer.fields_grouping(Fields(*input.fields), input.stream)
+        elif input.how == "global":
+            declarer.global_grouping(input.stream)
+        elif input.how == "all":
+            declarer.all_grouping(input.stream)
+        elif input.how == "shuffle":
+            declarer.shuffle_grouping(input.stream)
+    builder.add_bolt(ReturnTuples()).fields_grouping(Fields(BATCH_FIELD), RESULT_STREAM)
+    return builder.create_topology(_conf(state_dir, conf))
+
+
+def _append_to_tip(processor: Processor, leaf: Processor) -> None:
+    while processor.children:
+        processor = processor.children[-1]
+    processor.children.append(leaf)
+
+
+def drpc_topologies(
+    topology: TridentTopology, state_dir: str, conf: Mapping[str, Any] | None = None
+) -> list[Topology]:
+    """Every DRPC stream of ``topology``, each as a linear DRPC topology."""
+    return [
+        drpc_topology(topology, node.operation.function, state_dir, conf)
+        for node in topology.sources
+        if isinstance(node.operation, DRPCSource)
+    ]

@@ -1,0 +1,159 @@
+"""The Trident graph as the API records it: one node per operation, typed, before compiling.
+
+Contract. A ``Node`` is one step of a stream: its operation (one of the
+records below), the fields of the tuples it outputs, its parent (None for a
+source) and its children (a stream used twice has two). Aggregations are
+already expanded here into the steps that run them (``drpc.trident.stream``):
+a combiner's partial aggregate per partition, a ``Repartition``, then the
+combine; so the compiler (``drpc.trident.compiler``) only cuts the graph at
+``Repartition`` and ``Persist`` nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from drpc.trident.operations import (
+    AnyAggregator,
+    CombinerAggregator,
+    Consumer,
+    Filter,
+    FlatMapFunction,
+    Function,
+    MapFunction,
+    QueryFunction,
+)
+from drpc.trident.state import MapStateFactory
+
+Names = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SpoutSource:
+    txid: str
+    spout: Any
+    parallelism: int
+
+
+@dataclass(frozen=True, slots=True)
+class DRPCSource:
+    function: str
+
+
+@dataclass(frozen=True, slots=True)
+class Each:
+    input: Names
+    function: Function
+    output: Names
+
+
+@dataclass(frozen=True, slots=True)
+class FilterStep:
+    input: Names
+    filter: Filter
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    fields: Names
+
+
+@dataclass(frozen=True, slots=True)
+class MapStep:
+    function: MapFunction
+
+
+@dataclass(frozen=True, slots=True)
+class FlatMapStep:
+    function: FlatMapFunction
+
+
+@dataclass(frozen=True, slots=True)
+class Peek:
+    consumer: Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class StateQuery:
+    state: MapStateFactory
+    input: Names
+    function: QueryFunction
+    output: Names
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAggregate:
+    """Aggregate each group (``group``: none for the whole partition) of a batch partition."""
+
+    group: Names
+    input: Names
+    aggregator: AnyAggregator
+    output: Names
+
+
+@dataclass(frozen=True, slots=True)
+class Repartition:
+    """Send tuples on to other tasks: ``fields`` (hash), ``global`` (one), ``all``, ``shuffle``."""
+
+    how: str
+    fields: Names = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Apply each group's batch aggregate to a map state in the commit (a committer)."""
+
+    state: MapStateFactory
+    group: Names
+    input: Names
+    aggregator: CombinerAggregator[Any] | Any
+
+
+Operation = (
+    SpoutSource
+    | DRPCSource
+    | Each
+    | FilterStep
+    | Project
+    | MapStep
+    | FlatMapStep
+    | Peek
+    | StateQuery
+    | PartitionAggregate
+    | Repartition
+    | Persist
+)
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    operation: Operation
+    fields: Names
+    parent: Node | None
+    children: list[Node] = field(default_factory=list)
+    parallelism: int | None = None  # set by parallelism_hint on the step ending a segment
+
+    def add(self, operation: Operation, fields: Names) -> Node:
+        child = Node(operation, fields, self)
+        self.children.append(child)
+        return child
+
+
+class CombinePartials(CombinerAggregator[Any]):
+    """Combines the partial aggregates a combiner produced per partition (its one input field)."""
+
+    def __init__(self, aggregator: CombinerAggregator[Any]) -> None:
+        self.aggregator = aggregator
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.aggregator.prepare(conf, context)
+
+    def init(self, tuple: Any) -> Any:
+        return tuple.get_value(0)
+
+    def combine(self, a: Any, b: Any) -> Any:
+        return self.aggregator.combine(a, b)
+
+    def zero(self) -> Any:
+        return self.aggregator.zero()

@@ -1,0 +1,280 @@
+"""Trident steps at run time: a tree of processors inside one bolt, fed one batch at a time.
+
+Contract. A bolt of a compiled Trident topology (``drpc.trident.bolts``)
+holds the processors of its segment as a tree, built by the compiler with
+each step's field positions resolved. Per batch (a fresh copy of the tree
+per batch id, as batch bolts get): ``prepare(context)`` once, ``execute(values)``
+per input tuple (the values after the batch id), ``finish()`` once after
+the batch's last tuple. A processor pushes the tuples it outputs to its
+children; ``finish`` first outputs what the processor held back (aggregates,
+state queries batched per partition), then finishes its children, so a
+whole segment finishes in order. ``Emit`` hands tuples to the bolt's
+collector on a stream.
+
+- Each partition of a batch aggregates separately (``PartitionAggregate``);
+  without group fields a partition outputs one aggregate even when it saw no
+  tuple (a combiner's ``zero()``, a reducer's ``init()``), as in Storm; with
+  group fields, one per group seen, in order of first arrival.
+- ``StateQuery`` retrieves once per batch partition (``batch_retrieve`` over
+  every key), reading the state's committed values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from drpc.errors import InvalidTupleError
+from drpc.state.topology import state_for
+from drpc.trident.operations import (
+    Aggregator,
+    CombinerAggregator,
+    Consumer,
+    Filter,
+    FlatMapFunction,
+    Function,
+    MapFunction,
+    Operation,
+    QueryFunction,
+    ReducerAggregator,
+)
+from drpc.trident.state import MapStateFactory, QueryMapState
+from drpc.trident.tuples import TridentCollector, TridentTuple
+
+Values = tuple[Any, ...]
+Op = TypeVar("Op", bound=Operation)
+Output = Callable[[str, Values], None]
+
+
+@dataclass(slots=True)
+class BatchContext:
+    """What a segment's processors share for one batch."""
+
+    conf: dict[str, Any]
+    topology_context: Any
+    batch_id: Any
+    output: Output
+
+
+class Processor:
+    def __init__(self) -> None:
+        self.children: list[Processor] = []
+
+    def prepare(self, batch: BatchContext) -> None:
+        for child in self.children:
+            child.prepare(batch)
+
+    def execute(self, values: Values) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        for child in self.children:
+            child.finish()
+
+    def push(self, values: Values) -> None:
+        for child in self.children:
+            child.execute(values)
+
+
+class Selection:
+    """Positions of some fields in a tuple, and the name index of the selected tuple."""
+
+    __slots__ = ("index", "positions")
+
+    def __init__(self, fields: tuple[str, ...], selected: tuple[str, ...]) -> None:
+        self.positions = tuple(fields.index(name) for name in selected)
+        self.index: Mapping[str, int] = {name: i for i, name in enumerate(selected)}
+
+    def values(self, values: Values) -> Values:
+        return tuple(values[i] for i in self.positions)
+
+    def tuple(self, values: Values) -> TridentTuple:
+        return TridentTuple(tuple(values[i] for i in self.positions), self.index)
+
+
+class Root(Processor):
+    """The entry of a segment: passes the bolt's input tuples on."""
+
+    def execute(self, values: Values) -> None:
+        self.push(values)
+
+
+class Applies(Processor, Generic[Op]):
+    """A processor applying a user operation to its input fields, with ``width`` outputs."""
+
+    def __init__(self, input: Selection, operation: Op, width: int = 0) -> None:
+        super().__init__()
+        self.input, self.width = input, width
+        self.operation: Op = operation
+        self.what = type(operation).__name__
+
+    def prepare(self, batch: BatchContext) -> None:
+        self.operation.prepare(batch.conf, batch.topology_context)
+        super().prepare(batch)
+
+
+class EachProcessor(Applies[Function]):
+    def execute(self, values: Values) -> None:
+        collector = TridentCollector(self.width, self.what)
+        self.operation.execute(self.input.tuple(values), collector)
+        for emitted in collector.take():
+            self.push(values + emitted)
+
+
+class FilterProcessor(Applies[Filter]):
+    def execute(self, values: Values) -> None:
+        if self.operation.is_keep(self.input.tuple(values)):
+            self.push(values)
+
+
+class ProjectProcessor(Processor):
+    def __init__(self, selection: Selection) -> None:
+        super().__init__()
+        self.selection = selection
+
+    def execute(self, values: Values) -> None:
+        self.push(self.selection.values(values))
+
+
+def _checked(values: Any, width: int, what: str) -> Values:
+    values = tuple(values)
+    if len(values) != width:
+        raise InvalidTupleError(
+            f"{what} returned {len(values)} value(s) {list(values)!r:.80}; its output fields "
+            f"take {width}"
+        )
+    return values
+
+
+class MapProcessor(Applies[MapFunction]):
+    def execute(self, values: Values) -> None:
+        result = self.operation.execute(self.input.tuple(values))
+        self.push(_checked(result, self.width, self.what))
+
+
+class FlatMapProcessor(Applies[FlatMapFunction]):
+    def execute(self, values: Values) -> None:
+        for result in self.operation.execute(self.input.tuple(values)):
+            self.push(_checked(result, self.width, self.what))
+
+
+class PeekProcessor(Applies[Consumer]):
+    def execute(self, values: Values) -> None:
+        self.operation.accept(self.input.tuple(values))
+        self.push(values)
+
+
+class StateQueryProcessor(Applies[QueryFunction]):
+    def __init__(
+        self, state: MapStateFactory, input: Selection, function: QueryFunction, width: int
+    ) -> None:
+        super().__init__(input, function, width)
+        self.state = state
+        self.pending: list[Values] = []
+        self.query: QueryMapState | None = None
+
+    def prepare(self, batch: BatchContext) -> None:
+        services = getattr(batch.topology_context, "services", {})
+        self.query = QueryMapState(self.state.open(state_for(services, batch.conf).env))
+        super().prepare(batch)
+
+    def execute(self, values: Values) -> None:
+        self.pending.append(values)
+
+    def finish(self) -> None:
+        pending, self.pending = self.pending, []
+        if pending:
+            assert self.query is not None
+            keys = [self.input.tuple(values) for values in pending]
+            results = self.operation.batch_retrieve(self.query, keys)
+            collector = TridentCollector(self.width, self.what)
+            for values, key, result in zip(pending, keys, results, strict=True):
+                self.operation.execute(key, result, collector)
+                for emitted in collector.take():
+                    self.push(values + emitted)
+        super().finish()
+
+
+class PartitionAggregateProcessor(Processor):
+    """One batch partition's aggregate per group (see the module doc)."""
+
+    def __init__(self, group: Selection, input: Selection, aggregator: Any, width: int) -> None:
+        super().__init__()
+        self.group, self.input, self.aggregator, self.width = group, input, aggregator, width
+        self.grouped = bool(group.positions)
+        self.states: dict[Values, Any] = {}
+        self.collectors: dict[Values, TridentCollector] = {}
+        self.batch_id: Any = None
+
+    def prepare(self, batch: BatchContext) -> None:
+        self.aggregator.prepare(batch.conf, batch.topology_context)
+        self.batch_id = batch.batch_id
+        if not self.grouped:
+            self._start(())
+        super().prepare(batch)
+
+    def _start(self, key: Values) -> Any:
+        aggregator = self.aggregator
+        if isinstance(aggregator, CombinerAggregator):
+            state: Any = _NOTHING if self.grouped else aggregator.zero()
+        elif isinstance(aggregator, ReducerAggregator):
+            state = aggregator.init()
+        else:
+            collector = self.collectors[key] = TridentCollector(
+                self.width, type(aggregator).__name__
+            )
+            state = aggregator.init(self.batch_id, collector)
+        self.states[key] = state
+        return state
+
+    def execute(self, values: Values) -> None:
+        key = self.group.values(values) if self.grouped else ()
+        state = self.states[key] if key in self.states else self._start(key)
+        aggregator = self.aggregator
+        tuple = self.input.tuple(values)
+        if isinstance(aggregator, CombinerAggregator):
+            value = aggregator.init(tuple)
+            self.states[key] = value if state is _NOTHING else aggregator.combine(state, value)
+        elif isinstance(aggregator, ReducerAggregator):
+            self.states[key] = aggregator.reduce(state, tuple)
+        else:
+            aggregator.aggregate(state, tuple, self.collectors[key])
+
+    def finish(self) -> None:
+        states, self.states = self.states, {}
+        aggregator = self.aggregator
+        for key, state in states.items():
+            if isinstance(aggregator, Aggregator):
+                collector = self.collectors.pop(key)
+                aggregator.complete(state, collector)
+                for emitted in collector.take():
+                    self.push(key + emitted)
+            else:
+                self.push((*key, state))
+        super().finish()
+
+
+class _Nothing:
+    def __repr__(self) -> str:
+        return "<nothing>"
+
+
+_NOTHING: Any = _Nothing()
+
+
+class Emit(Processor):
+    """Hands tuples to the bolt's collector on ``stream``."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__()
+        self.stream = stream
+        self.output: Output | None = None
+
+    def prepare(self, batch: BatchContext) -> None:
+        self.output = batch.output
+        super().prepare(batch)
+
+    def execute(self, values: Values) -> None:
+        assert self.output is not None
+        self.output(self.stream, values)

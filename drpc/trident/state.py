@@ -1,0 +1,118 @@
+"""Trident map states in LMDB: which kind, what a commit writes, what a query reads.
+
+Contract.
+
+- ``LMDBMapState.transactional(name)``, ``.opaque(name)`` and
+  ``.non_transactional(name)`` are state factories (``MapStateFactory``,
+  picklable, compared by value): a named map of the run's state directory
+  (``drpc.state.dir`` in the topology configuration) of that kind, with
+  Storm's rules (``drpc.state.maps``): transactional stores ``{value, txid}``
+  and a replayed txid is a no-op; opaque stores ``{value, prev, txid}`` and a
+  replayed txid recomputes from prev (for opaque spouts, whose replays may
+  differ); non-transactional stores the bare value and applies every replay.
+  ``cache_size`` (default 1000) committed records per map stay in memory for
+  the process that commits (``drpc.state.cache``).
+- ``factory.open(env)`` gives the process's one map object of that kind and
+  name in ``env`` (so its cache lives across batches).
+- ``CommitMapState`` is a map inside one commit: ``multi_get(keys)`` as of the
+  commit's txid, ``multi_update(updaters)`` and ``multi_put(values)``, each
+  one pass over the batch's keys, written in the commit's LMDB transaction.
+- ``QueryMapState`` is a map as queries see it (``state_query``, DRPC):
+  ``multi_get(keys)`` reads committed values in one read transaction; absent
+  keys read as None.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from drpc.state import NonTransactionalMap, OpaqueMap, StateEnvironment, StateTxn, TransactionalMap
+from drpc.state.maps import MapHandle, Updater
+
+StateMapKind = type[TransactionalMap] | type[OpaqueMap] | type[NonTransactionalMap]
+AnyStateMap = TransactionalMap | OpaqueMap | NonTransactionalMap
+
+DEFAULT_CACHE_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class MapStateFactory:
+    """A named LMDB map of one kind (see the module doc)."""
+
+    KINDS: ClassVar[dict[str, StateMapKind]] = {
+        "transactional": TransactionalMap,
+        "opaque": OpaqueMap,
+        "non-transactional": NonTransactionalMap,
+    }
+
+    kind: str
+    name: str
+    cache_size: int = DEFAULT_CACHE_SIZE
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS:
+            raise ValueError(f"unknown map state kind {self.kind!r}; one of {list(self.KINDS)}")
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"a map state needs a non-empty name, got {self.name!r}")
+
+    def open(self, env: StateEnvironment) -> AnyStateMap:
+        return _open_map(env, self)
+
+
+class LMDBMapState:
+    """Factories of Trident map states in the run's LMDB state directory."""
+
+    @staticmethod
+    def transactional(name: str, cache_size: int = DEFAULT_CACHE_SIZE) -> MapStateFactory:
+        return MapStateFactory("transactional", name, cache_size)
+
+    @staticmethod
+    def opaque(name: str, cache_size: int = DEFAULT_CACHE_SIZE) -> MapStateFactory:
+        return MapStateFactory("opaque", name, cache_size)
+
+    @staticmethod
+    def non_transactional(name: str, cache_size: int = DEFAULT_CACHE_SIZE) -> MapStateFactory:
+        return MapStateFactory("non-transactional", name, cache_size)
+
+
+_maps: dict[tuple[str, str, str], AnyStateMap] = {}
+_maps_lock = threading.Lock()
+
+
+def _open_map(env: StateEnvironment, factory: MapStateFactory) -> AnyStateMap:
+    key = (env.path, factory.kind, factory.name)
+    with _maps_lock:
+        state_map = _maps.get(key)
+        if state_map is None or state_map.env is not env:
+            kind = MapStateFactory.KINDS[factory.kind]
+            state_map = _maps[key] = kind(env, factory.name, cache_size=factory.cache_size)
+        return state_map
+
+
+class CommitMapState:
+    """A map state inside the commit of one txid (see the module doc)."""
+
+    def __init__(self, state_map: AnyStateMap, txn: StateTxn, txid: int) -> None:
+        self.handle: MapHandle[Any] = state_map.handle(txn, txid)
+
+    def multi_get(self, keys: Iterable[Any]) -> list[Any]:
+        return self.handle.multi_get(keys)
+
+    def multi_update(self, updaters: Mapping[Any, Updater]) -> dict[Any, Any]:
+        return self.handle.multi_update(updaters)
+
+    def multi_put(self, values: Mapping[Any, Any]) -> None:
+        self.handle.multi_put(values)
+
+
+class QueryMapState:
+    """A map state's committed values, for queries (see the module doc)."""
+
+    def __init__(self, state_map: AnyStateMap) -> None:
+        self.map = state_map
+
+    def multi_get(self, keys: Iterable[Any]) -> list[Any]:
+        return self.map.multi_get(list(keys), None)

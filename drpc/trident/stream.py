@@ -1,0 +1,353 @@
+"""The Trident API: ``TridentTopology``, ``Stream``, ``GroupedStream``, ``TridentState``.
+
+Contract (Storm's Trident, snake_case). ``TridentTopology()`` records a graph
+of streams (``drpc.trident.plan``); nothing runs until it is compiled
+(``drpc.trident.compiler``) and run (``drpc.trident.run``) or served.
+
+- ``new_stream(txid, spout, parallelism=1)``: a stream of batches from a
+  transactional, partitioned or opaque spout of ``drpc.transactional``;
+  ``txid`` names the topology's transactional state (its commits, txids and
+  spout metadata). One spout stream per topology.
+- ``new_drpc_stream(function)``: a stream of DRPC requests to ``function``,
+  one field ``args``; each request is its own batch, answered with the JSON
+  list of the stream's final tuples (``[[5]]``).
+- ``new_static_state(factory)``: a ``TridentState`` for querying a map state
+  another topology (or run) writes.
+- On a ``Stream``: ``each(fields, function, out_fields)`` appends a function's
+  output to each tuple (``each(fields, filter)`` filters); ``filter``,
+  ``project``, ``map``, ``flat_map``, ``peek``; ``partition_by(fields)``,
+  ``shuffle()``, ``global_()``, ``batch_global()`` (one task per batch, here
+  the same as ``global_``), ``broadcast()`` (every task) repartition;
+  ``parallelism_hint(n)`` sets the number of tasks of the steps since the
+  last repartition;
+  ``partition_aggregate``, ``aggregate`` (the whole batch),
+  ``group_by(fields)``, ``persistent_aggregate(state, [fields,] aggregator,
+  out_fields)`` (returns a ``TridentState``), ``state_query(state, fields,
+  query, out_fields)``.
+- ``GroupedStream``: ``aggregate`` and ``partition_aggregate`` per group
+  (output: the group fields then the aggregate's), ``persistent_aggregate``
+  (the map state's key is the group value, a tuple for several fields),
+  ``state_query`` (partitioned by the group fields).
+- Combiner aggregators run in two steps: each partition combines its tuples
+  per group, then only the partial aggregates cross the repartition. Reducer
+  and general aggregators move every tuple to its group's task.
+- Misuse (unknown or duplicate fields, an aggregator kind a step does not
+  take, two spout streams) raises ``InvalidTopologyError`` when declared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from drpc.errors import InvalidTopologyError
+from drpc.model.fields import Fields
+from drpc.model.streams import DEFAULT_STREAM_ID, OutputFieldsDeclarer
+from drpc.trident.operations import (
+    Aggregator,
+    AnyAggregator,
+    CombinerAggregator,
+    Filter,
+    ReducerAggregator,
+    as_consumer,
+    as_filter,
+    as_flat_map,
+    as_function,
+    as_map,
+)
+from drpc.trident.plan import (
+    CombinePartials,
+    DRPCSource,
+    Each,
+    FilterStep,
+    FlatMapStep,
+    MapStep,
+    Names,
+    Node,
+    Operation,
+    PartitionAggregate,
+    Peek,
+    Persist,
+    Project,
+    Repartition,
+    SpoutSource,
+    StateQuery,
+)
+from drpc.trident.state import MapStateFactory
+
+FieldsLike = Fields | Iterable[str] | str
+PARTIAL_FIELD = "$partial"
+
+
+def names(fields: FieldsLike) -> Names:
+    return tuple(Fields.of(fields))
+
+
+class TridentState:
+    """A map state a topology writes (``persistent_aggregate``) or reads (``state_query``)."""
+
+    def __init__(self, topology: TridentTopology, factory: MapStateFactory) -> None:
+        self.topology = topology
+        self.factory = factory
+
+    def __repr__(self) -> str:
+        return f"TridentState({self.factory!r})"
+
+
+class TridentTopology:
+    """A Trident topology being declared (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.sources: list[Node] = []
+
+    def new_stream(self, txid: str, spout: Any, parallelism: int = 1) -> Stream:
+        if any(isinstance(node.operation, SpoutSource) for node in self.sources):
+            raise InvalidTopologyError(
+                "this Trident topology already has a spout stream; drpc runs one per topology"
+            )
+        declarer = OutputFieldsDeclarer(txid)
+        spout.declare_output_fields(declarer)
+        stream = declarer.streams.get(DEFAULT_STREAM_ID)
+        if stream is None or not len(stream.fields):
+            raise InvalidTopologyError("a Trident spout declares a default stream", txid)
+        node = Node(SpoutSource(txid, spout, parallelism), tuple(stream.fields)[1:], None)
+        self.sources.append(node)
+        return Stream(self, node)
+
+    def new_drpc_stream(self, function: str) -> Stream:
+        if any(
+            isinstance(node.operation, DRPCSource) and node.operation.function == function
+            for node in self.sources
+        ):
+            raise InvalidTopologyError(f"DRPC function {function!r} is declared twice")
+        node = Node(DRPCSource(function), ("args",), None)
+        self.sources.append(node)
+        return Stream(self, node)
+
+    def new_static_state(self, factory: MapStateFactory) -> TridentState:
+        return TridentState(self, factory)
+
+
+def _aggregation(
+    args: Sequence[Any], stream_fields: Names, what: str
+) -> tuple[Names, AnyAggregator, Names]:
+    """``(aggregator, out_fields)`` or ``(input_fields, aggregator, out_fields)``."""
+    if len(args) == 2:
+        input, (aggregator, output) = stream_fields, args
+    elif len(args) == 3:
+        input, aggregator, output = names(args[0]), args[1], args[2]
+    else:
+        raise TypeError(f"{what} takes ([input_fields,] aggregator, out_fields)")
+    if not isinstance(aggregator, (CombinerAggregator, ReducerAggregator, Aggregator)):
+        raise InvalidTopologyError(
+            f"{what} takes a CombinerAggregator, ReducerAggregator or Aggregator, "
+            f"got {type(aggregator).__name__}"
+        )
+    return input, aggregator, names(output)
+
+
+class Stream:
+    """A stream of named tuples (see the module doc)."""
+
+    def __init__(self, topology: TridentTopology, node: Node) -> None:
+        self.topology = topology
+        self.node = node
+
+    @property
+    def fields(self) -> Names:
+        return self.node.fields
+
+    def get_output_fields(self) -> Fields:
+        return Fields(*self.node.fields)
+
+    def __repr__(self) -> str:
+        return f"Stream({list(self.fields)})"
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _check(self, fields: Names, what: str) -> Names:
+        unknown = [name for name in fields if name not in self.fields]
+        if unknown:
+            raise InvalidTopologyError(
+                f"{what}: no field(s) {unknown} in the stream's fields {list(self.fields)}"
+            )
+        return fields
+
+    def _new_fields(self, added: Names, what: str) -> Names:
+        clash = [name for name in added if name in self.fields]
+        if clash or len(set(added)) != len(added):
+            raise InvalidTopologyError(
+                f"{what}: output field(s) {list(added)} repeat a field of {list(self.fields)}"
+            )
+        return self.fields + added
+
+    def _then(self, operation: Operation, fields: Names) -> Stream:
+        return Stream(self.topology, self.node.add(operation, fields))
+
+    # -- per tuple ----------------------------------------------------------------------
+
+    def each(
+        self, fields: FieldsLike, function: Any, out_fields: FieldsLike | None = None
+    ) -> Stream:
+        input = self._check(names(fields), "each")
+        if out_fields is None:
+            if not isinstance(function, Filter):
+                raise InvalidTopologyError("each without out_fields takes a Filter")
+            return self._then(FilterStep(input, function), self.fields)
+        output = names(out_fields)
+        return self._then(
+            Each(input, as_function(function), output), self._new_fields(output, "each")
+        )
+
+    def filter(self, fields_or_filter: Any, filter: Any = None) -> Stream:
+        if filter is None:
+            input, filter = self.fields, fields_or_filter
+        else:
+            input = self._check(names(fields_or_filter), "filter")
+        return self._then(FilterStep(input, as_filter(filter)), self.fields)
+
+    def project(self, fields: FieldsLike) -> Stream:
+        kept = self._check(names(fields), "project")
+        return self._then(Project(kept), kept)
+
+    def map(self, function: Any, out_fields: FieldsLike | None = None) -> Stream:
+        output = self.fields if out_fields is None else names(out_fields)
+        return self._then(MapStep(as_map(function)), output)
+
+    def flat_map(self, function: Any, out_fields: FieldsLike | None = None) -> Stream:
+        output = self.fields if out_fields is None else names(out_fields)
+        return self._then(FlatMapStep(as_flat_map(function)), output)
+
+    def peek(self, consumer: Any) -> Stream:
+        return self._then(Peek(as_consumer(consumer)), self.fields)
+
+    def state_query(
+        self, state: TridentState, fields: FieldsLike, query: Any, out_fields: FieldsLike
+    ) -> Stream:
+        input = self._check(names(fields), "state_query")
+        output = names(out_fields)
+        return self._then(
+            StateQuery(state.factory, input, query, output),
+            self._new_fields(output, "state_query"),
+        )
+
+    # -- repartitioning ------------------------------------------------------------------
+
+    def partition_by(self, fields: FieldsLike) -> Stream:
+        by = self._check(names(fields), "partition_by")
+        return self._then(Repartition("fields", by), self.fields)
+
+    def shuffle(self) -> Stream:
+        return self._then(Repartition("shuffle"), self.fields)
+
+    def global_(self) -> Stream:
+        return self._then(Repartition("global"), self.fields)
+
+    def batch_global(self) -> Stream:
+        """Every tuple of a batch to one task (drpc runs one batch per bolt instance, so this
+        is ``global_``)."""
+        return self._then(Repartition("global"), self.fields)
+
+    def broadcast(self) -> Stream:
+        return self._then(Repartition("all"), self.fields)
+
+    def parallelism_hint(self, parallelism: int) -> Stream:
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+            raise InvalidTopologyError(f"a parallelism hint is an int >= 1, got {parallelism!r}")
+        self.node.parallelism = parallelism
+        return self
+
+    # -- aggregation ---------------------------------------------------------------------
+
+    def group_by(self, fields: FieldsLike) -> GroupedStream:
+        return GroupedStream(self, self._check(names(fields), "group_by"))
+
+    def partition_aggregate(self, *args: Any) -> Stream:
+        return self._partition_aggregate((), args)
+
+    def aggregate(self, *args: Any) -> Stream:
+        return self._aggregate((), args)
+
+    def persistent_aggregate(self, state: MapStateFactory, *args: Any) -> TridentState:
+        return self._persistent_aggregate((), state, args)
+
+    def _partition_aggregate(self, group: Names, args: Sequence[Any]) -> Stream:
+        input, aggregator, output = _aggregation(args, self.fields, "partition_aggregate")
+        self._check(input, "partition_aggregate")
+        return self._then(PartitionAggregate(group, input, aggregator, output), group + output)
+
+    def _repartition(self, group: Names) -> Stream:
+        return self._then(
+            Repartition("fields", group) if group else Repartition("global"), self.fields
+        )
+
+    def _aggregate(self, group: Names, args: Sequence[Any]) -> Stream:
+        input, aggregator, output = _aggregation(args, self.fields, "aggregate")
+        self._check(input, "aggregate")
+        if isinstance(aggregator, CombinerAggregator):
+            partial = self._then(
+                PartitionAggregate(group, input, aggregator, (PARTIAL_FIELD,)),
+                (*group, PARTIAL_FIELD),
+            )
+            moved = partial._repartition(group)
+            combine = PartitionAggregate(
+                group, (PARTIAL_FIELD,), CombinePartials(aggregator), output
+            )
+            return moved._then(combine, group + output)
+        moved = self._repartition(group)
+        return moved._then(PartitionAggregate(group, input, aggregator, output), group + output)
+
+    def _persistent_aggregate(
+        self, group: Names, state: MapStateFactory, args: Sequence[Any]
+    ) -> TridentState:
+        if not isinstance(state, MapStateFactory):
+            raise InvalidTopologyError(
+                f"persistent_aggregate takes a map state factory (LMDBMapState...), got {state!r}"
+            )
+        input, aggregator, output = _aggregation(args, self.fields, "persistent_aggregate")
+        self._check(input, "persistent_aggregate")
+        if len(output) != 1:
+            raise InvalidTopologyError("persistent_aggregate stores one value: one out field")
+        if isinstance(aggregator, CombinerAggregator):
+            partial = self._then(
+                PartitionAggregate(group, input, aggregator, (PARTIAL_FIELD,)),
+                (*group, PARTIAL_FIELD),
+            )
+            partial._repartition(group)._then(
+                Persist(state, group, (PARTIAL_FIELD,), aggregator), group + output
+            )
+        elif isinstance(aggregator, ReducerAggregator):
+            self._repartition(group)._then(Persist(state, group, input, aggregator), group + output)
+        else:
+            raise InvalidTopologyError(
+                "persistent_aggregate takes a CombinerAggregator or a ReducerAggregator"
+            )
+        return TridentState(self.topology, state)
+
+
+class GroupedStream:
+    """A stream grouped by some of its fields (see the module doc)."""
+
+    def __init__(self, stream: Stream, group: Names) -> None:
+        self.stream = stream
+        self.group = group
+
+    def __repr__(self) -> str:
+        return f"GroupedStream({list(self.stream.fields)} by {list(self.group)})"
+
+    def to_stream(self) -> Stream:
+        return self.stream
+
+    def partition_aggregate(self, *args: Any) -> Stream:
+        return self.stream._partition_aggregate(self.group, args)
+
+    def aggregate(self, *args: Any) -> Stream:
+        return self.stream._aggregate(self.group, args)
+
+    def persistent_aggregate(self, state: MapStateFactory, *args: Any) -> TridentState:
+        return self.stream._persistent_aggregate(self.group, state, args)
+
+    def state_query(
+        self, state: TridentState, fields: FieldsLike, query: Any, out_fields: FieldsLike
+    ) -> Stream:
+        return self.stream.partition_by(self.group).state_query(state, fields, query, out_fields)

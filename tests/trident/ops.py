@@ -1,0 +1,124 @@
+"""Trident operations and spouts for the tests (module-level: Spark workers import them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from drpc import FailedException, stable_hash
+from drpc.state.topology import current_commit
+from drpc.transactional import OpaqueMemoryTransactionalSpout
+from drpc.transactional.spouts import MemoryMeta, _OpaqueMemoryEmitter
+from drpc.trident import (
+    Consumer,
+    Count,
+    Function,
+    ReducerAggregator,
+    TridentCollector,
+    TridentTuple,
+)
+
+
+def first_time(marker_dir: str, name: str) -> bool:
+    """True exactly once per name, across processes (an O_EXCL marker file)."""
+    try:
+        os.close(os.open(Path(marker_dir) / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class Split(Function):
+    """Storm's tutorial Split: one output tuple per word of the sentence."""
+
+    def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
+        for word in tuple.get_value(0).split():
+            collector.emit([word])
+
+
+class SplitFailingOnce(Split):
+    """Split, failing the batch the first time it meets some words (processing phase)."""
+
+    def __init__(self, marker_dir: str, percent: int = 30) -> None:
+        self.marker_dir, self.percent = marker_dir, percent
+
+    def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
+        for word in tuple.get_value(0).split():
+            if stable_hash(["split", word]) % 100 < self.percent and first_time(
+                self.marker_dir, f"split-{word}"
+            ):
+                raise FailedException(f"injected: first sight of {word!r}")
+        super().execute(tuple, collector)
+
+
+class CountFailingCommits(Count):
+    """Count whose combine fails the first commit of every third txid (commit phase)."""
+
+    def __init__(self, marker_dir: str) -> None:
+        self.marker_dir = marker_dir
+
+    def combine(self, a: int, b: int) -> int:
+        commit = current_commit()
+        if (
+            commit is not None
+            and commit[1] % 3 == 0
+            and first_time(self.marker_dir, f"commit-{commit[1]}")
+        ):
+            raise FailedException(f"injected: first commit of txid {commit[1]}")
+        return a + b
+
+
+class _GrowingOpaqueEmitter(_OpaqueMemoryEmitter):
+    """A first attempt of a partition's batch takes ``take``, a replay twice as many."""
+
+    def __init__(self, data: Any, take: int, marker_dir: str) -> None:
+        super().__init__(data, take)
+        self.marker_dir = marker_dir
+
+    def emit_partition_batch(
+        self, attempt: Any, collector: Any, partition: int, last_meta: Any
+    ) -> MemoryMeta:
+        first = first_time(self.marker_dir, f"emit-{attempt.txid}-{partition}")
+        start = 0 if last_meta is None else last_meta.end
+        take = self.take if first else 2 * self.take
+        meta = MemoryMeta(start, min(take, max(0, len(self.data[partition]) - start)))
+        self._emit(attempt, collector, partition, meta)
+        return meta
+
+
+class ChangingOpaqueSpout(OpaqueMemoryTransactionalSpout):
+    """An opaque spout whose replays emit more than their first attempt did."""
+
+    def __init__(self, data: Any, fields: Any, take: int, marker_dir: str) -> None:
+        super().__init__(data, fields, take)
+        self.marker_dir = marker_dir
+
+    def get_emitter(self, conf: Any, context: Any) -> Any:
+        return _GrowingOpaqueEmitter(self.data, self.take_per_batch, self.marker_dir)
+
+
+class Concat(ReducerAggregator[str]):
+    """Joins a group's first input field in arrival order."""
+
+    def init(self) -> str:
+        return ""
+
+    def reduce(self, current: str, tuple: TridentTuple) -> str:
+        return current + tuple.get_value(0)
+
+
+class WriteLines(Consumer):
+    """peek: appends each tuple's values to a file (the test reads it back)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def accept(self, tuple: TridentTuple) -> None:
+        with open(self.path, "a") as out:
+            out.write(" ".join(map(str, tuple.values)) + "\n")
+
+
+class EmitsTwoValues(Function):
+    def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
+        collector.emit([1, 2])
