@@ -12,6 +12,7 @@ import asyncio
 import collections
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -85,4 +86,6 @@ def main(workdir: Path, executor: str) -> None:
 
 
 if __name__ == "__main__":
+    # A SIGTERM (the test gave up waiting) unwinds, so the cluster's JVMs are torn down.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     main(Path(sys.argv[1]), sys.argv[2])
