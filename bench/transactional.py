@@ -206,6 +206,18 @@ def bench_structured_streaming(
     }
 
 
+def print_table(results: dict[str, Any], rows: tuple[tuple[str, str], ...]) -> None:
+    """One line per run measured: seconds, batches and words/s, labelled as ``rows`` says."""
+    width = max(len(label) for _, label in rows) + 2
+    print(f"{'run':<{width}}{'seconds':>9}{'batches':>9}{'words/s':>11}")
+    for key, label in rows:
+        if key in results:
+            r = results[key]
+            print(
+                f"{label:<{width}}{r['seconds']:>9.1f}{r['batches']:>9}{r['tuples_per_s']:>11.0f}"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -247,15 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     args.out.write_text(json.dumps(results, indent=2))
-    print(f"{'run':<34}{'seconds':>9}{'batches':>9}{'words/s':>11}")
-    for key, label in (
-        ("drpc_spark", "drpc transactional, Spark"),
-        ("drpc_local", "drpc transactional, local executor"),
-        ("structured_streaming", "Structured Streaming + foreachBatch"),
-    ):
-        if key in results:
-            r = results[key]
-            print(f"{label:<34}{r['seconds']:>9.1f}{r['batches']:>9}{r['tuples_per_s']:>11.0f}")
+    print_table(
+        results,
+        (
+            ("drpc_spark", "drpc transactional, Spark"),
+            ("drpc_local", "drpc transactional, local executor"),
+            ("structured_streaming", "Structured Streaming + foreachBatch"),
+        ),
+    )
     print(f"drpc on Spark / Structured Streaming throughput: {ratio:.2f}x")
     print(f"written to {args.out}")
     return 0

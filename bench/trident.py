@@ -160,17 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     args.out.write_text(json.dumps(results, indent=2))
-    print(f"{'run':<40}{'seconds':>9}{'batches':>9}{'words/s':>11}")
-    for key, label in (
-        ("trident_spark", "drpc Trident, Spark"),
-        ("trident_local", "drpc Trident, local executor"),
-        ("transactional_spark", "drpc transactional bolts, Spark"),
-        ("structured_streaming", "Structured Streaming + foreachBatch"),
-        ("plain_python", "plain Python Counter + LMDB txn a batch"),
-    ):
-        if key in results:
-            r = results[key]
-            print(f"{label:<40}{r['seconds']:>9.1f}{r['batches']:>9}{r['tuples_per_s']:>11.0f}")
+    baseline.print_table(
+        results,
+        (
+            ("trident_spark", "drpc Trident, Spark"),
+            ("trident_local", "drpc Trident, local executor"),
+            ("transactional_spark", "drpc transactional bolts, Spark"),
+            ("structured_streaming", "Structured Streaming + foreachBatch"),
+            ("plain_python", "plain Python Counter + LMDB txn a batch"),
+        ),
+    )
     print(f"written to {args.out}")
     return 0
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from drpc import FailedException, stable_hash
@@ -18,15 +16,7 @@ from drpc.trident import (
     TridentCollector,
     TridentTuple,
 )
-
-
-def first_time(marker_dir: str, name: str) -> bool:
-    """True exactly once per name, across processes (an O_EXCL marker file)."""
-    try:
-        os.close(os.open(Path(marker_dir) / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True
+from tests.transactional.bolts import first_time
 
 
 class Split(Function):
