@@ -261,9 +261,10 @@ class CoordinationTracker:
 
     def finish_done(self, id: Hashable) -> list[Decision]:
         """The bolt's finish for ``id`` returned: report counts downstream and forget it."""
-        track = self._tracks.pop(id, None)
+        track = self._tracks.get(id)
         if track is None or not track.finishing:
             raise RuntimeError(f"finish_done for id {id!r} that is not finishing")
+        del self._tracks[id]
         decisions: list[Decision] = [
             SendReport(id, task, track.emitted.get(task, 0))
             for task in self.config.downstream_tasks

@@ -421,3 +421,9 @@ def test_finish_calls_for_an_id_not_finishing_are_refused() -> None:
     assert 1 in t and t.tombstones == 0
     with pytest.raises(RuntimeError, match=r"^finish_done for id 1 that is not finishing$"):
         t.finish_done(1)
+    # a refused call changes nothing: the id is still tracked and finishes as before
+    assert 1 in t and t.tombstones == 0
+    t.tuple_emitted(1, 6)
+    assert t.tuple_acked(1, 0) == [FinishBatch(1)]
+    assert t.finish_done(1) == [SendReport(1, 5, 0), SendReport(1, 6, 1), Completed(1)]
+    assert 1 not in t and len(t) == 0
