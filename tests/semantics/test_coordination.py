@@ -18,6 +18,8 @@ from drpc.semantics.coordination import (
     FinishBatch,
     Ignored,
     SendReport,
+    TrackStatus,
+    is_ignored,
 )
 
 BOOM = Failure(DRPCExceptionType.FAILED_REQUEST, "boom")
@@ -113,16 +115,62 @@ def test_non_owner_that_received_data_fails_the_id_as_an_internal_error() -> Non
     )
     t.tuple_received(3, 0)
     t.tuple_acked(3, 0)
-    [failed] = t.report_received(3, 1, 0)
-    assert isinstance(failed, Failed)
-    assert failed.failure.type is DRPCExceptionType.INTERNAL_ERROR
-    assert "fields-grouped on the id" in failed.failure.message
+    assert t.report_received(3, 1, 0) == [
+        Failed(
+            3,
+            Failure(
+                DRPCExceptionType.INTERNAL_ERROR,
+                "Internal error: a step received 1 tuples for an id owned by another task: "
+                "the last step's input must be fields-grouped on the id",
+            ),
+        )
+    ]
+
+
+def test_ownership_is_asked_of_each_id() -> None:
+    t = CoordinationTracker(
+        CoordinationConfig(1, (5,), waits_for_id=True), owns_id=lambda id: id == "mine"
+    )
+    assert t.report_received("theirs", 0, 0) == [Abandoned("theirs")]
+    assert t.report_received("mine", 0, 0) == []  # owned: waits for its id tuple
+    assert t.id_received("mine", 0) == [FinishBatch("mine")]
 
 
 def test_committer_waits_for_the_commit_tuple() -> None:
     t = tracker(1, waits_for_commit=True)
     assert t.report_received(8, 0, 0) == []
     assert t.commit_received(8, 0) == [FinishBatch(8)]
+
+
+def test_commit_tuple_may_arrive_first_and_starts_the_deadline() -> None:
+    t = tracker(1, waits_for_commit=True, timeout=10)
+    assert t.commit_received(8, 2) == []
+    assert t.expire(now=11.9) == []
+    [failed] = t.expire(now=12)
+    assert isinstance(failed, Failed) and failed.id == 8
+
+
+def test_an_extra_ack_while_waiting_for_the_commit_fails_the_id() -> None:
+    t = tracker(1, waits_for_commit=True, timeout=10)
+    t.report_received(1, 1, 0)
+    t.tuple_received(1, 0)
+    assert t.tuple_acked(1, 0) == []  # every tuple in: waits for the commit tuple
+    t.tuple_received(1, 4)
+    assert t.tuple_acked(1, 4) == [
+        Failed(
+            1,
+            Failure(
+                DRPCExceptionType.INTERNAL_ERROR,
+                "Internal error: step 'bolt1' (task 3) received 2 tuples for an id but "
+                "upstream reported 1",
+                "bolt1",
+                3,
+            ),
+        )
+    ]
+    assert t.commit_received(1, 5) == [Ignored(1)]
+    assert t.expire(now=13.9) == [] and t.tombstones == 1  # buried when the ack came
+    assert t.expire(now=14) == [] and t.tombstones == 0
 
 
 def test_finish_happens_exactly_once() -> None:
@@ -408,6 +456,7 @@ def test_status_and_emitted_counts_describe_a_tracked_id() -> None:
     assert t.status(1).waits_upstream  # type: ignore[union-attr]
     first = tracker(0)
     first.tuple_received(4, 0)
+    assert first.status(4) == TrackStatus(0, 0, 0, 0, False, False, received=1)
     assert first.status(4).describe() == "0/0 count reports, 0 tuples acked"  # type: ignore[union-attr]
 
 
@@ -427,3 +476,39 @@ def test_finish_calls_for_an_id_not_finishing_are_refused() -> None:
     assert t.tuple_acked(1, 0) == [FinishBatch(1)]
     assert t.finish_done(1) == [SendReport(1, 5, 0), SendReport(1, 6, 1), Completed(1)]
     assert 1 not in t and len(t) == 0
+
+
+def test_a_timeout_says_what_each_id_still_lacked() -> None:
+    t = tracker(2, waits_for_id=True, waits_for_commit=True, timeout=10)
+    t.report_received(1, 3, 0)
+    t.tuple_received(1, 0)
+    t.tuple_acked(1, 0)
+    t.commit_received(1, 0)
+    t.id_received(2, 1)
+    first = tracker(0, timeout=10)
+    first.tuple_received(7, 0)
+
+    def timed_out(id: object, detail: str) -> Failed:
+        return Failed(id, Failure.tree_timed_out(10, "bolt1", 3, detail), timed_out=True)
+
+    assert t.expire(now=11) == [
+        timed_out(
+            1,
+            "it did not receive every tuple of the id (1/2 reports, 1 tuples of 3 "
+            "reported, id tuple missing, commit received)",
+        ),
+        timed_out(
+            2,
+            "it did not receive every tuple of the id (0/2 reports, 0 tuples of 0 "
+            "reported, id tuple received, commit missing)",
+        ),
+    ]
+    assert first.expire(now=10) == [
+        timed_out(7, "it did not receive every tuple of the id (0/0 reports, 0 tuples)")
+    ]
+
+
+def test_is_ignored_looks_at_the_first_decision() -> None:
+    assert is_ignored([Ignored(1)])
+    assert not is_ignored([])
+    assert not is_ignored([Failed(1, BOOM), Ignored(1)])
