@@ -1,0 +1,367 @@
+"""The engine core's task rules (``drpc.executors.task``) as exact effect traces.
+
+A ``TaskCore`` is driven directly, the way an executor drives it, with effects that
+record every call as one line; each test asserts the whole trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import pytest
+
+from drpc import Fields, LinearDRPCTopologyBuilder, Topology, config
+from drpc.errors import DRPCExceptionType, Failure, InvalidTupleError
+from drpc.executors.task import TaskCore, coordination_config
+from drpc.model.tuples import Tuple
+from drpc.semantics.coordination import CoordinationConfig
+
+from .topologies import bolts
+
+
+class Recorder:
+    """``TaskEffects`` that write each call as a line of ``trace``."""
+
+    def __init__(self) -> None:
+        self.trace: list[str] = []
+
+    def deliver(
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
+    ) -> None:
+        anchored = [anchor.values for anchor in anchors]
+        self.trace.append(f"deliver {stream} {list(values)} to {targets} anchored {anchored}")
+
+    def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
+        self.trace.append(f"report {id} to {task}: {count} on {_values(trigger)}")
+
+    def settle(self, done: Tuple, failure: Failure | None) -> None:
+        done._done = True  # as every executor's settle does
+        self.trace.append(f"settle {done.values} " + (failure.message if failure else "acked"))
+
+    def completed(self, id: Hashable) -> None:
+        self.trace.append(f"completed {id}")
+
+    def failed(self, id: Hashable, failure: Failure, timed_out: bool) -> Failure:
+        self.trace.append(f"failed {id}{' (timed out)' if timed_out else ''}: {failure.message}")
+        return failure
+
+    def abandoned(self, id: Hashable) -> None:
+        self.trace.append(f"abandoned {id}")
+
+
+def _values(received: Tuple | None) -> list[Any] | None:
+    return None if received is None else received.values
+
+
+def drpc(first: Any, middle: Any, last_tasks: int = 1) -> Topology:
+    """bolt0 (task 1) -> bolt1 (tasks 2, 3, shuffled) -> bolt2 (fields-grouped on the id)."""
+    builder = LinearDRPCTopologyBuilder("f")
+    builder.add_bolt(first, 1)
+    builder.add_bolt(middle, 2).shuffle_grouping()
+    builder.add_bolt(bolts.CountPerRequest(), last_tasks).fields_grouping(Fields("id"))
+    return builder.create_topology()
+
+
+def core_of(
+    topology: Topology,
+    component: str,
+    task: int,
+    conf: dict[str, Any] | None = None,
+    **options: Any,
+) -> tuple[TaskCore, Recorder]:
+    recorder = Recorder()
+    core = TaskCore(
+        topology,
+        component,
+        task,
+        conf=config.resolve(conf),
+        effects=recorder,
+        clock=lambda: 0.0,
+        **options,
+    )
+    core.prepare(None)
+    return core, recorder
+
+
+def request(core: TaskCore, id: int, argument: str) -> Tuple:
+    """The request tuple of ``id`` reaching a first step, as an executor hands it over."""
+    received = core.make_tuple("prepare-request", "default", 7, [id, argument])
+    assert core.tracker is not None and core.tracker.tuple_received(id, 0) == []
+    core.execute_data(received)
+    return received
+
+
+def test_a_batch_task_finishes_an_id_on_its_last_report_and_reports_what_it_sent() -> None:
+    core, recorder = core_of(drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt1", 2)
+    assert core.tracker is not None
+    data = core.make_tuple("bolt0", "default", 1, [7, "A"])
+    assert core.is_data(data)
+    assert core.tracker.tuple_received(7, 0) == []
+    core.execute_data(data)
+    report = core.make_tuple("bolt0", "__coord", 1, [7, 1])
+    assert not core.is_data(report)
+    assert core.apply(core.tracker.report_received(7, 1, 0), report) is None
+    assert recorder.trace == [
+        "settle [7, 'A'] acked",
+        "deliver default [7, 1] to [4] anchored [[7, 1]]",  # finish's emit anchors to its trigger
+        "report 7 to 4: 1 on [7, 1]",
+        "completed 7",
+    ]
+    assert 7 not in core.tracker and core.current is None
+
+
+def test_a_first_step_finishes_when_its_request_is_acked_and_reports_to_every_next_task() -> None:
+    core, recorder = core_of(drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt0", 1)
+    begun: list[Hashable] = []
+
+    def on_finish(id: Hashable) -> Any:
+        begun.append(id)
+        return lambda: recorder.trace.append(f"finish of {id} ended")
+
+    core.on_finish = on_finish
+    request(core, 7, "ab")
+    [target] = [int(line.split(" to [")[1][0]) for line in recorder.trace[:1]]
+    assert begun == [7]
+    assert recorder.trace == [
+        f"deliver default [7, 'AB'] to [{target}] anchored [[7, 'ab']]",
+        "finish of 7 ended",
+        f"report 7 to 2: {int(target == 2)} on [7, 'ab']",
+        f"report 7 to 3: {int(target == 3)} on [7, 'ab']",
+        "completed 7",
+        "settle [7, 'ab'] acked",
+    ]
+
+
+def test_a_failed_tuple_fails_its_id_then_a_late_ack_of_the_id_is_dropped() -> None:
+    core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    first = request(core, 7, "a")
+    second = request(core, 7, "b")
+    core.collector.fail(first, "no")
+    core.collector.ack(second)  # its id failed here: nothing finishes nor settles
+    assert second._done
+    failure = "Request failed: step 'bolt0' (task 1) failed the tuple: no"
+    assert recorder.trace[2:] == [f"failed 7: {failure}", f"settle [7, 'a'] {failure}"]
+    core.collector.fail(first, "again")  # already failed: ignored
+    assert len(recorder.trace) == 4
+
+
+def test_failing_a_tuple_that_is_not_data_leaves_its_id_alone() -> None:
+    core, recorder = core_of(drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt2", 4)
+    assert core.tracker is not None
+    assert core.tracker.report_received(7, 0, 0) == []
+    id_tuple = core.make_tuple("prepare-request", "id", 7, [7, "host"])
+    assert not core.is_data(id_tuple)
+    core.collector.fail(id_tuple, "no")
+    assert recorder.trace == [
+        "settle [7, 'host'] Request failed: step 'bolt2' (task 4) failed the tuple: no"
+    ]
+    assert 7 in core.tracker
+
+
+def test_a_finish_that_raises_fails_the_id_and_its_trigger() -> None:
+    core, recorder = core_of(drpc(bolts.RichUpper(), bolts.FailInFinish()), "bolt1", 3)
+    assert core.tracker is not None
+    report = core.make_tuple("bolt0", "__coord", 1, [7, 0])
+    failure = core.apply(core.tracker.report_received(7, 0, 0), report)
+    assert failure is not None and failure.type is DRPCExceptionType.FAILED_REQUEST
+    assert recorder.trace == [f"failed 7: {failure.message}"]
+    assert "the batch is incomplete" in failure.message and "finish_batch" in failure.message
+    assert core.tracker.tombstones == 1 and core.current is None
+
+
+def test_an_id_owned_by_another_task_is_abandoned() -> None:
+    topology = drpc(bolts.RichUpper(), bolts.CountPerRequest(), last_tasks=2)
+    for task in topology.component_task_ids["bolt2"]:
+        core, recorder = core_of(topology, "bolt2", task)
+        assert core.tracker is not None
+        for upstream in (2, 3):
+            report = core.make_tuple("bolt1", "__coord", upstream, [7, 0])
+            core.apply(core.tracker.report_received(7, 0, 0), report)
+        if recorder.trace:  # the other task owns the id; this one waits for the id tuple
+            assert recorder.trace == ["abandoned 7"]
+            abandoned = task
+    assert abandoned in topology.component_task_ids["bolt2"]
+
+
+def test_the_coordination_configuration_comes_from_the_topology() -> None:
+    topology = drpc(bolts.RichUpper(), bolts.CountPerRequest())
+    assert coordination_config(topology, "bolt2", 4, 5.0) == CoordinationConfig(
+        2, (6,), waits_for_id=True, timeout=5.0, component="bolt2", task=4
+    )
+    core, _ = core_of(topology, "bolt1", 2, {config.TOPOLOGY_MESSAGE_TIMEOUT_SECS: 9})
+    assert core.tracker is not None and core.tracker.config.timeout == 9
+    assert core.tracker.config == coordination_config(topology, "bolt1", 2, 9)
+    core, _ = core_of(topology, "bolt1", 2, coordination_timeout=3.0)
+    assert core.tracker is not None and core.tracker.config.timeout == 3.0
+    assert core.message_timeout == 30.0
+
+
+def test_unacked_tuples_are_kept_until_acked_or_failed() -> None:
+    core, recorder = core_of(
+        drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1, track_unacked=True
+    )
+    first = request(core, 7, "a")
+    second = request(core, 8, "b")
+    assert core.unacked == {id(first): first, id(second): second}
+    core.collector.fail(first, "no")
+    assert core.unacked == {id(second): second}
+    with core.lock:
+        core.wait_for_acks(time.time() + 0.01)  # nobody acks: returns at the deadline
+        assert core.unacked == {id(second): second}
+        acker = threading.Thread(target=core.collector.ack, args=(second,))
+        acker.start()  # blocks on the lock until the wait releases it
+        core.wait_for_acks(time.time() + 60)
+        assert core.unacked == {}
+    acker.join()
+    assert recorder.trace[-1] == "settle [8, 'b'] acked"
+
+
+def test_acked_tuples_are_not_kept() -> None:
+    core, _ = core_of(
+        drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt0", 1, track_unacked=True
+    )
+    request(core, 7, "a")
+    assert core.unacked == {}
+    untracked, _ = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    request(untracked, 7, "a")
+    assert untracked.unacked is None
+
+
+def test_collector_calls_after_the_end_are_dropped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    first = request(core, 7, "a")
+    second = request(core, 7, "b")
+    del recorder.trace[:]
+    core.end()
+    with caplog.at_level(logging.WARNING, logger="drpc.executors.task"):
+        assert core.collector.emit([7, "x"]) == []
+        core.collector.emit_direct(2, [7, "x"])
+        core.collector.ack(first)
+        core.collector.fail(second)
+    assert recorder.trace == []
+    assert first._done and second._done
+    assert [record.getMessage() for record in caplog.records] == [
+        f"step 'bolt0' task 1 {what} a tuple after its batch ended (past its deadline); ignored"
+        for what in ("emitted", "emitted", "acked", "failed")
+    ]
+
+
+def test_a_second_ack_is_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    received = request(core, 7, "a")
+    core.collector.ack(received)
+    settled = len(recorder.trace)
+    with caplog.at_level(logging.WARNING, logger="drpc.executors.task"):
+        core.collector.ack(received)
+    assert len(recorder.trace) == settled
+    assert [record.getMessage() for record in caplog.records] == [
+        "step 'bolt0' acked a tuple twice; ignoring the second ack"
+    ]
+
+
+def direct_drpc() -> Topology:
+    """bolt0 (task 1) emits directly to each task of bolt1 (tasks 2, 3)."""
+    builder = LinearDRPCTopologyBuilder("f")
+    builder.add_bolt(bolts.DirectToEveryTask(), 1)
+    builder.add_bolt(bolts.RecordTask(), 2).direct_grouping()
+    builder.add_bolt(bolts.CountPerRequest(), 1).fields_grouping(Fields("id"))
+    return builder.create_topology()
+
+
+def test_emits_anchor_to_what_the_bolt_names() -> None:
+    core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    first = request(core, 7, "a")
+    second = request(core, 7, "b")
+    del recorder.trace[:]
+    core.collector.emit([7, "none"], anchors=None)
+    core.collector.emit([7, "both"], anchors=[first, second])
+    core.current = second
+    core.collector.emit([7, "current"])
+    core.current = None
+    assert [line.split(" anchored ")[1] for line in recorder.trace] == [
+        "[]",
+        "[[7, 'a'], [7, 'b']]",
+        "[]",  # the default anchors to the tuple being executed, and none is
+    ]
+    core.collector.ack(first)
+    with pytest.raises(InvalidTupleError, match=r"^step 'bolt0' anchored an emit to a tuple"):
+        core.collector.emit([7, "late"], anchors=[second, first])
+
+
+def test_direct_emits_go_to_the_named_task_anchored_and_counted() -> None:
+    core, recorder = core_of(direct_drpc(), "bolt0", 1)
+    assert core.tracker is not None
+    received = request(core, 7, "a")
+    assert recorder.trace[:2] == [
+        "deliver default [7, 2] to [2] anchored [[7, 'a']]",
+        "deliver default [7, 3] to [3] anchored [[7, 'a']]",
+    ]
+    assert recorder.trace[2:] == [
+        "report 7 to 2: 1 on [7, 'a']",
+        "report 7 to 3: 1 on [7, 'a']",
+        "completed 7",
+        "settle [7, 'a'] acked",
+    ]
+    pending = core.make_tuple("prepare-request", "default", 7, [8, "b"])
+    del recorder.trace[:]
+    core.collector.emit_direct(3, [8, "anchored"], anchors=pending)
+    core.collector.emit_direct(2, [8, "bare"])
+    assert recorder.trace == [
+        "deliver default [8, 'anchored'] to [3] anchored [[8, 'b']]",
+        "deliver default [8, 'bare'] to [2] anchored []",
+    ]
+    assert received._done
+
+
+def test_emits_are_counted_for_the_reports_except_on_the_coordination_stream() -> None:
+    core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    assert core.tracker is not None
+    request(core, 7, "a")
+    core.collector.emit([7, "more"])
+    core.send("__coord", [7, 5], [2], ())
+    targets = [int(line.split(" to [")[1][0]) for line in recorder.trace[:2]]
+    assert core.tracker.emitted_counts(7) == {target: targets.count(target) for target in targets}
+    assert recorder.trace[2] == "deliver __coord [7, 5] to [2] anchored []"
+
+
+def test_a_debug_topology_logs_each_emit(caplog: pytest.LogCaptureFixture) -> None:
+    topology = drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest())
+    core, _ = core_of(topology, "bolt0", 1, {config.TOPOLOGY_DEBUG: True})
+    with caplog.at_level(logging.DEBUG, logger="drpc.executors.task"):
+        request(core, 7, "a")
+    [target] = core.tracker.emitted_counts(7) if core.tracker else [0]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"bolt0[1] emitted [7, 'never acked'] on default to [{target}]"
+    ]
+    quiet, _ = core_of(topology, "bolt0", 1)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="drpc.executors.task"):
+        request(quiet, 7, "a")
+    assert caplog.records == []
+
+
+def test_reported_errors_are_logged_with_the_task(caplog: pytest.LogCaptureFixture) -> None:
+    core, recorder = core_of(drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt1", 3)
+    with caplog.at_level(logging.ERROR, logger="drpc.executors.task"):
+        core.collector.report_error(ValueError("odd"))
+    assert [(record.levelno, record.getMessage()) for record in caplog.records] == [
+        (logging.ERROR, "step 'bolt1' task 3 reported: ValueError('odd')")
+    ]
+    assert recorder.trace == []
+
+
+def test_tuples_carry_the_declared_fields_of_their_stream() -> None:
+    core, _ = core_of(drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt1", 2)
+    made = core.make_tuple("bolt0", "default", 1, [7, "A"], {5: 6})
+    again = core.make_tuple("bolt0", "default", 1, [8, "B"])
+    report = core.make_tuple("bolt0", "__coord", 1, [7, 1])
+    assert (made.source_component, made.source_stream, made.source_task) == ("bolt0", "default", 1)
+    assert made.fields == Fields("id", "result") and again.fields is made.fields
+    assert made.message_id == {5: 6} and again.message_id == {}
+    assert report.fields != made.fields
