@@ -17,6 +17,7 @@ import pytest
 from drpc import Fields, LinearDRPCTopologyBuilder, Topology, config
 from drpc.errors import DRPCExceptionType, Failure, InvalidTupleError
 from drpc.executors.task import TaskCore, coordination_config
+from drpc.model.components import CURRENT_ANCHOR
 from drpc.model.tuples import Tuple
 from drpc.semantics.coordination import CoordinationConfig
 
@@ -46,7 +47,7 @@ class Recorder:
         self.trace.append(f"completed {id}")
 
     def failed(self, id: Hashable, failure: Failure, timed_out: bool) -> Failure:
-        self.trace.append(f"failed {id}{' (timed out)' if timed_out else ''}: {failure.message}")
+        self.trace.append(f"failed {id} (timed_out={timed_out}): {failure.message}")
         return failure
 
     def abandoned(self, id: Hashable) -> None:
@@ -104,7 +105,10 @@ def test_a_batch_task_finishes_an_id_on_its_last_report_and_reports_what_it_sent
     core.execute_data(data)
     report = core.make_tuple("bolt0", "__coord", 1, [7, 1])
     assert not core.is_data(report)
+    outer = core.current = core.make_tuple("bolt0", "default", 1, [6, "outer"])
     assert core.apply(core.tracker.report_received(7, 1, 0), report) is None
+    assert core.current is outer  # restored after the finish
+    core.current = None
     assert recorder.trace == [
         "settle [7, 'A'] acked",
         "deliver default [7, 1] to [4] anchored [[7, 1]]",  # finish's emit anchors to its trigger
@@ -112,6 +116,7 @@ def test_a_batch_task_finishes_an_id_on_its_last_report_and_reports_what_it_sent
         "completed 7",
     ]
     assert 7 not in core.tracker and core.current is None
+    assert (core.index, core_of(core.topology, "bolt1", 3)[0].index) == (0, 1)
 
 
 def test_a_first_step_finishes_when_its_request_is_acked_and_reports_to_every_next_task() -> None:
@@ -144,7 +149,10 @@ def test_a_failed_tuple_fails_its_id_then_a_late_ack_of_the_id_is_dropped() -> N
     core.collector.ack(second)  # its id failed here: nothing finishes nor settles
     assert second._done
     failure = "Request failed: step 'bolt0' (task 1) failed the tuple: no"
-    assert recorder.trace[2:] == [f"failed 7: {failure}", f"settle [7, 'a'] {failure}"]
+    assert recorder.trace[2:] == [
+        f"failed 7 (timed_out=False): {failure}",
+        f"settle [7, 'a'] {failure}",
+    ]
     core.collector.fail(first, "again")  # already failed: ignored
     assert len(recorder.trace) == 4
 
@@ -160,6 +168,10 @@ def test_failing_a_tuple_that_is_not_data_leaves_its_id_alone() -> None:
         "settle [7, 'host'] Request failed: step 'bolt2' (task 4) failed the tuple: no"
     ]
     assert 7 in core.tracker
+    ret = core.make_tuple("prepare-request", "id", 7, [7, "again"])
+    core.collector.ack(ret)
+    assert recorder.trace[-1] == "settle [7, 'again'] acked"
+    assert core.tracker.status(7).acked == 0  # type: ignore[union-attr]
 
 
 def test_a_finish_that_raises_fails_the_id_and_its_trigger() -> None:
@@ -168,8 +180,16 @@ def test_a_finish_that_raises_fails_the_id_and_its_trigger() -> None:
     report = core.make_tuple("bolt0", "__coord", 1, [7, 0])
     failure = core.apply(core.tracker.report_received(7, 0, 0), report)
     assert failure is not None and failure.type is DRPCExceptionType.FAILED_REQUEST
-    assert recorder.trace == [f"failed 7: {failure.message}"]
-    assert "the batch is incomplete" in failure.message and "finish_batch" in failure.message
+    assert recorder.trace == [f"failed 7 (timed_out=False): {failure.message}"]
+    assert failure.message == (
+        "Request failed: step 'bolt1' (task 3) raised FailedException: the batch is "
+        "incomplete in finish_batch"
+    )
+    del recorder.trace[:]
+    assert core.tracker.tuple_received(9, 0) == []
+    [timed_out] = core.tracker.expire(now=30)
+    assert core.apply([timed_out], None) == timed_out.failure  # type: ignore[union-attr]
+    assert recorder.trace == [f"failed 9 (timed_out=True): {timed_out.failure.message}"]  # type: ignore[union-attr]
     assert core.tracker.tombstones == 1 and core.current is None
 
 
@@ -214,7 +234,7 @@ def test_unacked_tuples_are_kept_until_acked_or_failed() -> None:
         assert core.unacked == {id(second): second}
         acker = threading.Thread(target=core.collector.ack, args=(second,))
         acker.start()  # blocks on the lock until the wait releases it
-        core.wait_for_acks(time.time() + 60)
+        core.wait_for_acks(time.time() + 3600)  # woken by the ack, or the test times out
         assert core.unacked == {}
     acker.join()
     assert recorder.trace[-1] == "settle [8, 'b'] acked"
@@ -290,7 +310,16 @@ def test_emits_anchor_to_what_the_bolt_names() -> None:
         "[]",  # the default anchors to the tuple being executed, and none is
     ]
     core.collector.ack(first)
-    with pytest.raises(InvalidTupleError, match=r"^step 'bolt0' anchored an emit to a tuple"):
+    core.collector.emit([7, "current"], anchors=CURRENT_ANCHOR)
+    assert recorder.trace[-1].endswith(" anchored []")
+    core.current = second
+    core.collector.emit([7, "current"], anchors=CURRENT_ANCHOR)
+    assert recorder.trace[-1].endswith(" anchored [[7, 'b']]")
+    core.current = None
+    with pytest.raises(
+        InvalidTupleError,
+        match=r"^step 'bolt0' anchored an emit to a tuple it had already acked or failed$",
+    ):
         core.collector.emit([7, "late"], anchors=[second, first])
 
 
