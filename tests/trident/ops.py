@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from drpc import FailedException, stable_hash
@@ -13,6 +14,7 @@ from drpc.trident import (
     Count,
     Function,
     ReducerAggregator,
+    StateUpdater,
     TridentCollector,
     TridentTuple,
 )
@@ -112,3 +114,32 @@ class WriteLines(Consumer):
 class EmitsTwoValues(Function):
     def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
         collector.emit([1, 2])
+
+
+class PutLatest(StateUpdater):
+    """partition_persist: stores each tuple's second field under its first (the last wins)."""
+
+    def update_state(
+        self, state: Any, tuples: Sequence[TridentTuple], collector: TridentCollector
+    ) -> None:
+        collector.emit(["dropped"])
+        state.multi_put({tuple.get_value(0): tuple.get_value(1) for tuple in tuples})
+
+
+class AddToSet(StateUpdater):
+    """partition_persist: adds each tuple's second field to the sorted list under its first."""
+
+    def update_state(
+        self, state: Any, tuples: Sequence[TridentTuple], collector: TridentCollector
+    ) -> None:
+        added: dict[Any, set[Any]] = {}
+        for tuple in tuples:
+            added.setdefault(tuple.get_value(0), set()).add(tuple.get_value(1))
+        keys = list(added)
+        stored = state.multi_get(keys)
+        state.multi_put(
+            {
+                key: sorted(set(old or []) | added[key])
+                for key, old in zip(keys, stored, strict=True)
+            }
+        )
