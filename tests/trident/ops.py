@@ -124,22 +124,3 @@ class PutLatest(StateUpdater):
     ) -> None:
         collector.emit(["dropped"])
         state.multi_put({tuple.get_value(0): tuple.get_value(1) for tuple in tuples})
-
-
-class AddToSet(StateUpdater):
-    """partition_persist: adds each tuple's second field to the sorted list under its first."""
-
-    def update_state(
-        self, state: Any, tuples: Sequence[TridentTuple], collector: TridentCollector
-    ) -> None:
-        added: dict[Any, set[Any]] = {}
-        for tuple in tuples:
-            added.setdefault(tuple.get_value(0), set()).add(tuple.get_value(1))
-        keys = list(added)
-        stored = state.multi_get(keys)
-        state.multi_put(
-            {
-                key: sorted(set(old or []) | added[key])
-                for key, old in zip(keys, stored, strict=True)
-            }
-        )
