@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from drpc.transactional.spouts import MemoryMeta, _OpaqueMemoryEmitter
 from drpc.trident import (
     Consumer,
     Count,
+    Filter,
     Function,
     ReducerAggregator,
     StateUpdater,
@@ -124,3 +126,14 @@ class PutLatest(StateUpdater):
     ) -> None:
         collector.emit(["dropped"])
         state.multi_put({tuple.get_value(0): tuple.get_value(1) for tuple in tuples})
+
+
+class SlowFilter(Filter):
+    """Keeps every tuple, after sleeping ``seconds`` on each: a batch slower than its timeout."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        time.sleep(self.seconds)
+        return True

@@ -1,6 +1,7 @@
 """Trident exactly once as the transactional topologies prove it: runs SIGKILLed at random
 points then restarted, and a state directory whose map grows during the run; the committed
-counts equal the input, on both executors."""
+counts equal the input, on both executors. A batch slower than its tuple-tree timeout stops
+a local run with an error naming the setting instead of replaying forever."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from drpc import Fields
+from drpc.errors import TransactionalError
 from drpc.examples.transactional_global_count import DATA
 from drpc.transactional import MemoryTransactionalSpout
 from drpc.trident import Count, LMDBMapState, TridentTopology, run, transactional_topology
@@ -30,6 +32,7 @@ from tests.transactional.test_growth import (  # noqa: F401  (pytest fixtures)
 )
 
 from .faults import TXID, counts_state, word_count
+from .ops import SlowFilter
 from .test_word_count import committed
 
 SIGKILL_CASES = [
@@ -123,3 +126,30 @@ def test_the_map_growing_at_any_write_of_a_run_commits_exactly_the_input(
         kinds.update(write_kind(what) for what in where)
     assert {"batch metadata", "partition metadata", "commit"} <= kinds
     assert sum(1 for _, resizes in outcomes.values() if resizes) >= len(levels) * 3 // 4
+
+
+def test_a_batch_slower_than_its_timeout_stops_a_local_run_naming_the_setting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Local executor only: a batch's Spark job is not cut by the tuple-tree timeout (it
+    bounds only the wait for asynchronous acks there), so it never times out this way."""
+    topology = TridentTopology()
+    (
+        topology.new_stream("slow", MemoryTransactionalSpout(DATA, Fields("word"), 3))
+        .each(["word"], SlowFilter(0.5))
+        .group_by(["word"])
+        .persistent_aggregate(LMDBMapState.transactional("counts"), Count(), ["count"])
+    )
+    caplog.set_level("WARNING", logger="drpc.transactional.run")
+    timeout = {"topology.message.timeout.secs": 0.5}
+    with pytest.raises(TransactionalError) as caught:
+        run(topology, state_dir=str(tmp_path), conf=timeout, max_timeouts=2)
+    assert str(caught.value) == (
+        "transactional topology 'slow': batch 1's tuple tree did not complete within 0.5 s "
+        "(topology.message.timeout.secs), 2 time(s) (max_timeouts=2); raise "
+        "topology.message.timeout.secs in the topology's conf or make the batches smaller"
+    )
+    warned = [r for r in caplog.records if "did not complete within 0.5 s" in r.getMessage()]
+    assert [(r.txid, r.phase) for r in warned if "batch 1's" in r.getMessage()] == [
+        (1, "processing")
+    ] * 2
