@@ -138,6 +138,7 @@ class Failure:
     message: str
     component: str | None = None
     task: int | None = None
+    tree_timeout: bool = False  # the tuple tree outlived topology.message.timeout.secs
 
     def to_exception(self) -> DRPCExecutionException:
         return DRPCExecutionException(self.message, self.type)
@@ -170,7 +171,7 @@ class Failure:
                 message += f" (task {task})"
         if detail:
             message += f": {detail}"
-        return cls(DRPCExceptionType.FAILED_REQUEST, message, component, task)
+        return cls(DRPCExceptionType.FAILED_REQUEST, message, component, task, tree_timeout=True)
 
     @classmethod
     def from_exception(

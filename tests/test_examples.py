@@ -48,7 +48,8 @@ def test_each_drpc_example_serves_its_function_as_topology(module: str, function
 
 
 @pytest.mark.parametrize(
-    "module", ["transactional_global_count", "transactional_words", "trident_words"]
+    "module",
+    ["transactional_global_count", "transactional_words", "trident_words", "trident_reach"],
 )
 def test_each_transactional_example_runs_as_topology(module: str) -> None:
     spec = f"drpc.examples.{module}:topology"

@@ -12,5 +12,19 @@ DRPC functions (``drpc-server --topology drpc.examples.reach:topology``):
 
 Transactional topologies (``drpc-transactional run MODULE:topology``):
 ``transactional_global_count`` and ``transactional_words`` (whose
-``words_query`` is a DRPC function answering from the committed counts).
+``words_query`` is a DRPC function answering from the committed counts);
+Trident: ``trident_words`` (``words_query``) and ``trident_reach``
+(``reach_query``). These read their state directory from ``DRPC_STATE_DIR``
+(``state_dir()``, default ``state``).
 """
+
+from __future__ import annotations
+
+import os
+
+STATE_DIR_ENV = "DRPC_STATE_DIR"
+
+
+def state_dir() -> str:
+    """The state directory the examples' command-line topologies read and write."""
+    return os.environ.get(STATE_DIR_ENV, "state")

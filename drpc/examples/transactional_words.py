@@ -16,7 +16,6 @@ state directory in ``DRPC_STATE_DIR`` (default ``state``), for
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from typing import Any
 
@@ -31,6 +30,7 @@ from drpc import (
     TopologyContext,
     Tuple,
 )
+from drpc.examples import state_dir
 from drpc.examples.transactional_global_count import DATA, PARTITION_TAKE_PER_BATCH
 from drpc.state.topology import STATE_DIR_CONF
 from drpc.transactional import (
@@ -145,4 +145,4 @@ def build_words_query(state_dir: str, function: str = "words") -> Topology:
 
 
 def words_query() -> Topology:
-    return build_words_query(os.environ.get("DRPC_STATE_DIR", "state"))
+    return build_words_query(state_dir())

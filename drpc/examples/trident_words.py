@@ -16,8 +16,7 @@ For the command lines, reading the state directory ``DRPC_STATE_DIR``
 
 from __future__ import annotations
 
-import os
-
+from drpc.examples import state_dir
 from drpc.model.fields import Fields
 from drpc.model.topology import Topology
 from drpc.transactional import MemoryTransactionalSpout
@@ -73,13 +72,9 @@ def build_trident_words(sentences: dict[int, list[list[str]]] | None = None) -> 
     return topology
 
 
-def _state_dir() -> str:
-    return os.environ.get("DRPC_STATE_DIR", "state")
-
-
 def topology() -> Topology:
-    return transactional_topology(build_trident_words(), _state_dir())
+    return transactional_topology(build_trident_words(), state_dir())
 
 
 def words_query() -> Topology:
-    return drpc_topology(build_trident_words(), "words", _state_dir())
+    return drpc_topology(build_trident_words(), "words", state_dir())

@@ -51,7 +51,7 @@ from drpc.state.env import (
     MIN_MAP_SIZE,
     parse_size,
 )
-from drpc.transactional.run import CommitInfo, TransactionalRunner
+from drpc.transactional.run import DEFAULT_MAX_TIMEOUTS, CommitInfo, TransactionalRunner
 
 
 def _size(text: str) -> int:
@@ -133,6 +133,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="give up when a batch fails N times (default 100)",
     )
+    run.add_argument(
+        "--max-timeouts",
+        type=int,
+        default=DEFAULT_MAX_TIMEOUTS,
+        metavar="N",
+        help="give up when a batch's tuple tree outlives topology.message.timeout.secs N times "
+        f"(default {DEFAULT_MAX_TIMEOUTS})",
+    )
     add_state_arguments(run)
     add_spark_arguments(run)
     add_logging_arguments(run, default_level="WARNING")
@@ -143,8 +151,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if args.max_spout_pending is not None and args.max_spout_pending < 1:
-        parser.error("--max-spout-pending must be >= 1")
+    for flag in ("max_spout_pending", "max_attempts", "max_timeouts"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1")
     spark = spark_options(parser, args, args.executor)
     import_from_working_directory()
     try:
@@ -176,6 +185,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             executor=args.executor,
             max_spout_pending=args.max_spout_pending,
             max_attempts=args.max_attempts,
+            max_timeouts=args.max_timeouts,
             **spark,
             state_options=options,
         ) as runner:

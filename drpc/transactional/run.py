@@ -29,7 +29,13 @@ until its source runs dry (a committed batch emitted nothing) or
   one; they are re-emitted with new attempts and the same metadata; a txid
   that fails ``max_attempts`` times (default 100) stops the run with
   ``TransactionalError`` naming it and its last failure (a batch that can never
-  pass would otherwise replay forever, as in Storm);
+  pass would otherwise replay forever, as in Storm); a txid whose tuple tree
+  outlives ``topology.message.timeout.secs`` (default 30 s; set it in the
+  topology's or the run's ``conf``) ``max_timeouts`` times (default 3; the
+  local executor: a batch's Spark job is not cut by that timeout) stops it
+  sooner, with an error saying to raise that timeout or shrink the
+  batches: a batch too large for the timeout times out on every replay, and
+  each timeout is logged as a warning naming the setting;
 - a commit that does not fit in the state directory even after the map grew
   to ``max_map_size`` (``state_options``) stops the run at once with
   ``TransactionalError`` caused by ``StateFullError``: nothing of that batch
@@ -87,6 +93,9 @@ from drpc.transactional.spouts import (
 )
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TIMEOUTS = 3
+"""Tuple-tree timeouts of one txid that stop a run (``max_timeouts``)."""
 
 
 @dataclass
@@ -157,6 +166,7 @@ class TransactionalRunner:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         threads: int = 4,
         max_attempts: int | None = 100,
+        max_timeouts: int | None = DEFAULT_MAX_TIMEOUTS,
         state_options: dict[str, Any] | None = None,
         observer: Observer | None = None,
     ) -> None:
@@ -172,6 +182,8 @@ class TransactionalRunner:
         """
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be None or >= 1, got {max_attempts}")
+        if max_timeouts is not None and max_timeouts < 1:
+            raise ValueError(f"max_timeouts must be None or >= 1, got {max_timeouts}")
         if isinstance(topology, TransactionalTopologyBuilder):
             topology = topology.create_topology()
         info: TransactionalInfo | None = topology.transactional
@@ -230,7 +242,9 @@ class TransactionalRunner:
                 start_timeout,
             )
         self.max_attempts = max_attempts
+        self.max_timeouts = max_timeouts
         self._failures: collections.Counter[int] = collections.Counter()
+        self._timeouts: collections.Counter[int] = collections.Counter()
         self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._captured: dict[TransactionAttempt, Processed] = {}
         self._started = False
@@ -415,6 +429,8 @@ class TransactionalRunner:
                 event.failure.message,
                 extra=self._log_fields(attempt, "processing"),
             )
+            if event.failure.tree_timeout:
+                self._count_timeout(attempt)
             self._count_failure(attempt.txid, event.failure.message)
         decisions = self.coordinator.fail(attempt, self.metadata)
         self._forget_inactive()
@@ -431,6 +447,25 @@ class TransactionalRunner:
                 f"{self._failures[txid]} times (max_attempts={self.max_attempts}); last failure: "
                 f"{reason}"
             )
+
+    def _count_timeout(self, attempt: TransactionAttempt) -> None:
+        txid = attempt.txid
+        self._timeouts[txid] += 1
+        timeout = float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS])
+        advice = (
+            f"batch {txid}'s tuple tree did not complete within {timeout:g} s "
+            f"({config.TOPOLOGY_MESSAGE_TIMEOUT_SECS}), {self._timeouts[txid]} time(s) "
+            f"(max_timeouts={self.max_timeouts}); raise {config.TOPOLOGY_MESSAGE_TIMEOUT_SECS} "
+            "in the topology's conf or make the batches smaller"
+        )
+        log.warning(
+            "transactional topology %r: %s",
+            self.info.id,
+            advice,
+            extra=self._log_fields(attempt, "processing"),
+        )
+        if self.max_timeouts is not None and self._timeouts[txid] >= self.max_timeouts:
+            raise TransactionalError(f"transactional topology {self.info.id!r}: {advice}")
 
     def _forget_inactive(self) -> None:
         for attempt in list(self._captured):
@@ -520,6 +555,7 @@ def run(
     on_commit: Callable[[CommitInfo], None] | None = None,
     stop: threading.Event | None = None,
     max_attempts: int | None = 100,
+    max_timeouts: int | None = DEFAULT_MAX_TIMEOUTS,
     state_options: dict[str, Any] | None = None,
     observer: Observer | None = None,
 ) -> RunResult:
@@ -534,6 +570,7 @@ def run(
         spark_conf=spark_conf,
         start_timeout=start_timeout,
         max_attempts=max_attempts,
+        max_timeouts=max_timeouts,
         state_options=state_options,
         observer=observer,
     ) as runner:

@@ -38,6 +38,7 @@ from drpc.trident.operations import (
     MapFunction,
     QueryFunction,
     ReducerAggregator,
+    StateUpdater,
 )
 from drpc.trident.run import run, runner
 from drpc.trident.state import LMDBMapState, MapStateFactory
@@ -62,6 +63,7 @@ __all__ = [
     "MapStateFactory",
     "QueryFunction",
     "ReducerAggregator",
+    "StateUpdater",
     "Stream",
     "Sum",
     "TridentCollector",

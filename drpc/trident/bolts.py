@@ -16,6 +16,10 @@ Contract.
   ``combine(stored, batch)`` (the batch aggregate when nothing is stored), a
   reducer reduces the group's tuples onto the stored value (``init()`` when
   nothing is stored). The map's kind makes a replayed txid count once.
+- ``PartitionPersistBolt(state, input, updater)``: the committer of
+  ``partition_persist``: gathers its task's tuples of the batch and, in the
+  batch's commit, calls ``updater.update_state`` once with the map state
+  inside the commit and those tuples (none: no call).
 - ``ReturnTuples``: the last step of a Trident DRPC function: one task per
   request gathers the request's result tuples and answers with their JSON,
   a list of value lists, as Storm's Trident DRPC does (``[[5]]``).
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from drpc.errors import StateError
@@ -34,10 +39,10 @@ from drpc.model.streams import OutputFieldsDeclarer
 from drpc.model.tuples import Tuple
 from drpc.state.topology import current_commit, state_for
 from drpc.trident.builtins import key_of
-from drpc.trident.operations import CombinerAggregator
-from drpc.trident.processors import BatchContext, Processor, Selection, Values
+from drpc.trident.operations import CombinerAggregator, StateUpdater
+from drpc.trident.processors import BatchContext, Root, Selection, Values
 from drpc.trident.state import CommitMapState, MapStateFactory
-from drpc.trident.tuples import TridentTuple
+from drpc.trident.tuples import TridentCollector, TridentTuple
 
 BATCH_FIELD = "$batch"
 
@@ -45,7 +50,7 @@ BATCH_FIELD = "$batch"
 class SegmentBolt(BaseBatchBolt):
     """One segment of Trident steps per batch (see the module doc)."""
 
-    def __init__(self, root: Processor, streams: dict[str, tuple[str, ...]]) -> None:
+    def __init__(self, root: Root, streams: dict[str, tuple[str, ...]]) -> None:
         self.root = root
         self.streams = streams
 
@@ -62,7 +67,7 @@ class SegmentBolt(BaseBatchBolt):
         self.root.prepare(BatchContext(conf, context, id, output))
 
     def execute(self, tuple: Tuple) -> None:
-        self.root.execute((*tuple.values[1:],))
+        self.root.receive(tuple.source_stream, (*tuple.values[1:],))
 
     def finish_batch(self) -> None:
         self.root.finish()
@@ -103,12 +108,7 @@ class PersistBolt(BaseBatchBolt, ICommitter):
             self.tuples[key].append(self.input.tuple(values))
 
     def finish_batch(self) -> None:
-        commit = current_commit()
-        if commit is None:
-            raise StateError("a Trident persistent aggregate finished outside its commit")
-        txn, txid = commit
-        env = state_for(self.context.services, self.conf).env
-        state = CommitMapState(self.state.open(env), txn, txid)
+        state = _commit_state(self.state, self.context, self.conf)
         aggregator = self.aggregator
         if isinstance(aggregator, CombinerAggregator):
 
@@ -128,6 +128,53 @@ class PersistBolt(BaseBatchBolt, ICommitter):
                 return apply
 
             state.multi_update({key: reduced(tuples) for key, tuples in self.tuples.items()})
+
+
+def _commit_state(factory: MapStateFactory, context: Any, conf: dict[str, Any]) -> CommitMapState:
+    """The map state of ``factory`` inside the commit that is finishing this batch."""
+    commit = current_commit()
+    if commit is None:
+        raise StateError("a Trident state write finished outside its commit")
+    txn, txid = commit
+    env = state_for(context.services, conf).env
+    return CommitMapState(factory.open(env), txn, txid)
+
+
+class PartitionPersistBolt(BaseBatchBolt, ICommitter):
+    """Hands its task's batch tuples to a state updater in the commit (see the module doc)."""
+
+    def __init__(self, state: MapStateFactory, input: Selection, updater: StateUpdater) -> None:
+        self.state = state
+        self.input = input
+        self.updater = updater
+        self.tuples: list[TridentTuple] = []
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        pass
+
+    def prepare(
+        self, conf: dict[str, Any], context: Any, collector: BatchOutputCollector, id: Any
+    ) -> None:
+        self.updater.prepare(conf, context)
+        self.conf = conf
+        self.context = context
+
+    def execute(self, tuple: Tuple) -> None:
+        self.tuples.append(self.input.tuple((*tuple.values[1:],)))
+
+    def finish_batch(self) -> None:
+        if self.tuples:
+            state = _commit_state(self.state, self.context, self.conf)
+            self.updater.update_state(state, self.tuples, _Dropped(0, type(self.updater).__name__))
+
+
+class _Dropped(TridentCollector):
+    """What a state updater emits: dropped (drpc has no new-values stream)."""
+
+    __slots__ = ()
+
+    def emit(self, values: Sequence[Any]) -> None:
+        pass
 
 
 class ReturnTuples(BaseBatchBolt):

@@ -12,10 +12,20 @@ segments in order, then ``ReturnTuples``. ``drpc_topologies`` compiles
 them all. Both carry ``state_dir`` as ``drpc.state.dir`` so state queries
 read that directory's committed state.
 
+Several spout streams run as one ``drpc.trident.spouts`` multi-spout: each
+stream's first segment reads its own stream of the spout component. A
+``merge`` or ``join`` ends each input's segment with an emit to a stream of
+its own; the merge's (join's) segment subscribes to all of them (a join by
+fields grouping on each side's join fields, so equal keys meet in one task)
+and starts with a ``Root`` (a ``JoinRoot``). A ``partition_persist`` is a
+committer ``PartitionPersistBolt`` fed by its segment's tasks (local or
+shuffle grouping).
+
 Segment parallelism: a ``parallelism_hint`` on any step of the segment, else
 that of the segment feeding it (the spout's for the first: its
-``new_stream(parallelism=)``, or a hint right after ``new_stream``), 1 after
-a global repartition. Streams between components are named ``s0``, ``s1``, ...
+``new_stream(parallelism=)``, or a hint right after ``new_stream``; the
+largest of the inputs' after a merge or join), 1 after a global
+repartition. Streams between components are named ``s0``, ``s1``, ...
 """
 
 from __future__ import annotations
@@ -31,16 +41,25 @@ from drpc.model.streams import DEFAULT_STREAM_ID
 from drpc.model.topology import Topology
 from drpc.state.topology import STATE_DIR_CONF
 from drpc.transactional.builder import TransactionalTopologyBuilder
-from drpc.trident.bolts import BATCH_FIELD, PersistBolt, ReturnTuples, SegmentBolt
+from drpc.trident.bolts import (
+    BATCH_FIELD,
+    PartitionPersistBolt,
+    PersistBolt,
+    ReturnTuples,
+    SegmentBolt,
+)
 from drpc.trident.plan import (
     DRPCSource,
     Each,
     FilterStep,
     FlatMapStep,
+    Join,
     MapStep,
+    Merge,
     Names,
     Node,
     PartitionAggregate,
+    PartitionPersist,
     Peek,
     Persist,
     Project,
@@ -53,6 +72,7 @@ from drpc.trident.processors import (
     Emit,
     FilterProcessor,
     FlatMapProcessor,
+    JoinRoot,
     MapProcessor,
     PartitionAggregateProcessor,
     PeekProcessor,
@@ -62,6 +82,7 @@ from drpc.trident.processors import (
     Selection,
     StateQueryProcessor,
 )
+from drpc.trident.spouts import multi_spout, source_stream
 from drpc.trident.stream import TridentTopology
 
 SPOUT_ID = "spout"
@@ -81,49 +102,105 @@ class Input:
 @dataclass(slots=True)
 class Component:
     name: str
-    input: Input
+    inputs: list[Input]
     parallelism: int
-    root: Processor | None = None  # a segment's processors
-    persist: PersistBolt | None = None
+    root: Root | None = None  # a segment's processors
+    persist: PersistBolt | PartitionPersistBolt | None = None
     streams: dict[str, Names] = field(default_factory=dict)
+
+    @property
+    def input(self) -> Input:
+        return self.inputs[0]
+
+
+@dataclass(slots=True)
+class _Gathering:
+    """The inputs of a merge or join node placed so far: (input index, its stream, tasks)."""
+
+    arrived: list[tuple[int, Input, int]] = field(default_factory=list)
 
 
 class _Compiler:
     def __init__(self) -> None:
         self.components: list[Component] = []
         self._streams = 0
+        self._gathering: dict[int, _Gathering] = {}
 
     def stream_id(self) -> str:
         name = f"s{self._streams}"
         self._streams += 1
         return name
 
-    def segment(self, input: Input, parallelism: int) -> Component:
-        component = Component(f"b{len(self.components)}", input, parallelism, root=Root())
+    def segment(self, inputs: list[Input], parallelism: int, root: Root | None = None) -> Component:
+        component = Component(f"b{len(self.components)}", inputs, parallelism, root=root or Root())
         self.components.append(component)
         return component
 
     def place(
-        self, children: list[Node], fields: Names, parent: Processor, segment: Component
+        self,
+        origin: Node,
+        children: list[Node],
+        fields: Names,
+        parent: Processor,
+        segment: Component,
     ) -> None:
-        """Place steps ``children`` (over tuples of ``fields``, after ``parent``) in ``segment``."""
+        """Place steps ``children`` of ``origin`` (over tuples of ``fields``, after
+        ``parent``) in ``segment``."""
         for child in children:
             operation = child.operation
+            if isinstance(operation, Merge | Join):
+                self.gather(child, operation, origin, fields, parent, segment)
+                continue
             if child.parallelism is not None:
                 segment.parallelism = child.parallelism
             if isinstance(operation, Repartition):
                 self.repartition(child, operation, parent, segment)
                 continue
+            if isinstance(operation, PartitionPersist):
+                self.partition_persist(child, operation, fields, parent, segment)
+                continue
             processor = _processor(child, fields)
             parent.children.append(processor)
-            self.place(child.children, child.fields, processor, segment)
+            self.place(child, child.children, child.fields, processor, segment)
+
+    def emit(self, parent: Processor, segment: Component, fields: Names) -> str:
+        """End ``parent``'s branch of ``segment`` with an emit of ``fields`` on a new stream."""
+        stream = self.stream_id()
+        parent.children.append(Emit(stream))
+        segment.streams[stream] = fields
+        return stream
+
+    def gather(
+        self,
+        node: Node,
+        operation: Merge | Join,
+        origin: Node,
+        fields: Names,
+        parent: Processor,
+        segment: Component,
+    ) -> None:
+        """Feed input ``origin`` to merge/join ``node``; start its segment once all are fed."""
+        stream = self.emit(parent, segment, fields)
+        side = next(i for i, input in enumerate(operation.inputs) if input is origin)
+        if isinstance(operation, Join):
+            input = Input(segment.name, stream, "fields", operation.keys[side])
+        else:
+            input = Input(segment.name, stream, "local")
+        gathering = self._gathering.setdefault(id(node), _Gathering())
+        gathering.arrived.append((side, input, segment.parallelism))
+        if len(gathering.arrived) < len(operation.inputs):
+            return
+        arrived = sorted(gathering.arrived, key=lambda entry: entry[0])
+        inputs = [input for _, input, _ in arrived]
+        parallelism = node.parallelism or max(tasks for _, _, tasks in arrived)
+        root = Root() if isinstance(operation, Merge) else _join_root(operation, inputs)
+        after = self.segment(inputs, parallelism, root)
+        self.place(node, node.children, node.fields, root, after)
 
     def repartition(
         self, node: Node, operation: Repartition, parent: Processor, segment: Component
     ) -> None:
-        stream = self.stream_id()
-        parent.children.append(Emit(stream))
-        segment.streams[stream] = node.fields
+        stream = self.emit(parent, segment, node.fields)
         input = Input(segment.name, stream, operation.how, operation.fields)
         parallelism = 1 if input.how == "global" else segment.parallelism
         steps = [child for child in node.children if not isinstance(child.operation, Persist)]
@@ -131,11 +208,28 @@ class _Compiler:
         for child in persists:
             self.persist(child, node.fields, input, parallelism)
         if steps or not persists:  # a stream ending in a repartition still gets its tasks
-            after = self.segment(input, parallelism)
-            self.place(steps, node.fields, self.root_of(after), after)
+            after = self.segment([input], parallelism)
+            self.place(node, steps, node.fields, self.root_of(after), after)
+
+    def partition_persist(
+        self,
+        node: Node,
+        operation: PartitionPersist,
+        fields: Names,
+        parent: Processor,
+        segment: Component,
+    ) -> None:
+        stream = self.emit(parent, segment, fields)
+        bolt = PartitionPersistBolt(
+            operation.state, Selection(fields, operation.input), operation.updater
+        )
+        input = Input(segment.name, stream, "local")
+        self.components.append(
+            Component(f"persist{len(self.components)}", [input], segment.parallelism, persist=bolt)
+        )
 
     @staticmethod
-    def root_of(component: Component) -> Processor:
+    def root_of(component: Component) -> Root:
         assert component.root is not None
         return component.root
 
@@ -150,11 +244,22 @@ class _Compiler:
         )
         component = Component(
             f"persist{len(self.components)}",
-            input,
+            [input],
             node.parallelism or parallelism,
             persist=bolt,
         )
         self.components.append(component)
+
+
+def _join_root(operation: Join, inputs: list[Input]) -> JoinRoot:
+    sides = {input.stream: side for side, input in enumerate(inputs)}
+    fields = tuple(input.fields for input in operation.inputs)
+    keys = (Selection(fields[0], operation.keys[0]), Selection(fields[1], operation.keys[1]))
+    rest = tuple(
+        Selection(fields[side], tuple(f for f in fields[side] if f not in operation.keys[side]))
+        for side in (0, 1)
+    )
+    return JoinRoot(sides, keys, (rest[0], rest[1]))
 
 
 def _processor(node: Node, fields: Names) -> Processor:
@@ -202,14 +307,19 @@ def transactional_topology(
     sources = [node for node in topology.sources if isinstance(node.operation, SpoutSource)]
     if not sources:
         raise InvalidTopologyError("this Trident topology has no spout stream (new_stream)")
-    source = sources[0]
-    spout = source.operation
-    assert isinstance(spout, SpoutSource)
-    spout_parallelism = source.parallelism or spout.parallelism
+    spouts = [_spout_of(source) for source in sources]
+    spout_parallelism = max(
+        source.parallelism or spout.parallelism
+        for source, spout in zip(sources, spouts, strict=True)
+    )
     compiler = _Compiler()
-    first = compiler.segment(Input(SPOUT_ID, DEFAULT_STREAM_ID, "local"), spout_parallelism)
-    compiler.place(source.children, source.fields, compiler.root_of(first), first)
-    builder = TransactionalTopologyBuilder(spout.txid, SPOUT_ID, spout.spout, spout_parallelism)
+    for index, source in enumerate(sources):
+        stream = DEFAULT_STREAM_ID if len(sources) == 1 else source_stream(index)
+        first = compiler.segment([Input(SPOUT_ID, stream, "local")], spout_parallelism)
+        compiler.place(source, source.children, source.fields, compiler.root_of(first), first)
+    spout = spouts[0].spout if len(spouts) == 1 else multi_spout([s.spout for s in spouts])
+    txid = "+".join(s.txid for s in spouts)
+    builder = TransactionalTopologyBuilder(txid, SPOUT_ID, spout, spout_parallelism)
     for component in compiler.components:
         if component.persist is not None:
             declarer = builder.set_committer_bolt(
@@ -222,8 +332,14 @@ def transactional_topology(
                 SegmentBolt(component.root, component.streams),
                 component.parallelism,
             )
-        _subscribe(declarer, component.input)
+        for input in component.inputs:
+            _subscribe(declarer, input)
     return builder.create_topology(_conf(state_dir, conf))
+
+
+def _spout_of(source: Node) -> SpoutSource:
+    assert isinstance(source.operation, SpoutSource)
+    return source.operation
 
 
 def _subscribe(declarer: Any, input: Input) -> None:
@@ -266,8 +382,8 @@ def drpc_topology(
                 f"DRPC stream {function!r} writes state; DRPC streams only query state"
             )
     compiler = _Compiler()
-    first = compiler.segment(Input("", DEFAULT_STREAM_ID, "none"), 1)
-    compiler.place(source.children, source.fields, compiler.root_of(first), first)
+    first = compiler.segment([Input("", DEFAULT_STREAM_ID, "none")], 1)
+    compiler.place(source, source.children, source.fields, compiler.root_of(first), first)
     last = compiler.components[-1]
     _append_to_tip(compiler.root_of(last), Emit(RESULT_STREAM))
     last.streams[RESULT_STREAM] = tip.fields

@@ -20,6 +20,11 @@ run it (pickled with cloudpickle, so lambdas and ``__main__`` classes work);
   collector)``, ``complete(S, collector)``; emits any number of tuples.
 - ``QueryFunction``: ``batch_retrieve(state, keys) -> results`` once per
   batch and partition, then ``execute(tuple, result, collector)`` per tuple.
+- ``StateUpdater``: ``update_state(state, tuples, collector)`` once per batch
+  and partition (``partition_persist``), in the batch's commit: ``state`` is
+  the map state inside the commit (``multi_get``, ``multi_put``,
+  ``multi_update``); what it emits is dropped (drpc has no new-values
+  stream).
 
 Plain callables are accepted where a one-method operation is expected
 (``each``, ``filter``, ``map``, ``flat_map``, ``peek``); ``as_*`` wrap them.
@@ -105,6 +110,13 @@ class QueryFunction(Operation):
         raise NotImplementedError
 
     def execute(self, tuple: TridentTuple, result: Any, collector: TridentCollector) -> None:
+        raise NotImplementedError
+
+
+class StateUpdater(Operation):
+    def update_state(
+        self, state: Any, tuples: Sequence[TridentTuple], collector: TridentCollector
+    ) -> None:
         raise NotImplementedError
 
 

@@ -6,7 +6,9 @@ source) and its children (a stream used twice has two). Aggregations are
 already expanded here into the steps that run them (``drpc.trident.stream``):
 a combiner's partial aggregate per partition, a ``Repartition``, then the
 combine; so the compiler (``drpc.trident.compiler``) only cuts the graph at
-``Repartition`` and ``Persist`` nodes.
+``Repartition``, ``Persist``, ``PartitionPersist``, ``Merge`` and ``Join``
+nodes. A ``Merge`` or ``Join`` node has no parent: its operation names its
+input nodes, and it is a child of each of them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from drpc.trident.operations import (
     Function,
     MapFunction,
     QueryFunction,
+    StateUpdater,
 )
 from drpc.trident.state import MapStateFactory
 
@@ -110,6 +113,34 @@ class Persist:
     aggregator: CombinerAggregator[Any] | Any
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionPersist:
+    """Hand each batch partition's tuples to a state updater in the commit (a committer)."""
+
+    state: MapStateFactory
+    input: Names
+    updater: StateUpdater
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Merge:
+    """The tuples of every input node, as one stream (the first input's field names)."""
+
+    inputs: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Join:
+    """The inner join of two input nodes' batch tuples on ``keys`` (one per input).
+
+    Output: the join fields, then the other fields of the first input, then
+    those of the second (renamed to the join's out fields).
+    """
+
+    inputs: tuple[Node, Node]
+    keys: tuple[Names, Names]
+
+
 Operation = (
     SpoutSource
     | DRPCSource
@@ -123,6 +154,9 @@ Operation = (
     | PartitionAggregate
     | Repartition
     | Persist
+    | PartitionPersist
+    | Merge
+    | Join
 )
 
 

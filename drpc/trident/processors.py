@@ -15,6 +15,9 @@ collector on a stream.
   without group fields a partition outputs one aggregate even when it saw no
   tuple (a combiner's ``zero()``, a reducer's ``init()``), as in Storm; with
   group fields, one per group seen, in order of first arrival.
+- A segment fed by several streams (``merge``, ``join``) gets each input
+  tuple with its stream id (``Root.receive``); a ``JoinRoot`` holds both
+  sides of the batch partition and outputs the inner join when it finishes.
 - ``StateQuery`` retrieves once per batch partition (``batch_retrieve`` over
   every key), reading the state's committed values.
 """
@@ -94,10 +97,48 @@ class Selection:
 
 
 class Root(Processor):
-    """The entry of a segment: passes the bolt's input tuples on."""
+    """The entry of a segment: passes the bolt's input tuples on, whatever their stream."""
+
+    def receive(self, stream: str, values: Values) -> None:
+        self.execute(values)
 
     def execute(self, values: Values) -> None:
         self.push(values)
+
+
+class JoinRoot(Root):
+    """The entry of a join's segment: the inner join of its two input streams per batch.
+
+    ``sides`` maps each input stream to side 0 or 1; ``keys[side]`` selects a
+    side's join fields and ``rest[side]`` its other fields. Output: key, then
+    side 0's rest, then side 1's, per pair of tuples with equal keys.
+    """
+
+    def __init__(
+        self,
+        sides: Mapping[str, int],
+        keys: tuple[Selection, Selection],
+        rest: tuple[Selection, Selection],
+    ) -> None:
+        super().__init__()
+        self.sides, self.keys, self.rest = dict(sides), keys, rest
+        self.tables: tuple[dict[Values, list[Values]], dict[Values, list[Values]]] = ({}, {})
+
+    def receive(self, stream: str, values: Values) -> None:
+        side = self.sides[stream]
+        key = self.keys[side].values(values)
+        self.tables[side].setdefault(key, []).append(self.rest[side].values(values))
+
+    def execute(self, values: Values) -> None:
+        raise AssertionError("a join's tuples arrive through receive(stream, values)")
+
+    def finish(self) -> None:
+        (left, right), self.tables = self.tables, ({}, {})
+        for key, lefts in left.items():
+            for right_rest in right.get(key, ()):
+                for left_rest in lefts:
+                    self.push(key + left_rest + right_rest)
+        super().finish()
 
 
 class Applies(Processor, Generic[Op]):

@@ -7,7 +7,17 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
 - ``new_stream(txid, spout, parallelism=1)``: a stream of batches from a
   transactional, partitioned or opaque spout of ``drpc.transactional``;
   ``txid`` names the topology's transactional state (its commits, txids and
-  spout metadata). One spout stream per topology.
+  spout metadata). A topology may have several spout streams: they run as
+  one transactional topology whose batches hold a batch of every spout, so
+  they must be of one kind (all partitioned or all opaque, a plain
+  transactional spout only alone); its transactional id is their txids
+  joined with ``+``.
+- ``merge(*streams)``: one stream of the tuples of all (same number of
+  fields; named as the first's). ``join(stream1, fields1, stream2, fields2,
+  out_fields)``: the inner join of the two streams' tuples of each batch on
+  the join fields, output as Storm's: the join fields, then the other fields
+  of ``stream1``, then those of ``stream2``, named ``out_fields``. Both work
+  on spout streams only (not DRPC streams) and need distinct streams.
 - ``new_drpc_stream(function)``: a stream of DRPC requests to ``function``,
   one field ``args``; each request is its own batch, answered with the JSON
   list of the stream's final tuples (``[[5]]``).
@@ -23,7 +33,9 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
   ``partition_aggregate``, ``aggregate`` (the whole batch),
   ``group_by(fields)``, ``persistent_aggregate(state, [fields,] aggregator,
   out_fields)`` (returns a ``TridentState``), ``state_query(state, fields,
-  query, out_fields)``.
+  query, out_fields)``, ``partition_persist(state, fields, updater)`` (a
+  ``StateUpdater`` per batch partition in the commit; returns a
+  ``TridentState``).
 - ``GroupedStream``: ``aggregate`` and ``partition_aggregate`` per group
   (output: the group fields then the aggregate's), ``persistent_aggregate``
   (the map state's key is the group value, a tuple for several fields),
@@ -32,7 +44,8 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
   per group, then only the partial aggregates cross the repartition. Reducer
   and general aggregators move every tuple to its group's task.
 - Misuse (unknown or duplicate fields, an aggregator kind a step does not
-  take, two spout streams) raises ``InvalidTopologyError`` when declared.
+  take, spout streams of different kinds) raises ``InvalidTopologyError``
+  when declared.
 """
 
 from __future__ import annotations
@@ -43,12 +56,17 @@ from typing import Any
 from drpc.errors import InvalidTopologyError
 from drpc.model.fields import Fields
 from drpc.model.streams import DEFAULT_STREAM_ID, OutputFieldsDeclarer
+from drpc.transactional.spouts import (
+    BaseOpaquePartitionedTransactionalSpout,
+    BasePartitionedTransactionalSpout,
+)
 from drpc.trident.operations import (
     Aggregator,
     AnyAggregator,
     CombinerAggregator,
     Filter,
     ReducerAggregator,
+    StateUpdater,
     as_consumer,
     as_filter,
     as_flat_map,
@@ -61,11 +79,14 @@ from drpc.trident.plan import (
     Each,
     FilterStep,
     FlatMapStep,
+    Join,
     MapStep,
+    Merge,
     Names,
     Node,
     Operation,
     PartitionAggregate,
+    PartitionPersist,
     Peek,
     Persist,
     Project,
@@ -101,10 +122,11 @@ class TridentTopology:
         self.sources: list[Node] = []
 
     def new_stream(self, txid: str, spout: Any, parallelism: int = 1) -> Stream:
-        if any(isinstance(node.operation, SpoutSource) for node in self.sources):
-            raise InvalidTopologyError(
-                "this Trident topology already has a spout stream; drpc runs one per topology"
-            )
+        for node in self.sources:
+            if isinstance(node.operation, SpoutSource):
+                if node.operation.txid == txid:
+                    raise InvalidTopologyError(f"spout stream {txid!r} is declared twice")
+                _check_same_kind(node.operation.spout, spout, txid)
         declarer = OutputFieldsDeclarer(txid)
         spout.declare_output_fields(declarer)
         stream = declarer.streams.get(DEFAULT_STREAM_ID)
@@ -126,6 +148,79 @@ class TridentTopology:
 
     def new_static_state(self, factory: MapStateFactory) -> TridentState:
         return TridentState(self, factory)
+
+    def merge(self, *streams: Stream) -> Stream:
+        if len(streams) < 2:
+            raise InvalidTopologyError(f"merge takes two streams or more, got {len(streams)}")
+        self._check_inputs(streams, "merge")
+        widths = {len(stream.fields) for stream in streams}
+        if len(widths) != 1:
+            raise InvalidTopologyError(
+                "merge: the streams have different numbers of fields "
+                f"{[list(stream.fields) for stream in streams]}"
+            )
+        return self._from_inputs(Merge(tuple(s.node for s in streams)), streams[0].fields)
+
+    def join(
+        self,
+        stream1: Stream,
+        fields1: FieldsLike,
+        stream2: Stream,
+        fields2: FieldsLike,
+        out_fields: FieldsLike,
+    ) -> Stream:
+        self._check_inputs((stream1, stream2), "join")
+        keys1, keys2 = (
+            stream1._check(names(fields1), "join"),
+            stream2._check(names(fields2), "join"),
+        )
+        if len(keys1) != len(keys2) or not keys1:
+            raise InvalidTopologyError(
+                f"join: as many join fields on each side, at least one; got {list(keys1)} "
+                f"and {list(keys2)}"
+            )
+        width = len(stream1.fields) + len(stream2.fields) - len(keys2)
+        output = names(out_fields)
+        if len(output) != width or len(set(output)) != width:
+            raise InvalidTopologyError(
+                f"join: {width} distinct out fields expected (the join fields, then the others "
+                f"of each side), got {list(output)}"
+            )
+        return self._from_inputs(Join((stream1.node, stream2.node), (keys1, keys2)), output)
+
+    def _check_inputs(self, streams: Sequence[Stream], what: str) -> None:
+        for stream in streams:
+            if not isinstance(stream, Stream) or stream.topology is not self:
+                raise InvalidTopologyError(f"{what} takes streams of this topology, got {stream!r}")
+            if any(isinstance(source.operation, DRPCSource) for source in _sources(stream.node)):
+                raise InvalidTopologyError(f"{what} of DRPC streams: drpc takes spout streams only")
+        if len({id(stream.node) for stream in streams}) != len(streams):
+            raise InvalidTopologyError(f"{what} takes distinct streams, got one twice")
+
+    def _from_inputs(self, operation: Merge | Join, fields: Names) -> Stream:
+        node = Node(operation, fields, None)
+        for input in operation.inputs:
+            input.children.append(node)
+        return Stream(self, node)
+
+
+def _sources(node: Node) -> list[Node]:
+    """The source nodes (``new_stream``, ``new_drpc_stream``) feeding ``node``."""
+    operation = node.operation
+    if isinstance(operation, Merge | Join):
+        return [source for input in operation.inputs for source in _sources(input)]
+    return [node] if node.parent is None else _sources(node.parent)
+
+
+def _check_same_kind(first: Any, spout: Any, txid: str) -> None:
+    for kind in (BasePartitionedTransactionalSpout, BaseOpaquePartitionedTransactionalSpout):
+        if isinstance(first, kind) and isinstance(spout, kind):
+            return
+    raise InvalidTopologyError(
+        f"spout stream {txid!r}: the spout streams of one topology run in one batch, so they "
+        f"are all partitioned or all opaque spouts; got {type(first).__name__} and "
+        f"{type(spout).__name__}"
+    )
 
 
 def _aggregation(
@@ -230,6 +325,23 @@ class Stream:
             StateQuery(state.factory, input, query, output),
             self._new_fields(output, "state_query"),
         )
+
+    def partition_persist(
+        self, state: MapStateFactory, fields: FieldsLike, updater: StateUpdater
+    ) -> TridentState:
+        if not isinstance(state, MapStateFactory):
+            raise InvalidTopologyError(
+                f"partition_persist takes a map state factory (LMDBMapState...), got {state!r}"
+            )
+        if not isinstance(updater, StateUpdater):
+            raise InvalidTopologyError(
+                f"partition_persist takes a StateUpdater, got {type(updater).__name__}"
+            )
+        if any(isinstance(source.operation, DRPCSource) for source in _sources(self.node)):
+            raise InvalidTopologyError("partition_persist on a DRPC stream: DRPC only queries")
+        input = self._check(names(fields), "partition_persist")
+        self._then(PartitionPersist(state, input, updater), input)
+        return TridentState(self.topology, state)
 
     # -- repartitioning ------------------------------------------------------------------
 

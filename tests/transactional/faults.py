@@ -4,12 +4,19 @@
 injected first-attempt failures leave their markers (unset: no failures);
 ``DRPC_TEST_OPAQUE``: "1" for the opaque spout and map; ``DRPC_TEST_TAKE``:
 lines per partition per batch; ``DRPC_STATE_DIR``: the state directory
-``count_query`` answers from.
+``count_query`` answers from. ``kill_after_commits`` SIGKILLs runs of a
+command at chosen points (the SIGKILL tests of transactional and Trident
+topologies).
 """
 
 from __future__ import annotations
 
 import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 from drpc import (
@@ -22,7 +29,8 @@ from drpc import (
     TopologyContext,
     Tuple,
 )
-from drpc.state.topology import STATE_DIR_CONF
+from drpc.state import CoordinatorState
+from drpc.state.topology import STATE_DIR_CONF, TopologyState
 from drpc.transactional import TransactionalTopologyBuilder
 from drpc.transactional.filelog import FileLogTransactionalSpout, OpaqueFileLogTransactionalSpout
 
@@ -76,3 +84,33 @@ def count_query() -> Topology:
     builder = LinearDRPCTopologyBuilder("count")
     builder.add_bolt(CommittedCount(), 2)
     return builder.create_topology({STATE_DIR_CONF: os.environ["DRPC_STATE_DIR"]})
+
+
+def kill_after_commits(
+    command: list[str],
+    env: dict[str, str],
+    state_dir: Path,
+    topology_id: str,
+    targets: list[int],
+    rng: random.Random,
+) -> int:
+    """Run ``command`` once per target txid, SIGKILLed soon after its run commits past the
+    target: mid-processing, mid-emit or mid-commit, wherever the next instructions happen to
+    be. Stops early when a run finishes first; returns how many runs it killed."""
+    env_state = None
+    kills = 0
+    for target in targets:
+        process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+        while process.poll() is None:
+            if state_dir.exists():
+                env_state = env_state or TopologyState.at(str(state_dir)).env
+                if CoordinatorState(env_state, topology_id).next_txid() > target:
+                    time.sleep(rng.uniform(0, 0.03))
+                    break
+            time.sleep(0.005)
+        if process.poll() is not None:
+            break
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+        kills += 1
+    return kills

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from drpc.state import CoordinatorState
 from drpc.state.topology import TopologyState
 from drpc.transactional import run
 from drpc.transactional.filelog import append_lines
 
-from .faults import word_count
+from .faults import kill_after_commits, word_count
 
 WORDS = 60_000
 PARTITIONS = 4
@@ -80,26 +77,9 @@ def test_sigkill_at_random_points_then_restart(opaque: bool, tmp_path: Path) -> 
         sys.executable, "-m", "drpc.transactional.cli", "run", topology,
         "--state-dir", str(state_dir), "--max-spout-pending", "3",
     ]  # fmt: skip
-    # Kill each run soon after it commits past a random target txid: mid-processing,
-    # mid-emit or mid-commit, wherever the next instructions happen to be.
     rng = random.Random(3)
     targets = sorted(rng.sample(range(3, 90), 4))
-    env_state = None
-    kills = 0
-    for target in targets:
-        process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
-        while process.poll() is None:
-            if state_dir.exists():
-                env_state = env_state or TopologyState.at(str(state_dir)).env
-                if CoordinatorState(env_state, "fault-words").next_txid() > target:
-                    time.sleep(rng.uniform(0, 0.03))
-                    break
-            time.sleep(0.005)
-        if process.poll() is not None:
-            break
-        process.send_signal(signal.SIGKILL)
-        process.wait(30)
-        kills += 1
+    kills = kill_after_commits(command, env, state_dir, "fault-words", targets, rng)
     final = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert final.returncode == 0, final.stderr[-2000:]
     assert kills >= 3, "the runs finished before they could be killed; make the workload larger"

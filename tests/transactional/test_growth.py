@@ -136,22 +136,32 @@ def write_kind(what: str) -> str:
 
 
 def run_level(
-    tx_executor: str, make_spout: Callable[[Path], Any], directory: Path, filler: int
-) -> tuple[Any, int, str]:
+    tx_executor: str, make_topology: Callable[[Path], Any], directory: Path, filler: int
+) -> tuple[Any, int]:
+    """Run the topology ``make_topology(directory)`` over ``directory / "state"`` filled with
+    ``filler`` values; its result and how often the map grew."""
     state = directory / "state"
     assert fill(state, filler)
-    spout = make_spout(directory)
     with TransactionalRunner(
-        build(spout),
+        make_topology(directory),
         state_dir=str(state),
         executor=tx_executor,
         state_options={"map_size": MAP_SIZE},
     ) as runner:
         result = runner.run()
         resizes = runner.env.resizes
-    total = TopologyState.at(str(state)).transactional_map(GLOBAL_COUNT_MAP).get("count")
     runner.env.close()
-    return result, resizes, total
+    return result, resizes
+
+
+def run_global_count(
+    tx_executor: str, make_spout: Callable[[Path], Any], directory: Path, filler: int
+) -> tuple[Any, int, str]:
+    result, resizes = run_level(
+        tx_executor, lambda directory: build(make_spout(directory)), directory, filler
+    )
+    state = str(directory / "state")
+    return result, resizes, TopologyState.at(state).transactional_map(GLOBAL_COUNT_MAP).get("count")
 
 
 @pytest.mark.timeout(300)
@@ -164,7 +174,7 @@ def test_every_level_of_growth_commits_exactly_the_input(
     with ThreadPoolExecutor(1 if tx_executor == "local" else 6) as pool:
         outcomes = list(
             pool.map(
-                lambda level: run_level(
+                lambda level: run_global_count(
                     tx_executor, SPOUTS[spout], directories[level], capacity - level
                 ),
                 range(LEVELS),

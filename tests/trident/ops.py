@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from drpc import FailedException, stable_hash
@@ -11,8 +13,10 @@ from drpc.transactional.spouts import MemoryMeta, _OpaqueMemoryEmitter
 from drpc.trident import (
     Consumer,
     Count,
+    Filter,
     Function,
     ReducerAggregator,
+    StateUpdater,
     TridentCollector,
     TridentTuple,
 )
@@ -112,3 +116,24 @@ class WriteLines(Consumer):
 class EmitsTwoValues(Function):
     def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
         collector.emit([1, 2])
+
+
+class PutLatest(StateUpdater):
+    """partition_persist: stores each tuple's second field under its first (the last wins)."""
+
+    def update_state(
+        self, state: Any, tuples: Sequence[TridentTuple], collector: TridentCollector
+    ) -> None:
+        collector.emit(["dropped"])
+        state.multi_put({tuple.get_value(0): tuple.get_value(1) for tuple in tuples})
+
+
+class SlowFilter(Filter):
+    """Keeps every tuple, after sleeping ``seconds`` on each: a batch slower than its timeout."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        time.sleep(self.seconds)
+        return True

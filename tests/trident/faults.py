@@ -1,0 +1,41 @@
+"""The Trident word count of the exactly-once tests; configured by environment for subprocess
+runs (``DRPC_TEST_LOG_DIR``: the file log, ``DRPC_TEST_OPAQUE``: "1" for the opaque spout and
+map, ``DRPC_TEST_TAKE``: lines per partition per batch, ``DRPC_STATE_DIR``: the state
+directory)."""
+
+from __future__ import annotations
+
+import os
+
+from drpc import Fields, Topology
+from drpc.transactional.filelog import FileLogTransactionalSpout, OpaqueFileLogTransactionalSpout
+from drpc.trident import Count, LMDBMapState, MapStateFactory, TridentTopology
+from drpc.trident import transactional_topology as compile_spout_streams
+
+TXID = "trident-fault-words"
+
+
+def counts_state(opaque: bool) -> MapStateFactory:
+    return LMDBMapState.opaque("counts") if opaque else LMDBMapState.transactional("counts")
+
+
+def word_count(log_dir: str, opaque: bool, take: int) -> TridentTopology:
+    kind = OpaqueFileLogTransactionalSpout if opaque else FileLogTransactionalSpout
+    topology = TridentTopology()
+    (
+        topology.new_stream(TXID, kind(log_dir, Fields("word"), take), parallelism=2)
+        .group_by(["word"])
+        .persistent_aggregate(counts_state(opaque), Count(), ["count"])
+    )
+    return topology
+
+
+def topology() -> Topology:
+    return compile_spout_streams(
+        word_count(
+            os.environ["DRPC_TEST_LOG_DIR"],
+            os.environ.get("DRPC_TEST_OPAQUE") == "1",
+            int(os.environ["DRPC_TEST_TAKE"]),
+        ),
+        os.environ["DRPC_STATE_DIR"],
+    )

@@ -1,0 +1,155 @@
+"""Trident exactly once as the transactional topologies prove it: runs SIGKILLed at random
+points then restarted, and a state directory whose map grows during the run; the committed
+counts equal the input, on both executors. A batch slower than its tuple-tree timeout stops
+a local run with an error naming the setting instead of replaying forever."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from drpc import Fields
+from drpc.errors import TransactionalError
+from drpc.examples.transactional_global_count import DATA
+from drpc.transactional import MemoryTransactionalSpout
+from drpc.trident import Count, LMDBMapState, TridentTopology, run, transactional_topology
+from tests.conftest import SPARK_TEST_MASTER
+from tests.transactional.faults import kill_after_commits
+from tests.transactional.test_faults import write_words
+from tests.transactional.test_growth import (  # noqa: F401  (pytest fixtures)
+    LEVELS,
+    Growth,
+    capacity,
+    growth,
+    run_level,
+    write_kind,
+)
+
+from .faults import TXID, counts_state, word_count
+from .ops import SlowFilter
+from .test_word_count import committed
+
+SIGKILL_CASES = [
+    # (executor, opaque, words, txids killed after): each Spark run starts a JVM (40-100 s on
+    # the loaded 2-core machine), so one kill there
+    pytest.param("local", False, 20_000, (3, 9, 17, 28), id="local-transactional"),
+    pytest.param("local", True, 20_000, (4, 11, 20, 30), id="local-opaque"),
+    pytest.param("spark", True, 6_000, (2,), id="spark-opaque", marks=pytest.mark.spark),
+]
+TAKE = 100  # lines per partition per batch: 400 words a batch over the 4 partitions
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize(("executor", "opaque", "words", "targets"), SIGKILL_CASES)
+def test_sigkill_at_random_points_then_restart(
+    executor: str,
+    opaque: bool,
+    words: int,
+    targets: tuple[int, ...],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Runs of the command line SIGKILLed, then a run in this process (on the shared Spark
+    session for spark) finishes the input."""
+    expected = write_words(tmp_path / "log", seed=19, count=words)
+    state_dir = tmp_path / "state"
+    env = {
+        **os.environ,
+        "DRPC_TEST_LOG_DIR": str(tmp_path / "log"),
+        "DRPC_TEST_OPAQUE": "1" if opaque else "0",
+        "DRPC_TEST_TAKE": str(TAKE),
+        "DRPC_STATE_DIR": str(state_dir),
+    }
+    command = [
+        sys.executable, "-m", "drpc.transactional.cli", "run", "tests.trident.faults:topology",
+        "--state-dir", str(state_dir), "--max-spout-pending", "3", "--executor", executor,
+    ]  # fmt: skip
+    if executor == "spark":
+        command += ["--master", SPARK_TEST_MASTER]
+    kills = kill_after_commits(command, env, state_dir, TXID, list(targets), random.Random(5))
+    assert kills == len(targets), "a run finished before it was killed; make the input larger"
+    if executor == "spark":
+        request.getfixturevalue("spark_session")
+    topology = word_count(str(tmp_path / "log"), opaque, TAKE)
+    final = run(topology, state_dir=str(state_dir), executor=executor, max_spout_pending=3)
+    assert final.commits and final.commits[0].txid > targets[-1]  # it resumed after the kills
+    assert committed(state_dir, counts_state(opaque)) == dict(expected)
+
+
+def growing_word_count(directory: Path) -> object:
+    topology = TridentTopology()
+    (
+        topology.new_stream("growing-words", MemoryTransactionalSpout(DATA, Fields("word"), 3), 2)
+        .group_by(["word"])
+        .persistent_aggregate(LMDBMapState.transactional("counts"), Count(), ["count"])
+    )
+    return transactional_topology(topology, str(directory / "state"))
+
+
+@pytest.mark.timeout(300)
+def test_the_map_growing_at_any_write_of_a_run_commits_exactly_the_input(
+    tx_executor: str,
+    capacity: int,  # noqa: F811  (the fixture imported above)
+    growth: Growth,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    expected = Counter(values[0] for rows in DATA.values() for values in rows)
+    levels = range(0, LEVELS, 4)  # every 4th level of the transactional test: a page apart
+    directories = {level: tmp_path / f"level-{level}" for level in levels}
+    with ThreadPoolExecutor(1 if tx_executor == "local" else 4) as pool:
+        outcomes = dict(
+            zip(
+                levels,
+                pool.map(
+                    lambda level: run_level(
+                        tx_executor, growing_word_count, directories[level], capacity - level
+                    ),
+                    levels,
+                ),
+                strict=True,
+            )
+        )
+    kinds: set[str] = set()
+    for level, (result, resizes) in outcomes.items():
+        counts = committed(directories[level] / "state", LMDBMapState.transactional("counts"))
+        assert counts == dict(expected), f"level {level}"
+        assert result.tuples == sum(expected.values())
+        where = growth.writes.get(str((directories[level] / "state").resolve()), [])
+        assert len(where) == resizes
+        kinds.update(write_kind(what) for what in where)
+    assert {"batch metadata", "partition metadata", "commit"} <= kinds
+    assert sum(1 for _, resizes in outcomes.values() if resizes) >= len(levels) * 3 // 4
+
+
+def test_a_batch_slower_than_its_timeout_stops_a_local_run_naming_the_setting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Local executor only: a batch's Spark job is not cut by the tuple-tree timeout (it
+    bounds only the wait for asynchronous acks there), so it never times out this way."""
+    topology = TridentTopology()
+    (
+        topology.new_stream("slow", MemoryTransactionalSpout(DATA, Fields("word"), 3))
+        .each(["word"], SlowFilter(0.5))
+        .group_by(["word"])
+        .persistent_aggregate(LMDBMapState.transactional("counts"), Count(), ["count"])
+    )
+    caplog.set_level("WARNING", logger="drpc.transactional.run")
+    timeout = {"topology.message.timeout.secs": 0.5}
+    with pytest.raises(TransactionalError) as caught:
+        run(topology, state_dir=str(tmp_path), conf=timeout, max_timeouts=2)
+    assert str(caught.value) == (
+        "transactional topology 'slow': batch 1's tuple tree did not complete within 0.5 s "
+        "(topology.message.timeout.secs), 2 time(s) (max_timeouts=2); raise "
+        "topology.message.timeout.secs in the topology's conf or make the batches smaller"
+    )
+    warned = [r for r in caplog.records if "did not complete within 0.5 s" in r.getMessage()]
+    assert [(r.txid, r.phase) for r in warned if "batch 1's" in r.getMessage()] == [
+        (1, "processing")
+    ] * 2
