@@ -6,11 +6,14 @@ in its heaps, fragmented, so the process's resident size stays near its
 high-water mark although nothing holds that memory any more.
 ``MemoryTrimmer``:
 
-- ``run()``, a task on the server's loop, reads how many bytes glibc's heaps
-  hold free (``mallinfo2().fordblks``) every ``interval`` seconds (default 10)
-  and, when that is ``growth`` bytes (default 4 MiB) or more above what was
-  left free after the last trim, calls ``malloc_trim(0)`` in a worker thread,
-  which returns every whole free page of every heap;
+- ``run()``, a task on the server's loop, every ``interval`` seconds (default
+  10) reads the process's resident size and how many bytes glibc's heaps hold
+  free (``mallinfo2().fordblks``) and, when both are ``growth`` bytes (default
+  4 MiB) or more (the resident size above what it was after the last trim, or
+  its lowest since), calls ``malloc_trim(0)`` in a worker thread, which
+  returns every whole free page of every heap. The free bytes alone cannot
+  tell when to trim again: pages a trim gave back still count as free, and a
+  later burst that reuses them makes them resident without adding to them;
 - ``trim()`` does one such trim now and returns the process's resident size
   after it (``/proc/self/statm``);
 - ``trims`` counts them. Without glibc 2.33 or later it does nothing
@@ -83,7 +86,7 @@ class MemoryTrimmer:
         self.trims = 0
         self._libc = _glibc()
         self.available = self._libc is not None
-        self._free_after_trim = self.free_bytes() or 0
+        self._resident_after_trim = resident_bytes() or 0
 
     def free_bytes(self) -> int | None:
         """Bytes glibc's heaps hold free (None when unavailable)."""
@@ -95,8 +98,20 @@ class MemoryTrimmer:
             return None
         self._libc.malloc_trim(0)
         self.trims += 1
-        self._free_after_trim = self.free_bytes() or 0
-        return resident_bytes()
+        after = resident_bytes()
+        self._resident_after_trim = after or 0
+        return after
+
+    def due(self) -> bool:
+        """Whether a trim is worth it now: ``growth`` bytes free in glibc's heaps, and the
+        resident size ``growth`` above what it was after the last trim (or its lowest
+        since; without ``/proc``, the free bytes alone decide)."""
+        free = self.free_bytes() or 0
+        resident = resident_bytes()
+        if resident is None:
+            return free >= self.growth
+        self._resident_after_trim = min(self._resident_after_trim, resident)
+        return free >= self.growth and resident - self._resident_after_trim >= self.growth
 
     async def run(self) -> None:
         if not self.available:
@@ -104,9 +119,6 @@ class MemoryTrimmer:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.interval)
-            free = self.free_bytes() or 0
-            if free - self._free_after_trim >= self.growth:
+            if self.due():
                 after = await loop.run_in_executor(None, self.trim)
-                log.debug("trimmed %d free heap bytes: %s bytes resident", free, after)
-            elif free < self._free_after_trim:
-                self._free_after_trim = free
+                log.debug("trimmed the heaps: %s bytes resident", after)

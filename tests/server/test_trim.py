@@ -7,6 +7,8 @@ import asyncio
 
 from drpc.server.trim import MemoryTrimmer, resident_bytes
 
+from tests.waiting import wait_until
+
 MIB = 1024 * 1024
 
 
@@ -34,6 +36,25 @@ async def test_it_trims_once_the_freed_memory_passes_its_threshold() -> None:
         await asyncio.sleep(0.3)
         assert trimmer.trims == 1  # nothing more freed since: no second trim
         assert len(kept_under) + len(kept_over) == 600
+    finally:
+        running.cancel()
+
+
+async def test_it_trims_again_when_a_later_burst_reuses_what_it_gave_back() -> None:
+    trimmer = MemoryTrimmer(interval=0.05, growth=16 * MIB)
+    running = asyncio.create_task(trimmer.run())
+    try:
+        first = [b"a" * 10_000 for _ in range(5000)]
+        kept_first = first[::10]
+        del first  # 45 MB freed: trimmed
+        await asyncio.to_thread(wait_until, lambda: trimmer.trims == 1)
+        # The second burst fits in the pages the trim gave back: resident again, and
+        # free again once it ends, yet glibc's free bytes are no more than after the trim.
+        second = [b"c" * 10_000 for _ in range(4000)]
+        kept_second = second[::10]
+        del second
+        await asyncio.to_thread(wait_until, lambda: trimmer.trims == 2)
+        assert len(kept_first) + len(kept_second) == 900
     finally:
         running.cancel()
 
