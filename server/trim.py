@@ -6,14 +6,21 @@ in its heaps, fragmented, so the process's resident size stays near its
 high-water mark although nothing holds that memory any more.
 ``MemoryTrimmer``:
 
-- ``run()``, a task on the server's loop, every ``interval`` seconds (default
-  10) reads the process's resident size and how many bytes glibc's heaps hold
-  free (``mallinfo2().fordblks``) and, when both are ``growth`` bytes (default
-  4 MiB) or more (the resident size above what it was after the last trim, or
-  its lowest since), calls ``malloc_trim(0)`` in a worker thread, which
-  returns every whole free page of every heap. The free bytes alone cannot
-  tell when to trim again: pages a trim gave back still count as free, and a
-  later burst that reuses them makes them resident without adding to them;
+- ``run()``, a task on the server's loop, first pins glibc's mmap threshold
+  at ``mmap_threshold`` bytes (default 64 KiB; ``mallopt``): every block that
+  big gets a mapping of its own, given back when freed. Left to itself glibc
+  raises the threshold to the largest block freed (a 1 MB ``/metrics`` page),
+  and every block under it (100 KB calls and replies) then comes from the
+  heaps and fragments them;
+- then, every ``interval`` seconds (default 10), it reads how many bytes
+  glibc's heaps hold free (``mallinfo2().fordblks``) and the process's
+  resident size and, when the free bytes are ``growth`` (default 4 MiB) or
+  more and either they or the resident size grew by ``growth`` since the last
+  trim (the resident size from its lowest since), calls ``malloc_trim(0)`` in
+  a worker thread, which returns every whole free page of every heap. Both
+  signals are needed: a burst freed after a trim shows in the free bytes
+  only, and a burst reusing pages a trim gave back (they still count as free)
+  in the resident size only;
 - ``trim()`` does one such trim now and returns the process's resident size
   after it (``/proc/self/statm``);
 - ``trims`` counts them. Without glibc 2.33 or later it does nothing
@@ -33,6 +40,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 10.0
 DEFAULT_GROWTH = 4 * 1024 * 1024
+DEFAULT_MMAP_THRESHOLD = 64 * 1024
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 _STATM = "/proc/self/statm"
 
 
@@ -63,6 +72,8 @@ def _glibc() -> Any:
         libc.malloc_trim.argtypes = [ctypes.c_size_t]
         libc.malloc_trim.restype = ctypes.c_int
         libc.mallinfo2.restype = _MallInfo2
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.mallopt.restype = ctypes.c_int
     except AttributeError:  # not glibc, or older than 2.33
         return None
     return libc
@@ -78,15 +89,33 @@ def resident_bytes() -> int | None:
 
 
 class MemoryTrimmer:
-    def __init__(self, interval: float = DEFAULT_INTERVAL, growth: int = DEFAULT_GROWTH) -> None:
-        if interval <= 0 or growth <= 0:
-            raise ValueError(f"interval and growth must be positive, got {interval!r}, {growth!r}")
+    def __init__(
+        self,
+        interval: float = DEFAULT_INTERVAL,
+        growth: int = DEFAULT_GROWTH,
+        mmap_threshold: int = DEFAULT_MMAP_THRESHOLD,
+    ) -> None:
+        if interval <= 0 or growth <= 0 or mmap_threshold <= 0:
+            raise ValueError(
+                "interval, growth and mmap_threshold must be positive, got "
+                f"{interval!r}, {growth!r}, {mmap_threshold!r}"
+            )
         self.interval = interval
         self.growth = growth
+        self.mmap_threshold = mmap_threshold
         self.trims = 0
         self._libc = _glibc()
         self.available = self._libc is not None
+        self._free_after_trim = self.free_bytes() or 0
         self._resident_after_trim = resident_bytes() or 0
+
+    def pin_mmap_threshold(self) -> bool:
+        """Give every block of ``mmap_threshold`` bytes or more a mapping of its own, from
+        now on, in the whole process; False when unavailable."""
+        return (
+            self._libc is not None
+            and self._libc.mallopt(_M_MMAP_THRESHOLD, self.mmap_threshold) == 1
+        )
 
     def free_bytes(self) -> int | None:
         """Bytes glibc's heaps hold free (None when unavailable)."""
@@ -98,24 +127,26 @@ class MemoryTrimmer:
             return None
         self._libc.malloc_trim(0)
         self.trims += 1
+        self._free_after_trim = self.free_bytes() or 0
         after = resident_bytes()
         self._resident_after_trim = after or 0
         return after
 
     def due(self) -> bool:
-        """Whether a trim is worth it now: ``growth`` bytes free in glibc's heaps, and the
-        resident size ``growth`` above what it was after the last trim (or its lowest
-        since; without ``/proc``, the free bytes alone decide)."""
+        """Whether a trim is worth it now (see the module doc)."""
         free = self.free_bytes() or 0
+        self._free_after_trim = min(self._free_after_trim, free)
         resident = resident_bytes()
-        if resident is None:
-            return free >= self.growth
-        self._resident_after_trim = min(self._resident_after_trim, resident)
-        return free >= self.growth and resident - self._resident_after_trim >= self.growth
+        if resident is not None:
+            self._resident_after_trim = min(self._resident_after_trim, resident)
+        freed = free - self._free_after_trim >= self.growth
+        grew = resident is not None and resident - self._resident_after_trim >= self.growth
+        return free >= self.growth and (freed or grew)
 
     async def run(self) -> None:
         if not self.available:
             return
+        self.pin_mmap_threshold()
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.interval)
