@@ -26,7 +26,9 @@ churning runner names, /metrics scrapes, malformed HTTP): the good calls' p99
 is reported as a ratio to the soak without them (target 1.5x at most) and
 the server's RSS after it against after the first soak (target 10 %).
 Reported: throughput, p50/p99 per kind, outcome counts by type, peak RSS (the
-server's Python process and its Spark JVM), open fds at start and end. Exit
+server's Python process and its Spark JVM), open fds at start and end, and the
+machine's 1-minute load average during each soak (lowest, highest): other work
+on the machine moves every figure. Exit
 status 1 when an outcome the mix does not ask for occurred in either soak (a
 wrong answer, a connection error, INTERNAL_ERROR, "server busy"...) or memory
 grew by more than 10 %.
@@ -341,11 +343,13 @@ def _settle(pid: int, fds: int) -> int:
 
 
 class _RSSSampler:
-    """The largest RSS of a process seen since ``reset``, sampled every half second."""
+    """The largest RSS of a process seen since ``reset``, and the machine's 1-minute load
+    average (lowest, highest), sampled every half second."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.peak = 0
+        self.load: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -353,10 +357,13 @@ class _RSSSampler:
     def _sample(self) -> None:
         while not self._stop.wait(0.5):
             self.peak = max(self.peak, _proc(self.pid, "VmRSS"))
+            self.load.append(os.getloadavg()[0])
 
-    def reset(self) -> int:
+    def reset(self) -> tuple[int, list[float]]:
+        """The peak RSS and the load average range since the last reset."""
         peak, self.peak = self.peak, _proc(self.pid, "VmRSS")
-        return peak
+        load, self.load = self.load, []
+        return peak, [min(load, default=0.0), max(load, default=0.0)]
 
     def close(self) -> None:
         self._stop.set()
@@ -446,7 +453,7 @@ def _soak(
             tally, elapsed, abusers = _phase(ports, callers, seconds, name, name != "soak")
             fds_after = _settle(server.pid, start["fds"])
             phases[name] = _kind_report(tally, elapsed)
-            phases[name]["server_peak_rss_kib"] = sampler.reset()
+            phases[name]["server_peak_rss_kib"], phases[name]["load_average"] = sampler.reset()
             phases[name]["after"] = {"rss_kib": _proc(server.pid, "VmRSS"), "fds": fds_after}
             if jvm:
                 phases[name]["after"]["jvm_rss_kib"] = _proc(jvm, "VmRSS")
@@ -471,7 +478,10 @@ def _soak(
         "callers": callers,
         "master": master,
         "mix": MIX,
-        **{key: clean[key] for key in ("seconds", "calls", "throughput_per_s", "latency_ms")},
+        **{
+            key: clean[key]
+            for key in ("seconds", "calls", "throughput_per_s", "latency_ms", "load_average")
+        },
         **{key: clean[key] for key in ("outcomes", "unexpected", "unexpected_examples")},
         "after_warmup": start,
         "after_soak": end,

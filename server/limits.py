@@ -18,6 +18,14 @@ from typing import Any
 
 from drpc.protocol.wire import MAX_FRAME_SIZE
 
+CALL_COST = 4096
+"""Bytes a started Thrift call holds beyond its frame (its task, coroutine, decoded message,
+request and waiter: about 3.5 KB of small objects, measured with tracemalloc), counted
+against ``max_pending_bytes``: without it a connection of tiny frames could hold thousands
+of started calls."""
+PARKED_COST = 64
+"""Bytes a parked Thrift frame holds beyond its own (its bytes object and queue slot)."""
+
 
 def _limit(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
@@ -72,9 +80,10 @@ class Limits:
         "(keep it below max_frame_size so the reply fits the client's frame limit)",
     )
     max_calls_per_connection: int = _limit(
-        4096,
-        "most calls in flight on one Thrift connection; the server reads no more from that "
-        "connection until one finishes",
+        128,
+        "most calls of one Thrift connection running at once; calls read past them wait "
+        "(parked as their frames, within max_pending_bytes) and start in order as running "
+        "ones finish",
     )
     retry_after: int = _limit(1, "seconds a refused HTTP caller is told to wait (Retry-After)")
     max_function_name: int = _limit(
@@ -111,9 +120,10 @@ class Limits:
     max_pending_bytes: int = _limit(
         MAX_FRAME_SIZE,
         "most bytes one Thrift connection may make the server hold: its calls read and not "
-        "answered yet plus its replies not sent yet; past it the server reads no more calls "
-        "from it (and, past it in unsent replies alone, holds further replies) until it "
-        "drains",
+        f"answered yet (a running call counts its frame plus {CALL_COST} B, what it holds; "
+        f"a parked one its frame plus {PARKED_COST} B) plus its replies not sent yet; past "
+        "it the server reads no more calls from it (and, past it in unsent replies alone, "
+        "holds further replies) until it drains",
     )
     write_timeout: float = _limit(
         30.0,

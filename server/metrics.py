@@ -41,7 +41,7 @@ value is at most ``max_label_length`` characters (default 128, the server
 passes ``Limits.max_label_length``): a longer name is cut and ends with
 ``~`` and 8 hex digits of its SHA-256, so two long names keep two values. A step
 span is attributed to its function through a map of the last ``max_recent``
-requests submitted (default 4096), then the service's table of held requests.
+requests fetched (default 4096), then the service's table of held requests.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ class ServerMetrics(Observer):
         :param max_steps: most step names with label values of their own (default 256).
         :param max_topologies: most transactional topologies with their own (default 64).
         :param max_causes: most replay causes with their own (default 32).
-        :param max_recent: submitted requests remembered to attribute step spans to
+        :param max_recent: fetched requests remembered to attribute step spans to
             their function without the service's lock (default 4096).
         :param max_label_length: longest label value in characters (default 128).
         """
@@ -306,9 +306,13 @@ class ServerMetrics(Observer):
 
     def request_submitted(self, request: PendingRequest) -> None:
         self.functions(request.function)
-        self.recent.add(request.id, request.function)
 
     def request_fetched(self, request: PendingRequest, now: float) -> None:
+        # Only a fetched request runs steps. Remembering a request from its fetch, not its
+        # submission, keeps the map free of calls withdrawn unfetched (a burst abandoned by
+        # closing): entries made one per call in a burst would outlive it, scattered over
+        # the allocator's arenas, and pin them.
+        self.recent.add(request.id, request.function)
         function = self.functions(request.function)
         self.queue_wait.labels(function).observe(max(0.0, now - request.submitted))
         self.in_flight.labels(function).inc()

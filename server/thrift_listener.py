@@ -14,10 +14,12 @@ Contract:
 - calls on one connection run concurrently and each reply carries its call's
   sequence id, so a sequential client (one call at a time, like Thrift's
   generated clients) and a multiplexing one (matching replies by sequence id)
-  both work; with ``limits.max_calls_per_connection`` calls in flight the
-  connection is not read until one finishes;
-- what one connection makes the server hold is bounded: while its calls in
-  flight (the frames read and not answered) and its replies not yet sent pass
+  both work; at most ``limits.max_calls_per_connection`` of a connection's
+  calls run at once: the calls read past them wait as their checked frames
+  (parked, a few bytes each) and start in order as running ones finish;
+- what one connection makes the server hold is bounded: while its running
+  calls (each its frame plus ``CALL_COST``, what a started call holds), its
+  parked frames (each plus ``PARKED_COST``) and its replies not yet sent pass
   ``limits.max_pending_bytes``, the connection is not read; while its unsent
   replies alone pass it, finished calls also hold their replies, and a
   connection that stays so for ``limits.write_timeout`` seconds is closed
@@ -35,7 +37,9 @@ Contract:
   logged with its traceback and the caller gets an INTERNAL_ERROR
   ``TApplicationException``; the connection stays open;
 - when a connection ends (the client closed it, or a limit above), calls
-  still in flight on it are cancelled;
+  still in flight on it are cancelled and its parked frames dropped: a burst
+  of pipelined calls abandoned by closing leaves little behind, as parking
+  keeps the connection read, so its end is seen at once;
 - ``close()`` stops accepting, lets calls in flight write their replies (up to
   a grace period), then closes every connection.
 """
@@ -46,10 +50,11 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from drpc.server.limits import Limits
+from drpc.server.limits import CALL_COST, PARKED_COST, Limits
 from drpc.server.refusals import RefusalLog
 from thrift.Thrift import TApplicationException
 
@@ -93,15 +98,38 @@ class _Connection:
         self.reader = reader
         self.writer = writer
         self.peer = peer
-        self.calls: dict[asyncio.Task[None], int] = {}  # each call and its frame's size
-        self.call_bytes = 0
+        self.calls: dict[asyncio.Task[None], int] = {}  # each running call and its charge
+        self.parked: deque[bytes] = deque()  # checked payloads of calls not started yet
+        self.held_bytes = 0  # running calls' and parked frames' charges
+        self.ended = False  # no call starts any more
         self.waiting: asyncio.Timeout | None = None  # the idle deadline of a frame awaited
 
+    def park(self, payload: bytes) -> None:
+        self.parked.append(payload)
+        self.held_bytes += _parked_charge(payload)
+
+    def unpark(self) -> bytes | None:
+        """The oldest parked payload, or None (none, or the connection ended)."""
+        if self.ended or not self.parked:
+            return None
+        payload = self.parked.popleft()
+        self.held_bytes -= _parked_charge(payload)
+        return payload
+
+    def end(self) -> None:
+        self.ended = True
+        self.parked.clear()
+        self.held_bytes = sum(self.calls.values())
+
     def call_done(self, call: asyncio.Task[None], idle_timeout: float) -> None:
-        self.call_bytes -= self.calls.pop(call, 0)
+        self.held_bytes -= self.calls.pop(call, 0)
         waiting = self.waiting
-        if not self.calls and waiting is not None and waiting.when() is None:
+        if not self.calls and not self.parked and waiting is not None and waiting.when() is None:
             waiting.reschedule(asyncio.get_running_loop().time() + idle_timeout)
+
+
+def _parked_charge(payload: bytes) -> int:
+    return len(payload) + FRAME_HEADER_SIZE + PARKED_COST
 
 
 class ThriftListener:
@@ -203,11 +231,11 @@ class ThriftListener:
     async def _serve(self, connection: _Connection) -> None:
         writer, peer, calls = connection.writer, connection.peer, connection.calls
         writer.transport.set_write_buffer_limits(high=self.limits.max_pending_bytes)
-        idle_timeout = self.limits.idle_timeout
         try:
             while await self._may_read(connection):
-                message = await self._read_message(connection)
-                if message is None:
+                payload = await self._read_frame(connection)
+                message = None if payload is None else self._decode(payload, peer)
+                if payload is None or message is None:
                     break
                 handler = self._methods.get(message.name)
                 if handler is None or message.type != CALL:
@@ -222,18 +250,17 @@ class ThriftListener:
                         )
                     )
                     break
-                call = asyncio.create_task(self._call(handler, message, connection))
-                calls[call] = message.size + FRAME_HEADER_SIZE
-                connection.call_bytes += message.size + FRAME_HEADER_SIZE
-                self._calls.add(call)
-                call.add_done_callback(lambda done: connection.call_done(done, idle_timeout))
-                call.add_done_callback(self._calls.discard)
+                if len(calls) < self.limits.max_calls_per_connection:
+                    self._start(connection, handler, message)
+                else:
+                    connection.park(payload)
                 await asyncio.sleep(0)  # one frame, then the other connections' turn
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:
             log.exception("%s: connection from %s failed", self.service_name, peer.address)
         finally:
+            connection.end()
             for call in list(calls):
                 call.cancel()
             with contextlib.suppress(Exception):
@@ -245,18 +272,31 @@ class ThriftListener:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    def _start(self, connection: _Connection, handler: MethodHandler, message: Message) -> None:
+        call = asyncio.create_task(self._call(handler, message, connection))
+        connection.calls[call] = message.size + FRAME_HEADER_SIZE + CALL_COST
+        connection.held_bytes += message.size + FRAME_HEADER_SIZE + CALL_COST
+        self._calls.add(call)
+        call.add_done_callback(lambda done: self._call_done(connection, done))
+
+    def _call_done(self, connection: _Connection, call: asyncio.Task[None]) -> None:
+        self._calls.discard(call)
+        connection.call_done(call, self.limits.idle_timeout)
+        payload = connection.unpark()
+        if payload is not None:  # checked when read: it decodes, and its method exists
+            message = decode_message(payload, self._wire_limits)
+            self._start(connection, self._methods[message.name], message)
+
     async def _may_read(self, connection: _Connection) -> bool:
-        """Wait until the connection may be read: fewer than ``max_calls_per_connection``
-        calls in flight, and its calls and unsent replies within ``max_pending_bytes``.
-        False when it must close instead (its replies were not taken in time)."""
-        calls, limits = connection.calls, self.limits
+        """Wait until the connection may be read: what its calls hold and its unsent
+        replies within ``max_pending_bytes``. False when it must close instead (its
+        replies were not taken in time)."""
+        calls = connection.calls
         while True:
             if not await self._room(connection):
                 return False
-            pending = connection.call_bytes + connection.writer.transport.get_write_buffer_size()
-            if not calls or (
-                len(calls) < limits.max_calls_per_connection and pending <= limits.max_pending_bytes
-            ):
+            pending = connection.held_bytes + connection.writer.transport.get_write_buffer_size()
+            if not calls or pending <= self.limits.max_pending_bytes:
                 return True
             await asyncio.wait(set(calls), return_when=asyncio.FIRST_COMPLETED)
 
@@ -283,8 +323,9 @@ class ThriftListener:
             return False
         return not transport.is_closing()
 
-    async def _read_message(self, connection: _Connection) -> Message | None:
-        """The next message, or None when the connection should close (reason logged).
+    async def _read_frame(self, connection: _Connection) -> bytes | None:
+        """The next frame's payload, or None when the connection should close (reason
+        logged).
 
         With no call in flight a connection may wait ``idle_timeout`` for its next frame;
         once a frame's first byte is in, the whole frame must follow within
@@ -313,8 +354,7 @@ class ThriftListener:
             async with asyncio.timeout(self.limits.read_timeout):
                 header = first + await reader.readexactly(FRAME_HEADER_SIZE - 1)
                 length = frame_length(header, self.limits.max_frame_size)
-                payload = await reader.readexactly(length)
-            return decode_message(payload, self._wire_limits)
+                return await reader.readexactly(length)
         except asyncio.IncompleteReadError as error:
             if length < 0:
                 got = len(error.partial) + 1
@@ -328,6 +368,15 @@ class ThriftListener:
         except ProtocolError as error:
             self._refuse(peer, str(error))
         return None
+
+    def _decode(self, payload: bytes, peer: Peer) -> Message | None:
+        """The message in ``payload``, or None when it is not one within the wire limits
+        (the connection then closes, reason logged)."""
+        try:
+            return decode_message(payload, self._wire_limits)
+        except ProtocolError as error:
+            self._refuse(peer, str(error))
+            return None
 
     def _refuse(self, peer: Peer, reason: str) -> None:
         self.refusals.refuse(

@@ -20,7 +20,8 @@ from drpc.client import (
 from drpc.server import DRPCServer
 from drpc.server.identity import TokenTable
 from drpc.server.limits import Limits
-from drpc.server.metrics import OTHER
+from drpc.server.metrics import OTHER, ServerMetrics
+from drpc.server.service import PendingRequest
 from prometheus_client.parser import text_string_to_metric_families
 
 from drpc.errors import DRPCExceptionType
@@ -239,3 +240,15 @@ async def test_metrics_render_off_the_event_loop_one_at_a_time() -> None:
         loop_thread = server.service._loop_thread
     assert len(recorder.threads) == 1  # three scrapes, one rendering
     assert recorder.threads[0] != loop_thread
+
+
+def test_step_spans_are_attributed_through_fetched_requests_only() -> None:
+    # A request withdrawn unfetched (its caller closed) runs no step: remembering it would
+    # only keep one entry per abandoned call alive after its burst.
+    metrics = ServerMetrics(max_recent=8)
+    abandoned, fetched = (PendingRequest(str(i), "f", "x", 0.0, 30.0, 30.0) for i in (1, 2))
+    for request in (abandoned, fetched):
+        metrics.request_submitted(request)
+    metrics.request_fetched(fetched, 1.0)
+    assert metrics.recent.get(abandoned.id) is None
+    assert metrics.recent.get(fetched.id) == "f"

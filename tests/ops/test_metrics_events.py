@@ -19,6 +19,12 @@ def request(request_id: str, function: str, submitted: float = 100.0) -> Pending
     return PendingRequest(request_id, function, "args", submitted, submitted + 600, 600)
 
 
+def fetch(metrics: ServerMetrics, pending: PendingRequest, now: float) -> None:
+    """What the service does when a runtime takes the request: only then can it run steps."""
+    pending.fetched = True
+    metrics.request_fetched(pending, now)
+
+
 def settle(
     metrics: ServerMetrics,
     pending: PendingRequest,
@@ -115,6 +121,7 @@ def test_executor_events_feed_batch_job_and_step_metrics() -> None:
     metrics.job_finished("reach", "job-2", False, 0.2)
     pending = request("7", "reach")
     metrics.request_submitted(pending)
+    fetch(metrics, pending, 100.1)
     settle(metrics, pending, 101.0)  # a span reported after its request settled still counts
     metrics.step_finished(ReturnInfo("7"), "bolt1", 100.2, 100.5, {"spark_job_id": 3})
     metrics.step_finished(ReturnInfo("unknown-id"), "bolt1", 100.2, 100.5, {})
@@ -136,6 +143,7 @@ def test_steps_of_requests_older_than_max_recent_are_not_attributed() -> None:
     for request_id in ("1", "2", "3"):
         pending = request(request_id, "f")
         metrics.request_submitted(pending)
+        fetch(metrics, pending, 100.1)
         settle(metrics, pending, 101.0)
     for request_id in ("1", "2", "3"):  # "1" fell out; "2" and "3" are the last two
         metrics.step_finished(ReturnInfo(request_id), "s", 100.0, 100.1, {})
@@ -153,6 +161,7 @@ def test_step_labels_are_bounded() -> None:
     metrics = ServerMetrics(max_steps=1)
     pending = request("1", "f")
     metrics.request_submitted(pending)
+    fetch(metrics, pending, 100.1)
     settle(metrics, pending, 101.0)
     for step in ("bolt0", "bolt1"):
         metrics.step_finished(ReturnInfo("1"), step, 100.0, 100.1, {})

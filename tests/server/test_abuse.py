@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from drpc.client import DRPCClient, DRPCExecutionException, DRPCInvocationsClient, ProtocolError
+from drpc.server.limits import CALL_COST
 
 from drpc.errors import DRPCExceptionType
 from drpc.protocol.gen import DistributedRPC
@@ -248,12 +249,13 @@ def test_calls_in_flight_count_against_the_pending_bytes(
     server: ServerProcess, guard: None
 ) -> None:
     serve(server, "held-big")
+    frame = execute_frame("held-big", "x" * 30_000)
+    read = PENDING // (len(frame) + CALL_COST) + 1  # read while what is held fits: 2
     with connect_from("127.0.0.11", server.port) as client:
-        client.sendall(execute_frame("held-big", "x" * 30_000) * 5)  # 150 KB of calls
-        # Read while what is held stays within 64 KB: the third call is the last read.
-        wait_until(lambda: health(server)["outstanding"] == 3)
+        client.sendall(frame * 5)  # 150 KB of calls
+        wait_until(lambda: health(server)["outstanding"] == read)
         time.sleep(0.3)
-        assert health(server)["outstanding"] == 3  # the others wait, unread, in the socket
+        assert health(server)["outstanding"] == read  # the others wait, unread, in the socket
         assert answer(server, "held-big", "done", 5) == ["x" * 30_000] * 5  # then read
         assert [read_reply(client).success for _ in range(5)] == ["done"] * 5
 

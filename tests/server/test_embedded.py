@@ -85,11 +85,17 @@ async def test_2000_concurrent_calls_through_the_async_client_all_return_correct
 
 
 async def test_calls_wait_concurrently_without_a_thread_each() -> None:
-    # Every call waits at once on a function answered only after all have arrived.
-    calls = 500  # ten times the thread bound below; 2000 outlasted the timeout at load 49
+    # Every call waits at once on a function answered only after all have arrived: 500
+    # calls (ten times the thread bound below; 2000 outlasted the timeout at load 49), 100
+    # on each of 5 connections (within max_calls_per_connection, 128 by default).
+    calls, per_connection = 500, 100
     server = DRPCServer(**server_options(http_port=None, wait_for_unserved=True))
-    async with server, AsyncDRPCClient(HOST, server.port) as client:
-        pending = [asyncio.ensure_future(client.execute("held", str(i))) for i in range(calls)]
+    async with server:
+        clients = [AsyncDRPCClient(HOST, server.port) for _ in range(calls // per_connection)]
+        pending = [
+            asyncio.ensure_future(clients[i // per_connection].execute("held", str(i)))
+            for i in range(calls)
+        ]
         while server.service.queue_depth("held") < calls:
             await asyncio.sleep(0.01)
         assert threading.active_count() < 50
@@ -98,6 +104,8 @@ async def test_calls_wait_concurrently_without_a_thread_each() -> None:
             assert request is not None
             server.service.complete(request.return_info.request_id, request.args + "?")
         assert await asyncio.gather(*pending) == [f"{i}?" for i in range(calls)]
+        for client in clients:
+            await client.close()
 
 
 def test_registering_a_function_twice_is_refused() -> None:

@@ -20,7 +20,7 @@ from drpc.client import (
 )
 from drpc.server import DRPCServer, ServerThread
 from drpc.server.identity import TokenTable
-from drpc.server.limits import Limits
+from drpc.server.limits import CALL_COST, Limits
 
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExceptionType
@@ -168,7 +168,7 @@ async def test_calls_in_flight_per_connection() -> None:
             while server.service.queue_depth("f") < 2 and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.5)  # time for a third call to arrive, were it read
-            # At the limit: two calls in flight; the other three wait unread in the socket.
+            # At the limit: two calls running; the other three read and parked, not started.
             assert server.service.queue_depth("f") == 2
             answered = 0
             while answered < 5:
@@ -179,6 +179,33 @@ async def test_calls_in_flight_per_connection() -> None:
                     await asyncio.to_thread(_answer_all, server, "f")
                 answered = sum(call.done() for call in calls)
             assert await asyncio.gather(*calls) == [f"{i}!" for i in range(5)]
+
+
+async def test_a_connection_closed_with_calls_parked_withdraws_its_running_ones_at_once() -> None:
+    with _serve(max_calls_per_connection=2) as server:
+        client = AsyncDRPCClient(HOST, server.port, timeout=20)
+        calls = [asyncio.ensure_future(client.execute("f", str(i))) for i in range(50)]
+        await asyncio.to_thread(wait_until, lambda: server.service.queue_depth("f") == 2)
+        await client.close()
+        # The connection is still read while 48 calls are parked, so its end is seen now,
+        # not once a running call ends (the 30 s request timeout).
+        await asyncio.to_thread(wait_until, lambda: server.service.queue_depth("f") == 0, SLACK)
+        await asyncio.gather(*calls, return_exceptions=True)
+        assert server.service.queue_depth("f") == 0  # no parked call started after the close
+
+
+async def test_each_running_call_counts_a_fixed_cost_against_the_pending_bytes() -> None:
+    # Frames of a few dozen bytes: by their size alone hundreds would fit the cap.
+    with _serve(max_pending_bytes=3 * CALL_COST) as server:
+        async with AsyncDRPCClient(HOST, server.port, timeout=20) as client:
+            calls = [asyncio.ensure_future(client.execute("f", str(i))) for i in range(10)]
+            await asyncio.to_thread(wait_until, lambda: server.service.queue_depth("f") == 3)
+            await asyncio.sleep(0.5)  # time for a fourth call to start, were it read
+            assert server.service.queue_depth("f") == 3
+            while not all(call.done() for call in calls):
+                await asyncio.to_thread(_answer_all, server, "f")
+                await asyncio.sleep(0.05)
+            assert await asyncio.gather(*calls) == [f"{i}!" for i in range(10)]
 
 
 def test_connections_per_port() -> None:

@@ -18,7 +18,9 @@ Contract.
   this process to the engine of its deployment; ``SPANS`` items carry the
   step spans a worker's tasks recorded (``ShippedSpans``) to the driver,
   which keeps the requests' spans, and ``FIELDS`` items the log fields of a
-  request to a worker, ahead of its first tuple there.
+  request to a worker, ahead of its first tuple there (once per request and
+  worker while the request is in flight: what was told is forgotten once the
+  request is over).
 
 ``key`` names a deployment (one function's topology on the current resident
 job); ``CONTROL`` items carry the deployment protocol instead
@@ -106,9 +108,27 @@ class Route:
             if fields is None:
                 continue
             told[(root, node)] = None
-            if len(told) > KNOWN_REQUESTS:
-                told.popitem(last=False)
+            self._forget_finished()
             self.node.send(node, (self.key, FIELDS, (root, fields)))
+
+    @property
+    def remembered(self) -> int:
+        """How many (request, worker) pairs it remembers having told."""
+        return len(self._told)
+
+    def _forget_finished(self) -> None:
+        """Look at the two oldest entries for each one added: drop one whose request is
+        over (or past ``KNOWN_REQUESTS``), move one in flight to the back. The map then
+        follows the requests in flight instead of filling to its bound, which at a few
+        hundred calls a second took minutes and held megabytes per function."""
+        told, known = self._told, self.log_fields
+        assert known is not None
+        for _ in range(2):
+            oldest = next(iter(told))
+            if len(told) > KNOWN_REQUESTS or known(oldest[0]) is None:
+                told.popitem(last=False)
+            else:
+                told.move_to_end(oldest)
 
     def to_acker(self, root: int, message: Message) -> None:
         self.node.send(DRIVER, (self.key, ACKER, encode(message)))
