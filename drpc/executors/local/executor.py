@@ -54,7 +54,7 @@ from drpc import config
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.errors import Failure, InvalidTopologyError
 from drpc.executors.local.actors import Actor, Scheduler, Timer
-from drpc.executors.local.messages import Abandon, Message, Tick
+from drpc.executors.local.messages import Abandon, Message, Outbox, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
 from drpc.executors.local.tasks import AckerTask, BoltTask, SpoutTask
 from drpc.model.topology import Topology
@@ -122,7 +122,7 @@ class LocalExecutor:
             self.recorder = self.spans
         self.tick_interval = tick_interval
         label = topology.name
-        self.scheduler = Scheduler(threads, label)
+        self.scheduler = Scheduler(threads, label, turns=self)
         self.timer = Timer(label)
         self.tasks: dict[int, BoltTask | SpoutTask] = {}
         self.bolt_tasks: list[BoltTask] = []
@@ -139,7 +139,7 @@ class LocalExecutor:
             else []
         )
         self.running = False
-        self._held = threading.local()
+        self._outbox = threading.local()
         for component_id, task_ids in topology.component_task_ids.items():
             spec = topology.components[component_id]
             for task_id in task_ids:
@@ -221,24 +221,66 @@ class LocalExecutor:
         if self.running:
             self.scheduler.post(actor, message)
 
+    def begin_turn(self) -> None:
+        self._outbox.current = Outbox()
+
+    def end_turn(self) -> None:
+        outbox = self._outbox.current
+        self._outbox.current = None
+        if outbox is not None:
+            self._send(outbox)
+
     @contextmanager
-    def holding(self, before: Callable[[], None]) -> Iterator[None]:
+    def holding(self, before: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold what this thread delivers until the block ends, then call ``before`` and
-        deliver it, in order."""
-        held: list[tuple[Callable[[int, Message], None], int, Message]] = []
-        self._held.items = held
+        send it (into the enclosing turn's outbox when there is one), in order."""
+        local = self._outbox
+        enclosing = getattr(local, "current", None)
+        outbox = local.current = Outbox()
         try:
             yield
         finally:
-            self._held.items = None
-            before()
-            for send, to, message in held:
-                send(to, message)
+            local.current = enclosing
+            if before is not None:
+                before()
+            if enclosing is not None:
+                enclosing.take(outbox)
+            else:
+                self._send(outbox)
+
+    def _send(self, outbox: Outbox) -> None:
+        """Send what an outbox collected: one post per destination task or acker."""
+        for task_id, messages in outbox.tasks.items():
+            task = self.tasks.get(task_id)
+            if task is not None:
+                if self.running:
+                    self.scheduler.post_many(task, messages)
+                continue
+            assert self.remote is not None, f"task {task_id} is in no engine"
+            for message in messages:
+                self.remote.deliver(task_id, message)
+        if not outbox.acks and not outbox.acker:
+            return
+        if not self.ackers:
+            assert self.remote is not None
+            for root, message in outbox.acker_messages():
+                self.remote.to_acker(root, message)
+            return
+        by_acker: dict[int, list[Message]] = {}
+        for root, message in outbox.acker_messages():
+            by_acker.setdefault(root % self.acker_count, []).append(message)
+        if self.running:
+            for index, messages in by_acker.items():
+                self.scheduler.post_many(self.ackers[index], messages)
 
     def deliver(self, task_id: int, message: Message) -> None:
-        held = getattr(self._held, "items", None)
-        if held is not None:
-            held.append((self.deliver, task_id, message))
+        outbox = getattr(self._outbox, "current", None)
+        if outbox is not None:
+            messages = outbox.tasks.get(task_id)
+            if messages is None:
+                outbox.tasks[task_id] = [message]
+            else:
+                messages.append(message)
             return
         task = self.tasks.get(task_id)
         if task is not None:
@@ -248,9 +290,9 @@ class LocalExecutor:
             self.remote.deliver(task_id, message)
 
     def to_acker(self, root: int, message: Message) -> None:
-        held = getattr(self._held, "items", None)
-        if held is not None:
-            held.append((self.to_acker, root, message))
+        outbox = getattr(self._outbox, "current", None)
+        if outbox is not None:
+            outbox.add_acker(root, message)
             return
         if self.ackers:
             self.post(self.ackers[root % self.acker_count], message)

@@ -49,7 +49,7 @@ from drpc.executors.local.messages import (
     TupleMessage,
 )
 from drpc.executors.local.spans import HANDLING, StepRecorder
-from drpc.executors.task import TaskCore
+from drpc.executors.task import DATA, ID, REPORT, TaskCore
 from drpc.logs import pop_context, push_context
 from drpc.model.components import (
     BaseRichSpout,
@@ -57,7 +57,7 @@ from drpc.model.components import (
     SpoutOutputCollector,
 )
 from drpc.model.context import TopologyContext
-from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
+from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID
 from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
 from drpc.requests import ReturnInfo
@@ -166,8 +166,9 @@ class BoltTask(Actor):
                 spans.saw(self.component_id, self.task_id, roots, started, ended, moves_end)
 
     def receive(self, message: TupleMessage | ReportMessage) -> None:
+        core = self.core
         if type(message) is ReportMessage:
-            received = self.core.make_tuple(
+            received = core.make_tuple(
                 message.source,
                 COORDINATED_STREAM_ID,
                 message.source_task,
@@ -176,7 +177,7 @@ class BoltTask(Actor):
             )
         else:
             assert type(message) is TupleMessage
-            received = self.core.make_tuple(
+            received = core.make_tuple(
                 message.source,
                 message.stream,
                 message.source_task,
@@ -184,18 +185,25 @@ class BoltTask(Actor):
                 message.message_id,
             )
         if self.tracker is None:
-            self.core.execute(received)
+            core.execute(received)
         else:
             self.receive_coordinated(received)
 
     def receive_coordinated(self, received: Tuple) -> None:
         core, decl, tracker = self.core, self.coordination, self.tracker
         assert decl is not None and tracker is not None
-        if received.message_id and all(root in self.dead_roots for root in received.message_id):
+        dead = self.dead_roots
+        if dead and received.message_id and all(root in dead for root in received.message_id):
             return
         now = time.monotonic()
         id = received.values[0]
-        if received.source_stream == COORDINATED_STREAM_ID:
+        kind = core.input_kind(received.source_component, received.source_stream)
+        if kind is DATA:
+            if is_ignored(tracker.tuple_received(id, now)):
+                return
+            self.note_roots(id, received)
+            core.execute(received)
+        elif kind is REPORT:
             decisions = tracker.report_received(id, received.values[1], now)
             if is_ignored(decisions):
                 return
@@ -206,10 +214,8 @@ class BoltTask(Actor):
             failure = core.apply(decisions, received)
             if not hold:
                 self.settle(received, failure)
-            return
-        stream = GlobalStreamId(received.source_component, received.source_stream)
-        if stream == decl.id_stream or stream == decl.commit_stream:
-            if stream == decl.id_stream:
+        else:
+            if kind is ID:
                 decisions = tracker.id_received(id, now)
             else:
                 decisions = tracker.commit_received(id, now)
@@ -217,14 +223,9 @@ class BoltTask(Actor):
                 return
             self.note_roots(id, received)
             self.held.setdefault(id, []).append(received)
-            if stream == decl.id_stream and decl.deliver_id_tuple:
+            if kind is ID and decl.deliver_id_tuple:
                 core.execute(received)
             core.apply(decisions, received)
-            return
-        if is_ignored(tracker.tuple_received(id, now)):
-            return
-        self.note_roots(id, received)
-        core.execute(received)
 
     def note_roots(self, id: Hashable, received: Tuple) -> None:
         if not received.message_id:
