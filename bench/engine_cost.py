@@ -67,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("FEW", "MANY"),
         help="callgrind outputs of two runs: print the instructions per request",
     )
-    parser.add_argument(
-        "--tick", type=float, default=3600.0, help="seconds between timeout checks"
-    )
+    parser.add_argument("--tick", type=float, default=3600.0, help="seconds between timeout checks")
     parser.add_argument("--few", type=int, default=50, help="calls of the FEW run")
     parser.add_argument("--many", type=int, default=250, help="calls of the MANY run")
     args = parser.parse_args(argv)
