@@ -56,7 +56,7 @@ from drpc.errors import Failure, InvalidTopologyError
 from drpc.executors.local.actors import Actor, Scheduler, Timer
 from drpc.executors.local.messages import Abandon, Message, Outbox, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
-from drpc.executors.local.tasks import AckerTask, BoltTask, SpoutTask
+from drpc.executors.local.tasks import MAX_IDLE_WAIT, AckerTask, BoltTask, SpoutTask
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 
@@ -86,6 +86,7 @@ class LocalExecutor:
         services: dict[str, Any] | None = None,
         threads: int = 4,
         tick_interval: float = 0.1,
+        max_idle_wait: float = MAX_IDLE_WAIT,
         hosted: Collection[int] | None = None,
         remote: Remote | None = None,
         ackers: bool = True,
@@ -94,6 +95,9 @@ class LocalExecutor:
         """
         :param threads: worker threads running the tasks (default 4).
         :param tick_interval: seconds between timeout checks (default 0.1).
+        :param max_idle_wait: longest pause, in seconds, between polls of a spout that has
+            nothing to emit (default ``MAX_IDLE_WAIT``, 0.02); a spout that asks to be woken
+            (``context.request_wakeup()``) is polled at once whatever this is.
         :param hosted: the task ids this engine runs (default every task); the others
             are reached through ``remote``.
         :param ackers: run the topology's acker tasks here (default True).
@@ -105,6 +109,9 @@ class LocalExecutor:
             raise ValueError(f"threads must be >= 1, got {threads}")
         if tick_interval <= 0:
             raise ValueError(f"tick_interval must be positive, got {tick_interval}")
+        if max_idle_wait <= 0:
+            raise ValueError(f"max_idle_wait must be positive, got {max_idle_wait}")
+        self.max_idle_wait = max_idle_wait
         self.topology = topology
         self.conf = config.resolve(topology.conf, conf)
         self.services = dict(services or {})

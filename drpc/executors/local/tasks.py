@@ -72,7 +72,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_IDLE_WAIT = 0.02
-"""Longest pause, in seconds, between polls of a spout that has nothing to emit."""
+"""Default longest pause, in seconds, between polls of a spout that has nothing to emit
+(``LocalExecutor``'s ``max_idle_wait``)."""
 
 
 def task_conf(engine: LocalExecutor, spec: ComponentSpec) -> dict[str, Any]:
@@ -465,7 +466,7 @@ class SpoutTask(Actor):
         if self.emitted > before:
             self.wake()
             return
-        self.idle_wait = min(max(self.idle_wait * 2, 0.001), MAX_IDLE_WAIT)
+        self.idle_wait = min(max(self.idle_wait * 2, 0.001), self.engine.max_idle_wait)
         if not self.timer_armed:
             self.timer_armed = True
             self.engine.timer.schedule(self.idle_wait, self._timer_fired)
