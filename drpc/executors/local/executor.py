@@ -6,7 +6,9 @@ every task of the topology until ``stop()``:
 - one task per unit of parallelism, each with its own copy of its component
   (made by pickling, so a component that could not reach a Spark worker fails
   here at start too) and its own mailbox; a task handles one message at a time,
-  tasks run concurrently on a small pool of worker threads;
+  tasks run concurrently on a small pool of worker threads; what a task sends
+  during a turn (``drpc.executors.local.actors``) leaves as the turn ends, one
+  post per destination, each root's acks folded into one (``Outbox``);
 - every tuple crossing tasks is pickled once by the emitter and unpickled by
   each receiver, so a value that cannot travel fails here as it would on Spark
   (the emitting input fails with ``UnserializableValueError``);
