@@ -628,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
             "spark": session.version,
             "master": sc.master,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "load_average_at_start": os.getloadavg(),
         }
     }
     section("(a) sequential ...")
@@ -643,8 +644,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     PROGRESS.close()
     results["seconds"] = time.monotonic() - started
+    results["environment"]["load_average_at_end"] = os.getloadavg()
     args.out.write_text(json.dumps(results, indent=2))
     print(table(results))
+    start, end = (
+        ", ".join(f"{load:.1f}" for load in results["environment"][key])
+        for key in ("load_average_at_start", "load_average_at_end")
+    )
+    print(f"load average (1, 5, 15 min) at start {start}, at end {end}")
     print(f"written to {args.out} in {results['seconds']:.0f} s")
     return 0
 

@@ -189,5 +189,7 @@ def test_executor_options_are_checked() -> None:
     topology = build_square().create_topology()
     with pytest.raises(ValueError, match="threads"):
         LocalExecutor(topology, threads=0)
+    with pytest.raises(ValueError, match="max_idle_wait"):
+        LocalExecutor(topology, max_idle_wait=0.0)
     with pytest.raises(ValueError, match=r"message\.timeout"):
         LocalExecutor(topology, conf={"topology.message.timeout.secs": -1})

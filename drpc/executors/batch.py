@@ -58,10 +58,9 @@ from typing import Any
 from drpc import config
 from drpc.errors import DRPCExceptionType, Failure, UnserializableValueError
 from drpc.executors.records import FailureNotice, Shipment
-from drpc.executors.task import TaskCore
+from drpc.executors.task import COMMIT, ID, TaskCore
 from drpc.logs import current_context, pop_context, push_context
 from drpc.model.hashing import stable_hash
-from drpc.model.streams import GlobalStreamId
 from drpc.model.topology import Topology
 from drpc.model.tuples import Tuple
 from drpc.semantics.coordination import is_ignored
@@ -232,10 +231,10 @@ class TaskRun:
         for shipment in shipments:
             for stream_id, values in shipment.tuples:
                 received = core.make_tuple(shipment.source, stream_id, shipment.source_task, values)
-                global_stream = GlobalStreamId(shipment.source, stream_id)
-                if global_stream == coordination.id_stream:
+                kind = core.input_kind(shipment.source, stream_id)
+                if kind is ID:
                     id_tuples.append(received)
-                elif global_stream == coordination.commit_stream:
+                elif kind is COMMIT:
                     commit_tuples.append(received)
                 else:
                     id = values[0]

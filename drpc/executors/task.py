@@ -8,7 +8,9 @@ nowhere else). ``collector`` is the ``OutputCollector`` the bolt emits, acks
 and fails through. The executor decides what arrives when (a stream of
 messages, or a whole partition at once) and calls:
 
-- ``make_tuple``, ``is_data``, ``execute`` / ``execute_data`` (a data tuple
+- ``make_tuple``, ``input_kind`` (what an input stream is to the
+  coordination rules: ``DATA``, ``ID``, ``COMMIT`` or ``REPORT``, worked out
+  once per stream), ``is_data``, ``execute`` / ``execute_data`` (a data tuple
   is remembered until acked or failed when ``track_unacked``);
 - the tracker's events (``core.tracker.tuple_received(...)`` ...) and
   ``apply(decisions, trigger)`` for what they decide. ``apply`` is the one
@@ -32,6 +34,7 @@ finished) collector calls are dropped with a warning.
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
@@ -61,6 +64,21 @@ from drpc.semantics.routing import OutputRouter, id_owner_check
 from drpc.semantics.runners import BoltRunner, instantiate, runner_for
 
 log = logging.getLogger(__name__)
+
+
+class InputKind(enum.Enum):
+    """What an input stream of a coordinated task is to the coordination rules."""
+
+    DATA = "data"  # counted: a tuple of an id
+    ID = "id"  # the id stream's tuple
+    COMMIT = "commit"  # the commit stream's tuple
+    REPORT = "report"  # a count report on the ``__coord`` stream
+
+
+DATA = InputKind.DATA
+ID = InputKind.ID
+COMMIT = InputKind.COMMIT
+REPORT = InputKind.REPORT
 
 
 class TaskEffects(Protocol):
@@ -161,6 +179,7 @@ class TaskCore:
         self.unacked: dict[int, Tuple] | None = {} if track_unacked else None
         self._settled = threading.Condition(self.lock)
         self._fields: dict[tuple[str, str], Fields] = {}
+        self._kinds: dict[tuple[str, str], InputKind] = {}
         self.on_finish: Callable[[Hashable], Callable[[], None]] | None = None
         """Called as an id's finish begins; returns what to call when it ends (timing)."""
 
@@ -194,13 +213,31 @@ class TaskCore:
             fields = self._fields[key] = self.topology.output_fields(source, stream)
         return Tuple(values, fields, source, stream, source_task, message_id)
 
+    def input_kind(self, source: str, stream: str) -> InputKind:
+        """What ``source``'s ``stream`` is to this coordinated task's rules."""
+        key = (source, stream)
+        kind = self._kinds.get(key)
+        if kind is None:
+            coordination = self.coordination
+            assert coordination is not None
+            stream_id = GlobalStreamId(source, stream)
+            if stream == COORDINATED_STREAM_ID:
+                kind = REPORT
+            elif stream_id == coordination.id_stream:
+                kind = ID
+            elif stream_id == coordination.commit_stream:
+                kind = COMMIT
+            else:
+                kind = DATA
+            self._kinds[key] = kind
+        return kind
+
     def is_data(self, received: Tuple) -> bool:
         """A coordinated input the tracker counts: not a count report, id or commit tuple."""
-        coordination = self.coordination
-        if coordination is None or received.source_stream == COORDINATED_STREAM_ID:
-            return False
-        stream = GlobalStreamId(received.source_component, received.source_stream)
-        return stream != coordination.id_stream and stream != coordination.commit_stream
+        return (
+            self.coordination is not None
+            and self.input_kind(received.source_component, received.source_stream) is DATA
+        )
 
     def execute(self, received: Tuple) -> None:
         previous, self.current = self.current, received

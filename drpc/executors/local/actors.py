@@ -2,10 +2,19 @@
 
 Contract. An ``Actor`` handles the messages posted to its mailbox one at a
 time (``handle``); the ``Scheduler`` runs actors that have messages on
-``threads`` worker threads, at most ``BATCH`` messages per turn so a busy
-actor cannot starve the others; an exception from ``handle`` is logged and
-the actor goes on. The ``Timer`` calls functions after a delay on one thread
-of its own; a callback's exception is logged.
+``threads`` worker threads. A turn takes up to ``batch`` messages from one
+actor's mailbox at once and handles them in order, so a busy actor cannot
+starve the others; an exception from ``handle`` is logged and the actor goes
+on. ``Turns`` hooks (the engine's outbox) bracket every turn: what the actor
+sends during it leaves when it ends, one post per destination
+(``post_many``). A worker that makes an idle actor ready as its turn ends
+keeps that actor in its run-next slot and runs it itself next, instead of
+waking another thread for it (the hand-off costs more than the work of a
+small turn; the slot is taken only once the turn's handling is over, so a
+handler that waits for another actor never waits on its own thread).
+
+The ``Timer`` calls functions after a delay on one thread of its own; a
+callback's exception is logged.
 """
 
 from __future__ import annotations
@@ -17,13 +26,15 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from drpc.executors.local.messages import Message
 
 log = logging.getLogger(__name__)
 
 BATCH = 64
+"""Default most messages one turn of an actor handles."""
 
 
 class Actor:
@@ -40,48 +51,104 @@ class Actor:
         raise NotImplementedError
 
 
+class Turns(Protocol):
+    """Called around every turn, on the worker thread that runs it."""
+
+    def begin_turn(self) -> None: ...
+
+    def end_turn(self) -> None: ...
+
+
+class _Worker(threading.local):
+    next: Actor | None = None  # the run-next slot
+    ending = False  # this worker is ending a turn: the slot may be taken
+
+
 class Scheduler:
     """Runs actors with pending messages on a pool of worker threads."""
 
-    def __init__(self, threads: int, name: str) -> None:
+    def __init__(
+        self, threads: int, name: str, *, turns: Turns | None = None, batch: int = BATCH
+    ) -> None:
+        """
+        :param turns: hooks called around every turn (default none).
+        :param batch: most messages one turn handles (default ``BATCH``).
+        """
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
         self._ready: queue.SimpleQueue[Actor | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True)
             for i in range(threads)
         ]
         self._stopped = False
+        self._turns = turns
+        self._batch = batch
+        self._worker = _Worker()
 
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
 
     def post(self, actor: Actor, message: Message) -> None:
+        self.post_many(actor, (message,))
+
+    def post_many(self, actor: Actor, messages: Iterable[Message]) -> None:
+        """Post ``messages`` in order, as one hand-off."""
         with actor._lock:
-            actor._mailbox.append(message)
+            actor._mailbox.extend(messages)
             if actor._scheduled:
                 return
             actor._scheduled = True
-        self._ready.put(actor)
+        worker = self._worker
+        if worker.ending and worker.next is None:
+            worker.next = actor
+        else:
+            self._ready.put(actor)
 
     def _work(self) -> None:
+        worker = self._worker
+        turns = self._turns
+        batch_size = self._batch
         while True:
-            actor = self._ready.get()
-            if actor is None or self._stopped:
+            actor = worker.next
+            if actor is None:
+                actor = self._ready.get()
+                if actor is None:
+                    return
+            else:
+                worker.next = None
+            if self._stopped:
                 return
-            for _ in range(BATCH):
-                with actor._lock:
-                    if not actor._mailbox:
-                        actor._scheduled = False
-                        break
-                    message = actor._mailbox.popleft()
+            with actor._lock:
+                mailbox = actor._mailbox
+                if len(mailbox) <= batch_size:
+                    batch = list(mailbox)
+                    mailbox.clear()
+                else:
+                    batch = [mailbox.popleft() for _ in range(batch_size)]
+            if turns is not None:
+                turns.begin_turn()
+            for message in batch:
                 try:
                     actor.handle(message)
                 except Exception:
                     log.exception(
                         "%s failed to handle a %s message", actor.name, type(message).__name__
                     )
-            else:
-                self._ready.put(actor)
+            if turns is not None:
+                worker.ending = True
+                try:
+                    turns.end_turn()
+                except Exception:
+                    log.exception("%s: sending what its turn produced failed", actor.name)
+                finally:
+                    worker.ending = False
+            with actor._lock:
+                if not actor._mailbox:
+                    actor._scheduled = False
+                    continue
+            self._ready.put(actor)
 
     def stop(self, timeout: float) -> None:
         self._stopped = True

@@ -6,7 +6,9 @@ every task of the topology until ``stop()``:
 - one task per unit of parallelism, each with its own copy of its component
   (made by pickling, so a component that could not reach a Spark worker fails
   here at start too) and its own mailbox; a task handles one message at a time,
-  tasks run concurrently on a small pool of worker threads;
+  tasks run concurrently on a small pool of worker threads; what a task sends
+  during a turn (``drpc.executors.local.actors``) leaves as the turn ends, one
+  post per destination, each root's acks folded into one (``Outbox``);
 - every tuple crossing tasks is pickled once by the emitter and unpickled by
   each receiver, so a value that cannot travel fails here as it would on Spark
   (the emitting input fails with ``UnserializableValueError``);
@@ -54,9 +56,9 @@ from drpc import config
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.errors import Failure, InvalidTopologyError
 from drpc.executors.local.actors import Actor, Scheduler, Timer
-from drpc.executors.local.messages import Abandon, Message, Tick
+from drpc.executors.local.messages import Abandon, Message, Outbox, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
-from drpc.executors.local.tasks import AckerTask, BoltTask, SpoutTask
+from drpc.executors.local.tasks import MAX_IDLE_WAIT, AckerTask, BoltTask, SpoutTask
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 
@@ -86,6 +88,7 @@ class LocalExecutor:
         services: dict[str, Any] | None = None,
         threads: int = 4,
         tick_interval: float = 0.1,
+        max_idle_wait: float = MAX_IDLE_WAIT,
         hosted: Collection[int] | None = None,
         remote: Remote | None = None,
         ackers: bool = True,
@@ -94,6 +97,9 @@ class LocalExecutor:
         """
         :param threads: worker threads running the tasks (default 4).
         :param tick_interval: seconds between timeout checks (default 0.1).
+        :param max_idle_wait: longest pause, in seconds, between polls of a spout that has
+            nothing to emit (default ``MAX_IDLE_WAIT``, 0.02); a spout that asks to be woken
+            (``context.request_wakeup()``) is polled at once whatever this is.
         :param hosted: the task ids this engine runs (default every task); the others
             are reached through ``remote``.
         :param ackers: run the topology's acker tasks here (default True).
@@ -105,6 +111,9 @@ class LocalExecutor:
             raise ValueError(f"threads must be >= 1, got {threads}")
         if tick_interval <= 0:
             raise ValueError(f"tick_interval must be positive, got {tick_interval}")
+        if max_idle_wait <= 0:
+            raise ValueError(f"max_idle_wait must be positive, got {max_idle_wait}")
+        self.max_idle_wait = max_idle_wait
         self.topology = topology
         self.conf = config.resolve(topology.conf, conf)
         self.services = dict(services or {})
@@ -122,7 +131,7 @@ class LocalExecutor:
             self.recorder = self.spans
         self.tick_interval = tick_interval
         label = topology.name
-        self.scheduler = Scheduler(threads, label)
+        self.scheduler = Scheduler(threads, label, turns=self)
         self.timer = Timer(label)
         self.tasks: dict[int, BoltTask | SpoutTask] = {}
         self.bolt_tasks: list[BoltTask] = []
@@ -139,7 +148,7 @@ class LocalExecutor:
             else []
         )
         self.running = False
-        self._held = threading.local()
+        self._outbox = threading.local()
         for component_id, task_ids in topology.component_task_ids.items():
             spec = topology.components[component_id]
             for task_id in task_ids:
@@ -221,24 +230,66 @@ class LocalExecutor:
         if self.running:
             self.scheduler.post(actor, message)
 
+    def begin_turn(self) -> None:
+        self._outbox.current = Outbox()
+
+    def end_turn(self) -> None:
+        outbox = self._outbox.current
+        self._outbox.current = None
+        if outbox is not None:
+            self._send(outbox)
+
     @contextmanager
-    def holding(self, before: Callable[[], None]) -> Iterator[None]:
+    def holding(self, before: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold what this thread delivers until the block ends, then call ``before`` and
-        deliver it, in order."""
-        held: list[tuple[Callable[[int, Message], None], int, Message]] = []
-        self._held.items = held
+        send it (into the enclosing turn's outbox when there is one), in order."""
+        local = self._outbox
+        enclosing = getattr(local, "current", None)
+        outbox = local.current = Outbox()
         try:
             yield
         finally:
-            self._held.items = None
-            before()
-            for send, to, message in held:
-                send(to, message)
+            local.current = enclosing
+            if before is not None:
+                before()
+            if enclosing is not None:
+                enclosing.take(outbox)
+            else:
+                self._send(outbox)
+
+    def _send(self, outbox: Outbox) -> None:
+        """Send what an outbox collected: one post per destination task or acker."""
+        for task_id, messages in outbox.tasks.items():
+            task = self.tasks.get(task_id)
+            if task is not None:
+                if self.running:
+                    self.scheduler.post_many(task, messages)
+                continue
+            assert self.remote is not None, f"task {task_id} is in no engine"
+            for message in messages:
+                self.remote.deliver(task_id, message)
+        if not outbox.acks and not outbox.acker:
+            return
+        if not self.ackers:
+            assert self.remote is not None
+            for root, message in outbox.acker_messages():
+                self.remote.to_acker(root, message)
+            return
+        by_acker: dict[int, list[Message]] = {}
+        for root, message in outbox.acker_messages():
+            by_acker.setdefault(root % self.acker_count, []).append(message)
+        if self.running:
+            for index, messages in by_acker.items():
+                self.scheduler.post_many(self.ackers[index], messages)
 
     def deliver(self, task_id: int, message: Message) -> None:
-        held = getattr(self._held, "items", None)
-        if held is not None:
-            held.append((self.deliver, task_id, message))
+        outbox = getattr(self._outbox, "current", None)
+        if outbox is not None:
+            messages = outbox.tasks.get(task_id)
+            if messages is None:
+                outbox.tasks[task_id] = [message]
+            else:
+                messages.append(message)
             return
         task = self.tasks.get(task_id)
         if task is not None:
@@ -248,9 +299,9 @@ class LocalExecutor:
             self.remote.deliver(task_id, message)
 
     def to_acker(self, root: int, message: Message) -> None:
-        held = getattr(self._held, "items", None)
-        if held is not None:
-            held.append((self.to_acker, root, message))
+        outbox = getattr(self._outbox, "current", None)
+        if outbox is not None:
+            outbox.add_acker(root, message)
             return
         if self.ackers:
             self.post(self.ackers[root % self.acker_count], message)

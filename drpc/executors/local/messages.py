@@ -15,6 +15,12 @@ are pickled, once by the emitter, in ``payload``):
 - ``Abandon``: to coordinated tasks, a root failed, drop its ids;
 - ``Tick``: the clock reached ``now`` (timeouts);
 - ``NEXT``: a spout should call ``next_tuple``.
+
+An ``Outbox`` collects what one turn of a task sends, for the engine to send
+as the turn ends: the messages for each destination task in order, and for
+the ackers every ``Ack`` of a root folded into one (its values XORed: the
+acker's ledger is order-independent, so one ack carrying the XOR of several
+is the same as each of them) beside the other acker messages in order.
 """
 
 from __future__ import annotations
@@ -76,6 +82,37 @@ class Next(NamedTuple):
 NEXT = Next()
 
 Message = TupleMessage | ReportMessage | AckInit | Ack | AckFail | RootDone | Abandon | Tick | Next
+
+
+class Outbox:
+    """What one turn sends (see the module doc)."""
+
+    __slots__ = ("acker", "acks", "tasks")
+
+    def __init__(self) -> None:
+        self.tasks: dict[int, list[Message]] = {}
+        self.acks: dict[int, int] = {}  # root -> the XOR of its acks' values
+        self.acker: list[tuple[int, Message]] = []  # (root, message): inits and fails
+
+    def add_acker(self, root: int, message: Message) -> None:
+        if type(message) is Ack:
+            acks = self.acks
+            acks[root] = acks.get(root, 0) ^ message.ack_val
+        else:
+            self.acker.append((root, message))
+
+    def take(self, other: Outbox) -> None:
+        """Add what ``other`` collected after what this one has."""
+        for task_id, messages in other.tasks.items():
+            self.tasks.setdefault(task_id, []).extend(messages)
+        for root, value in other.acks.items():
+            self.acks[root] = self.acks.get(root, 0) ^ value
+        self.acker.extend(other.acker)
+
+    def acker_messages(self) -> list[tuple[int, Message]]:
+        """Every acker message, ``(root, message)``: the others first, then one ``Ack``
+        per root."""
+        return [*self.acker, *((root, Ack(root, value)) for root, value in self.acks.items())]
 
 
 # -- on the wire (the resident executor): plain tuples, a kind number first ----------------------

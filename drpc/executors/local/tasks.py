@@ -49,7 +49,7 @@ from drpc.executors.local.messages import (
     TupleMessage,
 )
 from drpc.executors.local.spans import HANDLING, StepRecorder
-from drpc.executors.task import TaskCore
+from drpc.executors.task import DATA, ID, REPORT, TaskCore
 from drpc.logs import pop_context, push_context
 from drpc.model.components import (
     BaseRichSpout,
@@ -57,7 +57,7 @@ from drpc.model.components import (
     SpoutOutputCollector,
 )
 from drpc.model.context import TopologyContext
-from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
+from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID
 from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
 from drpc.requests import ReturnInfo
@@ -72,7 +72,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_IDLE_WAIT = 0.02
-"""Longest pause, in seconds, between polls of a spout that has nothing to emit."""
+"""Default longest pause, in seconds, between polls of a spout that has nothing to emit
+(``LocalExecutor``'s ``max_idle_wait``)."""
 
 
 def task_conf(engine: LocalExecutor, spec: ComponentSpec) -> dict[str, Any]:
@@ -166,8 +167,9 @@ class BoltTask(Actor):
                 spans.saw(self.component_id, self.task_id, roots, started, ended, moves_end)
 
     def receive(self, message: TupleMessage | ReportMessage) -> None:
+        core = self.core
         if type(message) is ReportMessage:
-            received = self.core.make_tuple(
+            received = core.make_tuple(
                 message.source,
                 COORDINATED_STREAM_ID,
                 message.source_task,
@@ -176,7 +178,7 @@ class BoltTask(Actor):
             )
         else:
             assert type(message) is TupleMessage
-            received = self.core.make_tuple(
+            received = core.make_tuple(
                 message.source,
                 message.stream,
                 message.source_task,
@@ -184,18 +186,25 @@ class BoltTask(Actor):
                 message.message_id,
             )
         if self.tracker is None:
-            self.core.execute(received)
+            core.execute(received)
         else:
             self.receive_coordinated(received)
 
     def receive_coordinated(self, received: Tuple) -> None:
         core, decl, tracker = self.core, self.coordination, self.tracker
         assert decl is not None and tracker is not None
-        if received.message_id and all(root in self.dead_roots for root in received.message_id):
+        dead = self.dead_roots
+        if dead and received.message_id and all(root in dead for root in received.message_id):
             return
         now = time.monotonic()
         id = received.values[0]
-        if received.source_stream == COORDINATED_STREAM_ID:
+        kind = core.input_kind(received.source_component, received.source_stream)
+        if kind is DATA:
+            if is_ignored(tracker.tuple_received(id, now)):
+                return
+            self.note_roots(id, received)
+            core.execute(received)
+        elif kind is REPORT:
             decisions = tracker.report_received(id, received.values[1], now)
             if is_ignored(decisions):
                 return
@@ -206,10 +215,8 @@ class BoltTask(Actor):
             failure = core.apply(decisions, received)
             if not hold:
                 self.settle(received, failure)
-            return
-        stream = GlobalStreamId(received.source_component, received.source_stream)
-        if stream == decl.id_stream or stream == decl.commit_stream:
-            if stream == decl.id_stream:
+        else:
+            if kind is ID:
                 decisions = tracker.id_received(id, now)
             else:
                 decisions = tracker.commit_received(id, now)
@@ -217,14 +224,9 @@ class BoltTask(Actor):
                 return
             self.note_roots(id, received)
             self.held.setdefault(id, []).append(received)
-            if stream == decl.id_stream and decl.deliver_id_tuple:
+            if kind is ID and decl.deliver_id_tuple:
                 core.execute(received)
             core.apply(decisions, received)
-            return
-        if is_ignored(tracker.tuple_received(id, now)):
-            return
-        self.note_roots(id, received)
-        core.execute(received)
 
     def note_roots(self, id: Hashable, received: Tuple) -> None:
         if not received.message_id:
@@ -464,7 +466,7 @@ class SpoutTask(Actor):
         if self.emitted > before:
             self.wake()
             return
-        self.idle_wait = min(max(self.idle_wait * 2, 0.001), MAX_IDLE_WAIT)
+        self.idle_wait = min(max(self.idle_wait * 2, 0.001), self.engine.max_idle_wait)
         if not self.timer_armed:
             self.timer_armed = True
             self.engine.timer.schedule(self.idle_wait, self._timer_fired)

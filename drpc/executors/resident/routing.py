@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from drpc.builders.linear_drpc import JOIN_ID, PREPARE_ID, RETURN_ID
@@ -146,13 +147,24 @@ def dispatch_items(
     control: Callable[[Any], None],
 ) -> None:
     """Hand a frame's items to the engines they are for (``engine_of(key)``; None: not
-    running here, the item is dropped) and its control items to ``control``."""
-    for key, destination, payload in items:
-        if destination == CONTROL:
-            control(payload)
-            continue
-        engine = engine_of(key)
-        if engine is not None:
+    running here, the item is dropped) and its control items to ``control``. What one
+    engine gets between control items is posted as its ``holding`` block ends: one post
+    per destination task, each root's acks folded into one."""
+    held = ExitStack()
+    holding: set[str] = set()
+    with held:
+        for key, destination, payload in items:
+            if destination == CONTROL:
+                held.close()
+                holding.clear()
+                control(payload)
+                continue
+            engine = engine_of(key)
+            if engine is None:
+                continue
+            if key not in holding:
+                held.enter_context(engine.holding())
+                holding.add(key)
             dispatch(engine, destination, payload)
 
 

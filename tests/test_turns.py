@@ -1,0 +1,114 @@
+"""The local engine's turns: what a turn sends leaves as it ends, grouped per destination
+with each root's acks folded into one, and the actor its end makes ready runs next on
+the same worker; an idle spout's polls may be far apart when it asks to be woken."""
+
+from __future__ import annotations
+
+import threading
+
+from drpc.errors import Failure
+from drpc.examples.square import build_square
+from drpc.executors.local.actors import Actor, Scheduler
+from drpc.executors.local.messages import Ack, AckFail, AckInit, Message, Outbox, Tick
+from drpc.semantics.acker import Acker, RootCompleted
+from drpc.testing import LocalDRPC
+
+from .waiting import wait_until
+
+
+def test_an_outbox_folds_each_roots_acks_and_keeps_the_other_acker_messages_in_order() -> None:
+    outbox = Outbox()
+    failure = Failure.tree_timed_out(1.0, "step")
+    outbox.add_acker(7, AckInit(7, 0b0110, owner=1))
+    outbox.add_acker(7, Ack(7, 0b0100))
+    outbox.add_acker(9, Ack(9, 0b1000))
+    outbox.add_acker(9, AckFail(9, failure))
+    outbox.add_acker(7, Ack(7, 0b0010))
+    later = Outbox()
+    later.add_acker(9, Ack(9, 0b0001))
+    outbox.take(later)
+    assert outbox.acker_messages() == [
+        (7, AckInit(7, 0b0110, 1)),
+        (9, AckFail(9, failure)),
+        (7, Ack(7, 0b0110)),
+        (9, Ack(9, 0b1001)),
+    ]
+
+
+def test_a_folded_ack_completes_a_root_as_the_acks_it_folds_do() -> None:
+    edges = [0x1111, 0x2222, 0x4444]
+    separately, folded = Acker(30.0), Acker(30.0)
+    root = 5
+    init = edges[0] ^ edges[1] ^ edges[2]
+    assert separately.init(root, init, "spout", 0.0) == []
+    assert separately.ack(root, edges[0], 0.0) == []
+    assert separately.ack(root, edges[1], 0.0) == []
+    outbox = Outbox()
+    for edge in edges:
+        outbox.add_acker(root, Ack(root, edge))
+    ((_, message),) = outbox.acker_messages()
+    assert isinstance(message, Ack)
+    assert folded.init(root, init, "spout", 0.0) == []
+    assert folded.ack(root, message.ack_val, 0.0) == [RootCompleted(root, "spout")]
+    assert separately.ack(root, edges[2], 0.0) == [RootCompleted(root, "spout")]
+
+
+class Recording(Actor):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.seen: list[tuple[float, str]] = []
+
+    def handle(self, message: Message) -> None:
+        assert isinstance(message, Tick)
+        self.seen.append((message.now, threading.current_thread().name))
+
+
+class SendsAsTurnsEnd:
+    """Turn hooks: the end of ``source``'s first turn posts two messages to ``target``."""
+
+    def __init__(self, source: Recording, target: Recording) -> None:
+        self.source, self.target = source, target
+        self.scheduler: Scheduler | None = None
+        self.turns = 0
+        self.sent = False
+
+    def begin_turn(self) -> None:
+        self.turns += 1
+
+    def end_turn(self) -> None:
+        assert self.scheduler is not None
+        if self.source.seen and not self.sent:
+            self.sent = True
+            self.scheduler.post_many(self.target, [Tick(0.0), Tick(1.0)])
+
+
+def test_a_turn_takes_the_mailbox_at_once_and_the_actor_its_end_readies_runs_on_its_thread() -> (
+    None
+):
+    source, target = Recording("source"), Recording("target")
+    turns = SendsAsTurnsEnd(source, target)
+    scheduler = Scheduler(4, "turns", turns=turns, batch=2)
+    turns.scheduler = scheduler
+    for now in (10.0, 11.0, 12.0):
+        source._mailbox.append(Tick(now))
+    source._scheduled = True
+    scheduler.start()
+    try:
+        scheduler.post_many(source, [])  # already scheduled: no second hand-off
+        scheduler._ready.put(source)
+        wait_until(lambda: len(source.seen) == 3 and len(target.seen) == 2, what="both handled")
+    finally:
+        scheduler.stop(5.0)
+    assert [now for now, _ in source.seen] == [10.0, 11.0, 12.0]
+    assert [now for now, _ in target.seen] == [0.0, 1.0]
+    first_turn_thread = source.seen[0][1]
+    assert source.seen[1][1] == first_turn_thread  # the batch of two ran in one turn
+    assert {thread for _, thread in target.seen} == {first_turn_thread}  # its run-next slot
+    assert turns.turns == 3  # source: 2 + 1 messages; target: both at once
+
+
+def test_a_drpc_spout_that_asks_to_be_woken_serves_calls_with_idle_polls_an_hour_apart() -> None:
+    with LocalDRPC(max_idle_wait=3600.0) as drpc:
+        drpc.register(build_square())
+        assert [drpc.execute("square", str(n)) for n in range(3)] == ["0", "1", "4"]
