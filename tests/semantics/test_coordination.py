@@ -264,11 +264,14 @@ def test_no_tracking_left_after_ten_thousand_requests() -> None:
     assert len(t) == 0 and t.tombstones == 0
 
 
-def test_invalid_configuration_is_refused() -> None:
-    with pytest.raises(ValueError):
+def test_invalid_configuration_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ValueError, match=r"^expected_reports must be >= 0, got -1$"):
         CoordinationConfig(-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^timeout must be positive, got 0$"):
         CoordinationConfig(1, timeout=0)
+    # just inside each bound
+    assert CoordinationConfig(0).expected_reports == 0
+    assert CoordinationConfig(1, timeout=1e-9).timeout == 1e-9
 
 
 # -- randomized interleavings ----------------------------------------------------------------
