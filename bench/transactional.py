@@ -145,10 +145,25 @@ def bench_drpc(
         max_spout_pending=3,
         on_commit=on_commit,
     )
+    return checked_run(
+        f"drpc on {executor}", result, started, progress, state_dir, "bench-counts", expected
+    )
+
+
+def checked_run(
+    label: str,
+    result: Any,
+    started: float,
+    progress: Progress,
+    state_dir: Path,
+    map_name: str,
+    expected: Counter[str],
+) -> dict[str, Any]:
+    """A finished run's record, once its committed counts are checked against the input."""
     elapsed = time.perf_counter() - started
-    progress.close(f"drpc on {executor}: {result.tuples} words in {elapsed:.1f} s")
-    counts = dict(TransactionalMap(StateEnvironment.open(str(state_dir)), "bench-counts").items())
-    assert counts == dict(expected), f"drpc on {executor} counted wrongly"
+    progress.close(f"{label}: {result.tuples} words in {elapsed:.1f} s")
+    counts = dict(TransactionalMap(StateEnvironment.open(str(state_dir)), map_name).items())
+    assert counts == dict(expected), f"{label} counted wrongly"
     return {
         "seconds": elapsed,
         "tuples": result.tuples,

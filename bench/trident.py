@@ -75,17 +75,9 @@ def bench_trident(
         max_spout_pending=3,
         on_commit=lambda info: progress.update(f"trident on {executor}: txid {info.txid}"),
     )
-    elapsed = time.perf_counter() - started
-    progress.close(f"trident on {executor}: {result.tuples} words in {elapsed:.1f} s")
-    counts = dict(TransactionalMap(StateEnvironment.open(str(state_dir)), MAP).items())
-    assert counts == dict(expected), f"trident on {executor} counted wrongly"
-    return {
-        "seconds": elapsed,
-        "tuples": result.tuples,
-        "batches": len(result.commits),
-        "tuples_per_s": result.tuples / elapsed,
-        "replays": dict(result.replays),
-    }
+    return baseline.checked_run(
+        f"trident on {executor}", result, started, progress, state_dir, MAP, expected
+    )
 
 
 def bench_plain_python(
