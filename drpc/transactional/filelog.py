@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -132,6 +132,15 @@ class _Reader:
             cut = newline + 1
         return bytes(body[:cut])
 
+    def parse(self, body: bytes, partition: int, start: int) -> Iterator[list[Any]]:
+        """The values of each valid line of ``body``, which starts at byte ``start``."""
+        position = start
+        for line in body.split(b"\n")[:-1]:
+            values = self._values(line, partition, position)
+            position += len(line) + 1
+            if values is not None:
+                yield values
+
     def read(
         self,
         attempt: TransactionAttempt,
@@ -142,14 +151,30 @@ class _Reader:
     ) -> FileLogMeta:
         """Emit the lines of [start, end), or up to ``take`` new complete lines from start."""
         body = self._complete_lines(self._file(partition), start, end)
-        position, lines = start, 0
-        for line in body.split(b"\n")[:-1]:
-            values = self._values(line, partition, position)
-            position += len(line) + 1
-            lines += 1
-            if values is not None:
-                collector.emit([attempt, *values])
-        return FileLogMeta(start, start + len(body), lines)
+        for values in self.parse(body, partition, start):
+            collector.emit([attempt, *values])
+        return FileLogMeta(start, start + len(body), body.count(b"\n"))
+
+    def next_range(self, partition: int, last_meta: Any) -> FileLogMeta:
+        """The byte range of a new batch of ``partition`` (up to ``take`` complete lines after
+        ``last_meta``): its bytes are scanned for line ends, never parsed."""
+        start = 0 if last_meta is None else last_meta.end
+        body = self._complete_lines(self._file(partition), start, None)
+        return FileLogMeta(start, start + len(body), body.count(b"\n"))
+
+    def exact(self, partition: int, meta: FileLogMeta) -> bytes:
+        """The bytes of ``meta``'s range, all of them or ``FailedException``."""
+        body = self._complete_lines(self._file(partition), meta.start, meta.end)
+        if meta.start + len(body) != meta.end:
+            raise FailedException(
+                f"partition {partition} of {self.directory} no longer holds bytes "
+                f"{meta.start}-{meta.end}: the log was truncated, a batch cannot be replayed"
+            )
+        return body
+
+    def values_in(self, partition: int, meta: FileLogMeta) -> Iterator[list[Any]]:
+        """The values of the lines of ``meta``'s range (a replay reads exactly these)."""
+        return self.parse(self.exact(partition, meta), partition, meta.start)
 
     def close(self) -> None:
         for handle in self._files.values():
@@ -175,12 +200,8 @@ class _TransactionalEmitter(_Reader):
         partition: int,
         meta: Any,
     ) -> None:
-        replayed = self.read(attempt, collector, partition, meta.start, meta.end)
-        if replayed.end != meta.end:
-            raise FailedException(
-                f"partition {partition} of {self.directory} no longer holds bytes "
-                f"{meta.start}-{meta.end}: the log was truncated, a batch cannot be replayed"
-            )
+        for values in self.values_in(partition, meta):
+            collector.emit([attempt, *values])
 
 
 class _OpaqueEmitter(_Reader):
