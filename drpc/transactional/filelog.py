@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PATTERN = "*.jsonl"
 READ_CHUNK = 1 << 16
+_DECODER = json.JSONDecoder()
+_INVALID = object()
 
 
 @dataclass(frozen=True)
@@ -134,12 +136,30 @@ class _Reader:
 
     def parse(self, body: bytes, partition: int, start: int) -> Iterator[list[Any]]:
         """The values of each valid line of ``body``, which starts at byte ``start``."""
+        if not body.isascii():  # a str offset would not be a byte offset: line by line
+            position = start
+            for line in body.split(b"\n")[:-1]:
+                values = self._values(line, partition, position)
+                position += len(line) + 1
+                if values is not None:
+                    yield values
+            return
+        # The common case decoded once, each line by the decoder itself (json.loads on bytes
+        # would detect the encoding of every line); anything off goes through _values.
+        decode, single, width = _DECODER.decode, len(self.fields) == 1, len(self.fields)
         position = start
-        for line in body.split(b"\n")[:-1]:
-            values = self._values(line, partition, position)
-            position += len(line) + 1
-            if values is not None:
+        for text in body.decode("ascii").split("\n")[:-1]:
+            try:
+                value = decode(text)
+            except ValueError:
+                value = _INVALID
+            if single and value is not _INVALID:
+                yield [value]
+            elif not single and isinstance(value, list) and len(value) == width:
+                yield value
+            elif (values := self._values(text.encode(), partition, position)) is not None:
                 yield values
+            position += len(text) + 1
 
     def read(
         self,
