@@ -7,8 +7,9 @@ checked against the input:
 
 - drpc Trident: ``new_stream(file log).group_by(word).persistent_aggregate(
   LMDBMapState.transactional, Count())``: a per-partition partial count, then
-  only per-word partials reach the commit; on Spark (one job per batch, up
-  to 3 in flight) and on the local executor;
+  only per-word partials reach the commit; on Spark (Trident's compiled
+  path, ``drpc.trident.fused``: the executors read the file log, one job per
+  batch, up to 3 in flight) and on the local executor;
 - Structured Streaming: ``bench/transactional.py``'s baseline at the same
   batch size (counts per micro-batch in Spark, one LMDB transaction per
   micro-batch, idempotent by batch id);

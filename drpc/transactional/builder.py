@@ -26,7 +26,7 @@ subscription to the coordinator, and the usual wiring errors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,8 @@ class TransactionalInfo:
     spout: IComponent
     committers: frozenset[str]
     commit_components: tuple[str, ...]  # in topological order
+    # The processing backend of executor="spark" (SparkBackend's arguments); None: SparkBackend.
+    spark_backend: Callable[..., Any] | None = None
 
 
 class TransactionalSpoutCoordinator(BaseRichSpout):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PATTERN = "*.jsonl"
 READ_CHUNK = 1 << 16
+_DECODER = json.JSONDecoder()
+_INVALID = object()
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,33 @@ class _Reader:
             cut = newline + 1
         return bytes(body[:cut])
 
+    def parse(self, body: bytes, partition: int, start: int) -> Iterator[list[Any]]:
+        """The values of each valid line of ``body``, which starts at byte ``start``."""
+        if not body.isascii():  # a str offset would not be a byte offset: line by line
+            position = start
+            for line in body.split(b"\n")[:-1]:
+                values = self._values(line, partition, position)
+                position += len(line) + 1
+                if values is not None:
+                    yield values
+            return
+        # The common case decoded once, each line by the decoder itself (json.loads on bytes
+        # would detect the encoding of every line); anything off goes through _values.
+        decode, single, width = _DECODER.decode, len(self.fields) == 1, len(self.fields)
+        position = start
+        for text in body.decode("ascii").split("\n")[:-1]:
+            try:
+                value = decode(text)
+            except ValueError:
+                value = _INVALID
+            if single and value is not _INVALID:
+                yield [value]
+            elif not single and isinstance(value, list) and len(value) == width:
+                yield value
+            elif (values := self._values(text.encode(), partition, position)) is not None:
+                yield values
+            position += len(text) + 1
+
     def read(
         self,
         attempt: TransactionAttempt,
@@ -142,14 +171,30 @@ class _Reader:
     ) -> FileLogMeta:
         """Emit the lines of [start, end), or up to ``take`` new complete lines from start."""
         body = self._complete_lines(self._file(partition), start, end)
-        position, lines = start, 0
-        for line in body.split(b"\n")[:-1]:
-            values = self._values(line, partition, position)
-            position += len(line) + 1
-            lines += 1
-            if values is not None:
-                collector.emit([attempt, *values])
-        return FileLogMeta(start, start + len(body), lines)
+        for values in self.parse(body, partition, start):
+            collector.emit([attempt, *values])
+        return FileLogMeta(start, start + len(body), body.count(b"\n"))
+
+    def next_range(self, partition: int, last_meta: Any) -> FileLogMeta:
+        """The byte range of a new batch of ``partition`` (up to ``take`` complete lines after
+        ``last_meta``): its bytes are scanned for line ends, never parsed."""
+        start = 0 if last_meta is None else last_meta.end
+        body = self._complete_lines(self._file(partition), start, None)
+        return FileLogMeta(start, start + len(body), body.count(b"\n"))
+
+    def exact(self, partition: int, meta: FileLogMeta) -> bytes:
+        """The bytes of ``meta``'s range, all of them or ``FailedException``."""
+        body = self._complete_lines(self._file(partition), meta.start, meta.end)
+        if meta.start + len(body) != meta.end:
+            raise FailedException(
+                f"partition {partition} of {self.directory} no longer holds bytes "
+                f"{meta.start}-{meta.end}: the log was truncated, a batch cannot be replayed"
+            )
+        return body
+
+    def values_in(self, partition: int, meta: FileLogMeta) -> Iterator[list[Any]]:
+        """The values of the lines of ``meta``'s range (a replay reads exactly these)."""
+        return self.parse(self.exact(partition, meta), partition, meta.start)
 
     def close(self) -> None:
         for handle in self._files.values():
@@ -175,12 +220,8 @@ class _TransactionalEmitter(_Reader):
         partition: int,
         meta: Any,
     ) -> None:
-        replayed = self.read(attempt, collector, partition, meta.start, meta.end)
-        if replayed.end != meta.end:
-            raise FailedException(
-                f"partition {partition} of {self.directory} no longer holds bytes "
-                f"{meta.start}-{meta.end}: the log was truncated, a batch cannot be replayed"
-            )
+        for values in self.values_in(partition, meta):
+            collector.emit([attempt, *values])
 
 
 class _OpaqueEmitter(_Reader):

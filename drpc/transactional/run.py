@@ -169,6 +169,7 @@ class TransactionalRunner:
         max_timeouts: int | None = DEFAULT_MAX_TIMEOUTS,
         state_options: dict[str, Any] | None = None,
         observer: Observer | None = None,
+        spark_backend: Callable[..., ProcessingBackend] | None = None,
     ) -> None:
         """
         :param max_spout_pending: batches processed at once; None (default) takes the
@@ -179,6 +180,10 @@ class TransactionalRunner:
         :param state_options: options of ``StateEnvironment.open`` for ``state_dir``
             (e.g. ``map_size``, ``max_map_size``, ``sync``); defaults otherwise.
         :param observer: receives ``tx_*`` events (``drpc.observe``).
+        :param spark_backend: the processing backend of ``executor="spark"`` (called with
+            ``SparkBackend``'s arguments); None: the topology's own
+            (``TransactionalInfo.spark_backend``, Trident's compiled path sets it), else
+            ``SparkBackend``.
         """
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be None or >= 1, got {max_attempts}")
@@ -231,7 +236,8 @@ class TransactionalRunner:
                 topology, info, self.conf, self.services, self.transactional, threads
             )
         else:
-            self.backend = SparkBackend(
+            make = spark_backend or info.spark_backend or SparkBackend
+            self.backend = make(
                 topology,
                 info,
                 self.conf,
@@ -559,6 +565,7 @@ def run(
     max_timeouts: int | None = DEFAULT_MAX_TIMEOUTS,
     state_options: dict[str, Any] | None = None,
     observer: Observer | None = None,
+    spark_backend: Callable[..., ProcessingBackend] | None = None,
 ) -> RunResult:
     """Run a transactional topology until it is idle (or ``max_batches`` commit)."""
     with TransactionalRunner(
@@ -574,6 +581,7 @@ def run(
         max_timeouts=max_timeouts,
         state_options=state_options,
         observer=observer,
+        spark_backend=spark_backend,
     ) as runner:
         return runner.run(
             until_idle=until_idle, max_batches=max_batches, stop=stop, on_commit=on_commit

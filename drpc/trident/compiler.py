@@ -30,6 +30,7 @@ repartition. Streams between components are named ``s0``, ``s1``, ...
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,7 @@ from drpc.trident.bolts import (
     ReturnTuples,
     SegmentBolt,
 )
+from drpc.trident.fused import FusedBackend, fused_plan
 from drpc.trident.plan import (
     DRPCSource,
     Each,
@@ -301,9 +303,14 @@ def _conf(state_dir: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def transactional_topology(
-    topology: TridentTopology, state_dir: str, conf: Mapping[str, Any] | None = None
+    topology: TridentTopology,
+    state_dir: str,
+    conf: Mapping[str, Any] | None = None,
+    *,
+    fused: bool = True,
 ) -> Topology:
-    """The spout stream of ``topology`` as a transactional topology (see the module doc)."""
+    """The spout stream of ``topology`` as a transactional topology (see the module doc);
+    ``fused``: on Spark, the compiled path (``drpc.trident.fused``) when it can take it."""
     sources = [node for node in topology.sources if isinstance(node.operation, SpoutSource)]
     if not sources:
         raise InvalidTopologyError("this Trident topology has no spout stream (new_stream)")
@@ -334,7 +341,12 @@ def transactional_topology(
             )
         for input in component.inputs:
             _subscribe(declarer, input)
-    return builder.create_topology(_conf(state_dir, conf))
+    compiled = builder.create_topology(_conf(state_dir, conf))
+    if fused and fused_plan(compiled) is not None:
+        compiled.transactional = dataclasses.replace(
+            compiled.transactional, spark_backend=FusedBackend
+        )
+    return compiled
 
 
 def _spout_of(source: Node) -> SpoutSource:

@@ -6,6 +6,13 @@ and runs it with ``drpc.transactional.run`` (every option of that function:
 ``max_spout_pending``, ``max_batches``, ``until_idle``, ``stop``, ...),
 returning its ``RunResult``. ``runner(...)`` gives the
 ``TransactionalRunner`` instead, for runs driven step by step.
+
+On ``executor="spark"`` a topology that ``drpc.trident.fused.fused_plan``
+accepts (a file log, per-tuple steps, ``group_by`` + ``persistent_aggregate``
+of a combiner) runs on the compiled path (``transactional_topology``'s
+``fused``): the executors read the file log and only per-key aggregates
+reach the commit. ``fused=False`` keeps the general path (one emitter on
+the driver).
 """
 
 from __future__ import annotations
@@ -24,11 +31,14 @@ def run(
     *,
     state_dir: str,
     conf: Mapping[str, Any] | None = None,
+    fused: bool = True,
     **options: Any,
 ) -> RunResult:
     """Run ``topology``'s spout stream until it is idle (see the module doc)."""
     return run_transactional(
-        transactional_topology(topology, str(state_dir), conf), state_dir=str(state_dir), **options
+        transactional_topology(topology, str(state_dir), conf, fused=fused),
+        state_dir=str(state_dir),
+        **options,
     )
 
 
@@ -37,8 +47,11 @@ def runner(
     *,
     state_dir: str,
     conf: Mapping[str, Any] | None = None,
+    fused: bool = True,
     **options: Any,
 ) -> TransactionalRunner:
     return TransactionalRunner(
-        transactional_topology(topology, str(state_dir), conf), state_dir=str(state_dir), **options
+        transactional_topology(topology, str(state_dir), conf, fused=fused),
+        state_dir=str(state_dir),
+        **options,
     )

@@ -1,7 +1,8 @@
 """The Trident word count of the exactly-once tests; configured by environment for subprocess
 runs (``DRPC_TEST_LOG_DIR``: the file log, ``DRPC_TEST_OPAQUE``: "1" for the opaque spout and
 map, ``DRPC_TEST_TAKE``: lines per partition per batch, ``DRPC_STATE_DIR``: the state
-directory)."""
+directory, ``DRPC_TEST_FLAKY``: "1" to fail the first attempt of every Spark task, so Spark
+retries it)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from drpc.transactional.filelog import FileLogTransactionalSpout, OpaqueFileLogT
 from drpc.trident import Count, LMDBMapState, MapStateFactory, TridentTopology
 from drpc.trident import transactional_topology as compile_spout_streams
 
+from .ops import FailsFirstTaskAttempt
+
 TXID = "trident-fault-words"
 
 
@@ -19,14 +22,13 @@ def counts_state(opaque: bool) -> MapStateFactory:
     return LMDBMapState.opaque("counts") if opaque else LMDBMapState.transactional("counts")
 
 
-def word_count(log_dir: str, opaque: bool, take: int) -> TridentTopology:
+def word_count(log_dir: str, opaque: bool, take: int, flaky: bool = False) -> TridentTopology:
     kind = OpaqueFileLogTransactionalSpout if opaque else FileLogTransactionalSpout
     topology = TridentTopology()
-    (
-        topology.new_stream(TXID, kind(log_dir, Fields("word"), take), parallelism=2)
-        .group_by(["word"])
-        .persistent_aggregate(counts_state(opaque), Count(), ["count"])
-    )
+    stream = topology.new_stream(TXID, kind(log_dir, Fields("word"), take), parallelism=2)
+    if flaky:
+        stream = stream.filter(["word"], FailsFirstTaskAttempt())
+    stream.group_by(["word"]).persistent_aggregate(counts_state(opaque), Count(), ["count"])
     return topology
 
 
@@ -36,6 +38,7 @@ def topology() -> Topology:
             os.environ["DRPC_TEST_LOG_DIR"],
             os.environ.get("DRPC_TEST_OPAQUE") == "1",
             int(os.environ["DRPC_TEST_TAKE"]),
+            os.environ.get("DRPC_TEST_FLAKY") == "1",
         ),
         os.environ["DRPC_STATE_DIR"],
     )

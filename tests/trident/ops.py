@@ -137,3 +137,22 @@ class SlowFilter(Filter):
     def is_keep(self, tuple: TridentTuple) -> bool:
         time.sleep(self.seconds)
         return True
+
+
+class FailsFirstTaskAttempt(Filter):
+    """Keeps every tuple, but the first attempt of every Spark task raises at its
+    ``after``-th tuple (after counting that many): Spark retries the task (a master
+    ``local[N,F]`` with F > 1). Outside a Spark task it never fails."""
+
+    def __init__(self, after: int = 50) -> None:
+        self.after = after
+        self.seen = 0
+
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        self.seen += 1
+        if context is not None and context.attemptNumber() == 0 and self.seen == self.after:
+            raise RuntimeError("injected: the first attempt of this Spark task fails")
+        return True

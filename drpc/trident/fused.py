@@ -1,0 +1,352 @@
+"""Trident's compiled path on Spark: the file log read on the executors, one job per batch.
+
+Contract. ``fused_plan(topology)`` says whether a compiled Trident topology
+(``drpc.trident.compiler``) can take this path: its spout is a
+``FileLogTransactionalSpout`` (not opaque, not several spouts), one segment
+reads it (``each``, ``filter``, ``map``, ``flat_map``, ``project`` and a
+``CombinerAggregator``'s partial aggregate of ``group_by`` +
+``persistent_aggregate``), and everything that segment emits goes to
+``persistent_aggregate`` committers (``PersistBolt``) of combiners. Anything
+else (opaque or several spouts, joins, merges, ``partition_persist``, state
+queries, reducers and plain aggregators, a step after a repartition,
+``peek``) returns None and keeps the general path (``SparkBackend``).
+
+``FusedBackend`` (a ``ProcessingBackend`` with ``SparkBackend``'s
+constructor) processes a batch attempt as follows. On the run loop's
+thread, in txid order, it decides each partition's byte range
+(``next_range``: the driver scans the bytes for line ends and never parses
+a tuple) and stores it per txid exactly where the partitioned emitter
+would (``partition_state``), so a replay, on this path or the general one,
+reads the same lines. Then one Spark job (up to ``max_jobs`` in flight),
+one task per partition: read the range, run the segment's steps and
+combine per key within the task; the driver collects the per-key partials
+(one Spark attempt's output per task, so a retried task does not count
+twice) and combines them per key, and only those per-key values reach the
+commit, which stays the transactional machinery's (txid order, one LMDB
+transaction, the map kinds' txid rules). A failure in the job fails the
+attempt, which is replayed with the same ranges.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from drpc import runtime
+from drpc.errors import DRPCExceptionType, Failure, InvalidTopologyError
+from drpc.executors.records import Shipment
+from drpc.executors.spark.stages import tagged_job
+from drpc.model.context import TopologyContext
+from drpc.model.streams import COORDINATED_STREAM_ID
+from drpc.model.topology import Topology
+from drpc.semantics.runners import freeze
+from drpc.sparkconf import DEFAULT_START_TIMEOUT
+from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.builder import TransactionalInfo
+from drpc.transactional.filelog import FileLogMeta, FileLogTransactionalSpout
+from drpc.transactional.processing import Event, Processed, ProcessingFailed
+from drpc.transactional.spouts import TransactionalServices
+from drpc.trident.bolts import PersistBolt, SegmentBolt
+from drpc.trident.builtins import key_of
+from drpc.trident.operations import CombinerAggregator
+from drpc.trident.processors import (
+    BatchContext,
+    EachProcessor,
+    Emit,
+    FilterProcessor,
+    FlatMapProcessor,
+    MapProcessor,
+    PartitionAggregateProcessor,
+    Processor,
+    ProjectProcessor,
+    Root,
+    Values,
+)
+
+_STEPS = (EachProcessor, FilterProcessor, ProjectProcessor, MapProcessor, FlatMapProcessor, Emit)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where one emitted stream of the segment goes: a combiner's committer task."""
+
+    stream: str
+    task: int
+    persist: PersistBolt
+
+
+@dataclass(frozen=True, slots=True)
+class FusedPlan:
+    spout: FileLogTransactionalSpout
+    segment: str  # the segment bolt's component id
+    segment_task: int
+    spout_stream: str
+    targets: tuple[Target, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RangeTask:
+    """One Spark task of a batch: a partition's byte range."""
+
+    partition: int
+    meta: FileLogMeta
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutput:
+    """What one Spark task sends the driver: its per-key partials per stream, its tuple count."""
+
+    partials: dict[str, dict[Any, Values]]
+    tuples: int
+
+
+def _steps_fit(processor: Processor) -> bool:
+    fits = isinstance(processor, _STEPS) or (
+        isinstance(processor, PartitionAggregateProcessor)
+        and isinstance(processor.aggregator, CombinerAggregator)
+    )
+    return fits and all(_steps_fit(child) for child in processor.children)
+
+
+def _emits(processor: Processor) -> Iterator[Emit]:
+    if isinstance(processor, Emit):
+        yield processor
+    for child in processor.children:
+        yield from _emits(child)
+
+
+def fused_plan(topology: Topology) -> FusedPlan | None:
+    """The compiled path's plan of ``topology``, or None when it needs the general path."""
+    info = topology.transactional
+    if info is None or type(info.spout) is not FileLogTransactionalSpout:
+        return None
+    driver = {info.spout_id, info.coordinator_id, *info.commit_components}
+    middle = [spec for id, spec in topology.components.items() if id not in driver]
+    if len(middle) != 1:
+        return None
+    segment = middle[0]
+    bolt = segment.user_component
+    if (
+        not isinstance(bolt, SegmentBolt)
+        or type(bolt.root) is not Root
+        or not all(source.component_id == info.spout_id for source in segment.inputs)
+        or not all(_steps_fit(child) for child in bolt.root.children)
+    ):
+        return None
+    targets = []
+    for emit in _emits(bolt.root):
+        readers = [
+            spec
+            for spec in topology.components.values()
+            if any(
+                source.component_id == segment.id and source.stream_id == emit.stream
+                for source in spec.inputs
+            )
+        ]
+        if len(readers) != 1 or readers[0].id not in info.committers:
+            return None
+        persist = readers[0].user_component
+        if not isinstance(persist, PersistBolt) or not isinstance(
+            persist.aggregator, CombinerAggregator
+        ):
+            return None
+        task = topology.component_task_ids[readers[0].id][0]
+        targets.append(Target(emit.stream, task, persist))
+    if not targets:
+        return None
+    spout_streams = {s.stream_id for s in segment.inputs if s.stream_id != COORDINATED_STREAM_ID}
+    if len(spout_streams) != 1:
+        return None
+    (spout_stream,) = spout_streams
+    return FusedPlan(
+        info.spout,
+        segment.id,
+        topology.component_task_ids[segment.id][0],
+        spout_stream,
+        tuple(targets),
+    )
+
+
+def _run_ranges(
+    frozen: Any, plan: FusedPlan, conf: dict[str, Any], attempt: TransactionAttempt
+) -> Callable[[Iterator[RangeTask]], Iterator[TaskOutput]]:
+    """The function each Spark task runs over its ranges (see the module doc)."""
+
+    def run(tasks: Iterator[RangeTask]) -> Iterator[TaskOutput]:
+        topology: Topology = pickle.loads(frozen.value)
+        bolt = topology.components[plan.segment].user_component
+        assert isinstance(bolt, SegmentBolt)
+        root = pickle.loads(freeze(bolt.root))
+        combiners = {target.stream: target.persist for target in plan.targets}
+        partials: dict[str, dict[Any, Values]] = {stream: {} for stream in combiners}
+
+        def output(stream: str, values: Values) -> None:
+            persist = combiners[stream]
+            group = persist.group.values(values)
+            key = key_of(group)
+            partial = persist.input.values(values)[0]
+            seen = partials[stream]
+            if key in seen:
+                partial = persist.aggregator.combine(seen[key][-1], partial)
+            seen[key] = (*group, partial)
+
+        context = TopologyContext(topology, plan.segment, plan.segment_task, conf=conf)
+        root.prepare(BatchContext(conf, context, attempt, output))
+        reader: Any = plan.spout.get_emitter(conf, context)
+        tuples = 0
+        try:
+            for task in tasks:
+                for values in reader.values_in(task.partition, task.meta):
+                    tuples += 1
+                    root.receive(plan.spout_stream, tuple(values))
+        finally:
+            reader.close()
+        root.finish()
+        yield TaskOutput(partials, tuples)
+
+    return run
+
+
+class FusedBackend:
+    """One Spark job per batch over the file log's byte ranges (see the module doc)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        info: TransactionalInfo,
+        conf: dict[str, Any],
+        services: dict[str, Any],
+        transactional: TransactionalServices,
+        max_jobs: int,
+        master: str | None = None,
+        spark_conf: dict[str, Any] | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+    ) -> None:
+        plan = fused_plan(topology)
+        if plan is None:
+            raise InvalidTopologyError(
+                f"topology {info.id!r} cannot take Trident's compiled path (drpc.trident.fused)"
+            )
+        self.plan = plan
+        self.topology = topology
+        self.info = info
+        self.conf = conf
+        self.transactional = transactional
+        self.master = master
+        self.spark_conf = spark_conf
+        self.start_timeout = start_timeout
+        spout_task = topology.component_task_ids[info.spout_id][0]
+        context = TopologyContext(topology, info.spout_id, spout_task, services=services, conf=conf)
+        self._planner: Any = plan.spout.get_coordinator(conf, context)
+        self._pool = ThreadPoolExecutor(max_jobs, thread_name_prefix=f"drpc-fused-{info.id}")
+        self._report: Callable[[Event], None] | None = None
+        self._sc: Any = None
+        self._broadcast: Any = None
+        self._tags: set[str] = set()
+        self._token = uuid.uuid4().hex[:8]
+
+    def start(self, report: Callable[[Event], None]) -> None:
+        self._report = report
+        session = runtime.get_session(
+            self.master, self.spark_conf, start_timeout=self.start_timeout
+        )
+        self._sc = session.sparkContext
+        self._broadcast = self._sc.broadcast(freeze(self.topology))
+
+    def stop(self) -> None:
+        for tag in list(self._tags):
+            self._sc.cancelJobsWithTag(tag)
+        self._pool.shutdown(wait=True)
+        self._planner.close()
+        if self._broadcast is not None:
+            self._broadcast.unpersist()
+
+    def _new_range(
+        self, partition: int, decided: list[FileLogMeta], txid: int, last_meta: Any
+    ) -> FileLogMeta:
+        meta: FileLogMeta = self._planner.next_range(partition, last_meta)
+        decided.append(meta)
+        return meta
+
+    def _ranges(self, attempt: TransactionAttempt, partitions: int) -> list[RangeTask]:
+        """Each partition's range of ``attempt``: decided now, or the one stored for its txid."""
+        ranges = []
+        for partition in range(partitions):
+            state = self.transactional.coordinator_state.partition_state(partition)
+            decided: list[FileLogMeta] = []
+            stored = state.get_state_or_create(
+                attempt.txid, functools.partial(self._new_range, partition, decided)
+            )
+            # None and nothing decided: a later batch already consumed this partition's range.
+            meta = stored if stored is not None else (decided[0] if decided else None)
+            if isinstance(meta, FileLogMeta) and meta.end > meta.start:
+                ranges.append(RangeTask(partition, meta))
+        return ranges
+
+    def submit(
+        self, attempt: TransactionAttempt, metadata: Any, last_committed: int | None
+    ) -> None:
+        assert self._report is not None
+        try:
+            if last_committed is not None:
+                for partition in range(int(metadata)):
+                    state = self.transactional.coordinator_state.partition_state(partition)
+                    state.cleanup_before(last_committed)
+            ranges = self._ranges(attempt, int(metadata))
+        except Exception as error:
+            message = f"deciding the file log ranges of batch {attempt} failed: {error}"
+            self._fail(attempt, DRPCExceptionType.FAILED_REQUEST, message)
+            return
+        self._pool.submit(self._process, attempt, ranges)
+
+    def _fail(self, attempt: TransactionAttempt, kind: DRPCExceptionType, message: str) -> None:
+        assert self._report is not None
+        self._report(ProcessingFailed(attempt, Failure(kind, message)))
+
+    def _process(self, attempt: TransactionAttempt, ranges: list[RangeTask]) -> None:
+        assert self._report is not None
+        tag = f"drpc-fused-{self._token}-{attempt.txid}-{attempt.attempt_id}"
+        self._tags.add(tag)
+        try:
+            outputs: list[TaskOutput] = []
+            if ranges:
+                with tagged_job(self._sc, tag, f"drpc Trident {self.info.id}: batch {attempt}"):
+                    job = self._sc.parallelize(ranges, len(ranges)).mapPartitions(
+                        _run_ranges(self._broadcast, self.plan, self.conf, attempt)
+                    )
+                    outputs = job.collect()
+        except Exception as error:
+            message = (
+                f"the Spark job of batch {attempt} failed: {runtime.describe_spark_error(error)}"
+            )
+            self._fail(attempt, DRPCExceptionType.INTERNAL_ERROR, message)
+            return
+        finally:
+            self._tags.discard(tag)
+        self._report(
+            Processed(attempt, self._captured(attempt, outputs), sum(o.tuples for o in outputs))
+        )
+
+    def _captured(
+        self, attempt: TransactionAttempt, outputs: list[TaskOutput]
+    ) -> dict[int, list[Shipment]]:
+        """The per-key combined values of the batch, as the segment's shipments to committers."""
+        captured: dict[int, list[Shipment]] = {}
+        for target in self.plan.targets:
+            combined: dict[Any, Values] = {}
+            combine = target.persist.aggregator.combine
+            for output in outputs:
+                for key, values in output.partials[target.stream].items():
+                    if key in combined:
+                        values = (*values[:-1], combine(combined[key][-1], values[-1]))
+                    combined[key] = values
+            tuples = [(target.stream, [attempt, *values]) for values in combined.values()]
+            shipment = Shipment(self.plan.segment, self.plan.segment_task, tuples)
+            shipment.reports[attempt] = len(tuples)
+            captured.setdefault(target.task, []).append(shipment)
+        return captured

@@ -1,0 +1,77 @@
+"""Trident's compiled path on Spark (drpc.trident.fused): which topologies take it, and the
+word count on it exact under replays in both phases and across runs over a growing log."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from drpc import Fields
+from drpc.transactional import MemoryTransactionalSpout
+from drpc.transactional.filelog import (
+    FileLogTransactionalSpout,
+    OpaqueFileLogTransactionalSpout,
+    append_lines,
+)
+from drpc.trident import Count, LMDBMapState, runner, transactional_topology
+from drpc.trident.fused import FusedBackend, fused_plan
+
+from .ops import Concat, CountFailingCommits, Split, SplitFailingOnce
+from .test_word_count import SENTENCES, committed, word_count
+
+STATE = LMDBMapState.transactional("fused-counts")
+
+
+def test_the_compiled_path_takes_a_file_log_word_count_and_leaves_the_rest(
+    tmp_path: Path,
+) -> None:
+    log = FileLogTransactionalSpout(tmp_path, Fields("sentence"), 3)
+
+    def plan(spout: object, count: object = None, fused: bool = True) -> tuple[object, object]:
+        compiled = transactional_topology(
+            word_count(spout, STATE, Split(), count or Count()), str(tmp_path), fused=fused
+        )
+        if compiled.transactional.spark_backend is not None:
+            assert compiled.transactional.spark_backend is FusedBackend
+        return fused_plan(compiled), compiled.transactional.spark_backend
+
+    accepted, backend = plan(log)
+    assert accepted is not None and backend is FusedBackend
+    assert plan(log, fused=False)[1] is None  # asked for the general path
+    assert plan(OpaqueFileLogTransactionalSpout(tmp_path, Fields("sentence"), 3)) == (None, None)
+    assert plan(MemoryTransactionalSpout({0: []}, Fields("sentence"), 3)) == (None, None)
+    assert plan(log, Concat()) == (None, None)  # a reducer needs every tuple at commit
+
+
+def write_sentences(log_dir: Path, rounds: int, offset: int = 0) -> Counter[str]:
+    expected: Counter[str] = Counter()
+    for partition in range(3):
+        rows = [SENTENCES[(offset + partition + i) % 5] for i in range(rounds)]
+        append_lines(log_dir, partition, rows)
+        expected.update(word for row in rows for word in row.split())
+    return expected
+
+
+@pytest.mark.spark
+def test_the_compiled_word_count_is_exact_under_replays_and_over_a_growing_log(
+    spark_session: object, tmp_path: Path
+) -> None:
+    log_dir, state_dir, markers = tmp_path / "log", tmp_path / "state", tmp_path / "markers"
+    markers.mkdir()
+    expected = write_sentences(log_dir, 12)
+    spout = FileLogTransactionalSpout(log_dir, Fields("sentence"), 2)
+    topology = word_count(
+        spout, STATE, SplitFailingOnce(str(markers)), CountFailingCommits(str(markers))
+    )
+    with runner(topology, state_dir=str(state_dir), executor="spark", max_spout_pending=3) as r:
+        assert isinstance(r.backend, FusedBackend)
+        first = r.run()
+    assert first.replays["processing"] > 0 and first.replays["commit"] > 0
+    assert committed(state_dir, STATE) == dict(expected)
+    expected += write_sentences(log_dir, 5, offset=2)  # the next run reads only the new lines
+    with runner(topology, state_dir=str(state_dir), executor="spark", max_spout_pending=3) as r:
+        second = r.run()
+    assert second.commits and second.commits[0].txid > first.commits[-1].txid
+    assert committed(state_dir, STATE) == dict(expected)
