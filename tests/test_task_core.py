@@ -16,8 +16,10 @@ import pytest
 
 from drpc import Fields, LinearDRPCTopologyBuilder, Topology, config
 from drpc.errors import DRPCExceptionType, Failure, InvalidTupleError
-from drpc.executors.task import TaskCore, coordination_config
+from drpc.examples.transactional_global_count import build_global_count
+from drpc.executors.task import InputKind, TaskCore, coordination_config
 from drpc.model.components import CURRENT_ANCHOR
+from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
 from drpc.semantics.coordination import CoordinationConfig
 
@@ -195,16 +197,16 @@ def test_a_finish_that_raises_fails_the_id_and_its_trigger() -> None:
 
 def test_an_id_owned_by_another_task_is_abandoned() -> None:
     topology = drpc(bolts.RichUpper(), bolts.CountPerRequest(), last_tasks=2)
+    traces: dict[int, list[str]] = {}
     for task in topology.component_task_ids["bolt2"]:
         core, recorder = core_of(topology, "bolt2", task)
         assert core.tracker is not None
         for upstream in (2, 3):
             report = core.make_tuple("bolt1", "__coord", upstream, [7, 0])
             core.apply(core.tracker.report_received(7, 0, 0), report)
-        if recorder.trace:  # the other task owns the id; this one waits for the id tuple
-            assert recorder.trace == ["abandoned 7"]
-            abandoned = task
-    assert abandoned in topology.component_task_ids["bolt2"]
+        traces[task] = recorder.trace
+    # the task that owns the id waits for the id tuple; the other gives the id up
+    assert sorted(traces.values()) == [[], ["abandoned 7"]]
 
 
 def test_the_coordination_configuration_comes_from_the_topology() -> None:
@@ -218,6 +220,110 @@ def test_the_coordination_configuration_comes_from_the_topology() -> None:
     core, _ = core_of(topology, "bolt1", 2, coordination_timeout=3.0)
     assert core.tracker is not None and core.tracker.config.timeout == 3.0
     assert core.message_timeout == 30.0
+
+
+def test_a_committer_waits_for_the_commit_tuple_and_knows_its_input_streams() -> None:
+    topology = build_global_count().create_topology()
+    assert coordination_config(topology, "sum", 10, 5.0) == CoordinationConfig(
+        5, (), waits_for_id=False, waits_for_commit=True, timeout=5.0, component="sum", task=10
+    )
+    core, _ = core_of(topology, "sum", 10)
+    kinds = [
+        core.input_kind("spout/coordinator", "commit"),
+        core.input_kind("partial-count", "default"),
+        core.input_kind("partial-count", "__coord"),
+        core.input_kind("spout/coordinator", "commit"),  # asked again: the same answer
+    ]
+    assert kinds == [InputKind.COMMIT, InputKind.DATA, InputKind.REPORT, InputKind.COMMIT]
+
+
+def test_execute_restores_the_tuple_being_executed_around_it() -> None:
+    core, _ = core_of(drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt1", 2)
+    outer = core.current = core.make_tuple("bolt0", "default", 1, [6, "outer"])
+    core.execute(core.make_tuple("bolt0", "default", 1, [7, "A"]))
+    assert core.current is outer
+
+
+def test_an_ack_past_the_reported_count_fails_the_id_and_drops_its_batch() -> None:
+    core, recorder = core_of(drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt2", 4)
+    assert core.tracker is not None
+    for upstream, count in ((2, 1), (3, 0)):
+        report = core.make_tuple("bolt1", "__coord", upstream, [7, count])
+        assert core.apply(core.tracker.report_received(7, count, 0), report) is None
+    for _ in range(2):  # one tuple more than reported; the id tuple has not come yet
+        assert core.tracker.tuple_received(7, 0) == []
+        core.execute_data(core.make_tuple("bolt1", "default", 2, [7, 1]))
+    message = (
+        "Internal error: step 'bolt2' (task 4) received 2 tuples for an id but upstream reported 1"
+    )
+    assert recorder.trace == [
+        "settle [7, 1] acked",
+        f"failed 7 (timed_out=False): {message}",
+        f"settle [7, 1] {message}",
+    ]
+    assert core.runner.open_batches == 0  # type: ignore[attr-defined]
+    assert core.tracker.tombstones == 1
+    core.tracker.expire(now=core.message_timeout + 1)  # the tombstone's deadline is a number
+    assert core.tracker.tombstones == 0
+
+
+def test_a_first_step_whose_finish_raises_fails_the_request_it_acks() -> None:
+    core, recorder = core_of(drpc(bolts.FailInFinish(), bolts.CountPerRequest()), "bolt0", 1)
+    request(core, 7, "a")
+    failure = (
+        "Request failed: step 'bolt0' (task 1) raised FailedException: the batch is "
+        "incomplete in finish_batch"
+    )
+    assert recorder.trace[-2:] == [
+        f"failed 7 (timed_out=False): {failure}",
+        f"settle [7, 'a'] {failure}",
+    ]
+
+
+def test_an_abandoned_id_drops_its_open_batch() -> None:
+    topology = drpc(bolts.RichUpper(), bolts.CountPerRequest(), last_tasks=2)
+    gave_up: list[bool] = []
+    for task in topology.component_task_ids["bolt2"]:
+        core, recorder = core_of(topology, "bolt2", task)
+        assert core.tracker is not None
+        core.execute(core.make_tuple("bolt1", "default", 2, [7, "A"]))  # opens id 7's batch
+        assert core.runner.open_batches == 1  # type: ignore[attr-defined]
+        for upstream in (2, 3):
+            report = core.make_tuple("bolt1", "__coord", upstream, [7, 0])
+            core.apply(core.tracker.report_received(7, 0, 0), report)
+        abandoned = "abandoned 7" in recorder.trace
+        assert core.runner.open_batches == (0 if abandoned else 1)  # type: ignore[attr-defined]
+        gave_up.append(abandoned)
+    assert sorted(gave_up) == [False, True]
+
+
+class RemembersPrepare(bolts.Identity):
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        self.prepared = (conf, context.conf)
+        context.request_wakeup()
+
+
+def test_prepare_hands_the_bolt_the_conf_and_the_wakeup() -> None:
+    builder = LinearDRPCTopologyBuilder("f")
+    builder.add_bolt(RemembersPrepare(), 1)
+    topology = builder.create_topology()
+    wakeups: list[str] = []
+    core = TaskCore(
+        topology,
+        "bolt0",
+        1,
+        conf=config.resolve({config.TOPOLOGY_MESSAGE_TIMEOUT_SECS: 9}),
+        effects=Recorder(),
+        clock=lambda: 0.0,
+    )
+    core.prepare(None, wakeup=lambda: wakeups.append("woken"))
+    conf, context_conf = core.runner.bolt.prepared  # type: ignore[attr-defined]
+    assert (
+        conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
+        == 9
+        == context_conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
+    )
+    assert wakeups == ["woken"]
 
 
 def test_unacked_tuples_are_kept_until_acked_or_failed() -> None:

@@ -45,6 +45,14 @@ Contract:
   reader slot behind, which pins old pages (the file grows) and takes one of
   ``max_readers``. ``reader_check()`` frees such slots (about a microsecond);
   it runs at open, before every write, and when a read finds every slot taken.
+- **A writer killed mid-publish.** LMDB publishes a commit in two steps: the
+  meta page, then the lock file's current txnid. A writer killed between them
+  leaves a durable commit that reads do not see until the next write
+  transaction takes the dead writer's lock and repairs the lock file.
+  ``recover_crashed_writer()`` does that at once (an empty write
+  transaction); whoever decides from state where to resume (the
+  transactional runner) calls it before reading, or it resumes behind a
+  commit.
 - **One writer per directory.** ``claim_writer(holder)`` claims the directory
   for this process (``drpc.state.writer``): while a live process holds it, a
   claim from another process raises ``StateInUseError`` naming that pid;
@@ -398,6 +406,12 @@ class StateEnvironment:
                 cleared,
             )
         return cleared
+
+    def recover_crashed_writer(self) -> None:
+        """Make reads see a commit whose writer died before publishing it (see module doc)."""
+        self._check()
+        with self._write_lock:
+            self._begin_write().abort()
 
     def sync(self) -> None:
         """Flush committed data to disk now (useful with ``sync=False``)."""

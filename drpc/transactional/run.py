@@ -203,6 +203,7 @@ class TransactionalRunner:
         elif isinstance(max_spout_pending, bool) or max_spout_pending < 1:
             raise ValueError(f"max_spout_pending must be None or >= 1, got {max_spout_pending!r}")
         self.env = StateEnvironment.open(str(state_dir), **(state_options or {}))
+        self.env.recover_crashed_writer()  # before reading where to resume
         self.observer = bus(observer)
         self.coordinator_state = CoordinatorState(
             self.env, info.id, plain_batch_meta=drpc_owns_batch_meta(info.spout)

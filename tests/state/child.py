@@ -7,6 +7,11 @@ Usage: ``python child.py MODE STATE_DIR [ARG]``. Modes:
   inside the open write transaction until killed.
 - ``commit-then-wait KEYS``: commit txid 1 updating KEYS keys, print
   ``committed 1`` and block until killed.
+- ``commit-then-hold KEYS``: commit txid 1 updating KEYS keys, begin another write
+  transaction (holding LMDB's write lock), print ``holding`` and block until killed.
+- ``trident-then-hold LOG_DIR``: commit txid 1 of the Trident word count of
+  ``tests/trident/faults.py`` over the file log LOG_DIR (100 lines a partition a
+  batch), then hold LMDB's write lock as ``commit-then-hold`` does.
 - ``commit-forever KEYS``: from the stored next txid on, commit forever; each
   commit adds 1 to keys 0..KEYS-1 and records the commit. Prints ``started``.
 - ``grow BYTES``: write about BYTES bytes of map values (growing the map), print ``done``.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import pickle
 import sys
 import time
+from pathlib import Path
 
 from drpc.state import CoordinatorState, StateEnvironment, StateTxn, TransactionalMap
 from drpc.state.env import MAPS_DB
@@ -61,6 +67,13 @@ def fill(txn: StateTxn, size: int, chunk: bytes = b"x" * 1000) -> None:
         txn.put(MAPS_DB, b"g%08d" % i, chunk)
 
 
+def hold_write_lock(env: StateEnvironment) -> None:
+    held = env._lmdb.begin(write=True)  # noqa: F841  (kept: an unreferenced txn aborts)
+    say("holding")
+    while True:
+        time.sleep(1)
+
+
 def main(mode: str, state_dir: str, arg: str = "0") -> None:
     if mode == "read-pickled":
         counts = pickle.loads(sys.stdin.buffer.read())
@@ -76,6 +89,16 @@ def main(mode: str, state_dir: str, arg: str = "0") -> None:
         say("committed 1")
         while True:
             time.sleep(1)
+    elif mode == "commit-then-hold":
+        commit(env, 1, int(arg))
+        hold_write_lock(env)
+    elif mode == "trident-then-hold":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from drpc.trident import run
+        from tests.trident.faults import word_count
+
+        run(word_count(arg, False, 100), state_dir=state_dir, executor="local", max_batches=1)
+        hold_write_lock(env)
     elif mode == "commit-forever":
         coordinator = CoordinatorState(env, TOPOLOGY)
         say("started")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
+
+from drpc.state import StateEnvironment
 
 CHILD = Path(__file__).with_name("child.py")
 
@@ -41,3 +44,32 @@ def kill(process: subprocess.Popen[str]) -> None:
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             stream.close()
+
+
+def kill_writer_mid_publish(env: StateEnvironment, state_dir: Path, mode: str, arg: str) -> None:
+    """A child commits (``child.py`` MODE ARG, a ``...-then-hold`` mode) and is SIGKILLed
+    holding LMDB's write lock, its last commit written but not yet published: as a
+    writer killed between LMDB's two publishing steps leaves it, the lock file's current
+    txnid is set back by one. ``env`` is this process's, open before the child dies (so the
+    lock file is not rebuilt); the txnid's place in the lock file is found by watching it
+    change over the child's commit."""
+    lock = state_dir / "lock.mdb"
+    before_id, before = env._lmdb.info()["last_txnid"], lock.read_bytes()[:_LOCK_HEADER]
+    child = spawn(mode, state_dir, arg)
+    try:
+        expect_line(child, "holding")
+        after_id, after = env._lmdb.info()["last_txnid"], lock.read_bytes()[:_LOCK_HEADER]
+        [offset] = [
+            offset
+            for offset in range(0, _LOCK_HEADER, 8)
+            if struct.unpack_from("<Q", before, offset)[0] == before_id
+            and struct.unpack_from("<Q", after, offset)[0] == after_id
+        ]
+        with lock.open("r+b") as raw:
+            raw.seek(offset)
+            raw.write(struct.pack("<Q", after_id - 1))
+    finally:
+        kill(child)
+
+
+_LOCK_HEADER = 256  # LMDB's lock file header, which holds the current txnid

@@ -132,3 +132,13 @@ def test_cache_sizes_are_positive_counts(env: StateEnvironment) -> None:
     for size in (-1, 0, True, 1.5):
         with pytest.raises(ValueError, match="cache size"):
             RecordCache(size, env, "drpc.maps")  # type: ignore[arg-type]
+
+
+def test_a_map_has_no_cache_unless_asked_for_one(env: StateEnvironment) -> None:
+    assert TransactionalMap(env, "plain").cache is None
+    cached = TransactionalMap(env, "cached", default=0, cache_size=1)
+    assert cached.cache is not None
+    env.run_write(lambda txn: cached.handle(txn, 1).update("cat", add(1)))
+    assert cached.cache.hits == 0
+    env.run_write(lambda txn: cached.handle(txn, 2).update("cat", add(1)))
+    assert cached.cache.hits == 1 and cached.get("cat") == 2

@@ -25,13 +25,14 @@ from drpc.errors import (
 from drpc.state import (
     DEFAULT_MAP_SIZE,
     MIN_MAP_SIZE,
+    CoordinatorState,
     StateEnvironment,
     StateTxn,
     TransactionalMap,
 )
 from drpc.state.env import MAPS_DB
 from drpc.state.topology import TopologyState
-from tests.state.processes import expect_line, kill, spawn
+from tests.state.processes import expect_line, kill, kill_writer_mid_publish, spawn
 
 KIB = 1024
 
@@ -174,6 +175,21 @@ def test_a_returned_commit_survives_the_process_being_killed(state_dir: Path) ->
     try:
         counts = TransactionalMap(env, "counts")
         assert counts.multi_get(range(50)) == [1] * 50
+    finally:
+        env.close()
+
+
+def test_a_commit_whose_writer_died_before_publishing_it_is_read_after_recovery(
+    state_dir: Path,
+) -> None:
+    env = StateEnvironment.open(state_dir)
+    try:
+        kill_writer_mid_publish(env, state_dir, "commit-then-hold", "5")
+        coordinator = CoordinatorState(env, "crash-test")
+        assert coordinator.next_txid() == 1  # LMDB's readers: the commit is not published
+        env.recover_crashed_writer()
+        assert coordinator.next_txid() == 2
+        assert TransactionalMap(env, "counts").multi_get(range(5)) == [1] * 5
     finally:
         env.close()
 

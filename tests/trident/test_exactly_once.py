@@ -17,9 +17,11 @@ import pytest
 from drpc import Fields
 from drpc.errors import TransactionalError
 from drpc.examples.transactional_global_count import DATA
+from drpc.state import StateEnvironment
 from drpc.transactional import MemoryTransactionalSpout
 from drpc.trident import Count, LMDBMapState, TridentTopology, run, transactional_topology
 from tests.conftest import SPARK_TEST_MASTER
+from tests.state.processes import kill_writer_mid_publish
 from tests.transactional.faults import kill_after_commits
 from tests.transactional.test_faults import write_words
 from tests.transactional.test_growth import (  # noqa: F401  (pytest fixtures)
@@ -81,6 +83,22 @@ def test_sigkill_at_random_points_then_restart(
     final = run(topology, state_dir=str(state_dir), executor=executor, max_spout_pending=3)
     assert final.commits and final.commits[0].txid > targets[-1]  # it resumed after the kills
     assert committed(state_dir, counts_state(opaque)) == dict(expected)
+
+
+def test_a_run_resumes_after_a_commit_whose_writer_died_before_publishing_it(
+    tmp_path: Path,
+) -> None:
+    """The window the SIGKILL test above hit by chance under load, made certain: LMDB's
+    readers do not see that commit until a write repairs the lock file, so a runner that
+    read where to resume first would replay txid 1 against a state at txid 2 forever."""
+    expected = write_words(tmp_path / "log", seed=23, count=2_000)
+    state_dir = tmp_path / "state"
+    env = StateEnvironment.open(state_dir)
+    kill_writer_mid_publish(env, state_dir, "trident-then-hold", str(tmp_path / "log"))
+    topology = word_count(str(tmp_path / "log"), False, TAKE)
+    final = run(topology, state_dir=str(state_dir), executor="local", max_spout_pending=3)
+    assert final.commits and final.commits[0].txid == 2
+    assert committed(state_dir, counts_state(False)) == dict(expected)
 
 
 def growing_word_count(directory: Path) -> object:
