@@ -366,7 +366,12 @@ class LocalExecutor:
         return sum(len(acker.acker) for acker in self.ackers)
 
     def held_tuples(self) -> int:
-        return sum(len(held) for task in self.coordinated_tasks for held in task.held.values())
+        """Coordination tuples held across all tasks (the count reports held as folded
+        edges count one per id)."""
+        return sum(
+            sum(len(held) for held in task.held.values()) + len(task.held_edges)
+            for task in self.coordinated_tasks
+        )
 
     def open_batches(self) -> int:
         return sum(getattr(task.runner, "open_batches", 0) for task in self.bolt_tasks)

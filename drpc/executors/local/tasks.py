@@ -49,7 +49,7 @@ from drpc.executors.local.messages import (
     TupleMessage,
 )
 from drpc.executors.local.spans import HANDLING, StepRecorder
-from drpc.executors.task import DATA, ID, REPORT, TaskCore
+from drpc.executors.task import DATA, ID, TaskCore
 from drpc.logs import pop_context, push_context
 from drpc.model.components import (
     BaseRichSpout,
@@ -99,6 +99,8 @@ class BoltTask(Actor):
         self.tracker = self.core.tracker
         self.coordination = self.core.coordination
         self.held: dict[Hashable, list[Tuple]] = {}
+        # the held count reports no tuple was made for, per id: root -> their edges XORed
+        self.held_edges: dict[Hashable, dict[int, int]] = {}
         self.roots_of_id: dict[Hashable, set[int]] = {}
         self.ids_of_root: dict[int, set[Hashable]] = {}
         self.dead_roots: OrderedDict[int, float] = OrderedDict()
@@ -169,6 +171,9 @@ class BoltTask(Actor):
     def receive(self, message: TupleMessage | ReportMessage) -> None:
         core = self.core
         if type(message) is ReportMessage:
+            if self.tracker is not None:
+                self.receive_report(message)
+                return
             received = core.make_tuple(
                 message.source,
                 COORDINATED_STREAM_ID,
@@ -202,19 +207,8 @@ class BoltTask(Actor):
         if kind is DATA:
             if is_ignored(tracker.tuple_received(id, now)):
                 return
-            self.note_roots(id, received)
+            self.note_roots(id, received.message_id)
             core.execute(received)
-        elif kind is REPORT:
-            decisions = tracker.report_received(id, received.values[1], now)
-            if is_ignored(decisions):
-                return
-            self.note_roots(id, received)
-            hold = decl.id_stream is None
-            if hold:
-                self.held.setdefault(id, []).append(received)
-            failure = core.apply(decisions, received)
-            if not hold:
-                self.settle(received, failure)
         else:
             if kind is ID:
                 decisions = tracker.id_received(id, now)
@@ -222,19 +216,61 @@ class BoltTask(Actor):
                 decisions = tracker.commit_received(id, now)
             if is_ignored(decisions):
                 return
-            self.note_roots(id, received)
+            self.note_roots(id, received.message_id)
             self.held.setdefault(id, []).append(received)
             if kind is ID and decl.deliver_id_tuple:
                 core.execute(received)
             core.apply(decisions, received)
 
-    def note_roots(self, id: Hashable, received: Tuple) -> None:
-        if not received.message_id:
+    def receive_report(self, message: ReportMessage) -> None:
+        """A count report to this coordinated task. One that decides nothing (most of
+        them) takes no tuple: its edges are folded into the id's ``held_edges``, or acked
+        at once when the id has an id stream. One that decides something becomes the
+        tuple the decisions are triggered by (a finish's emits anchor to it)."""
+        roots = message.message_id
+        dead = self.dead_roots
+        if dead and roots and all(root in dead for root in roots):
+            return
+        tracker, decl = self.tracker, self.coordination
+        assert tracker is not None and decl is not None
+        id = message.id
+        decisions = tracker.report_received(id, message.tuples, time.monotonic())
+        if is_ignored(decisions):
+            return
+        self.note_roots(id, roots)
+        hold = decl.id_stream is None
+        if not decisions:
+            if hold:
+                edges = self.held_edges.get(id)
+                if edges is None:
+                    self.held_edges[id] = dict(roots)
+                else:
+                    for root, edge in roots.items():
+                        edges[root] = edges.get(root, 0) ^ edge
+            else:
+                for root, edge in roots.items():
+                    self.engine.to_acker(root, Ack(root, edge))
+            return
+        received = self.core.make_tuple(
+            message.source,
+            COORDINATED_STREAM_ID,
+            message.source_task,
+            [id, message.tuples],
+            roots,
+        )
+        if hold:
+            self.held.setdefault(id, []).append(received)
+        failure = self.core.apply(decisions, received)
+        if not hold:
+            self.settle(received, failure)
+
+    def note_roots(self, id: Hashable, message_id: dict[int, int]) -> None:
+        if not message_id:
             return
         roots = self.roots_of_id.get(id)
         if roots is None:
             roots = self.roots_of_id[id] = set()
-        for root in received.message_id:
+        for root in message_id:
             if root not in roots:
                 roots.add(root)
                 self.ids_of_root.setdefault(root, set()).add(id)
@@ -303,6 +339,10 @@ class BoltTask(Actor):
         held = self.held.pop(id, None)
         if held:
             self.ack_all(held)
+        edges = self.held_edges.pop(id, None)
+        if edges:
+            for root, edge in edges.items():
+                self.engine.to_acker(root, Ack(root, edge))
         self.forget_roots(id)
 
     def failed(self, id: Hashable, failure: Failure, timed_out: bool) -> Failure:
@@ -313,12 +353,15 @@ class BoltTask(Actor):
                 break
         for held in self.held.pop(id, ()):
             self.fail_roots(held, failure)
+        for root in self.held_edges.pop(id, ()):
+            self.engine.to_acker(root, AckFail(root, failure))
         self.forget_roots(id)
         return failure
 
     def abandoned(self, id: Hashable) -> None:
         for held in self.held.pop(id, ()):
             held._done = True
+        self.held_edges.pop(id, None)
         self.forget_roots(id)
 
     def ack_roots(self, done: Tuple) -> None:
