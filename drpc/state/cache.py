@@ -11,13 +11,18 @@ is absent), as committed; it never serves a record that was written over:
 - ``open(txn)``, by every commit handle of the map (opening again in the
   same transaction changes nothing): if another process committed since the
   last commit this process saw (LMDB's transaction ids tell: ``txn.lmdb_id``
-  must follow it), every entry is dropped;
+  must follow it; a commit that wrote nothing does not take an id), every
+  entry is dropped;
 - ``get(key)`` gives the record this transaction staged for ``key``, else the
   committed one, else ``MISS``; ``remember(key, record)`` keeps a record just
   read from LMDB (committed data: it stays even if the transaction aborts);
 - ``stage(txn, key, record)`` keeps a record the transaction writes; staged
   records become committed entries only once ``txn`` commits, and vanish if
   it aborts;
+- ``drop(txn, keys)``: the transaction writes ``keys`` without staging them
+  (an operation over more keys than the cache holds, which would only churn
+  it: the commit handle reads and writes those in LMDB directly); they leave
+  the cache, committed and staged alike;
 - at most ``size`` committed entries are kept, least recently used dropped
   first; ``size`` is at least 1 (a map without a cache has none).
 """
@@ -25,6 +30,7 @@ is absent), as committed; it never serves a record that was written over:
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 from drpc.errors import StateError
@@ -81,6 +87,13 @@ class RecordCache:
             raise StateError("a record was staged outside the transaction its cache was opened in")
         self._staged[key] = record
 
+    def drop(self, txn: StateTxn, keys: Iterable[bytes]) -> None:
+        if txn is not self._open:
+            raise StateError("keys were dropped outside the transaction their cache was opened in")
+        for key in keys:
+            self._entries.pop(key, None)
+            self._staged.pop(key, None)
+
     def on_commit(self, txn: StateTxn, writes: Writes) -> None:
         if txn is self._open:
             self._entries.update(self._staged)
@@ -92,7 +105,8 @@ class RecordCache:
                 self._entries.pop(key, None)
         self._staged = {}
         self._open = None
-        self._last_commit = txn.lmdb_id
+        if any(writes.values()):  # a commit that wrote nothing leaves LMDB's id unchanged
+            self._last_commit = txn.lmdb_id
 
     def _trim(self) -> None:
         while len(self._entries) > self.size:

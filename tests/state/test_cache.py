@@ -142,3 +142,50 @@ def test_a_map_has_no_cache_unless_asked_for_one(env: StateEnvironment) -> None:
     assert cached.cache.hits == 0
     env.run_write(lambda txn: cached.handle(txn, 2).update("cat", add(1)))
     assert cached.cache.hits == 1 and cached.get("cat") == 2
+
+
+def test_an_operation_over_more_keys_than_the_cache_holds_bypasses_it(
+    env: StateEnvironment,
+) -> None:
+    counts = TransactionalMap(env, "counts", default=0, cache_size=2)
+    cache = counts.cache
+    assert cache is not None
+    env.run_write(lambda txn: counts.handle(txn, 1).multi_update({"a": add(1), "b": add(1)}))
+    assert len(cache) == 2  # as many keys as the cache holds: cached
+    assert env.run_write(
+        lambda txn: counts.handle(txn, 2).multi_update({k: add(1) for k in "abc"})
+    ) == {"a": 2, "b": 2, "c": 1}
+    # one more key than it holds: read in LMDB (no hit), and what it wrote left the cache
+    assert (cache.hits, len(cache)) == (0, 0)
+    assert env.run_write(lambda txn: counts.handle(txn, 3).multi_get(["a", "b", "c"])) == [2, 2, 1]
+    assert env.run_write(lambda txn: counts.handle(txn, 3).multi_get(["a", "c"])) == [2, 1]
+    assert (cache.hits, len(cache)) == (0, 2)
+    assert env.run_write(lambda txn: counts.handle(txn, 4).update("a", add(1))) == 3
+    assert cache.hits == 1
+
+
+def test_a_large_write_drops_what_the_same_commit_staged(env: StateEnvironment) -> None:
+    counts = TransactionalMap(env, "counts", default=0, cache_size=2)
+
+    def body(txn: StateTxn) -> None:
+        handle = counts.handle(txn, 1)
+        handle.update("a", add(1))
+        handle.multi_put({"a": 10, "b": 20, "c": 30})
+
+    env.run_write(body)
+    assert counts.cache is not None and len(counts.cache) == 0
+    assert env.run_write(lambda txn: counts.handle(txn, 2).update("a", add(1))) == 11
+    with pytest.raises(StateError, match="dropped outside the transaction"):
+        counts.cache.drop(env.read().__enter__(), [b"a"])
+
+
+def test_another_process_committing_after_a_commit_that_wrote_nothing_empties_the_cache(
+    env: StateEnvironment,
+) -> None:
+    counts = TransactionalMap(env, "counts", default=0, cache_size=10)
+    env.run_write(lambda txn: counts.handle(txn, 1).update("cat", add(1)))
+    # a commit that writes nothing leaves LMDB's transaction id where it was
+    assert env.run_write(lambda txn: counts.handle(txn, 2).multi_get(["cat"])) == [1]
+    with env._lmdb.begin(write=True, db=env._db(MAPS_DB)) as raw:
+        raw.put(encode_name("counts") + encode_key("cat"), pickle.dumps((100, 1)))
+    assert env.run_write(lambda txn: counts.handle(txn, 2).update("cat", add(1))) == 101
