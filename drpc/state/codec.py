@@ -25,11 +25,14 @@ environment when the key is written or read, not here.
 
 from __future__ import annotations
 
+import functools
 import pickle
-from collections.abc import Callable
-from typing import Any, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias, TypeVar
 
 from drpc.errors import StateKeyError, StateValueError
+
+K = TypeVar("K")
 
 StateKey: TypeAlias = "str | bytes | int | tuple[StateKey, ...]"
 
@@ -131,6 +134,16 @@ def dumps(value: object, what: str | Callable[[], str]) -> bytes:
         raise StateValueError(
             f"{name} cannot be stored: {type(value).__name__} value cannot be pickled ({error})"
         ) from error
+
+
+def dumps_many(values: Mapping[K, object], what: Callable[[K, object], str]) -> dict[K, bytes]:
+    """``dumps`` of each value by key; ``what(key, value)`` names a value that cannot be pickled."""
+    try:
+        return {key: pickle.dumps(value, protocol=PICKLE_PROTOCOL) for key, value in values.items()}
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return {
+            key: dumps(value, functools.partial(what, key, value)) for key, value in values.items()
+        }
 
 
 def loads(data: bytes) -> Any:

@@ -33,7 +33,8 @@ Contract:
   once, not exactly once.
 - ``cache_size=N`` (default 0: none) keeps up to N committed records in
   memory for the commit handles of this map object (``drpc.state.cache``):
-  for the one process writing the map; writes by other map objects or
+  for the one process writing the map; one operation over more than N keys
+  reads and writes LMDB directly (the cache would only churn); writes by other map objects or
   processes make it miss, never serve stale records. Committed reads
   outside a commit never use it.
 - ``fn`` runs once per update, even when the map must grow during the
@@ -54,7 +55,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from drpc.errors import StateError, StateKeyError, StateOrderError
 from drpc.state.cache import MISS, RecordCache
-from drpc.state.codec import StateKey, decode_key, dumps, encode_key, encode_name, loads
+from drpc.state.codec import StateKey, decode_key, dumps_many, encode_key, encode_name, loads
 from drpc.state.env import CATALOG_DB, MAPS_DB, StateEnvironment, StateTxn
 
 Updater = Callable[[Any], Any]
@@ -150,7 +151,7 @@ class _StateMap(Generic[S]):
         fallback = self.default if default is _MISSING else default
         encoded = [self._key(key) for key in keys]
         with self.env.reading(txn) as t:
-            records = [self._read(t, key) for key in encoded]
+            records = self._read_many(t, encoded)
         return [fallback if record is None else record.value for record in records]
 
     def items(self, *, txn: StateTxn | None = None) -> list[tuple[StateKey, Any]]:
@@ -208,14 +209,20 @@ class _StateMap(Generic[S]):
         return encoded
 
     def _read(self, t: StateTxn, key: bytes) -> S | None:
-        data = t.get(MAPS_DB, key)
-        return None if data is None else self._decode(data)
+        [record] = self._read_many(t, [key])
+        return record
 
-    def _write(self, t: StateTxn, key: bytes, record: S) -> None:
-        def what() -> str:
-            return f"value {record!r:.60} in {self!r}"
+    def _read_many(self, t: StateTxn, keys: list[bytes]) -> list[S | None]:
+        decode = self._decode
+        return [None if data is None else decode(data) for data in t.get_many(MAPS_DB, keys)]
 
-        t.put(MAPS_DB, key, dumps(self._encode(record), what))
+    def _write_many(self, t: StateTxn, records: Mapping[bytes, S]) -> None:
+        def what(key: bytes, encoded: object) -> str:
+            return f"value {records[key]!r:.60} in {self!r}"
+
+        encode = self._encode
+        encoded = {key: encode(record) for key, record in records.items()}
+        t.put_many(MAPS_DB, dumps_many(encoded, what))
 
     def _check_kind(self, t: StateTxn, register: bool = False) -> None:
         kind = t.get(CATALOG_DB, self._prefix)
@@ -249,29 +256,30 @@ class MapHandle(Generic[S]):
 
     def multi_get(self, keys: Iterable[StateKey]) -> list[Any]:
         """The values as of this txid (opaque: as before it, unless this commit wrote them)."""
-        values = []
-        for key in keys:
-            encoded = self.map._key(key)
-            stored = self._stored(encoded)
-            if stored is None:
-                values.append(self.map.default)
-            else:
-                values.append(self.map._as_of(stored, self.txid, encoded in self._written))
-        return values
+        state_map, txid, written = self.map, self.txid, self._written
+        encoded = [state_map._key(key) for key in keys]
+        return [
+            state_map.default if stored is None else state_map._as_of(stored, txid, at in written)
+            for at, stored in zip(encoded, self._stored_many(encoded), strict=True)
+        ]
 
     def update(self, key: StateKey, fn: Updater) -> Any:
         """Apply ``fn`` to ``key``'s value under the map's rules; return the new value."""
         return self.multi_update({key: fn})[key]
 
     def multi_update(self, updates: Mapping[StateKey, Updater]) -> dict[StateKey, Any]:
+        state_map, txid, written = self.map, self.txid, self._written
+        encoded = [state_map._key(key) for key in updates]
         results: dict[StateKey, Any] = {}
-        for key, fn in updates.items():
-            encoded = self.map._key(key)
-            stored = self._stored(encoded)
-            record = self.map._apply(stored, self.txid, fn, encoded in self._written)
+        changed: dict[bytes, S] = {}
+        for (key, fn), at, stored in zip(
+            updates.items(), encoded, self._stored_many(encoded), strict=True
+        ):
+            record = state_map._apply(stored, txid, fn, at in written)
             if record is not stored:
-                self._write(encoded, record)
+                changed[at] = record
             results[key] = record.value
+        self._write_many(changed)
         return results
 
     def put(self, key: StateKey, value: Any) -> None:
@@ -279,26 +287,42 @@ class MapHandle(Generic[S]):
 
     def multi_put(self, values: Mapping[StateKey, Any]) -> None:
         """Set values for this txid (opaque: keeping the value from before it as prev)."""
-        for key, value in values.items():
-            encoded = self.map._key(key)
-            stored = self._stored(encoded)
-            self._write(encoded, self.map._put(stored, self.txid, value))
+        state_map, txid = self.map, self.txid
+        encoded = [state_map._key(key) for key in values]
+        self._write_many(
+            {
+                at: state_map._put(stored, txid, value)
+                for at, stored, value in zip(
+                    encoded, self._stored_many(encoded), values.values(), strict=True
+                )
+            }
+        )
 
-    def _stored(self, encoded: bytes) -> S | None:
+    def _stored_many(self, encoded: list[bytes]) -> list[S | None]:
+        """The records of ``encoded`` as this commit sees them: the cache's, else LMDB's."""
+        cache = self._cache
+        if cache is None or len(encoded) > cache.size:
+            return self.map._read_many(self.txn, encoded)
+        records = [cache.get(at) for at in encoded]
+        missing = [i for i, record in enumerate(records) if record is MISS]
+        if missing:
+            read = self.map._read_many(self.txn, [encoded[i] for i in missing])
+            for i, record in zip(missing, read, strict=True):
+                records[i] = record
+                cache.remember(encoded[i], record)
+        return records
+
+    def _write_many(self, records: Mapping[bytes, S]) -> None:
+        self.map._write_many(self.txn, records)
+        self._written.update(records)
         cache = self._cache
         if cache is None:
-            return self.map._read(self.txn, encoded)
-        record = cache.get(encoded)
-        if record is MISS:
-            record = self.map._read(self.txn, encoded)
-            cache.remember(encoded, record)
-        return record
-
-    def _write(self, encoded: bytes, record: S) -> None:
-        self.map._write(self.txn, encoded, record)
-        self._written.add(encoded)
-        if self._cache is not None:
-            self._cache.stage(self.txn, encoded, record)
+            return
+        if len(records) > cache.size:
+            cache.drop(self.txn, records)
+            return
+        for at, record in records.items():
+            cache.stage(self.txn, at, record)
 
 
 class TransactionalMap(_StateMap[TransactionalValue]):

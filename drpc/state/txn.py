@@ -17,7 +17,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING, cast
 
@@ -57,20 +57,39 @@ class StateTxn:
         return self._env
 
     def get(self, db: str, key: bytes) -> bytes | None:
-        self._check(key)
-        if self._writes is not None:
-            pending = self._writes.get(db)
-            if pending is not None and key in pending:
-                return pending[key]
+        [value] = self.get_many(db, [key])
+        return value
+
+    def get_many(self, db: str, keys: list[bytes]) -> list[bytes | None]:
+        """The committed value of each key (a write transaction: its own writes over them)."""
+        self._check_usable(mutate=False)
+        for key in keys:
+            self._check_key(key, mutate=False)
+        pending = self._writes.get(db) if self._writes is not None else None
+        get = self._raw.get
+        handle = self._env._db(db)
         try:
-            return cast("bytes | None", self._raw.get(key, db=self._env._db(db)))
+            if not pending:
+                return cast("list[bytes | None]", [get(key, db=handle) for key in keys])
+            return [
+                pending[key] if key in pending else cast("bytes | None", get(key, db=handle))
+                for key in keys
+            ]
         except lmdb.Error as error:
             raise self._env._wrap(error, "read") from error
 
     def put(self, db: str, key: bytes, value: bytes) -> None:
-        self._check(key, mutate=True)
+        self.put_many(db, {key: value})
+
+    def put_many(self, db: str, items: Mapping[bytes, bytes]) -> None:
+        """Buffer a write of each key and value (see the module doc)."""
+        self._check_usable(mutate=True)
+        for key in items:
+            self._check_key(key, mutate=True)
         assert self._writes is not None
-        self._writes.setdefault(db, {})[key] = value if type(value) is bytes else bytes(value)
+        self._writes.setdefault(db, {}).update(
+            (key, value if type(value) is bytes else bytes(value)) for key, value in items.items()
+        )
 
     def delete(self, db: str, key: bytes) -> bool:
         """Delete ``key``; True if it was there (committed, or put by this transaction)."""
@@ -122,12 +141,18 @@ class StateTxn:
             found = step()
 
     def _check(self, key: bytes, mutate: bool = False) -> None:
+        self._check_usable(mutate)
+        self._check_key(key, mutate)
+
+    def _check_usable(self, mutate: bool) -> None:
         if self._done:
             raise StateError(f"state directory {self._env.path!r}: the transaction has ended")
         if mutate and not self.write:
             raise StateError(
                 f"state directory {self._env.path!r}: cannot write in a read transaction"
             )
+
+    def _check_key(self, key: bytes, mutate: bool) -> None:
         if len(key) > self._env.max_key_size:
             raise StateKeyError(
                 f"a key of {len(key)} bytes is longer than LMDB's limit of "
