@@ -24,12 +24,13 @@ file (for producers and tests).
 from __future__ import annotations
 
 import json
+import json.scanner
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from drpc.errors import FailedException
 from drpc.model.components import BatchOutputCollector, Conf
@@ -47,7 +48,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PATTERN = "*.jsonl"
 READ_CHUNK = 1 << 16
 _DECODER = json.JSONDecoder()
-_INVALID = object()
+# (text, index) -> (the JSON value starting there, where it ends); typeshed mistypes its argument
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(cast(Any, _DECODER))
 
 
 @dataclass(frozen=True)
@@ -144,22 +146,25 @@ class _Reader:
                 if values is not None:
                     yield values
             return
-        # The common case decoded once, each line by the decoder itself (json.loads on bytes
-        # would detect the encoding of every line); anything off goes through _values.
-        decode, single, width = _DECODER.decode, len(self.fields) == 1, len(self.fields)
-        position = start
-        for text in body.decode("ascii").split("\n")[:-1]:
+        # The common case decoded once and scanned in place: a line that is exactly one JSON
+        # value is read by the decoder's scanner where it starts; anything else (spaces
+        # around a value, extra data, invalid JSON) goes through _values, line by line.
+        scan, single, width = _SCAN, len(self.fields) == 1, len(self.fields)
+        text = body.decode("ascii")
+        position, size = 0, text.rfind("\n") + 1  # an incomplete last line is not read
+        while position < size:
+            end = text.index("\n", position)
             try:
-                value = decode(text)
-            except ValueError:
-                value = _INVALID
-            if single and value is not _INVALID:
-                yield [value]
-            elif not single and isinstance(value, list) and len(value) == width:
-                yield value
-            elif (values := self._values(text.encode(), partition, position)) is not None:
-                yield values
-            position += len(text) + 1
+                value, stop = scan(text, position)
+            except (StopIteration, ValueError):
+                stop = -1
+            if stop == end and (single or (isinstance(value, list) and len(value) == width)):
+                yield [value] if single else value
+            else:
+                line = text[position:end].encode()
+                if (values := self._values(line, partition, start + position)) is not None:
+                    yield values
+            position = end + 1
 
     def read(
         self,

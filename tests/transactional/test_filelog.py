@@ -85,6 +85,32 @@ def test_invalid_lines_are_skipped_or_fail_the_batch(tmp_path: Path) -> None:
         batch(strict, "emit_partition_batch_new", 0, None)
 
 
+def test_each_line_is_read_as_json_loads_reads_it_alone(tmp_path: Path) -> None:
+    lines = ['"a"', ' "b" ', "1,2", "[1,", "2]", "", '{"k": [1, "x"]}', "tru", "7.5e1", '"c"']
+    with (tmp_path / "partition-0000.jsonl").open("w") as out:
+        out.write("".join(line + "\n" for line in lines))
+
+    def alone(line: str) -> list[Any]:
+        try:
+            return [[json.loads(line)]]
+        except ValueError:
+            return []
+
+    expected = [values for line in lines for values in alone(line)]
+    assert expected == [["a"], ["b"], [{"k": [1, "x"]}], [75.0], ["c"]]
+    read, meta = batch(
+        emitter(FileLogTransactionalSpout(tmp_path, Fields("word"), 100)),
+        "emit_partition_batch_new",
+        0,
+        None,
+    )
+    assert read == expected and meta.lines == len(lines)
+    strict = emitter(FileLogTransactionalSpout(tmp_path, Fields("word"), 100, invalid="fail"))
+    # the first invalid line, "1,2", starts after 4 + 6 bytes
+    with pytest.raises(FailedException, match=r"at byte 10 of .*: Extra data"):
+        batch(strict, "emit_partition_batch_new", 0, None)
+
+
 def test_a_truncated_log_cannot_be_replayed(tmp_path: Path) -> None:
     path = append_lines(tmp_path, 0, ["a", "b"])
     source = emitter(FileLogTransactionalSpout(tmp_path, Fields("word"), 10))
