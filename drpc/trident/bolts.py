@@ -30,9 +30,10 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from drpc.errors import StateError
+from drpc.errors import InvalidTupleError, StateError
 from drpc.model.components import BaseBatchBolt, BatchOutputCollector, ICommitter
 from drpc.model.fields import Fields
 from drpc.model.streams import OutputFieldsDeclarer
@@ -45,6 +46,13 @@ from drpc.trident.state import CommitMapState, MapStateFactory
 from drpc.trident.tuples import TridentCollector, TridentTuple
 
 BATCH_FIELD = "$batch"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedPartials:
+    """A batch's combiner partials by group key (``key_of`` the group's values), in one tuple."""
+
+    partials: dict[Any, Any]
 
 
 class SegmentBolt(BaseBatchBolt):
@@ -98,6 +106,9 @@ class PersistBolt(BaseBatchBolt, ICommitter):
 
     def execute(self, tuple: Tuple) -> None:
         values = (*tuple.values[1:],)
+        if len(values) == 1 and isinstance(values[0], KeyedPartials):
+            self._absorb(values[0].partials)
+            return
         key = key_of(self.group.values(values))
         if isinstance(self.aggregator, CombinerAggregator):
             partial = self.input.values(values)[0]
@@ -106,6 +117,20 @@ class PersistBolt(BaseBatchBolt, ICommitter):
             self.partials[key] = partial
         else:
             self.tuples[key].append(self.input.tuple(values))
+
+    def _absorb(self, partials: dict[Any, Any]) -> None:
+        if not isinstance(self.aggregator, CombinerAggregator):
+            raise InvalidTupleError(
+                f"{type(self.aggregator).__name__} is not a CombinerAggregator: its "
+                "persistent_aggregate takes tuples, not a batch's KeyedPartials"
+            )
+        if not self.partials:
+            self.partials = dict(partials)
+            return
+        combine = self.aggregator.combine
+        mine = self.partials
+        for key, partial in partials.items():
+            mine[key] = combine(mine[key], partial) if key in mine else partial
 
     def finish_batch(self) -> None:
         state = _commit_state(self.state, self.context, self.conf)

@@ -17,13 +17,16 @@ thread, in txid order, it decides each partition's byte range
 (``next_range``: the driver scans the bytes for line ends and never parses
 a tuple) and stores it per txid exactly where the partitioned emitter
 would (``partition_state``), so a replay, on this path or the general one,
-reads the same lines. Then one Spark job (up to ``max_jobs`` in flight),
-one task per partition: read the range, run the segment's steps and
+reads the same lines. Then one Spark job (up to ``max_jobs`` in flight)
+of one task per emitter task of the spout (its parallelism; partition p
+goes to task p mod parallelism, as in Storm): read the ranges, run the
+segment's steps (``execute_many`` over each range's tuples) and
 combine per key within the task; the driver collects the per-key partials
 (one Spark attempt's output per task, so a retried task does not count
 twice) and combines them per key, and only those per-key values reach the
-commit, which stays the transactional machinery's (txid order, one LMDB
-transaction, the map kinds' txid rules). A failure in the job fails the
+commit, as one tuple per committer (``KeyedPartials``). The commit stays the
+transactional machinery's (txid order, one LMDB transaction, the map kinds'
+txid rules). A failure in the job fails the
 attempt, which is replayed with the same ranges.
 """
 
@@ -51,7 +54,7 @@ from drpc.transactional.builder import TransactionalInfo
 from drpc.transactional.filelog import FileLogMeta, FileLogTransactionalSpout
 from drpc.transactional.processing import Event, Processed, ProcessingFailed
 from drpc.transactional.spouts import TransactionalServices
-from drpc.trident.bolts import PersistBolt, SegmentBolt
+from drpc.trident.bolts import KeyedPartials, PersistBolt, SegmentBolt
 from drpc.trident.builtins import key_of
 from drpc.trident.operations import CombinerAggregator
 from drpc.trident.processors import (
@@ -83,6 +86,7 @@ class Target:
 @dataclass(frozen=True, slots=True)
 class FusedPlan:
     spout: FileLogTransactionalSpout
+    emitter_tasks: int  # the spout's parallelism: Spark tasks per batch
     segment: str  # the segment bolt's component id
     segment_task: int
     spout_stream: str
@@ -99,9 +103,10 @@ class RangeTask:
 
 @dataclass(frozen=True, slots=True)
 class TaskOutput:
-    """What one Spark task sends the driver: its per-key partials per stream, its tuple count."""
+    """What one Spark task sends the driver: its partials by group key per stream, its tuple
+    count."""
 
-    partials: dict[str, dict[Any, Values]]
+    partials: dict[str, dict[Any, Any]]
     tuples: int
 
 
@@ -165,6 +170,7 @@ def fused_plan(topology: Topology) -> FusedPlan | None:
     (spout_stream,) = spout_streams
     return FusedPlan(
         info.spout,
+        len(topology.component_task_ids[info.spout_id]),
         segment.id,
         topology.component_task_ids[segment.id][0],
         spout_stream,
@@ -174,42 +180,48 @@ def fused_plan(topology: Topology) -> FusedPlan | None:
 
 def _run_ranges(
     frozen: Any, plan: FusedPlan, conf: dict[str, Any], attempt: TransactionAttempt
-) -> Callable[[Iterator[RangeTask]], Iterator[TaskOutput]]:
+) -> Callable[[Iterator[list[RangeTask]]], Iterator[TaskOutput]]:
     """The function each Spark task runs over its ranges (see the module doc)."""
 
-    def run(tasks: Iterator[RangeTask]) -> Iterator[TaskOutput]:
+    def run(tasks: Iterator[list[RangeTask]]) -> Iterator[TaskOutput]:
         topology: Topology = pickle.loads(frozen.value)
         bolt = topology.components[plan.segment].user_component
         assert isinstance(bolt, SegmentBolt)
         root = pickle.loads(freeze(bolt.root))
         combiners = {target.stream: target.persist for target in plan.targets}
-        partials: dict[str, dict[Any, Values]] = {stream: {} for stream in combiners}
+        partials: dict[str, dict[Any, Any]] = {stream: {} for stream in combiners}
 
         def output(stream: str, values: Values) -> None:
             persist = combiners[stream]
-            group = persist.group.values(values)
-            key = key_of(group)
+            key = key_of(persist.group.values(values))
             partial = persist.input.values(values)[0]
             seen = partials[stream]
-            if key in seen:
-                partial = persist.aggregator.combine(seen[key][-1], partial)
-            seen[key] = (*group, partial)
+            seen[key] = persist.aggregator.combine(seen[key], partial) if key in seen else partial
 
         context = TopologyContext(topology, plan.segment, plan.segment_task, conf=conf)
         root.prepare(BatchContext(conf, context, attempt, output))
         reader: Any = plan.spout.get_emitter(conf, context)
         tuples = 0
         try:
-            for task in tasks:
-                for values in reader.values_in(task.partition, task.meta):
-                    tuples += 1
-                    root.receive(plan.spout_stream, tuple(values))
+            for task in (task for share in tasks for task in share):
+                rows = list(map(tuple, reader.values_in(task.partition, task.meta)))
+                tuples += len(rows)
+                root.receive_many(plan.spout_stream, rows)
         finally:
             reader.close()
         root.finish()
         yield TaskOutput(partials, tuples)
 
     return run
+
+
+def _shares(ranges: list[RangeTask], tasks: int) -> list[list[RangeTask]]:
+    """The ranges each Spark task of a batch reads: partition p goes to task p mod ``tasks``,
+    as a Storm spout's partitions go to its emitter tasks."""
+    shares: dict[int, list[RangeTask]] = {}
+    for task in ranges:
+        shares.setdefault(task.partition % tasks, []).append(task)
+    return list(shares.values())
 
 
 class FusedBackend:
@@ -315,8 +327,9 @@ class FusedBackend:
         try:
             outputs: list[TaskOutput] = []
             if ranges:
+                shares = _shares(ranges, self.plan.emitter_tasks)
                 with tagged_job(self._sc, tag, f"drpc Trident {self.info.id}: batch {attempt}"):
-                    job = self._sc.parallelize(ranges, len(ranges)).mapPartitions(
+                    job = self._sc.parallelize(shares, len(shares)).mapPartitions(
                         _run_ranges(self._broadcast, self.plan, self.conf, attempt)
                     )
                     outputs = job.collect()
@@ -335,17 +348,15 @@ class FusedBackend:
     def _captured(
         self, attempt: TransactionAttempt, outputs: list[TaskOutput]
     ) -> dict[int, list[Shipment]]:
-        """The per-key combined values of the batch, as the segment's shipments to committers."""
+        """The batch's partials combined per group key: one tuple to each committer."""
         captured: dict[int, list[Shipment]] = {}
         for target in self.plan.targets:
-            combined: dict[Any, Values] = {}
+            combined: dict[Any, Any] = {}
             combine = target.persist.aggregator.combine
             for output in outputs:
-                for key, values in output.partials[target.stream].items():
-                    if key in combined:
-                        values = (*values[:-1], combine(combined[key][-1], values[-1]))
-                    combined[key] = values
-            tuples = [(target.stream, [attempt, *values]) for values in combined.values()]
+                for key, partial in output.partials[target.stream].items():
+                    combined[key] = combine(combined[key], partial) if key in combined else partial
+            tuples = [(target.stream, [attempt, KeyedPartials(combined)])] if combined else []
             shipment = Shipment(self.plan.segment, self.plan.segment_task, tuples)
             shipment.reports[attempt] = len(tuples)
             captured.setdefault(target.task, []).append(shipment)

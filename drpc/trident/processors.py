@@ -24,12 +24,15 @@ collector on a stream.
 
 from __future__ import annotations
 
+import collections
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from drpc.errors import InvalidTupleError
 from drpc.state.topology import state_for
+from drpc.trident.builtins import Count
 from drpc.trident.operations import (
     Aggregator,
     CombinerAggregator,
@@ -71,6 +74,12 @@ class Processor:
     def execute(self, values: Values) -> None:
         raise NotImplementedError
 
+    def execute_many(self, rows: list[Values]) -> None:
+        """``execute`` of each of ``rows`` in order; processors that gain by it take them
+        together."""
+        for values in rows:
+            self.execute(values)
+
     def finish(self) -> None:
         for child in self.children:
             child.finish()
@@ -79,21 +88,40 @@ class Processor:
         for child in self.children:
             child.execute(values)
 
+    def push_many(self, rows: list[Values]) -> None:
+        for child in self.children:
+            child.execute_many(rows)
+
 
 class Selection:
     """Positions of some fields in a tuple, and the name index of the selected tuple."""
 
-    __slots__ = ("index", "positions")
+    __slots__ = ("index", "positions", "values")
 
     def __init__(self, fields: tuple[str, ...], selected: tuple[str, ...]) -> None:
         self.positions = tuple(fields.index(name) for name in selected)
         self.index: Mapping[str, int] = {name: i for i, name in enumerate(selected)}
+        self.values: Callable[[Values], Values] = _selector(self.positions)
 
-    def values(self, values: Values) -> Values:
-        return tuple(values[i] for i in self.positions)
+    def __getstate__(self) -> tuple[tuple[int, ...], Mapping[str, int]]:
+        return self.positions, self.index
+
+    def __setstate__(self, state: tuple[tuple[int, ...], Mapping[str, int]]) -> None:
+        self.positions, self.index = state
+        self.values = _selector(self.positions)
 
     def tuple(self, values: Values) -> TridentTuple:
-        return TridentTuple(tuple(values[i] for i in self.positions), self.index)
+        return TridentTuple(self.values(values), self.index)
+
+
+def _selector(positions: tuple[int, ...]) -> Callable[[Values], Values]:
+    """The values at ``positions`` of a tuple, as a tuple."""
+    if not positions:
+        return lambda values: ()
+    if len(positions) == 1:
+        (position,) = positions
+        return lambda values: (values[position],)
+    return operator.itemgetter(*positions)
 
 
 class Root(Processor):
@@ -102,8 +130,14 @@ class Root(Processor):
     def receive(self, stream: str, values: Values) -> None:
         self.execute(values)
 
+    def receive_many(self, stream: str, rows: list[Values]) -> None:
+        self.execute_many(rows)
+
     def execute(self, values: Values) -> None:
         self.push(values)
+
+    def execute_many(self, rows: list[Values]) -> None:
+        self.push_many(rows)
 
 
 class JoinRoot(Root):
@@ -128,6 +162,10 @@ class JoinRoot(Root):
         side = self.sides[stream]
         key = self.keys[side].values(values)
         self.tables[side].setdefault(key, []).append(self.rest[side].values(values))
+
+    def receive_many(self, stream: str, rows: list[Values]) -> None:
+        for values in rows:
+            self.receive(stream, values)
 
     def execute(self, values: Values) -> None:
         raise AssertionError("a join's tuples arrive through receive(stream, values)")
@@ -176,6 +214,9 @@ class ProjectProcessor(Processor):
 
     def execute(self, values: Values) -> None:
         self.push(self.selection.values(values))
+
+    def execute_many(self, rows: list[Values]) -> None:
+        self.push_many(list(map(self.selection.values, rows)))
 
 
 def _checked(values: Any, width: int, what: str) -> Values:
@@ -268,6 +309,21 @@ class PartitionAggregateProcessor(Processor):
             state = aggregator.init(self.batch_id, collector)
         self.states[key] = state
         return state
+
+    def execute_many(self, rows: list[Values]) -> None:
+        if type(self.aggregator) is not Count:
+            super().execute_many(rows)
+            return
+        # Count's partial of a group is its number of tuples: counted in one pass (in
+        # order of first arrival, as one at a time would).
+        if self.grouped:
+            counts: Mapping[Values, int] = collections.Counter(map(self.group.values, rows))
+        else:
+            counts = {(): len(rows)}
+        states = self.states
+        for key, count in counts.items():
+            state = states.get(key, _NOTHING)
+            states[key] = count if state is _NOTHING else state + count
 
     def execute(self, values: Values) -> None:
         key = self.group.values(values) if self.grouped else ()
