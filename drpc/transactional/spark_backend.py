@@ -6,7 +6,9 @@ commit-phase bolt on the driver and the rest as Spark stages
 (``drpc.executors.plan``). ``submit`` runs the emitters on the calling thread
 (the run loop's), so batches are emitted in txid order, then the attempt's
 Spark job on a pool of ``max_jobs`` threads (tagged, so ``stop`` cancels
-it). What the job and the emitters sent commit-phase bolts is reported as
+it). A file log spout's emitter is the exception: the driver only decides
+and stores the batch's ranges and the emitter bolt reads them in the job
+(``drpc.transactional.ranges``), so no tuple passes through the driver. What the job and the emitters sent commit-phase bolts is reported as
 ``Processed.captured``; a failure notice among it, an emitter failure or a
 Spark failure reports ``ProcessingFailed``.
 """
@@ -26,6 +28,7 @@ from drpc.executors.plan import DRIVER, SPARK, compile_plan
 from drpc.executors.records import Shipment, first_failure
 from drpc.executors.spark.stages import JobSpec, SparkStages, tagged_job
 from drpc.logs import worker_settings
+from drpc.model.context import TopologyContext
 from drpc.model.topology import Topology
 from drpc.semantics.runners import freeze
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
@@ -37,6 +40,7 @@ from drpc.transactional.processing import (
     ProcessingFailed,
     batch_log_fields,
 )
+from drpc.transactional.ranges import RangePlanner, reads_on_executors, with_range_reader
 from drpc.transactional.spouts import BATCH_STREAM, TransactionalServices
 
 
@@ -63,15 +67,25 @@ class SparkBackend:
         self.master = master
         self.spark_conf = spark_conf
         self.start_timeout = start_timeout
+        self._planner: RangePlanner | None = None
+        run_topology = topology
+        if reads_on_executors(info.spout):
+            spout_task = topology.component_task_ids[info.spout_id][0]
+            context = TopologyContext(
+                topology, info.spout_id, spout_task, services=services, conf=conf
+            )
+            self._planner = RangePlanner(info.spout, conf, context, transactional.coordinator_state)
+            run_topology = with_range_reader(topology, info)
+        on_driver = {info.spout_id} if self._planner is None else set()
         placement = {
             component_id: DRIVER
             if spec.kind == "spout"
-            or component_id == info.spout_id
+            or component_id in on_driver
             or component_id in info.commit_components
             else SPARK
             for component_id, spec in topology.components.items()
         }
-        self.plan = compile_plan(topology, placement)
+        self.plan = compile_plan(run_topology, placement)
         self._pool = ThreadPoolExecutor(max_jobs, thread_name_prefix=f"drpc-tx-{info.id}")
         self._report: Callable[[Event], None] | None = None
         self._stages: SparkStages | None = None
@@ -86,13 +100,15 @@ class SparkBackend:
             self.master, self.spark_conf, start_timeout=self.start_timeout
         )
         self._sc = session.sparkContext
-        self._broadcast = self._sc.broadcast(freeze(self.topology))
+        self._broadcast = self._sc.broadcast(freeze(self.plan.topology))
         self._stages = SparkStages(self._sc, self.plan, self._token, self._broadcast)
 
     def stop(self) -> None:
         for tag in list(self._tags):
             self._sc.cancelJobsWithTag(tag)
         self._pool.shutdown(wait=True)
+        if self._planner is not None:
+            self._planner.close()
         if self._broadcast is not None:
             self._broadcast.unpersist()
 
@@ -102,6 +118,10 @@ class SparkBackend:
         # Emitters run here, on the coordinator's thread, so batches are emitted in txid order.
         topology, info = self.topology, self.info
         coordinator_task = topology.component_task_ids[info.coordinator_id][0]
+        assert self._report is not None
+        if self._planner is not None:
+            self._submit_ranges(attempt, int(metadata), last_committed, coordinator_task)
+            return
         batch = Shipment(
             info.coordinator_id,
             coordinator_task,
@@ -121,11 +141,35 @@ class SparkBackend:
         ]
         failure = next((f for run in emitters for f in run.failures.values()), None)
         tuples = self.transactional.take_emitted(attempt)
-        assert self._report is not None
         if failure is not None:
             self._report(ProcessingFailed(attempt, failure))
             return
         self._pool.submit(self._process, attempt, gather_shipments(emitters), tuples)
+
+    def _submit_ranges(
+        self,
+        attempt: TransactionAttempt,
+        partitions: int,
+        last_committed: int | None,
+        coordinator_task: int,
+    ) -> None:
+        """Decide the batch's file log ranges here; its Spark job reads them (``ranges``)."""
+        assert self._report is not None and self._planner is not None
+        try:
+            metas = self._planner.metas(attempt.txid, partitions, last_committed)
+        except Exception as error:
+            message = f"deciding the file log ranges of batch {attempt} failed: {error}"
+            self._report(
+                ProcessingFailed(attempt, Failure(DRPCExceptionType.FAILED_REQUEST, message))
+            )
+            return
+        batch = [(BATCH_STREAM, [attempt, metas, last_committed])]
+        shipments = {
+            task: [Shipment(self.info.coordinator_id, coordinator_task, list(batch))]
+            for task in self.topology.component_task_ids[self.info.spout_id]
+        }
+        lines = sum(meta.lines for meta in metas.values())
+        self._pool.submit(self._process, attempt, shipments, lines)
 
     def _process(
         self, attempt: TransactionAttempt, driver_shipments: dict[int, list[Shipment]], tuples: int

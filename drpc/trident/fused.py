@@ -13,10 +13,9 @@ queries, reducers and plain aggregators, a step after a repartition,
 
 ``FusedBackend`` (a ``ProcessingBackend`` with ``SparkBackend``'s
 constructor) processes a batch attempt as follows. On the run loop's
-thread, in txid order, it decides each partition's byte range
-(``next_range``: the driver scans the bytes for line ends and never parses
-a tuple) and stores it per txid exactly where the partitioned emitter
-would (``partition_state``), so a replay, on this path or the general one,
+thread, in txid order, the driver decides and stores each partition's byte
+range (``drpc.transactional.ranges.RangePlanner``: it scans for line ends
+and never parses a tuple), so a replay, on this path or the general one,
 reads the same lines. Then one Spark job (up to ``max_jobs`` in flight)
 of one task per emitter task of the spout (its parallelism; partition p
 goes to task p mod parallelism, as in Storm): read the ranges, run the
@@ -32,7 +31,6 @@ attempt, which is replayed with the same ranges.
 
 from __future__ import annotations
 
-import functools
 import pickle
 import uuid
 from collections.abc import Callable, Iterator
@@ -53,6 +51,7 @@ from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.builder import TransactionalInfo
 from drpc.transactional.filelog import FileLogMeta, FileLogTransactionalSpout
 from drpc.transactional.processing import Event, Processed, ProcessingFailed
+from drpc.transactional.ranges import RangePlanner, owned_by
 from drpc.transactional.spouts import TransactionalServices
 from drpc.trident.bolts import KeyedPartials, PersistBolt, SegmentBolt
 from drpc.trident.builtins import key_of
@@ -218,10 +217,11 @@ def _run_ranges(
 def _shares(ranges: list[RangeTask], tasks: int) -> list[list[RangeTask]]:
     """The ranges each Spark task of a batch reads: partition p goes to task p mod ``tasks``,
     as a Storm spout's partitions go to its emitter tasks."""
-    shares: dict[int, list[RangeTask]] = {}
-    for task in ranges:
-        shares.setdefault(task.partition % tasks, []).append(task)
-    return list(shares.values())
+    shares = [
+        [task for task in ranges if owned_by(task.partition, index, tasks)]
+        for index in range(tasks)
+    ]
+    return [share for share in shares if share]
 
 
 class FusedBackend:
@@ -254,7 +254,7 @@ class FusedBackend:
         self.start_timeout = start_timeout
         spout_task = topology.component_task_ids[info.spout_id][0]
         context = TopologyContext(topology, info.spout_id, spout_task, services=services, conf=conf)
-        self._planner: Any = plan.spout.get_coordinator(conf, context)
+        self._planner = RangePlanner(plan.spout, conf, context, transactional.coordinator_state)
         self._pool = ThreadPoolExecutor(max_jobs, thread_name_prefix=f"drpc-fused-{info.id}")
         self._report: Callable[[Event], None] | None = None
         self._sc: Any = None
@@ -278,42 +278,16 @@ class FusedBackend:
         if self._broadcast is not None:
             self._broadcast.unpersist()
 
-    def _new_range(
-        self, partition: int, decided: list[FileLogMeta], txid: int, last_meta: Any
-    ) -> FileLogMeta:
-        meta: FileLogMeta = self._planner.next_range(partition, last_meta)
-        decided.append(meta)
-        return meta
-
-    def _ranges(self, attempt: TransactionAttempt, partitions: int) -> list[RangeTask]:
-        """Each partition's range of ``attempt``: decided now, or the one stored for its txid."""
-        ranges = []
-        for partition in range(partitions):
-            state = self.transactional.coordinator_state.partition_state(partition)
-            decided: list[FileLogMeta] = []
-            stored = state.get_state_or_create(
-                attempt.txid, functools.partial(self._new_range, partition, decided)
-            )
-            # None and nothing decided: a later batch already consumed this partition's range.
-            meta = stored if stored is not None else (decided[0] if decided else None)
-            if isinstance(meta, FileLogMeta) and meta.end > meta.start:
-                ranges.append(RangeTask(partition, meta))
-        return ranges
-
     def submit(
         self, attempt: TransactionAttempt, metadata: Any, last_committed: int | None
     ) -> None:
-        assert self._report is not None
         try:
-            if last_committed is not None:
-                for partition in range(int(metadata)):
-                    state = self.transactional.coordinator_state.partition_state(partition)
-                    state.cleanup_before(last_committed)
-            ranges = self._ranges(attempt, int(metadata))
+            metas = self._planner.metas(attempt.txid, int(metadata), last_committed)
         except Exception as error:
             message = f"deciding the file log ranges of batch {attempt} failed: {error}"
             self._fail(attempt, DRPCExceptionType.FAILED_REQUEST, message)
             return
+        ranges = [RangeTask(partition, meta) for partition, meta in metas.items()]
         self._pool.submit(self._process, attempt, ranges)
 
     def _fail(self, attempt: TransactionAttempt, kind: DRPCExceptionType, message: str) -> None:
