@@ -8,9 +8,11 @@ commit-phase bolt on the driver and the rest as Spark stages
 Spark job on a pool of ``max_jobs`` threads (tagged, so ``stop`` cancels
 it). A file log spout's emitter is the exception: the driver only decides
 and stores the batch's ranges and the emitter bolt reads them in the job
-(``drpc.transactional.ranges``), so no tuple passes through the driver. What the job and the emitters sent commit-phase bolts is reported as
-``Processed.captured``; a failure notice among it, an emitter failure or a
-Spark failure reports ``ProcessingFailed``.
+(``drpc.transactional.ranges``), so no tuple passes through the driver.
+What the job and the emitters sent commit-phase bolts is reported as
+``Processed.captured``; a failure notice among it, an emitter failure, a
+failure to decide the ranges or a Spark failure reports
+``ProcessingFailed``.
 """
 
 from __future__ import annotations
