@@ -36,6 +36,8 @@ Contract:
 - a handler that raises anything but ``ProtocolError`` is a server bug: it is
   logged with its traceback and the caller gets an INTERNAL_ERROR
   ``TApplicationException``; the connection stays open;
+- a connection handles up to ``FRAMES_PER_TURN`` of the frames it has
+  buffered before the other connections get a turn;
 - when a connection ends (the client closed it, or a limit above), calls
   still in flight on it are cancelled and its parked frames dropped: a burst
   of pipelined calls abandoned by closing leaves little behind, as parking
@@ -126,6 +128,13 @@ class _Connection:
         waiting = self.waiting
         if not self.calls and not self.parked and waiting is not None and waiting.when() is None:
             waiting.reschedule(asyncio.get_running_loop().time() + idle_timeout)
+
+
+FRAMES_PER_TURN = 64
+"""Frames a connection handles from what it has buffered before the other connections get
+a turn (reading a frame that has arrived does not wait). One frame per turn made a burst of
+1 000 pipelined calls take 1 000 turns of a busy loop, seconds, and a burst abandoned by
+closing held its started calls that long; 64 frames take about a millisecond."""
 
 
 def _parked_charge(payload: bytes) -> int:
@@ -231,6 +240,7 @@ class ThriftListener:
     async def _serve(self, connection: _Connection) -> None:
         writer, peer, calls = connection.writer, connection.peer, connection.calls
         writer.transport.set_write_buffer_limits(high=self.limits.max_pending_bytes)
+        in_turn = 0
         try:
             while await self._may_read(connection):
                 payload = await self._read_frame(connection)
@@ -254,7 +264,10 @@ class ThriftListener:
                     self._start(connection, handler, message)
                 else:
                     connection.park(payload)
-                await asyncio.sleep(0)  # one frame, then the other connections' turn
+                in_turn += 1
+                if in_turn == FRAMES_PER_TURN:  # then the other connections' turn
+                    in_turn = 0
+                    await asyncio.sleep(0)
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:

@@ -4,6 +4,7 @@ at once with a typed answer (Thrift FAILED_REQUEST "server busy", HTTP 503 + Ret
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import time
 from collections.abc import Iterator
@@ -21,11 +22,13 @@ from drpc.client import (
 from drpc.server import DRPCServer, ServerThread
 from drpc.server.identity import TokenTable
 from drpc.server.limits import CALL_COST, Limits
+from drpc.server.thrift_listener import FRAMES_PER_TURN
 
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExceptionType
 from drpc.examples.exclamation import ExclaimBolt, build_exclamation
 from tests.server.helpers import HOST, closed_by_server, raw_connection, server_options, wait_until
+from tests.server.hostile import execute_frame
 from tests.waiting import SLACK
 
 
@@ -192,6 +195,31 @@ async def test_a_connection_closed_with_calls_parked_withdraws_its_running_ones_
         await asyncio.to_thread(wait_until, lambda: server.service.queue_depth("f") == 0, SLACK)
         await asyncio.gather(*calls, return_exceptions=True)
         assert server.service.queue_depth("f") == 0  # no parked call started after the close
+
+
+async def _depth_each_turn(server: DRPCServer, function: str, until: int) -> list[int]:
+    """``function``'s queue depth once per turn of the server's loop, until it reaches
+    ``until`` (or 100 000 turns pass)."""
+    depths = [server.service.queue_depth(function)]
+    while depths[-1] < until and len(depths) < 100_000:
+        await asyncio.sleep(0)
+        depths.append(server.service.queue_depth(function))
+    return depths
+
+
+def test_buffered_frames_are_read_many_per_turn_of_the_loop_and_no_more() -> None:
+    burst = 4 * FRAMES_PER_TURN
+    thread = _serve(max_calls_per_connection=burst, max_pending_bytes=2 * burst * CALL_COST)
+    with thread as server, raw_connection(server.port) as connection:
+        watching = thread.run(_depth_each_turn(server, "f", burst))
+        connection.sendall(execute_frame("f", "x") * burst)
+        depths = watching.result(30)
+        assert depths[-1] == burst
+        most = max(later - earlier for earlier, later in itertools.pairwise(depths))
+        # One frame a turn (a burst taking as many turns of a busy loop as it has calls) would
+        # start one or two calls a turn.
+        assert 16 <= most <= 2 * FRAMES_PER_TURN
+        _answer_all(server, "f")
 
 
 async def test_each_running_call_counts_a_fixed_cost_against_the_pending_bytes() -> None:
