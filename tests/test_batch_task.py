@@ -296,3 +296,87 @@ def test_a_task_logs_with_the_fields_of_the_id_it_handles(
         ("finish 2", "8", None),
         ("after", None, None),
     ]
+
+
+executed: list[tuple[Any, Any]] = []
+
+
+class EchoUntilBad(bolts.CountPerRequest):
+    """Emits each tuple as it executes it; raises on the value "bad"."""
+
+    def execute(self, tuple: Any) -> None:
+        if tuple[1] == "bad":
+            raise ValueError("cannot count 'bad'")
+        executed.append((self.id, tuple[1]))
+        self.count += 1
+        self.collector.emit([self.id, tuple[1]])
+
+
+def echo_chain() -> Topology:
+    builder = LinearDRPCTopologyBuilder("echo")
+    builder.add_bolt(bolts.EmitN(), 1)
+    builder.add_bolt(EchoUntilBad(), 1).shuffle_grouping()
+    builder.add_bolt(bolts.SumField(), 2).fields_grouping(Fields("id"))
+    return builder.create_topology()
+
+
+def test_a_batch_bolt_runs_of_one_id_are_executed_acked_and_counted_in_order() -> None:
+    executed.clear()
+    topology = echo_chain()
+    bolt0 = topology.component_task_ids["bolt0"][0]
+    run = TaskRun(topology, "bolt1", 0, job_ids=(1, 2))
+    tuples = [(1, "a"), (1, "b"), (2, "c"), (1, "d"), (2, "e"), (2, "f")]
+    run.run([*(data("bolt0", bolt0, *t) for t in tuples), report("bolt0", bolt0, {1: 3, 2: 3})])
+    assert run.failures == {}
+    assert executed == tuples  # arrival order, across ids too
+    sent = sent_tuples(run)
+    reports = sent_reports(run)
+    for id, last in ((1, 3), (2, 3)):
+        per_task = {task: sum(1 for t, v in sent if t == task and v[0] == id) for task in reports}
+        assert {task: counts[id] for task, counts in reports.items()} == per_task
+        assert sum(per_task.values()) == last + 1  # the echoes and finish_batch's count
+
+
+def test_a_batch_bolt_that_raises_fails_its_id_and_executes_nothing_after() -> None:
+    executed.clear()
+    topology = echo_chain()
+    bolt0 = topology.component_task_ids["bolt0"][0]
+    run = TaskRun(topology, "bolt1", 0, job_ids=(1, 2))
+    tuples = [(1, "a"), (1, "bad"), (1, "c"), (2, "d"), (1, "e")]
+    run.run([*(data("bolt0", bolt0, *t) for t in tuples), report("bolt0", bolt0, {1: 4, 2: 1})])
+    assert executed == [(1, "a"), (2, "d")]
+    assert set(run.failures) == {1}
+    failure = run.failures[1]
+    assert failure.type is DRPCExceptionType.FAILED_REQUEST
+    assert "cannot count 'bad'" in failure.message and "bolt1" in failure.message
+    assert [v for _, v in sent_tuples(run) if v[0] == 2] == [[2, "d"], [2, 1]]
+
+
+class EmitMany(bolts.CountPerRequest):
+    """finish_batch emits its rows with one emit_many call; a 3-value row is malformed."""
+
+    def finish_batch(self) -> None:
+        rows: list[Any] = [[self.id, n] for n in range(self.count)]
+        if self.id == 2:
+            rows.insert(1, [self.id, 0, "extra"])
+        self.collector.emit_many(rows)
+
+
+def test_emit_many_routes_and_counts_like_emit_and_a_bad_row_fails_only_its_id() -> None:
+    builder = LinearDRPCTopologyBuilder("many")
+    builder.add_bolt(bolts.EmitN(), 1)
+    builder.add_bolt(EmitMany(), 1).shuffle_grouping()
+    builder.add_bolt(bolts.SumField(), 2).fields_grouping(Fields("id"))
+    topology = builder.create_topology()
+    bolt0 = topology.component_task_ids["bolt0"][0]
+    run = TaskRun(topology, "bolt1", 0, job_ids=(1, 2))
+    rows = [(1, "a"), (1, "b"), (1, "c"), (2, "d"), (2, "e")]
+    run.run([*(data("bolt0", bolt0, *r) for r in rows), report("bolt0", bolt0, {1: 3, 2: 2})])
+    assert set(run.failures) == {2}
+    assert "emitted 3 values" in run.failures[2].message
+    sent = sent_tuples(run)
+    assert sorted(v for _, v in sent if v[0] == 1) == [[1, 0], [1, 1], [1, 2]]
+    reports = sent_reports(run)
+    assert {task: counts[1] for task, counts in reports.items()} == {
+        task: sum(1 for t, v in sent if t == task and v[0] == 1) for task in reports
+    }

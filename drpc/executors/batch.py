@@ -58,8 +58,9 @@ from typing import Any
 from drpc import config
 from drpc.errors import DRPCExceptionType, Failure, UnserializableValueError
 from drpc.executors.records import FailureNotice, Shipment
-from drpc.executors.task import COMMIT, ID, TaskCore
+from drpc.executors.task import COMMIT, ID, InputKind, TaskCore
 from drpc.logs import current_context, pop_context, push_context
+from drpc.model.fields import Fields
 from drpc.model.hashing import stable_hash
 from drpc.model.topology import Topology
 from drpc.model.tuples import Tuple
@@ -228,27 +229,23 @@ class TaskRun:
         commit_tuples: list[Tuple] = []
         log_context = self._log
         busy = self.busy
-        for shipment in shipments:
-            for stream_id, values in shipment.tuples:
-                received = core.make_tuple(shipment.source, stream_id, shipment.source_task, values)
-                kind = core.input_kind(shipment.source, stream_id)
-                if kind is ID:
-                    id_tuples.append(received)
-                elif kind is COMMIT:
-                    commit_tuples.append(received)
+        data = self._data_tuples(shipments, id_tuples, commit_tuples)
+        if core.acks_in_bulk and busy is None:
+            self._execute_runs(data)
+        else:
+            for received in data:
+                id = received.values[0]
+                if is_ignored(tracker.tuple_received(id, 0.0)):
+                    continue
+                if log_context is not None:
+                    log_context.id = id
+                self.executed[id] += 1
+                if busy is None:
+                    core.execute_data(received)
                 else:
-                    id = values[0]
-                    if is_ignored(tracker.tuple_received(id, 0.0)):
-                        continue
-                    if log_context is not None:
-                        log_context.id = id
-                    self.executed[id] += 1
-                    if busy is None:
-                        core.execute_data(received)
-                    else:
-                        started = time.perf_counter()
-                        core.execute_data(received)
-                        busy[id] = busy.get(id, 0.0) + time.perf_counter() - started
+                    started = time.perf_counter()
+                    core.execute_data(received)
+                    busy[id] = busy.get(id, 0.0) + time.perf_counter() - started
         core.wait_for_acks(self.deadline)
         if self.hints.synthesize_ids:
             owns = id_owner_check(self.topology, self.component_id, self.index)
@@ -281,6 +278,56 @@ class TaskRun:
             core.apply(tracker.tuple_failed(id, self.diagnose(id), 0.0), None)
         self.runner.cleanup()
         return self
+
+    def _data_tuples(
+        self, shipments: list[Shipment], id_tuples: list[Tuple], commit_tuples: list[Tuple]
+    ) -> Iterator[Tuple]:
+        """The data tuples of ``shipments`` in arrival order; id and commit tuples are set
+        aside in ``id_tuples`` and ``commit_tuples`` as they pass."""
+        core = self.core
+        for shipment in shipments:
+            source, source_task = shipment.source, shipment.source_task
+            streams: dict[str, tuple[Fields, InputKind]] = {}
+            for stream_id, values in shipment.tuples:
+                known = streams.get(stream_id)
+                if known is None:
+                    fields = core.make_tuple(source, stream_id, source_task, ()).fields
+                    known = streams[stream_id] = (fields, core.input_kind(source, stream_id))
+                fields, kind = known
+                received = Tuple(values, fields, source, stream_id, source_task)
+                if kind is ID:
+                    id_tuples.append(received)
+                elif kind is COMMIT:
+                    commit_tuples.append(received)
+                else:
+                    yield received
+
+    def _execute_runs(self, data: Iterable[Tuple]) -> None:
+        """A batch bolt's data tuples, in arrival order, as runs of one id each, every run
+        counted received and acked with one tracker event (``TaskCore.execute_id_run``)."""
+        core = self.core
+        tracker = self.tracker
+        assert tracker is not None
+        log_context = self._log
+        run: list[Tuple] = []
+        run_id: Hashable = None
+
+        def flush() -> None:
+            if not run or is_ignored(tracker.tuple_received(run_id, 0.0, len(run))):
+                return
+            if log_context is not None:
+                log_context.id = run_id
+            self.executed[run_id] += len(run)
+            core.execute_id_run(run_id, run)
+
+        for received in data:
+            id = received.values[0]
+            if run and id != run_id:
+                flush()
+                run = []
+            run_id = id
+            run.append(received)
+        flush()
 
     def fail_everything(self, shipments: list[Shipment], failure: Failure) -> None:
         if self.tracker is None:

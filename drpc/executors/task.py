@@ -38,7 +38,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from drpc import config
@@ -61,7 +61,7 @@ from drpc.semantics.coordination import (
     is_ignored,
 )
 from drpc.semantics.routing import OutputRouter, id_owner_check
-from drpc.semantics.runners import BoltRunner, instantiate, runner_for
+from drpc.semantics.runners import BatchBoltRunner, BoltRunner, instantiate, runner_for
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,9 @@ class TaskCore:
                 ),
                 id_owner_check(topology, component_id, self.index),
             )
+        self.acks_in_bulk = type(self.runner) is BatchBoltRunner and self.tracker is not None
+        """A batch bolt, which its runner acks after each execute: a run of one id's data
+        tuples may go through ``execute_id_run``, acked with one tracker event."""
         self.unacked: dict[int, Tuple] | None = {} if track_unacked else None
         self._settled = threading.Condition(self.lock)
         self._fields: dict[tuple[str, str], Fields] = {}
@@ -251,6 +254,46 @@ class TaskCore:
         self.execute(received)
         if self.unacked is not None and not received._done:
             self.unacked[id(received)] = received
+
+    def execute_id_run(self, id: Hashable, run: Sequence[Tuple]) -> None:
+        """Execute data tuples of one id, in order, on a batch bolt (``acks_in_bulk``) and
+        ack them: what ``execute_data`` and one ack per tuple do, with one tracker event
+        for the acks. The tracker has counted them received. A tuple whose execute raises
+        fails the id (after the acks of the tuples before it), and the rest of the run is
+        not executed, as the tracker would ignore them once the id failed."""
+        runner = self.runner
+        assert isinstance(runner, BatchBoltRunner)
+        acked = 0
+        previous = self.current
+        try:
+            execute = runner.instance(id).execute
+            for received in run:
+                self.current = received
+                execute(received)
+                received._done = True
+                acked += 1
+        except Exception as error:
+            self._acked_in_bulk(id, run[:acked])
+            if acked < len(run):
+                self.on_fail(run[acked], runner.failure(error, "execute"))
+            return
+        finally:
+            self.current = previous
+        self._acked_in_bulk(id, run)
+
+    def _acked_in_bulk(self, id: Hashable, acked: Sequence[Tuple]) -> None:
+        if not acked:
+            return
+        tracker = self.tracker
+        assert tracker is not None
+        decisions = tracker.tuple_acked(id, self.clock(), len(acked))
+        if is_ignored(decisions):
+            return
+        failure = self.apply(decisions, acked[-1])
+        settle = self.effects.settle
+        for done in acked[:-1]:
+            settle(done, None)
+        settle(acked[-1], failure)
 
     def wait_for_acks(self, deadline: float) -> None:
         """Wait (holding ``lock`` on entry) until every kept data tuple is acked or failed,
@@ -343,14 +386,49 @@ class TaskCore:
             for target in targets:
                 tracker.tuple_emitted(id, target)
         if self.debug:
-            log.debug(
-                "%s[%d] emitted %r on %s to %s",
-                self.component_id,
-                self.task_id,
-                values,
-                stream,
-                targets,
-            )
+            self._log_emit(stream, values, targets)
+
+    def _log_emit(self, stream: str, values: Sequence[Any], targets: list[int]) -> None:
+        log.debug(
+            "%s[%d] emitted %r on %s to %s",
+            self.component_id,
+            self.task_id,
+            values,
+            stream,
+            targets,
+        )
+
+    def send_many(
+        self, stream: str, many: Iterable[Sequence[Any]], anchors: Sequence[Tuple]
+    ) -> None:
+        """``check``, route and ``send`` each of ``many``; the emits are counted for the
+        tracker once per (id, receiving task), also when a bad tuple stops the run."""
+        router = self.router
+        check, targets_of = router.check, router.targets
+        deliver = self.effects.deliver
+        tracker = self.tracker
+        counted: dict[tuple[Hashable, int], int] | None = (
+            {} if tracker is not None and stream != COORDINATED_STREAM_ID else None
+        )
+        width = len(router.check_stream(stream, direct=False).fields)
+        try:
+            for values in many:
+                if type(values) is not list or len(values) != width:
+                    check(stream, values, direct=False)  # raises, naming what is wrong
+                targets = targets_of(stream, values)
+                deliver(stream, values, targets, anchors)
+                if counted is not None:
+                    id = values[0]
+                    for target in targets:
+                        key = (id, target)
+                        counted[key] = counted.get(key, 0) + 1
+                if self.debug:
+                    self._log_emit(stream, values, targets)
+        finally:
+            if counted:
+                assert tracker is not None
+                for (id, target), count in counted.items():
+                    tracker.tuple_emitted(id, target, count)
 
     def anchors(self, anchors: Any) -> Sequence[Tuple]:
         if anchors is None:
@@ -397,6 +475,19 @@ class TaskCollector(OutputCollector):
             targets = core.router.targets(stream, values)
             core.send(stream, values, targets, core.anchors(anchors))
             return targets
+
+    def emit_many(
+        self,
+        many: Iterable[Sequence[Any]],
+        anchors: Any = None,
+        stream: str = DEFAULT_STREAM_ID,
+    ) -> None:
+        with self._lock:
+            core = self._core
+            if core.ended:
+                core.late("emitted")
+                return
+            core.send_many(stream, many, core.anchors(anchors))
 
     def emit_direct(
         self,

@@ -21,7 +21,7 @@ heavy read-only data out of them: see ``drpc.resources``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from drpc.model.streams import DEFAULT_STREAM_ID, OutputFieldsDeclarer
@@ -87,6 +87,17 @@ class OutputCollector:
         """Send ``values`` on the direct ``stream`` to task id ``task`` only."""
         raise NotImplementedError
 
+    def emit_many(
+        self,
+        many: Iterable[Sequence[Any]],
+        anchors: Tuple | Sequence[Tuple] | _CurrentAnchor | None = None,
+        stream: str = DEFAULT_STREAM_ID,
+    ) -> None:
+        """``emit`` each of ``many`` in order, with the same anchors (an executor may do it in
+        one step: one lock, one count per receiving task)."""
+        for values in many:
+            self.emit(values, anchors, stream)
+
     def ack(self, tuple: Tuple) -> None:
         raise NotImplementedError
 
@@ -134,6 +145,10 @@ class BatchOutputCollector:
         self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID
     ) -> None:
         self._output.emit_direct(task, values, anchors=CURRENT_ANCHOR, stream=stream)
+
+    def emit_many(self, many: Iterable[Sequence[Any]], stream: str = DEFAULT_STREAM_ID) -> None:
+        """``emit`` each of ``many``, in order."""
+        self._output.emit_many(many, anchors=CURRENT_ANCHOR, stream=stream)
 
     def report_error(self, error: BaseException) -> None:
         self._output.report_error(error)

@@ -61,15 +61,36 @@ class _Fixed(Partitioner):
         return self._targets
 
 
+MEMO_ENTRIES = 65536
+"""Most short string keys a fields partitioner remembers the choice of (then it starts over)."""
+MEMO_KEY_LENGTH = 64
+"""Longest string key remembered: a memo of ``MEMO_ENTRIES`` keys stays a few MB."""
+
+
 class _ByFields(Partitioner):
-    __slots__ = ("_num_tasks", "_positions", "_singletons")
+    """``stable_hash`` of the selected values; on one field, the choice for a short string
+    is remembered (a batch of words hashes each distinct word once)."""
+
+    __slots__ = ("_memo", "_num_tasks", "_positions", "_single", "_singletons")
 
     def __init__(self, positions: tuple[int, ...], num_tasks: int) -> None:
         self._positions = positions
+        self._single = positions[0] if len(positions) == 1 else None
         self._num_tasks = num_tasks
         self._singletons = [(i,) for i in range(num_tasks)]
+        self._memo: dict[str, tuple[int]] = {}
 
     def choose(self, values: Sequence[Any]) -> Sequence[int]:
+        if self._single is not None:
+            value = values[self._single]
+            if type(value) is str and len(value) <= MEMO_KEY_LENGTH:
+                chosen = self._memo.get(value)
+                if chosen is None:
+                    if len(self._memo) >= MEMO_ENTRIES:
+                        self._memo.clear()
+                    chosen = self._singletons[stable_hash([value]) % self._num_tasks]
+                    self._memo[value] = chosen
+                return chosen
         selected = [values[p] for p in self._positions]
         return self._singletons[stable_hash(selected) % self._num_tasks]
 

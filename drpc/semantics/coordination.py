@@ -202,18 +202,19 @@ class CoordinationTracker:
 
     # -- events ----------------------------------------------------------------------
 
-    def tuple_received(self, id: Hashable, now: float) -> list[Decision]:
-        """A data tuple for ``id`` arrived and is about to be executed."""
+    def tuple_received(self, id: Hashable, now: float, count: int = 1) -> list[Decision]:
+        """``count`` data tuples for ``id`` arrived and are about to be executed."""
         if id in self._tombstones:
             return [Ignored(id)]
-        self._track(id, now).received += 1
+        self._track(id, now).received += count
         return []
 
-    def tuple_acked(self, id: Hashable, now: float) -> list[Decision]:
+    def tuple_acked(self, id: Hashable, now: float, count: int = 1) -> list[Decision]:
+        """``count`` data tuples of ``id`` were acked."""
         track = self._tracks.get(id)
         if track is None:
             return [Ignored(id)] if id in self._tombstones else []
-        track.acked += 1
+        track.acked += count
         return self._check(id, track, now)
 
     def tuple_failed(self, id: Hashable, failure: Failure, now: float) -> list[Decision]:

@@ -53,6 +53,21 @@ class OutputRouter:
             self.direct_targets[stream_id] = direct
 
     def check(self, stream: str, values: Sequence[Any], direct: bool) -> StreamInfo:
+        info = self.check_stream(stream, direct)
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise InvalidTupleError(
+                f"step {self.component_id!r} emitted {type(values).__name__} on stream "
+                f"{stream!r}; emit a list of values, e.g. Values(...)"
+            )
+        if len(values) != len(info.fields):
+            raise InvalidTupleError(
+                f"step {self.component_id!r} emitted {len(values)} values on stream {stream!r}, "
+                f"which declares {len(info.fields)} fields {info.fields.to_list()}"
+            )
+        return info
+
+    def check_stream(self, stream: str, direct: bool) -> StreamInfo:
+        """The declaration of ``stream``, which must be declared, and direct if ``direct``."""
         info = self.outputs.get(stream)
         if info is None:
             declared = sorted(s for s in self.outputs if not s.startswith("__"))
@@ -64,16 +79,6 @@ class OutputRouter:
             raise InvalidTupleError(
                 f"step {self.component_id!r} used {'emit_direct' if direct else 'emit'} on "
                 f"stream {stream!r}, which is {'' if info.direct else 'not '}declared direct"
-            )
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise InvalidTupleError(
-                f"step {self.component_id!r} emitted {type(values).__name__} on stream "
-                f"{stream!r}; emit a list of values, e.g. Values(...)"
-            )
-        if len(values) != len(info.fields):
-            raise InvalidTupleError(
-                f"step {self.component_id!r} emitted {len(values)} values on stream {stream!r}, "
-                f"which declares {len(info.fields)} fields {info.fields.to_list()}"
             )
         return info
 

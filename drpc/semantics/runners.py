@@ -193,7 +193,9 @@ class BatchBoltRunner(BoltRunner):
         self._conf = conf
         self._context = context
 
-    def _instance(self, id: Hashable) -> BaseBatchBolt:
+    def instance(self, id: Hashable) -> BaseBatchBolt:
+        """The bolt of batch ``id``, made and prepared on first use (``PrepareFailed`` when
+        its ``prepare`` raises)."""
         bolt = self._open.get(id)
         if bolt is None:
             assert self.collector is not None and self._context is not None
@@ -208,7 +210,7 @@ class BatchBoltRunner(BoltRunner):
     def execute(self, tuple: Tuple) -> None:
         assert self.collector is not None
         try:
-            self._instance(tuple.values[0]).execute(tuple)
+            self.instance(tuple.values[0]).execute(tuple)
         except Exception as error:
             self.collector.fail(tuple, self.failure(error, "execute"))
         else:
@@ -216,7 +218,7 @@ class BatchBoltRunner(BoltRunner):
 
     def finished_id(self, id: Hashable) -> None:
         try:
-            self._instance(id).finish_batch()
+            self.instance(id).finish_batch()
         finally:
             self._open.pop(id, None)
 

@@ -176,8 +176,7 @@ class _Reader:
     ) -> FileLogMeta:
         """Emit the lines of [start, end), or up to ``take`` new complete lines from start."""
         body = self._complete_lines(self._file(partition), start, end)
-        for values in self.parse(body, partition, start):
-            collector.emit([attempt, *values])
+        collector.emit_many([attempt, *values] for values in self.parse(body, partition, start))
         return FileLogMeta(start, start + len(body), body.count(b"\n"))
 
     def next_range(self, partition: int, last_meta: Any) -> FileLogMeta:
@@ -225,8 +224,7 @@ class _TransactionalEmitter(_Reader):
         partition: int,
         meta: Any,
     ) -> None:
-        for values in self.values_in(partition, meta):
-            collector.emit([attempt, *values])
+        collector.emit_many([attempt, *values] for values in self.values_in(partition, meta))
 
 
 class _OpaqueEmitter(_Reader):

@@ -31,7 +31,7 @@ partitions ``index, index + tasks, ...``. ``MemoryTransactionalSpout`` and
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -318,6 +318,16 @@ class _CountingCollector(OutputCollector):
     ) -> None:
         self.count += 1
         self.output.emit_direct(task, values, anchors=anchors, stream=stream)
+
+    def emit_many(
+        self, many: Iterable[Sequence[Any]], anchors: Any = None, stream: str = "default"
+    ) -> None:
+        def counted() -> Iterator[Sequence[Any]]:
+            for values in many:
+                self.count += 1
+                yield values
+
+        self.output.emit_many(counted(), anchors=anchors, stream=stream)
 
     def ack(self, tuple: Tuple) -> None:
         self.output.ack(tuple)

@@ -14,7 +14,7 @@ with the fields it declares on its default stream.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from drpc.model.components import BatchOutputCollector, Conf
@@ -44,6 +44,9 @@ class _OnStream:
         self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID
     ) -> None:
         self.collector.emit_direct(task, values, self.stream)
+
+    def emit_many(self, many: Iterable[Sequence[Any]], stream: str = DEFAULT_STREAM_ID) -> None:
+        self.collector.emit_many(many, self.stream)
 
     def report_error(self, error: BaseException) -> None:
         self.collector.report_error(error)

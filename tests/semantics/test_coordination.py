@@ -57,6 +57,21 @@ def test_middle_step_waits_for_every_report_and_matching_count() -> None:
     assert t.finish_done(7) == [SendReport(7, 5, 0), SendReport(7, 6, 0), Completed(7)]
 
 
+def test_tuples_received_and_acked_in_bulk_count_as_many_single_events() -> None:
+    t = tracker(1)
+    assert t.tuple_received(7, 0, 3) == []
+    assert t.tuple_acked(7, 0, 2) == []
+    assert t.report_received(7, 3, 0) == []  # 2 of 3 acked
+    assert t.status(7) == TrackStatus(1, 1, 3, 2, False, False, 3)
+    assert t.tuple_acked(7, 0, 1) == [FinishBatch(7)]
+    t.finish_done(7)
+    assert t.tuple_failed(8, BOOM, 0) == []
+    assert t.tuple_received(9, 0, 2) == []
+    assert t.tuple_failed(9, BOOM, 0)[0] == Failed(9, BOOM)
+    assert t.tuple_received(9, 0, 5) == [Ignored(9)]
+    assert t.tuple_acked(9, 0, 5) == [Ignored(9)]
+
+
 def test_reports_may_arrive_before_any_data() -> None:
     t = tracker(1)
     assert t.report_received(4, 2, 0) == []
