@@ -59,11 +59,14 @@ def test_middle_step_waits_for_every_report_and_matching_count() -> None:
 
 def test_tuples_received_and_acked_in_bulk_count_as_many_single_events() -> None:
     t = tracker(1)
-    assert t.tuple_received(7, 0, 3) == []
+    assert t.tuple_received(7, 0, 2) == []
+    assert t.tuple_received(7, 0) == []
     assert t.tuple_acked(7, 0, 2) == []
-    assert t.report_received(7, 3, 0) == []  # 2 of 3 acked
-    assert t.status(7) == TrackStatus(1, 1, 3, 2, False, False, 3)
-    assert t.tuple_acked(7, 0, 1) == [FinishBatch(7)]
+    assert t.report_received(7, 4, 0) == []  # 2 of 4 acked
+    assert t.status(7) == TrackStatus(1, 1, 4, 2, False, False, 3)
+    assert t.tuple_acked(7, 0) == []
+    assert t.tuple_received(7, 0) == []
+    assert t.tuple_acked(7, 0) == [FinishBatch(7)]
     t.finish_done(7)
     assert t.tuple_failed(8, BOOM, 0) == []
     assert t.tuple_received(9, 0, 2) == []
