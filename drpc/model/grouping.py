@@ -62,35 +62,41 @@ class _Fixed(Partitioner):
 
 
 MEMO_ENTRIES = 65536
-"""Most short string keys a fields partitioner remembers the choice of (then it starts over)."""
+"""Most short strings whose ``stable_hash`` the process remembers (then it starts over)."""
 MEMO_KEY_LENGTH = 64
-"""Longest string key remembered: a memo of ``MEMO_ENTRIES`` keys stays a few MB."""
+"""Longest string remembered: a memo of ``MEMO_ENTRIES`` strings stays a few MB."""
+_hashes: dict[str, int] = {}
+
+
+def _string_hash(value: str) -> int:
+    """``stable_hash([value])``, remembered for short strings across every partitioner of the
+    process (a Spark worker runs many tasks: a batch of words hashes each word once)."""
+    known = _hashes.get(value)
+    if known is None:
+        known = stable_hash([value])
+        if len(value) <= MEMO_KEY_LENGTH:
+            if len(_hashes) >= MEMO_ENTRIES:
+                _hashes.clear()
+            _hashes[value] = known
+    return known
 
 
 class _ByFields(Partitioner):
-    """``stable_hash`` of the selected values; on one field, the choice for a short string
-    is remembered (a batch of words hashes each distinct word once)."""
+    """``stable_hash`` of the selected values (see ``_string_hash`` for one string)."""
 
-    __slots__ = ("_memo", "_num_tasks", "_positions", "_single", "_singletons")
+    __slots__ = ("_num_tasks", "_positions", "_single", "_singletons")
 
     def __init__(self, positions: tuple[int, ...], num_tasks: int) -> None:
         self._positions = positions
         self._single = positions[0] if len(positions) == 1 else None
         self._num_tasks = num_tasks
         self._singletons = [(i,) for i in range(num_tasks)]
-        self._memo: dict[str, tuple[int]] = {}
 
     def choose(self, values: Sequence[Any]) -> Sequence[int]:
         if self._single is not None:
             value = values[self._single]
-            if type(value) is str and len(value) <= MEMO_KEY_LENGTH:
-                chosen = self._memo.get(value)
-                if chosen is None:
-                    if len(self._memo) >= MEMO_ENTRIES:
-                        self._memo.clear()
-                    chosen = self._singletons[stable_hash([value]) % self._num_tasks]
-                    self._memo[value] = chosen
-                return chosen
+            if type(value) is str:
+                return self._singletons[_string_hash(value) % self._num_tasks]
         selected = [values[p] for p in self._positions]
         return self._singletons[stable_hash(selected) % self._num_tasks]
 

@@ -52,6 +52,23 @@ _DECODER = json.JSONDecoder()
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(cast(Any, _DECODER))
 
 
+_COUNT_BLOCK = 4096
+
+
+def _after_line(body: bytes | bytearray, lines: int) -> int:
+    """The offset just past the ``lines``-th line end of ``body`` (past its last one when
+    it has fewer): whole blocks are counted, only the last one searched line by line."""
+    if body.count(b"\n") <= lines:
+        return body.rfind(b"\n") + 1
+    cut, left = 0, lines
+    while (found := body.count(b"\n", cut, cut + _COUNT_BLOCK)) < left:
+        left -= found
+        cut += _COUNT_BLOCK
+    for _ in range(left):
+        cut = body.find(b"\n", cut) + 1
+    return cut
+
+
 @dataclass(frozen=True)
 class FileLogMeta:
     start: int
@@ -128,13 +145,7 @@ class _Reader:
                 break
             found += chunk.count(b"\n")
             body += chunk
-        cut = 0
-        for _ in range(self.take):
-            newline = body.find(b"\n", cut)
-            if newline < 0:
-                break
-            cut = newline + 1
-        return bytes(body[:cut])
+        return bytes(body[: _after_line(body, self.take)])
 
     def parse(self, body: bytes, partition: int, start: int) -> Iterator[list[Any]]:
         """The values of each valid line of ``body``, which starts at byte ``start``."""

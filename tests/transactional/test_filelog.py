@@ -133,3 +133,20 @@ def test_opaque_batches_start_from_the_given_meta(tmp_path: Path) -> None:
 def test_settings_are_checked(tmp_path: Path, options: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         FileLogTransactionalSpout(tmp_path, Fields("word"), **{"take_per_batch": 5, **options})
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_cut_after_n_lines_matches_a_line_by_line_search(seed: int) -> None:
+    import random
+
+    from drpc.transactional import filelog
+
+    rng = random.Random(seed)
+    lines = [b"x" * rng.choice((0, 1, 7, 300, 5000)) for _ in range(rng.randint(0, 60))]
+    body = b"\n".join(lines) + rng.choice((b"", b"\n", b"\npartial"))
+    for wanted in (1, 2, 5, 17, 59, 60, 61, 1000):
+        cut, found = 0, 0
+        while found < wanted and (newline := body.find(b"\n", cut)) >= 0:
+            cut, found = newline + 1, found + 1
+        assert filelog._after_line(body, wanted) == cut
+        assert filelog._after_line(bytearray(body), wanted) == cut
