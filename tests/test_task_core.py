@@ -21,7 +21,7 @@ from drpc.executors.task import InputKind, TaskCore, coordination_config
 from drpc.model.components import CURRENT_ANCHOR
 from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
-from drpc.semantics.coordination import CoordinationConfig
+from drpc.semantics.coordination import CoordinationConfig, Ignored
 
 from .topologies import bolts
 
@@ -500,3 +500,97 @@ def test_tuples_carry_the_declared_fields_of_their_stream() -> None:
     assert made.fields == Fields("id", "result") and again.fields is made.fields
     assert made.message_id == {5: 6} and again.message_id == {}
     assert report.fields != made.fields
+
+
+class EchoBatch(bolts.CountPerRequest):
+    """Emits each tuple it executes (anchored to it by default); raises on "bad"."""
+
+    def execute(self, tuple: Tuple) -> None:
+        if tuple[1] == "bad":
+            raise ValueError("bad input")
+        self.count += 1
+        self.collector.emit([self.id, tuple[1]])
+
+
+def test_a_run_of_one_id_is_executed_in_order_then_acked_with_one_event() -> None:
+    core, recorder = core_of(drpc(bolts.RichUpper(), EchoBatch(), 2), "bolt1", 2)
+    assert core.tracker is not None and core.acks_in_bulk
+    run = [core.make_tuple("bolt0", "default", 1, [7, word]) for word in "ab"]
+    outer = core.current = core.make_tuple("bolt0", "default", 1, [6, "outer"])
+    assert core.tracker.tuple_received(7, 0, 2) == []
+    core.execute_id_run(7, run)
+    assert core.current is outer
+    core.current = None
+    targets = [line.split(" to ")[1].split(" ")[0] for line in recorder.trace[:2]]
+    assert recorder.trace == [
+        f"deliver default [7, 'a'] to {targets[0]} anchored [[7, 'a']]",
+        f"deliver default [7, 'b'] to {targets[1]} anchored [[7, 'b']]",
+        "settle [7, 'a'] acked",
+        "settle [7, 'b'] acked",
+    ]
+    assert all(received._done for received in run)
+    status = core.tracker.status(7)
+    assert status is not None and (status.received, status.acked) == (2, 2)
+    del recorder.trace[:]
+    # The last report: the finish runs with the run's last ack as trigger when they meet.
+    assert core.apply(core.tracker.report_received(7, 3, 0), None) is None
+    assert recorder.trace == []  # 2 of 3 acked
+    last = [core.make_tuple("bolt0", "default", 1, [7, "c"])]
+    assert core.tracker.tuple_received(7, 0) == []
+    core.execute_id_run(7, last)
+    assert recorder.trace[1] == "deliver default [7, 3] to [4] anchored [[7, 'c']]"
+    assert recorder.trace[-2:] == ["completed 7", "settle [7, 'c'] acked"]
+
+
+def test_a_run_stops_at_the_tuple_that_raises_after_acking_the_ones_before() -> None:
+    core, recorder = core_of(drpc(bolts.RichUpper(), EchoBatch()), "bolt1", 2)
+    assert core.tracker is not None
+    run = [core.make_tuple("bolt0", "default", 1, [7, word]) for word in ("a", "bad", "c")]
+    assert core.tracker.tuple_received(7, 0, 3) == []
+    core.execute_id_run(7, run)
+    failure = "Request failed: step 'bolt1' (task 2) raised ValueError: bad input in execute"
+    assert recorder.trace[1:] == [
+        "settle [7, 'a'] acked",
+        f"failed 7 (timed_out=False): {failure}",
+        f"settle [7, 'bad'] {failure}",
+    ]
+    assert [received._done for received in run] == [True, True, False]
+    assert core.current is None and 7 not in core.tracker
+    assert core.tracker.tuple_received(7, 0, 5) == [Ignored(7)]  # its late tuples are not run
+
+
+def test_emit_many_routes_checks_and_counts_each_row() -> None:
+    core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    assert core.tracker is not None
+    received = request(core, 7, "a")
+    del recorder.trace[:]
+    core.current = received
+    core.collector.emit_many([[7, "x"], (7, "y")], anchors=CURRENT_ANCHOR)
+    core.current = None
+    assert [line.split(" anchored ")[1] for line in recorder.trace] == ["[[7, 'a']]"] * 2
+    targets = [int(line.split(" to [")[1][0]) for line in recorder.trace]
+    counts = core.tracker.emitted_counts(7)
+    assert sum(counts.values()) == 3  # the request's own emit and these two
+    assert all(counts[target] >= targets.count(target) for target in targets)
+    with pytest.raises(InvalidTupleError, match="emitted 3 values on stream 'default'"):
+        core.collector.emit_many([[7, "z"], [7, "too", "many"], [7, "never"]])
+    assert sum(core.tracker.emitted_counts(7).values()) == 4  # the row before it counted
+    with pytest.raises(InvalidTupleError, match="emitted str on stream"):
+        core.collector.emit_many(["7z"])
+    with pytest.raises(InvalidTupleError, match="which is declared direct"):
+        core.collector.emit_many([[7, 1]], stream="__coord")
+    core.end()
+    core.collector.emit_many([[7, "after"]])
+    assert sum(core.tracker.emitted_counts(7).values()) == 4
+
+
+def test_a_debug_topology_logs_each_row_of_emit_many(caplog: pytest.LogCaptureFixture) -> None:
+    topology = drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest())
+    core, recorder = core_of(topology, "bolt0", 1, {config.TOPOLOGY_DEBUG: True})
+    with caplog.at_level(logging.DEBUG, logger="drpc.executors.task"):
+        core.collector.emit_many([[8, "x"], [8, "y"]], anchors=None)
+    targets = [line.split(" to ")[1].split(" ")[0] for line in recorder.trace]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"bolt0[1] emitted [8, 'x'] on default to {targets[0]}",
+        f"bolt0[1] emitted [8, 'y'] on default to {targets[1]}",
+    ]

@@ -401,15 +401,14 @@ class TaskCore:
     def send_many(
         self, stream: str, many: Iterable[Sequence[Any]], anchors: Sequence[Tuple]
     ) -> None:
-        """``check``, route and ``send`` each of ``many``; the emits are counted for the
+        """``check``, route and ``send`` each of ``many`` on data stream ``stream`` (the
+        coordination stream is direct: the check refuses it); the emits are counted for the
         tracker once per (id, receiving task), also when a bad tuple stops the run."""
         router = self.router
         check, targets_of = router.check, router.targets
         deliver = self.effects.deliver
         tracker = self.tracker
-        counted: dict[tuple[Hashable, int], int] | None = (
-            {} if tracker is not None and stream != COORDINATED_STREAM_ID else None
-        )
+        counted: dict[tuple[Hashable, int], int] | None = {} if tracker is not None else None
         width = len(router.check_stream(stream, direct=False).fields)
         try:
             for values in many:
