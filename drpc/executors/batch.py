@@ -291,8 +291,10 @@ class TaskRun:
             for stream_id, values in shipment.tuples:
                 known = streams.get(stream_id)
                 if known is None:
-                    fields = core.make_tuple(source, stream_id, source_task, ()).fields
-                    known = streams[stream_id] = (fields, core.input_kind(source, stream_id))
+                    known = streams[stream_id] = (
+                        core.fields_of(source, stream_id),
+                        core.input_kind(source, stream_id),
+                    )
                 fields, kind = known
                 received = Tuple(values, fields, source, stream_id, source_task)
                 if kind is ID:

@@ -210,11 +210,17 @@ class TaskCore:
         values: Sequence[Any],
         message_id: dict[int, int] = EMPTY_MESSAGE_ID,
     ) -> Tuple:
+        return Tuple(
+            values, self.fields_of(source, stream), source, stream, source_task, message_id
+        )
+
+    def fields_of(self, source: str, stream: str) -> Fields:
+        """The declared fields of ``source``'s ``stream``."""
         key = (source, stream)
         fields = self._fields.get(key)
         if fields is None:
             fields = self._fields[key] = self.topology.output_fields(source, stream)
-        return Tuple(values, fields, source, stream, source_task, message_id)
+        return fields
 
     def input_kind(self, source: str, stream: str) -> InputKind:
         """What ``source``'s ``stream`` is to this coordinated task's rules."""
@@ -412,8 +418,8 @@ class TaskCore:
         width = len(router.check_stream(stream, direct=False).fields)
         try:
             for values in many:
-                if type(values) is not list or len(values) != width:
-                    check(stream, values, direct=False)  # raises, naming what is wrong
+                if type(values) is not list or len(values) != width:  # the whole check then
+                    check(stream, values, direct=False)
                 targets = targets_of(stream, values)
                 deliver(stream, values, targets, anchors)
                 if counted is not None:
