@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from drpc import Fields, LinearDRPCTopologyBuilder, Topology, config
+from drpc import (
+    BaseRichSpout,
+    Fields,
+    LinearDRPCTopologyBuilder,
+    OutputFieldsDeclarer,
+    Topology,
+    TopologyBuilder,
+    config,
+)
 from drpc.errors import DRPCExceptionType, Failure, InvalidTupleError
 from drpc.examples.transactional_global_count import build_global_count
 from drpc.executors.task import InputKind, TaskCore, coordination_config
@@ -545,21 +553,23 @@ def test_a_run_of_one_id_is_executed_in_order_then_acked_with_one_event() -> Non
 def test_a_run_stops_at_the_tuple_that_raises_after_acking_the_ones_before() -> None:
     core, recorder = core_of(drpc(bolts.RichUpper(), EchoBatch()), "bolt1", 2)
     assert core.tracker is not None
-    run = [core.make_tuple("bolt0", "default", 1, [7, word]) for word in ("a", "bad", "c")]
-    assert core.tracker.tuple_received(7, 0, 3) == []
+    words = ("a", "b", "bad", "c")
+    run = [core.make_tuple("bolt0", "default", 1, [7, word]) for word in words]
+    assert core.tracker.tuple_received(7, 0, 4) == []
     core.execute_id_run(7, run)
     failure = "Request failed: step 'bolt1' (task 2) raised ValueError: bad input in execute"
-    assert recorder.trace[1:] == [
+    assert recorder.trace[2:] == [
         "settle [7, 'a'] acked",
+        "settle [7, 'b'] acked",
         f"failed 7 (timed_out=False): {failure}",
         f"settle [7, 'bad'] {failure}",
     ]
-    assert [received._done for received in run] == [True, True, False]
+    assert [received._done for received in run] == [True, True, True, False]
     assert core.current is None and 7 not in core.tracker
     assert core.tracker.tuple_received(7, 0, 5) == [Ignored(7)]  # its late tuples are not run
 
 
-def test_emit_many_routes_checks_and_counts_each_row() -> None:
+def test_emit_many_routes_checks_and_counts_each_row(caplog: pytest.LogCaptureFixture) -> None:
     core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
     assert core.tracker is not None
     received = request(core, 7, "a")
@@ -567,8 +577,11 @@ def test_emit_many_routes_checks_and_counts_each_row() -> None:
     core.current = received
     core.collector.emit_many([[7, "x"], (7, "y")], anchors=CURRENT_ANCHOR)
     core.current = None
-    assert [line.split(" anchored ")[1] for line in recorder.trace] == ["[[7, 'a']]"] * 2
     targets = [int(line.split(" to [")[1][0]) for line in recorder.trace]
+    assert recorder.trace == [
+        f"deliver default [7, 'x'] to [{targets[0]}] anchored [[7, 'a']]",
+        f"deliver default [7, 'y'] to [{targets[1]}] anchored [[7, 'a']]",
+    ]
     counts = core.tracker.emitted_counts(7)
     assert sum(counts.values()) == 3  # the request's own emit and these two
     assert all(counts[target] >= targets.count(target) for target in targets)
@@ -579,9 +592,37 @@ def test_emit_many_routes_checks_and_counts_each_row() -> None:
         core.collector.emit_many(["7z"])
     with pytest.raises(InvalidTupleError, match="which is declared direct"):
         core.collector.emit_many([[7, 1]], stream="__coord")
+    with pytest.raises(InvalidTupleError, match="undeclared stream 'nope'"):
+        core.collector.emit_many([], stream="nope")
     core.end()
-    core.collector.emit_many([[7, "after"]])
+    with caplog.at_level(logging.WARNING, logger="drpc.executors.task"):
+        core.collector.emit_many([[7, "after"]])
     assert sum(core.tracker.emitted_counts(7).values()) == 4
+    assert [record.getMessage() for record in caplog.records] == [
+        "step 'bolt0' task 1 emitted a tuple after its batch ended (past its deadline); ignored"
+    ]
+
+
+class PairSpout(BaseRichSpout):
+    def next_tuple(self) -> None:
+        pass
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "word"))
+
+
+def test_emit_many_on_an_uncoordinated_bolt_counts_nothing() -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("words", PairSpout())
+    builder.set_bolt("echo", bolts.RichForgetsToAck(), 1).shuffle_grouping("words")
+    topology = builder.create_topology()
+    core, recorder = core_of(topology, "echo", topology.component_task_ids["echo"][0])
+    assert core.tracker is None
+    core.collector.emit_many([[1, "x"], [2, "y"]])
+    assert [line.split(" anchored")[0] for line in recorder.trace] == [
+        "deliver default [1, 'x'] to []",
+        "deliver default [2, 'y'] to []",
+    ]
 
 
 def test_a_debug_topology_logs_each_row_of_emit_many(caplog: pytest.LogCaptureFixture) -> None:
@@ -594,3 +635,36 @@ def test_a_debug_topology_logs_each_row_of_emit_many(caplog: pytest.LogCaptureFi
         f"bolt0[1] emitted [8, 'x'] on default to {targets[0]}",
         f"bolt0[1] emitted [8, 'y'] on default to {targets[1]}",
     ]
+
+
+def test_a_run_whose_acks_finish_an_id_that_fails_in_finish_fails_its_last_tuple() -> None:
+    core, recorder = core_of(drpc(bolts.RichUpper(), bolts.FailInFinish()), "bolt1", 2)
+    assert core.tracker is not None
+    assert core.apply(core.tracker.report_received(7, 2, 0), None) is None
+    run = [core.make_tuple("bolt0", "default", 1, [7, word]) for word in "ab"]
+    assert core.tracker.tuple_received(7, 0, 2) == []
+    core.execute_id_run(7, run)
+    failure = (
+        "Request failed: step 'bolt1' (task 2) raised FailedException: the batch is "
+        "incomplete in finish_batch"
+    )
+    assert recorder.trace == [
+        f"failed 7 (timed_out=False): {failure}",
+        "settle [7, 'a'] acked",
+        f"settle [7, 'b'] {failure}",
+    ]
+
+
+def test_a_run_acking_more_tuples_than_reported_fails_the_id() -> None:
+    core, recorder = core_of(drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt1", 2)
+    assert core.tracker is not None
+    assert core.apply(core.tracker.report_received(7, 1, 0), None) is None
+    run = [core.make_tuple("bolt0", "default", 1, [7, word]) for word in "ab"]
+    assert core.tracker.tuple_received(7, 0, 2) == []
+    core.execute_id_run(7, run)
+    assert recorder.trace[0].startswith("failed 7 (timed_out=False): Internal error:")
+    assert recorder.trace[1:] == [
+        "settle [7, 'a'] acked",
+        "settle [7, 'b'] " + recorder.trace[0].split(": ", 1)[1],
+    ]
+    assert 7 not in core.tracker and core.tracker.tombstones == 1

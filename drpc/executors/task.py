@@ -262,13 +262,16 @@ class TaskCore:
             self.unacked[id(received)] = received
 
     def execute_id_run(self, id: Hashable, run: Sequence[Tuple]) -> None:
-        """Execute data tuples of one id, in order, on a batch bolt (``acks_in_bulk``) and
-        ack them: what ``execute_data`` and one ack per tuple do, with one tracker event
-        for the acks. The tracker has counted them received. A tuple whose execute raises
-        fails the id (after the acks of the tuples before it), and the rest of the run is
-        not executed, as the tracker would ignore them once the id failed."""
+        """Execute a non-empty run of data tuples of one id, in order, on a batch bolt
+        (``acks_in_bulk``) and ack them: what ``execute_data`` and one ack per tuple do,
+        with one tracker event for the acks. The tracker has counted them received. A tuple
+        whose execute raises fails the id (the tuples before it settle as acked), and the
+        rest of the run is not executed, as the tracker would ignore them once the id
+        failed."""
         runner = self.runner
-        assert isinstance(runner, BatchBoltRunner)
+        tracker = self.tracker
+        assert isinstance(runner, BatchBoltRunner) and tracker is not None
+        settle = self.effects.settle
         acked = 0
         previous = self.current
         try:
@@ -276,30 +279,20 @@ class TaskCore:
             for received in run:
                 self.current = received
                 execute(received)
-                received._done = True
                 acked += 1
         except Exception as error:
-            self._acked_in_bulk(id, run[:acked])
-            if acked < len(run):
-                self.on_fail(run[acked], runner.failure(error, "execute"))
+            # The id fails now whatever the tracker made of the acks before: they only settle.
+            for done in run[:acked]:
+                settle(done, None)
+            self.on_fail(run[acked], runner.failure(error, "execute"))
             return
         finally:
             self.current = previous
-        self._acked_in_bulk(id, run)
-
-    def _acked_in_bulk(self, id: Hashable, acked: Sequence[Tuple]) -> None:
-        if not acked:
-            return
-        tracker = self.tracker
-        assert tracker is not None
-        decisions = tracker.tuple_acked(id, self.clock(), len(acked))
-        if is_ignored(decisions):
-            return
-        failure = self.apply(decisions, acked[-1])
-        settle = self.effects.settle
-        for done in acked[:-1]:
+        # The tracker cannot ignore these acks: nothing in a run gives up its id but a raise.
+        failure = self.apply(tracker.tuple_acked(id, self.clock(), len(run)), run[-1])
+        for done in run[:-1]:
             settle(done, None)
-        settle(acked[-1], failure)
+        settle(run[-1], failure)
 
     def wait_for_acks(self, deadline: float) -> None:
         """Wait (holding ``lock`` on entry) until every kept data tuple is acked or failed,

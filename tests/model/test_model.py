@@ -156,6 +156,9 @@ def test_fields_grouping_remembers_short_string_hashes_within_its_bound(
     two = FieldsGrouping(Fields("a", "b")).partitioner(Fields("a", "b"), 0, 1, 5)
     assert two.choose(["a", "b"]) == (stable_hash(["a", "b"]) % 5,)
     assert set(memo) <= {f"w{n}" for n in range(10)}
+    longest = "y" * grouping.MEMO_KEY_LENGTH
+    assert partitioner.choose([longest]) == (stable_hash([longest]) % 5,)
+    assert longest in memo
 
 
 def test_shuffle_and_none_round_robin_from_the_source_index() -> None:
