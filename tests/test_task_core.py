@@ -553,9 +553,9 @@ def test_a_run_of_one_id_is_executed_in_order_then_acked_with_one_event() -> Non
 def test_a_run_stops_at_the_tuple_that_raises_after_acking_the_ones_before() -> None:
     core, recorder = core_of(drpc(bolts.RichUpper(), EchoBatch()), "bolt1", 2)
     assert core.tracker is not None
-    words = ("a", "b", "bad", "c")
+    words = ("a", "b", "bad", "c", "d")
     run = [core.make_tuple("bolt0", "default", 1, [7, word]) for word in words]
-    assert core.tracker.tuple_received(7, 0, 4) == []
+    assert core.tracker.tuple_received(7, 0, 5) == []
     core.execute_id_run(7, run)
     failure = "Request failed: step 'bolt1' (task 2) raised ValueError: bad input in execute"
     assert recorder.trace[2:] == [
@@ -564,7 +564,7 @@ def test_a_run_stops_at_the_tuple_that_raises_after_acking_the_ones_before() -> 
         f"failed 7 (timed_out=False): {failure}",
         f"settle [7, 'bad'] {failure}",
     ]
-    assert [received._done for received in run] == [True, True, True, False]
+    assert [received._done for received in run] == [True, True, True, False, False]
     assert core.current is None and 7 not in core.tracker
     assert core.tracker.tuple_received(7, 0, 5) == [Ignored(7)]  # its late tuples are not run
 
@@ -615,13 +615,15 @@ def test_emit_many_on_an_uncoordinated_bolt_counts_nothing() -> None:
     builder = TopologyBuilder()
     builder.set_spout("words", PairSpout())
     builder.set_bolt("echo", bolts.RichForgetsToAck(), 1).shuffle_grouping("words")
+    builder.set_bolt("sink", bolts.Identity(), 1).shuffle_grouping("echo")
     topology = builder.create_topology()
     core, recorder = core_of(topology, "echo", topology.component_task_ids["echo"][0])
     assert core.tracker is None
     core.collector.emit_many([[1, "x"], [2, "y"]])
+    sink = topology.component_task_ids["sink"]
     assert [line.split(" anchored")[0] for line in recorder.trace] == [
-        "deliver default [1, 'x'] to []",
-        "deliver default [2, 'y'] to []",
+        f"deliver default [1, 'x'] to {sink}",
+        f"deliver default [2, 'y'] to {sink}",
     ]
 
 
