@@ -23,6 +23,10 @@ every report it did not get as a report of 0 (``TaskHints``). Non-zero counts
 still travel with the data and are checked; reduce tasks fetch blocks only
 from the map tasks that sent them something.
 
+A batch bolt's data tuples go through ``TaskCore.execute_id_run`` in runs of
+consecutive tuples of one id: executed in arrival order, acked with one
+tracker event per run (Storm acks each; the outcome is the same).
+
 Order within a task: failures, then tuples (executed in arrival order), then
 id/commit tuples, then count reports, then the implied zero reports. Ids
 still unfinished after all of that fail: a rich bolt that left inputs

@@ -8,10 +8,12 @@ nowhere else). ``collector`` is the ``OutputCollector`` the bolt emits, acks
 and fails through. The executor decides what arrives when (a stream of
 messages, or a whole partition at once) and calls:
 
-- ``make_tuple``, ``input_kind`` (what an input stream is to the
-  coordination rules: ``DATA``, ``ID``, ``COMMIT`` or ``REPORT``, worked out
-  once per stream), ``is_data``, ``execute`` / ``execute_data`` (a data tuple
-  is remembered until acked or failed when ``track_unacked``);
+- ``make_tuple`` / ``fields_of``, ``input_kind`` (what an input stream is to
+  the coordination rules: ``DATA``, ``ID``, ``COMMIT`` or ``REPORT``, worked
+  out once per stream), ``is_data``, ``execute`` / ``execute_data`` (a data
+  tuple is remembered until acked or failed when ``track_unacked``);
+  ``execute_id_run`` for a batch bolt (``acks_in_bulk``): a run of one id's
+  data tuples executed in order and acked with one tracker event;
 - the tracker's events (``core.tracker.tuple_received(...)`` ...) and
   ``apply(decisions, trigger)`` for what they decide. ``apply`` is the one
   place the coordination decisions are carried out: ``FinishBatch`` runs the
@@ -24,7 +26,8 @@ messages, or a whole partition at once) and calls:
 Acks and fails come through the collector: the core updates the tracker and
 then asks the effects to ``settle`` the tuple (it is done here: acked, or
 failed with a failure). Emits are checked and routed here, counted for the
-tracker on data streams, and handed to ``effects.deliver``.
+tracker on data streams, and handed to ``effects.deliver``; ``emit_many``
+does a batch of emits under one lock, with one count per receiving task.
 
 Threading: every collector call holds ``lock`` (re-entrant), which the
 executor also holds while it hands the task anything, so a bolt may emit, ack
