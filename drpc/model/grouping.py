@@ -61,10 +61,10 @@ class _Fixed(Partitioner):
         return self._targets
 
 
-MEMO_ENTRIES = 65536
+MEMO_ENTRIES = 32768
 """Most short strings whose ``stable_hash`` the process remembers (then it starts over)."""
 MEMO_KEY_LENGTH = 64
-"""Longest string remembered: a memo of ``MEMO_ENTRIES`` strings stays a few MB."""
+"""Longest string remembered: a full memo holds about 6 MB (string, hash and slot)."""
 _hashes: dict[str, int] = {}
 
 
