@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -12,6 +13,8 @@ from drpc import (
     BaseRichBolt,
     BaseRichSpout,
     BasicOutputCollector,
+    DRPCExceptionType,
+    DRPCExecutionException,
     FailedException,
     Fields,
     InvalidTopologyError,
@@ -26,10 +29,12 @@ from drpc import (
 from drpc.examples.reach import EXPECTED_REACH, build_reach
 from drpc.examples.square import build_square
 from drpc.executors.local import LocalExecutor
+from drpc.executors.local.messages import Tick
+from drpc.executors.local.tasks import BoltTask
 from drpc.testing import LocalDRPC
 
 from .topologies import bolts
-from .waiting import wait_until
+from .waiting import SLACK, wait_until
 
 EVENTS: dict[str, list[Any]] = {}
 LOCK = threading.Lock()
@@ -193,3 +198,54 @@ def test_executor_options_are_checked() -> None:
         LocalExecutor(topology, max_idle_wait=0.0)
     with pytest.raises(ValueError, match=r"message\.timeout"):
         LocalExecutor(topology, conf={"topology.message.timeout.secs": -1})
+
+
+def _only_waits_upstream(task: BoltTask) -> bool:
+    ids = [id for ids in list(task.ids_of_root.values()) for id in ids]
+    assert task.tracker is not None
+    status = task.tracker.status(ids[0]) if ids else None
+    return status is not None and status.waits_upstream
+
+
+class _OtherShare:
+    """Where the tasks a share does not host run: another engine in this process (the
+    resident executor puts it in another process; the stuck-step rule is the same)."""
+
+    def __init__(self) -> None:
+        self.engine: LocalExecutor | None = None
+
+    def deliver(self, task_id: int, message: Any) -> None:
+        assert self.engine is not None
+        self.engine.post(self.engine.tasks[task_id], message)
+
+    def to_acker(self, root: int, message: Any) -> None:
+        assert self.engine is not None
+        self.engine.to_acker(root, message)
+
+    def broadcast_abandon(self, root: int) -> None:
+        assert self.engine is not None
+        self.engine.abandon_local(root)
+
+
+def test_a_step_that_times_out_waiting_for_a_step_in_another_share_names_that_step() -> None:
+    builder = LinearDRPCTopologyBuilder("forgetful")
+    builder.add_bolt(bolts.RichForgetsToAck())
+    # Long enough that the acker never times the tree out here: the step waiting for
+    # bolt0's count report reaches its own deadline first (a race on a busy machine).
+    topology = builder.create_topology({"topology.message.timeout.secs": 30})
+    (forgetful,) = topology.component_task_ids["bolt0"]
+    to_worker, to_driver = _OtherShare(), _OtherShare()
+    worker = LocalExecutor(topology, hosted={forgetful}, remote=to_driver, ackers=False)
+    to_worker.engine = worker
+    every_task = {task for tasks in topology.component_task_ids.values() for task in tasks}
+    with worker, LocalDRPC(hosted=every_task - {forgetful}, remote=to_worker) as drpc:
+        driver = drpc.register(topology)
+        to_driver.engine = driver
+        future = drpc.submit("forgetful", "x")
+        (join,) = [task for task in driver.coordinated_tasks if task.component_id == "join-result"]
+        wait_until(lambda: _only_waits_upstream(join))
+        driver.post(join, Tick(time.monotonic() + 31))
+        error = future.exception(timeout=SLACK)
+    assert isinstance(error, DRPCExecutionException)
+    assert error.type is DRPCExceptionType.FAILED_REQUEST
+    assert "stuck in step 'bolt0'" in error.msg, error.msg

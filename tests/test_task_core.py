@@ -29,7 +29,7 @@ from drpc.executors.task import InputKind, TaskCore, coordination_config
 from drpc.model.components import CURRENT_ANCHOR
 from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
-from drpc.semantics.coordination import CoordinationConfig, Ignored
+from drpc.semantics.coordination import CoordinationConfig, Failed, Ignored
 
 from .topologies import bolts
 
@@ -56,9 +56,11 @@ class Recorder:
     def completed(self, id: Hashable) -> None:
         self.trace.append(f"completed {id}")
 
-    def failed(self, id: Hashable, failure: Failure, timed_out: bool) -> Failure:
-        self.trace.append(f"failed {id} (timed_out={timed_out}): {failure.message}")
-        return failure
+    def failed(self, failed: Failed) -> Failure:
+        self.trace.append(
+            f"failed {failed.id} (timed_out={failed.timed_out}): {failed.failure.message}"
+        )
+        return failed.failure
 
     def abandoned(self, id: Hashable) -> None:
         self.trace.append(f"abandoned {id}")

@@ -68,7 +68,7 @@ from drpc.model.fields import Fields
 from drpc.model.hashing import stable_hash
 from drpc.model.topology import Topology
 from drpc.model.tuples import Tuple
-from drpc.semantics.coordination import is_ignored
+from drpc.semantics.coordination import Failed, is_ignored
 from drpc.semantics.routing import id_owner_check
 from drpc.semantics.runners import RichBoltRunner
 
@@ -412,9 +412,9 @@ class TaskRun:
     def completed(self, id: Hashable) -> None:
         """Nothing held here: the task's shipments carry the outcome."""
 
-    def failed(self, id: Hashable, failure: Failure, timed_out: bool) -> Failure:
-        self.fail_id(id, failure)
-        return failure
+    def failed(self, failed: Failed) -> Failure:
+        self.fail_id(failed.id, failed.failure)
+        return failed.failure
 
     def abandoned(self, id: Hashable) -> None:
         """Nothing held here; the failure notice that caused it was forwarded already."""

@@ -101,9 +101,9 @@ class TaskEffects(Protocol):
     def completed(self, id: Hashable) -> None:
         """``id`` finished at this task and its reports went out."""
 
-    def failed(self, id: Hashable, failure: Failure, timed_out: bool) -> Failure:
-        """``id`` failed here; returns the failure to report (an executor that can tell
-        where a timed-out tree is stuck may name that step)."""
+    def failed(self, failed: Failed) -> Failure:
+        """``failed.id`` failed here; returns the failure to report (an executor that can
+        tell where a timed-out tree is stuck may name that step)."""
 
     def abandoned(self, id: Hashable) -> None:
         """``id`` failed elsewhere and was given up here."""
@@ -327,7 +327,7 @@ class TaskCore:
             elif kind is Failed:
                 assert isinstance(decision, Failed)
                 self.runner.failed_id(decision.id)
-                failure = self.effects.failed(decision.id, decision.failure, decision.timed_out)
+                failure = self.effects.failed(decision)
             elif kind is Abandoned:
                 self.runner.failed_id(decision.id)
                 self.effects.abandoned(decision.id)

@@ -105,11 +105,13 @@ class Completed:
 @dataclass(frozen=True, slots=True)
 class Failed:
     """The id failed here; ``timed_out``: its deadline passed, and this task may only be
-    waiting for the step where the tree is stuck (the executor may name that step)."""
+    waiting for the step where the tree is stuck (the executor may name that step from
+    ``status``, where the id stood here when it expired)."""
 
     id: Hashable
     failure: Failure
     timed_out: bool = False
+    status: TrackStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +295,7 @@ class CoordinationTracker:
             id, track = next(iter(self._tracks.items()))
             if track.deadline > now or track.finishing:
                 break
+            status = self.status(id)
             self._tracks.popitem(last=False)
             self._tombstones[id] = now + self.config.timeout
             decisions.append(
@@ -305,6 +308,7 @@ class CoordinationTracker:
                         f"it did not receive every tuple of the id ({self._progress(track)})",
                     ),
                     timed_out=True,
+                    status=status,
                 )
             )
         while self._tombstones:

@@ -509,23 +509,30 @@ def test_a_timeout_says_what_each_id_still_lacked() -> None:
     first = tracker(0, timeout=10)
     first.tuple_received(7, 0)
 
-    def timed_out(id: object, detail: str) -> Failed:
-        return Failed(id, Failure.tree_timed_out(10, "bolt1", 3, detail), timed_out=True)
+    def timed_out(id: object, detail: str, status: TrackStatus) -> Failed:
+        return Failed(id, Failure.tree_timed_out(10, "bolt1", 3, detail), True, status)
 
+    # Each failure carries where its id stood, read before the id was dropped.
     assert t.expire(now=11) == [
         timed_out(
             1,
             "it did not receive every tuple of the id (1/2 reports, 1 tuples of 3 "
             "reported, id tuple missing, commit received)",
+            TrackStatus(1, 2, 3, 1, False, True, 1),
         ),
         timed_out(
             2,
             "it did not receive every tuple of the id (0/2 reports, 0 tuples of 0 "
             "reported, id tuple received, commit missing)",
+            TrackStatus(0, 2, 0, 0, True, False, 0),
         ),
     ]
     assert first.expire(now=10) == [
-        timed_out(7, "it did not receive every tuple of the id (0/0 reports, 0 tuples)")
+        timed_out(
+            7,
+            "it did not receive every tuple of the id (0/0 reports, 0 tuples)",
+            TrackStatus(0, 0, 0, 0, False, False, 1),
+        )
     ]
 
 

@@ -61,6 +61,7 @@ from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRe
 from drpc.executors.local.tasks import MAX_IDLE_WAIT, AckerTask, BoltTask, SpoutTask
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
+from drpc.semantics.coordination import TrackStatus
 
 log = logging.getLogger(__name__)
 
@@ -319,17 +320,26 @@ class LocalExecutor:
         for task in self.coordinated_tasks:
             self.post(task, Abandon(root))
 
-    def where_stuck(self, root: int, failure: Failure) -> Failure:
+    def where_stuck(
+        self,
+        root: int,
+        failure: Failure,
+        expired: tuple[BoltTask, TrackStatus | None] | None = None,
+    ) -> Failure:
         """A timed-out tree's failure naming the step where it is stuck: the first step
         (in topology order) still tracking it, or the step before that one when it only
-        waits for that step's count reports (its tuples are queued there). Read without
-        the tasks' locks: the look-ups are atomic, and a step that just moved on only
-        makes the name one step early."""
+        waits for that step's count reports (its tuples are queued there). ``expired``: the
+        task whose own deadline failed the id, with where the id stood there (its tracker
+        has dropped it). Read without the tasks' locks: the look-ups are atomic, and a step
+        that just moved on only makes the name one step early."""
         for task in self.coordinated_tasks:
             ids = task.ids_of_root.get(root)
             if not ids or task.tracker is None or task.coordination is None:
                 continue
-            status = task.tracker.status(next(iter(ids)))
+            if expired is not None and task is expired[0]:
+                status = expired[1]
+            else:
+                status = task.tracker.status(next(iter(ids)))
             sources = sorted(task.coordination.sources)
             if status is not None and status.waits_upstream and sources:
                 return Failure.tree_timed_out(self.message_timeout, sources[0])

@@ -62,7 +62,7 @@ from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
 from drpc.requests import ReturnInfo
 from drpc.semantics.acker import Acker, RootCompleted, new_edge_id
-from drpc.semantics.coordination import is_ignored
+from drpc.semantics.coordination import Failed, is_ignored
 from drpc.semantics.routing import OutputRouter
 from drpc.semantics.runners import instantiate
 
@@ -345,11 +345,12 @@ class BoltTask(Actor):
                 self.engine.to_acker(root, Ack(root, edge))
         self.forget_roots(id)
 
-    def failed(self, id: Hashable, failure: Failure, timed_out: bool) -> Failure:
+    def failed(self, failed: Failed) -> Failure:
         self.failed_here = True
-        if timed_out:
+        id, failure = failed.id, failed.failure
+        if failed.timed_out:
             for root in self.roots_of_id.get(id, ()):
-                failure = self.engine.where_stuck(root, failure)
+                failure = self.engine.where_stuck(root, failure, expired=(self, failed.status))
                 break
         for held in self.held.pop(id, ()):
             self.fail_roots(held, failure)
