@@ -37,7 +37,10 @@ Contract:
   logged with its traceback and the caller gets an INTERNAL_ERROR
   ``TApplicationException``; the connection stays open;
 - a connection handles up to ``FRAMES_PER_TURN`` of the frames it has
-  buffered before the other connections get a turn;
+  buffered before the other connections get a turn; a frame that has arrived
+  whole is taken without arming the deadlines above (it cannot be late), and
+  every frame is checked against the wire limits when read but decoded only
+  when its call starts (a parked frame costs a structural walk, not a decode);
 - when a connection ends (the client closed it, or a limit above), calls
   still in flight on it are cancelled and its parked frames dropped: a burst
   of pipelined calls abandoned by closing leaves little behind, as parking
@@ -67,6 +70,7 @@ from drpc.protocol.wire import (
     FRAME_HEADER_SIZE,
     Message,
     ProtocolError,
+    check_call,
     decode_message,
     encode_application_error,
     frame_length,
@@ -242,26 +246,29 @@ class ThriftListener:
         writer.transport.set_write_buffer_limits(high=self.limits.max_pending_bytes)
         in_turn = 0
         try:
-            while await self._may_read(connection):
-                payload = await self._read_frame(connection)
-                message = None if payload is None else self._decode(payload, peer)
-                if payload is None or message is None:
+            while self._may_read_now(connection) or await self._may_read(connection):
+                payload = await self._buffered_frame(connection)
+                if payload is None:
+                    payload = await self._read_frame(connection)
+                header = None if payload is None else self._check(payload, peer)
+                if payload is None or header is None:
                     break
-                handler = self._methods.get(message.name)
-                if handler is None or message.type != CALL:
+                name, message_type = header
+                handler = self._methods.get(name)
+                if handler is None or message_type != CALL:
                     what = "unknown method" if handler is None else "not a call"
-                    self._refuse(peer, f"{what} {message.name[:100]!r}")
+                    self._refuse(peer, f"{what} {name[:100]!r}")
                     writer.write(
                         encode_application_error(
-                            message.name,
-                            message.seqid,
+                            name,
+                            decode_message(payload).seqid,
                             TApplicationException.UNKNOWN_METHOD,
-                            f"{what} {message.name[:100]!r} on {self.service_name}",
+                            f"{what} {name[:100]!r} on {self.service_name}",
                         )
                     )
                     break
                 if len(calls) < self.limits.max_calls_per_connection:
-                    self._start(connection, handler, message)
+                    self._start(connection, handler, decode_message(payload))
                 else:
                     connection.park(payload)
                 in_turn += 1
@@ -296,9 +303,18 @@ class ThriftListener:
         self._calls.discard(call)
         connection.call_done(call, self.limits.idle_timeout)
         payload = connection.unpark()
-        if payload is not None:  # checked when read: it decodes, and its method exists
-            message = decode_message(payload, self._wire_limits)
+        if payload is not None:  # checked when read: within the limits, its method exists
+            message = decode_message(payload)
             self._start(connection, self._methods[message.name], message)
+
+    def _may_read_now(self, connection: _Connection) -> bool:
+        """``_may_read`` when it need not wait (most frames): nothing to await."""
+        transport = connection.writer.transport
+        unsent = transport.get_write_buffer_size()
+        return (
+            unsent + connection.held_bytes <= self.limits.max_pending_bytes
+            and not transport.is_closing()
+        )
 
     async def _may_read(self, connection: _Connection) -> bool:
         """Wait until the connection may be read: what its calls hold and its unsent
@@ -335,6 +351,25 @@ class ThriftListener:
         except ConnectionError:
             return False
         return not transport.is_closing()
+
+    async def _buffered_frame(self, connection: _Connection) -> bytes | None:
+        """The next frame's payload if all of it has arrived already, else None (then
+        ``_read_frame`` waits for it, under its deadlines). A pipelined burst's frames are
+        taken this way without arming two timers each: reading what has arrived cannot
+        wait. Only looks at what arrived (StreamReader has no public way to say how
+        much; without its buffer every frame takes ``_read_frame``'s way)."""
+        reader = connection.reader
+        buffer = getattr(reader, "_buffer", None)
+        if not isinstance(buffer, bytearray) or len(buffer) < FRAME_HEADER_SIZE:
+            return None
+        try:
+            length = frame_length(bytes(buffer[:FRAME_HEADER_SIZE]), self.limits.max_frame_size)
+        except ProtocolError:
+            return None  # _read_frame refuses it, saying why
+        if len(buffer) < FRAME_HEADER_SIZE + length:
+            return None
+        await reader.readexactly(FRAME_HEADER_SIZE)
+        return await reader.readexactly(length)
 
     async def _read_frame(self, connection: _Connection) -> bytes | None:
         """The next frame's payload, or None when the connection should close (reason
@@ -382,11 +417,11 @@ class ThriftListener:
             self._refuse(peer, str(error))
         return None
 
-    def _decode(self, payload: bytes, peer: Peer) -> Message | None:
-        """The message in ``payload``, or None when it is not one within the wire limits
-        (the connection then closes, reason logged)."""
+    def _check(self, payload: bytes, peer: Peer) -> tuple[str, int] | None:
+        """The method name and message type in ``payload``, or None when it is not a
+        message within the wire limits (the connection then closes, reason logged)."""
         try:
-            return decode_message(payload, self._wire_limits)
+            return check_call(payload, self._wire_limits)
         except ProtocolError as error:
             self._refuse(peer, str(error))
             return None

@@ -2,7 +2,8 @@
 
 Contract. ``check_message(payload, limits)`` walks the message header and
 body (every field, struct, list, set and map, known or not) without building
-any value, in a loop of its own (no recursion), and raises ``error`` (the
+any value, in a loop of its own (no recursion), returns the header's method
+name (its bytes, not decoded) and message type, and raises ``error`` (the
 caller's ``ProtocolError``) naming the first thing wrong:
 
 - a length or element count that is negative, or that claims more bytes than
@@ -61,20 +62,29 @@ class _Cursor:
         return _I32.unpack_from(self.data, self.take(4, what))[0]
 
 
-def check_message(payload: bytes, limits: WireLimits, error: Callable[[str], Exception]) -> None:
-    """Raise ``error(reason)`` if ``payload`` is not a message within ``limits``."""
+def check_message(
+    payload: bytes, limits: WireLimits, error: Callable[[str], Exception]
+) -> tuple[bytes, int]:
+    """Raise ``error(reason)`` if ``payload`` is not a message within ``limits``; else
+    return its method name's bytes and its message type."""
     cursor = _Cursor(payload, error)
     first = cursor.i32("the message header")
     if first < 0:
         if first & _VERSION_MASK != _VERSION_1:
             raise error(f"unknown protocol version {first & _VERSION_MASK:#x}")
-        _string(cursor, limits, "the method name")
+        length = cursor.i32("the method name")
+        _check_string_length(length, limits, "the method name", error)
+        message_type = first & 0xFF
     else:
-        _check_string_length(first, limits, "the method name", error)
-        cursor.take(first, "the method name")
-        cursor.byte("the message type")
+        length = first
+        _check_string_length(length, limits, "the method name", error)
+    start = cursor.take(length, "the method name")
+    name = payload[start : start + length]
+    if first >= 0:
+        message_type = cursor.byte("the message type")
     cursor.i32("the sequence id")
     _walk_struct(cursor, limits)
+    return name, message_type
 
 
 def _check_string_length(

@@ -111,6 +111,17 @@ def encode_application_error(name: str, seqid: int, error_type: int, message: st
     return encode_message(name, EXCEPTION, seqid, TApplicationException(error_type, message))
 
 
+def check_call(payload: bytes, limits: WireLimits) -> tuple[str, int]:
+    """The method name and message type of ``payload``, a message within ``limits``;
+    ``ProtocolError`` as ``decode_message`` raises it otherwise. Cheaper than decoding:
+    nothing is built for the body (decode it when the call starts)."""
+    name, message_type = check_message(payload, limits, _malformed)
+    try:
+        return name.decode("utf-8"), message_type
+    except UnicodeDecodeError as error:
+        raise ProtocolError(f"malformed message header: {_describe(error)}") from error
+
+
 def decode_message(payload: bytes, limits: WireLimits | None = None) -> Message:
     if limits is not None:
         check_message(payload, limits, _malformed)

@@ -10,7 +10,7 @@ import pytest
 
 from drpc.protocol.gen import DistributedRPC
 from drpc.protocol.scan import WireLimits, check_message
-from drpc.protocol.wire import ProtocolError, decode_message, read_struct
+from drpc.protocol.wire import ProtocolError, check_call, decode_message, read_struct
 from tests.server.hostile import execute_body, nested_field
 
 LIMITS = WireLimits(max_string_length=64, max_container_length=4, max_nesting_depth=8)
@@ -34,6 +34,34 @@ def _decoded(extra: bytes) -> str:
 def test_maps_sets_and_fixed_width_fields_within_the_limits_decode() -> None:
     uuid = struct.pack(">bh", UUID, 5) + bytes(16)
     assert _decoded(_map(4) + _set(4) + uuid) == "args"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        struct.pack(">Ii", 0x80010000 | 1, 7) + b"execute",  # strict: version and type first
+        struct.pack(">i", 7) + b"execute" + bytes([1]),  # old style: the type after the name
+        struct.pack(">Ii", 0x80010000 | 4, 7) + b"execute",
+        struct.pack(">i", 7) + b"execute" + bytes([4]),
+        struct.pack(">Ii", 0x80010000 | 1, 8) + "exécute".encode(),
+        struct.pack(">i", 0) + bytes([1]),  # an empty name
+    ],
+    ids=["strict call", "old-style call", "strict oneway", "old-style oneway", "utf-8", "empty"],
+)
+def test_the_check_reads_the_header_as_the_decoder_does(header: bytes) -> None:
+    payload = header + execute_body("f", "a")[4 + 4 + 7 :]
+    decoded = decode_message(payload, LIMITS)
+    assert check_call(payload, LIMITS) == (decoded.name, decoded.type)
+
+
+def test_a_method_name_that_is_not_utf8_is_refused_by_the_check_as_by_the_decoder() -> None:
+    payload = struct.pack(">Ii", 0x80010000 | 1, 2) + b"\xff\xfe" + execute_body("f", "a")[15:]
+    with pytest.raises(ProtocolError) as by_decoder:
+        decode_message(payload, LIMITS)
+    with pytest.raises(ProtocolError) as by_check:
+        check_call(payload, LIMITS)
+    assert str(by_check.value) == str(by_decoder.value)
+    assert str(by_check.value).startswith("malformed message header: UnicodeDecodeError")
 
 
 @pytest.mark.parametrize(

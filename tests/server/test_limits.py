@@ -9,6 +9,7 @@ import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import aiohttp
 import pytest
@@ -219,6 +220,41 @@ def test_buffered_frames_are_read_many_per_turn_of_the_loop_and_no_more() -> Non
         # One frame a turn (a burst taking as many turns of a busy loop as it has calls) would
         # start one or two calls a turn.
         assert 16 <= most <= 2 * FRAMES_PER_TURN
+        _answer_all(server, "f")
+
+
+async def _timers_armed_until(server: DRPCServer, function: str, depth: int) -> int:
+    """Timers the server's loop arms until ``function``'s queue depth reaches ``depth``."""
+    loop = asyncio.get_running_loop()
+    call_at = loop.call_at
+    armed = 0
+
+    def counting(*args: Any, **options: Any) -> asyncio.TimerHandle:
+        nonlocal armed
+        armed += 1
+        return call_at(*args, **options)
+
+    loop.call_at = counting  # type: ignore[method-assign]
+    try:
+        for _ in range(100_000):
+            if server.service.queue_depth(function) >= depth:
+                break
+            await asyncio.sleep(0)
+    finally:
+        del loop.call_at
+    return armed
+
+
+def test_frames_that_have_arrived_whole_are_read_without_arming_deadlines() -> None:
+    burst = 4 * FRAMES_PER_TURN
+    thread = _serve(max_calls_per_connection=burst, max_pending_bytes=2 * burst * CALL_COST)
+    with thread as server, raw_connection(server.port) as connection:
+        counting = thread.run(_timers_armed_until(server, "f", burst))
+        connection.sendall(execute_frame("f", "x") * burst)
+        armed = counting.result(30)
+        # Waiting for a frame arms the idle and read deadlines (two timers a frame when
+        # every frame is awaited); frames already buffered need neither.
+        assert armed < burst // 4
         _answer_all(server, "f")
 
 
