@@ -236,10 +236,7 @@ async def _timers_armed_until(server: DRPCServer, function: str, depth: int) -> 
 
     loop.call_at = counting  # type: ignore[method-assign]
     try:
-        for _ in range(100_000):
-            if server.service.queue_depth(function) >= depth:
-                break
-            await asyncio.sleep(0)
+        await _depth_each_turn(server, function, depth)
     finally:
         del loop.call_at
     return armed
