@@ -19,7 +19,8 @@ Each attack runs on threads of its own, from a loopback address of its own
 - ``bad_http``: 20 malformed HTTP request lines a second.
 
 Prints one JSON object: per attack, the rounds done and what it saw (the
-largest reply to a not-served call, connections the server refused or closed).
+largest reply to a not-served call, connections the server refused or closed),
+and the CPU seconds this process used (on one machine, taken from the server).
 
 Usage: ``python bench/abusers.py --port P --invocations-port P --http-port P
 [--duration 60] [--per-address 256] [--held soakheld] [--attacks amplify,idle,...]``.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
 import select
 import socket
 import string
@@ -258,6 +260,9 @@ def run(
     report: dict[str, object] = {name: dict(attack.counts) for name, attack in attacks.items()}
     if "amplify" in attacks:
         report["amplify_largest_reply_bytes"] = attacks["amplify"].largest_reply
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    # On one machine the attackers' own CPU is taken from the server's: say how much.
+    report["cpu_seconds"] = round(used.ru_utime + used.ru_stime, 2)
     return report
 
 

@@ -31,8 +31,8 @@ server per phase, so neither what the first soak leaves behind nor the order
 of the phases counts against the abusers.
 Reported: throughput, p50/p99 per kind, outcome counts by type, peak RSS (the
 server's Python process and its Spark JVM), open fds at start and end, and the
-machine's 1-minute load average during each soak (lowest, highest): other work
-on the machine moves every figure. Exit
+machine's 1-minute load average during each soak (lowest, highest) and the
+abusers' own CPU seconds: other work on the machine moves every figure. Exit
 status 1 when an outcome the mix does not ask for occurred in either soak (a
 wrong answer, a connection error, INTERNAL_ERROR, "server busy"...), memory
 grew by more than 10 % or a good p99 with the abusers passed 1.5x.
