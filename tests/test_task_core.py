@@ -605,6 +605,29 @@ def test_emit_many_routes_checks_and_counts_each_row(caplog: pytest.LogCaptureFi
     ]
 
 
+def test_emit_many_counts_interleaved_ids_each_for_itself() -> None:
+    core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    assert core.tracker is not None
+    big = 10**6
+    equal = int(str(big))  # equal to ``big``, another object: a run is not told by identity
+    assert equal is not big
+    request(core, big, "a")
+    request(core, 8, "b")
+    before = {id: core.tracker.emitted_counts(id) for id in (big, 8)}
+    del recorder.trace[:]
+    core.collector.emit_many([[big, "x"], [8, "y"], [equal, "z"], [big, "w"], [8, "v"]])
+    sent: dict[int, dict[int, int]] = {big: {}, 8: {}}
+    for line in recorder.trace:
+        id, target = int(line.split("[")[1].split(",")[0]), int(line.split(" to [")[1][0])
+        sent[id][target] = sent[id].get(target, 0) + 1
+    assert sum(sent[big].values()) == 3 and sum(sent[8].values()) == 2
+    for id in (big, 8):
+        after = core.tracker.emitted_counts(id)
+        assert {target: after[target] - before[id].get(target, 0) for target in after} == {
+            target: sent[id].get(target, 0) for target in after
+        }
+
+
 class PairSpout(BaseRichSpout):
     def next_tuple(self) -> None:
         pass

@@ -328,7 +328,7 @@ class TaskRun:
 
         for received in data:
             id = received.values[0]
-            if run and id != run_id:
+            if run and id is not run_id and id != run_id:  # a run's tuples share one id object
                 flush()
                 run = []
             run_id = id

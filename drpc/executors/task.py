@@ -68,6 +68,8 @@ from drpc.semantics.runners import BatchBoltRunner, BoltRunner, instantiate, run
 
 log = logging.getLogger(__name__)
 
+_NO_ID = object()  # no run of one id yet (ids may be None)
+
 
 class InputKind(enum.Enum):
     """What an input stream of a coordinated task is to the coordination rules."""
@@ -410,26 +412,32 @@ class TaskCore:
         check, targets_of = router.check, router.targets
         deliver = self.effects.deliver
         tracker = self.tracker
-        counted: dict[tuple[Hashable, int], int] | None = {} if tracker is not None else None
         width = len(router.check_stream(stream, direct=False).fields)
+        # Emits counted per receiving task for the id of the current run of one id (ids
+        # compared by identity first: a run's tuples share their id object).
+        counted: dict[Hashable, dict[int, int]] = {}
+        run_id: Any = _NO_ID
+        run_counts: dict[int, int] = {}
         try:
             for values in many:
                 if type(values) is not list or len(values) != width:  # the whole check then
                     check(stream, values, direct=False)
                 targets = targets_of(stream, values)
                 deliver(stream, values, targets, anchors)
-                if counted is not None:
+                if tracker is not None:
                     id = values[0]
+                    if id is not run_id:
+                        run_id = id
+                        run_counts = counted.setdefault(id, {})
                     for target in targets:
-                        key = (id, target)
-                        counted[key] = counted.get(key, 0) + 1
+                        run_counts[target] = run_counts.get(target, 0) + 1
                 if self.debug:
                     self._log_emit(stream, values, targets)
         finally:
-            if counted:
-                assert tracker is not None
-                for (id, target), count in counted.items():
-                    tracker.tuple_emitted(id, target, count)
+            if tracker is not None:
+                for id, counts in counted.items():
+                    for target, count in counts.items():
+                        tracker.tuple_emitted(id, target, count)
 
     def anchors(self, anchors: Any) -> Sequence[Tuple]:
         if anchors is None:
