@@ -628,6 +628,17 @@ def test_emit_many_counts_interleaved_ids_each_for_itself() -> None:
         }
 
 
+def test_emit_many_counts_a_none_id_as_any_other() -> None:
+    core, _ = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    assert core.tracker is not None
+    request(core, None, "a")  # type: ignore[arg-type]  # an id is any hashable
+    request(core, 7, "b")
+    before = {id: sum(core.tracker.emitted_counts(id).values()) for id in (None, 7)}
+    core.collector.emit_many([[None, "x"], [7, "y"], [None, "z"], [None, "w"]])
+    after = {id: sum(core.tracker.emitted_counts(id).values()) for id in (None, 7)}
+    assert {id: after[id] - before[id] for id in (None, 7)} == {None: 3, 7: 1}
+
+
 class PairSpout(BaseRichSpout):
     def next_tuple(self) -> None:
         pass
