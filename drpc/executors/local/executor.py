@@ -324,22 +324,21 @@ class LocalExecutor:
         self,
         root: int,
         failure: Failure,
-        expired: tuple[BoltTask, TrackStatus | None] | None = None,
+        *,
+        expired_at: BoltTask | None = None,
+        expired_status: TrackStatus | None = None,
     ) -> Failure:
         """A timed-out tree's failure naming the step where it is stuck: the first step
         (in topology order) still tracking it, or the step before that one when it only
-        waits for that step's count reports (its tuples are queued there). ``expired``: the
-        task whose own deadline failed the id, with where the id stood there (its tracker
-        has dropped it). Read without the tasks' locks: the look-ups are atomic, and a step
-        that just moved on only makes the name one step early."""
+        waits for that step's count reports (its tuples are queued there). ``expired_at``:
+        the task whose own deadline failed the id, and ``expired_status`` where the id stood
+        there (its tracker has dropped it). Read without the tasks' locks: the look-ups are
+        atomic, and a step that just moved on only makes the name one step early."""
         for task in self.coordinated_tasks:
             ids = task.ids_of_root.get(root)
             if not ids or task.tracker is None or task.coordination is None:
                 continue
-            if expired is not None and task is expired[0]:
-                status = expired[1]
-            else:
-                status = task.tracker.status(next(iter(ids)))
+            status = expired_status if task is expired_at else task.tracker.status(next(iter(ids)))
             sources = sorted(task.coordination.sources)
             if status is not None and status.waits_upstream and sources:
                 return Failure.tree_timed_out(self.message_timeout, sources[0])

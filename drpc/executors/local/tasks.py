@@ -350,7 +350,9 @@ class BoltTask(Actor):
         id, failure = failed.id, failed.failure
         if failed.timed_out:
             for root in self.roots_of_id.get(id, ()):
-                failure = self.engine.where_stuck(root, failure, expired=(self, failed.status))
+                failure = self.engine.where_stuck(
+                    root, failure, expired_at=self, expired_status=failed.status
+                )
                 break
         for held in self.held.pop(id, ()):
             self.fail_roots(held, failure)
