@@ -454,6 +454,13 @@ class TaskRun:
         self.reports_out = {}
         return self.outputs
 
+    def release(self) -> None:
+        """Drop what the run sent, once it has been handed on: the run and its core refer
+        to each other, so without this its output would wait for the cycle collector."""
+        self.outputs = {}
+        self.reports_out = {}
+        self.unrouted = []
+
     def blobs(self) -> list[tuple[int, bytes]]:
         """Each shipment pickled once; an unpicklable value fails only its own id."""
         shipments = self.shipments()

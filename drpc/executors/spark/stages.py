@@ -17,6 +17,7 @@ them again.
 
 from __future__ import annotations
 
+import gc
 import logging
 import pickle
 import time
@@ -79,7 +80,16 @@ def _load_topology(token: str, broadcast: Any) -> Topology:
     if topology is None:
         topology = pickle.loads(broadcast.value)
         _topologies[token] = topology
+        _freeze_long_lived()
     return topology
+
+
+def _freeze_long_lived() -> None:
+    """Move what the worker holds for good (modules, the topologies) out of the cycle
+    collector's reach: a reused worker runs ``gc.collect()`` after every task, and each
+    full collection would walk all of it again."""
+    gc.collect()
+    gc.freeze()
 
 
 Blob = tuple[int, bytes]
@@ -137,12 +147,14 @@ def _run_stage(
                 FailureNotice(id, failure, True) for id, failure in run.failures.items()
             )
             shipments = [shipment]
+            run.release()
             if job.timed:
                 ended = time.time()
                 timings.append(Timing(component_id, index, began, ended, run.busy))
                 began = ended
             continue
         blobs = run.blobs()
+        run.release()
         if job.timed and timing_sink is not None:
             timings.append(Timing(component_id, index, began, time.time(), run.busy))
             yield timing_sink, 0, pickle.dumps(timings, protocol=pickle.HIGHEST_PROTOCOL)
