@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import pickle
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias, TypeVar
 
 from drpc.errors import StateKeyError, StateValueError
@@ -82,9 +82,12 @@ def decode_names(data: bytes, count: int) -> tuple[list[str], bytes]:
     return names, data
 
 
+_STR_TAG = b"s"
+
+
 def encode_key(key: StateKey) -> bytes:
     if isinstance(key, str):
-        return b"s" + key.encode("utf-8")
+        return _STR_TAG + key.encode("utf-8")
     if isinstance(key, bytes):
         return b"b" + key
     if type(key) is int:
@@ -104,6 +107,16 @@ def encode_key(key: StateKey) -> bytes:
         f"a state key must be str, bytes, int or a tuple of these, "
         f"got {type(key).__name__} {key!r:.60}"
     )
+
+
+def encode_keys(prefix: bytes, keys: Iterable[StateKey]) -> list[bytes]:
+    """``prefix + encode_key(key)`` for each of ``keys``; a ``str`` key, the common one,
+    without a call per key."""
+    tagged = prefix + _STR_TAG
+    return [
+        tagged + key.encode("utf-8") if type(key) is str else prefix + encode_key(key)
+        for key in keys
+    ]
 
 
 def decode_key(data: bytes) -> StateKey:

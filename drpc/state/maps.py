@@ -55,13 +55,21 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from drpc.errors import StateError, StateKeyError, StateOrderError
 from drpc.state.cache import MISS, RecordCache
-from drpc.state.codec import StateKey, decode_key, dumps_many, encode_key, encode_name, loads
+from drpc.state.codec import (
+    StateKey,
+    decode_key,
+    dumps_many,
+    encode_keys,
+    encode_name,
+    loads,
+)
 from drpc.state.env import CATALOG_DB, MAPS_DB, StateEnvironment, StateTxn
 
 Updater = Callable[[Any], Any]
 S = TypeVar("S", "TransactionalValue", "OpaqueValue", "PlainValue")
 
 _MISSING: Any = object()
+_UNCHANGED: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +81,22 @@ class TransactionalValue:
 
     def update(self, txid: int, fn: Updater) -> TransactionalValue:
         """The value after applying batch ``txid``: unchanged if it already includes it."""
-        if txid == self.txid:
-            return self
-        _check_not_behind(txid, self)
-        return TransactionalValue(fn(self.value), txid)
+        value = _transactional_update(self.value, self.txid, txid, fn, written=False)
+        return self if value is _UNCHANGED else TransactionalValue(value, txid)
+
+
+def _transactional_update(
+    value: Any, stored_txid: int, txid: int, fn: Updater, written: bool
+) -> Any:
+    """A stored transactional value after ``fn`` in the commit of ``txid``, or ``_UNCHANGED``
+    when it already includes ``txid`` (a replay), unless this commit ``written`` it."""
+    if written:
+        return fn(value)
+    if txid == stored_txid:
+        return _UNCHANGED
+    if txid < stored_txid:
+        _check_not_behind(txid, TransactionalValue(value, stored_txid))
+    return fn(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +169,7 @@ class _StateMap(Generic[S]):
         self, keys: Iterable[StateKey], default: Any = _MISSING, *, txn: StateTxn | None = None
     ) -> list[Any]:
         fallback = self.default if default is _MISSING else default
-        encoded = [self._key(key) for key in keys]
+        encoded = self._keys(keys)
         with self.env.reading(txn) as t:
             records = self._read_many(t, encoded)
         return [fallback if record is None else record.value for record in records]
@@ -200,11 +220,20 @@ class _StateMap(Generic[S]):
     # -- internals -------------------------------------------------------------------------
 
     def _key(self, key: StateKey) -> bytes:
-        encoded = self._prefix + encode_key(key)
-        if len(encoded) > self.env.max_key_size:
+        [encoded] = self._keys([key])
+        return encoded
+
+    def _keys(self, keys: Iterable[StateKey]) -> list[bytes]:
+        keys = list(keys)
+        encoded = encode_keys(self._prefix, keys)
+        limit = self.env.max_key_size
+        if encoded and max(map(len, encoded)) > limit:
+            at, key = next(
+                (at, key) for at, key in zip(encoded, keys, strict=True) if len(at) > limit
+            )
             raise StateKeyError(
-                f"{self!r}: key {key!r:.60} takes {len(encoded)} bytes with the map name, "
-                f"LMDB allows {self.env.max_key_size}"
+                f"{self!r}: key {key!r:.60} takes {len(at)} bytes with the map name, "
+                f"LMDB allows {limit}"
             )
         return encoded
 
@@ -217,12 +246,33 @@ class _StateMap(Generic[S]):
         return [None if data is None else decode(data) for data in t.get_many(MAPS_DB, keys)]
 
     def _write_many(self, t: StateTxn, records: Mapping[bytes, S]) -> None:
+        t.put_many(MAPS_DB, self._encoded(records))
+
+    def _update_uncached(
+        self,
+        t: StateTxn,
+        txid: int,
+        encoded: list[bytes],
+        fns: Iterable[Updater],
+        written: set[bytes],
+    ) -> tuple[list[Any], dict[bytes, bytes]]:
+        """``_apply`` to each of ``encoded`` as stored in LMDB: the values after the update,
+        and the changed records, encoded."""
+        values: list[Any] = []
+        changed: dict[bytes, S] = {}
+        for at, fn, stored in zip(encoded, fns, self._read_many(t, encoded), strict=True):
+            record = self._apply(stored, txid, fn, at in written)
+            if record is not stored:
+                changed[at] = record
+            values.append(record.value)
+        return values, self._encoded(changed)
+
+    def _encoded(self, records: Mapping[bytes, S]) -> dict[bytes, bytes]:
         def what(key: bytes, encoded: object) -> str:
             return f"value {records[key]!r:.60} in {self!r}"
 
         encode = self._encode
-        encoded = {key: encode(record) for key, record in records.items()}
-        t.put_many(MAPS_DB, dumps_many(encoded, what))
+        return dumps_many({key: encode(record) for key, record in records.items()}, what)
 
     def _check_kind(self, t: StateTxn, register: bool = False) -> None:
         kind = t.get(CATALOG_DB, self._prefix)
@@ -257,7 +307,7 @@ class MapHandle(Generic[S]):
     def multi_get(self, keys: Iterable[StateKey]) -> list[Any]:
         """The values as of this txid (opaque: as before it, unless this commit wrote them)."""
         state_map, txid, written = self.map, self.txid, self._written
-        encoded = [state_map._key(key) for key in keys]
+        encoded = state_map._keys(keys)
         return [
             state_map.default if stored is None else state_map._as_of(stored, txid, at in written)
             for at, stored in zip(encoded, self._stored_many(encoded), strict=True)
@@ -269,7 +319,17 @@ class MapHandle(Generic[S]):
 
     def multi_update(self, updates: Mapping[StateKey, Updater]) -> dict[StateKey, Any]:
         state_map, txid, written = self.map, self.txid, self._written
-        encoded = [state_map._key(key) for key in updates]
+        encoded = state_map._keys(updates)
+        cache = self._cache
+        if cache is None or len(encoded) > cache.size:
+            values, rewritten = state_map._update_uncached(
+                self.txn, txid, encoded, updates.values(), written
+            )
+            self.txn.put_many(MAPS_DB, rewritten)
+            written.update(rewritten)
+            if cache is not None:
+                cache.drop(self.txn, rewritten)
+            return dict(zip(updates, values, strict=True))
         results: dict[StateKey, Any] = {}
         changed: dict[bytes, S] = {}
         for (key, fn), at, stored in zip(
@@ -288,7 +348,7 @@ class MapHandle(Generic[S]):
     def multi_put(self, values: Mapping[StateKey, Any]) -> None:
         """Set values for this txid (opaque: keeping the value from before it as prev)."""
         state_map, txid = self.map, self.txid
-        encoded = [state_map._key(key) for key in values]
+        encoded = state_map._keys(values)
         self._write_many(
             {
                 at: state_map._put(stored, txid, value)
@@ -335,9 +395,38 @@ class TransactionalMap(_StateMap[TransactionalValue]):
     ) -> TransactionalValue:
         if stored is None:
             return TransactionalValue(fn(self.default), txid)
-        if written:
-            return TransactionalValue(fn(stored.value), txid)
-        return stored.update(txid, fn)
+        value = _transactional_update(stored.value, stored.txid, txid, fn, written)
+        return stored if value is _UNCHANGED else TransactionalValue(value, txid)
+
+    def _update_uncached(
+        self,
+        t: StateTxn,
+        txid: int,
+        encoded: list[bytes],
+        fns: Iterable[Updater],
+        written: set[bytes],
+    ) -> tuple[list[Any], dict[bytes, bytes]]:
+        """``_apply`` on the stored ``(value, txid)`` pairs themselves: no record object per
+        key, which halves a commit of many keys."""
+        default = self.default
+        values: list[Any] = []
+        changed: dict[bytes, tuple[Any, int]] = {}
+        for at, fn, data in zip(encoded, fns, t.get_many(MAPS_DB, encoded), strict=True):
+            if data is None:
+                value = fn(default)
+            else:
+                stored_value, stored_txid = loads(data)  # the stored form of ``_encode``
+                value = _transactional_update(stored_value, stored_txid, txid, fn, at in written)
+                if value is _UNCHANGED:
+                    values.append(stored_value)
+                    continue
+            values.append(value)
+            changed[at] = (value, txid)
+
+        def what(key: bytes, encoded: object) -> str:
+            return f"value {TransactionalValue(*changed[key])!r:.60} in {self!r}"
+
+        return values, dumps_many(changed, what)
 
     def _put(self, stored: TransactionalValue | None, txid: int, value: Any) -> TransactionalValue:
         if stored is not None:

@@ -365,6 +365,33 @@ def test_an_unpicklable_value_fails_the_commit_naming_the_map(env: StateEnvironm
     assert values.items() == []
 
 
+@pytest.mark.parametrize(
+    ("kind", "record"),
+    [(TM, "TransactionalValue(value=<function"), (OM, "OpaqueValue(value=<function")],
+)
+def test_an_update_to_an_unpicklable_value_fails_the_commit_naming_value_and_map(
+    env: StateEnvironment, kind: Any, record: str
+) -> None:
+    values = kind(env, "v", default=0)
+    commit(env, values, 1, lambda h: h.put("stored", 1))
+
+    def body(txn: StateTxn) -> None:
+        values.handle(txn, 2).multi_update({"stored": add(1), "bad": lambda v: lambda: v})
+
+    with pytest.raises(StateValueError, match=rf"{re.escape(record)}.* in <{kind.__name__} 'v'"):
+        env.run_write(body)
+    assert values.items() == [("stored", 1)]
+
+
+def test_an_update_of_a_key_over_the_limit_is_refused_naming_it(env: StateEnvironment) -> None:
+    values = TransactionalMap(env, "v", default=0)
+    room = env.max_key_size - len(encode_name("v")) - 1
+    commit(env, values, 1, lambda h: h.multi_update({"k": add(1), "x" * room: add(1)}))
+    with pytest.raises(StateKeyError, match=f"key 'xxx.* takes {env.max_key_size + 1} bytes"):
+        commit(env, values, 2, lambda h: h.multi_update({"k": add(1), "x" * (room + 1): add(1)}))
+    assert values.items() == [("k", 1), ("x" * room, 1)]
+
+
 def test_a_retried_commit_applies_each_update_once(tmp_path: Any) -> None:
     env = StateEnvironment.open(tmp_path / "s", map_size=64 * 1024)
     counts = TransactionalMap(env, "counts", default=0)
