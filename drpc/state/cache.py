@@ -30,7 +30,7 @@ is absent), as committed; it never serves a record that was written over:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
 from typing import Any
 
 from drpc.errors import StateError
@@ -90,9 +90,16 @@ class RecordCache:
     def drop(self, txn: StateTxn, keys: Iterable[bytes]) -> None:
         if txn is not self._open:
             raise StateError("keys were dropped outside the transaction their cache was opened in")
-        for key in keys:
-            self._entries.pop(key, None)
-            self._staged.pop(key, None)
+        entries, staged = self._entries, self._staged
+        if not isinstance(keys, (Mapping, Set)) or len(keys) < len(entries) + len(staged):
+            for key in keys:
+                entries.pop(key, None)
+                staged.pop(key, None)
+            return
+        # More keys than records held (a commit too large for the cache): walk the records.
+        for held in (entries, staged):
+            for key in [key for key in held if key in keys]:
+                del held[key]
 
     def on_commit(self, txn: StateTxn, writes: Writes) -> None:
         if txn is self._open:

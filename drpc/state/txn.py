@@ -17,7 +17,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING, cast
 
@@ -63,8 +63,7 @@ class StateTxn:
     def get_many(self, db: str, keys: list[bytes]) -> list[bytes | None]:
         """The committed value of each key (a write transaction: its own writes over them)."""
         self._check_usable(mutate=False)
-        for key in keys:
-            self._check_key(key, mutate=False)
+        self._check_keys(keys, mutate=False)
         pending = self._writes.get(db) if self._writes is not None else None
         get = self._raw.get
         handle = self._env._db(db)
@@ -84,8 +83,7 @@ class StateTxn:
     def put_many(self, db: str, items: Mapping[bytes, bytes]) -> None:
         """Buffer a write of each key and value (see the module doc)."""
         self._check_usable(mutate=True)
-        for key in items:
-            self._check_key(key, mutate=True)
+        self._check_keys(items, mutate=True)
         assert self._writes is not None
         self._writes.setdefault(db, {}).update(
             (key, value if type(value) is bytes else bytes(value)) for key, value in items.items()
@@ -151,6 +149,14 @@ class StateTxn:
             raise StateError(
                 f"state directory {self._env.path!r}: cannot write in a read transaction"
             )
+
+    def _check_keys(self, keys: Collection[bytes], mutate: bool) -> None:
+        """``_check_key`` of each of ``keys``, which only runs when their lengths say one fails."""
+        if keys and (
+            max(map(len, keys)) > self._env.max_key_size or (mutate and not min(map(len, keys)))
+        ):
+            for key in keys:
+                self._check_key(key, mutate)
 
     def _check_key(self, key: bytes, mutate: bool) -> None:
         if len(key) > self._env.max_key_size:

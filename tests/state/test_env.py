@@ -304,6 +304,20 @@ def test_keys_up_to_lmdbs_limit_are_stored_and_longer_ones_refused(env: StateEnv
         env.run_write(lambda txn: txn.put(MAPS_DB, longest + b"k", b"v"))
 
 
+def test_one_bad_key_among_many_is_refused_by_every_bulk_operation(env: StateEnvironment) -> None:
+    good = {b"k%d" % n: b"v" for n in range(100)}
+    too_long = b"k" * (env.max_key_size + 1)
+    with pytest.raises(StateKeyError, match=f"longer than LMDB's limit of {env.max_key_size}"):
+        env.run_write(lambda txn: txn.put_many(MAPS_DB, {**good, too_long: b"v"}))
+    with pytest.raises(StateKeyError, match="empty key"):
+        env.run_write(lambda txn: txn.put_many(MAPS_DB, {**good, b"": b"v"}))
+    with env.read() as txn, pytest.raises(StateKeyError, match="longer than LMDB's limit"):
+        txn.get_many(MAPS_DB, [*good, too_long])
+    env.run_write(lambda txn: txn.put_many(MAPS_DB, good))
+    with env.read() as txn:
+        assert txn.get_many(MAPS_DB, [*good, b"absent"]) == [b"v"] * 100 + [None]
+
+
 # -- full map: grow and retry, or fail typed ------------------------------------------------
 
 
