@@ -41,7 +41,7 @@ from typing import Any
 from drpc import runtime
 from drpc.errors import DRPCExceptionType, Failure, InvalidTopologyError
 from drpc.executors.records import Shipment
-from drpc.executors.spark.stages import tagged_job
+from drpc.executors.spark.stages import load_topology, tagged_job
 from drpc.model.context import TopologyContext
 from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology
@@ -178,12 +178,16 @@ def fused_plan(topology: Topology) -> FusedPlan | None:
 
 
 def _run_ranges(
-    frozen: Any, plan: FusedPlan, conf: dict[str, Any], attempt: TransactionAttempt
+    token: str,
+    frozen: Any,
+    plan: FusedPlan,
+    conf: dict[str, Any],
+    attempt: TransactionAttempt,
 ) -> Callable[[Iterator[list[RangeTask]]], Iterator[TaskOutput]]:
     """The function each Spark task runs over its ranges (see the module doc)."""
 
     def run(tasks: Iterator[list[RangeTask]]) -> Iterator[TaskOutput]:
-        topology: Topology = pickle.loads(frozen.value)
+        topology = load_topology(token, frozen)
         bolt = topology.components[plan.segment].user_component
         assert isinstance(bolt, SegmentBolt)
         root = pickle.loads(freeze(bolt.root))
@@ -304,7 +308,7 @@ class FusedBackend:
                 shares = _shares(ranges, self.plan.emitter_tasks)
                 with tagged_job(self._sc, tag, f"drpc Trident {self.info.id}: batch {attempt}"):
                     job = self._sc.parallelize(shares, len(shares)).mapPartitions(
-                        _run_ranges(self._broadcast, self.plan, self.conf, attempt)
+                        _run_ranges(self._token, self._broadcast, self.plan, self.conf, attempt)
                     )
                     outputs = job.collect()
         except Exception as error:

@@ -10,6 +10,7 @@ travels once, in ``broadcast``, and is unpickled once per Python worker
 (keyed by ``token``). Used by the DRPC executor and by transactional runs.
 
 ``JobSpec`` is what every task of one job needs besides the topology.
+``load_topology`` is how a worker gets a job's topology.
 ``tagged_job`` runs a block with a Spark job tag (cancellable with
 ``cancelJobsWithTag``), a description and optionally a FAIR pool, and clears
 them again.
@@ -75,7 +76,8 @@ def tagged_job(sc: Any, tag: str, description: str, pool: str | None = None) -> 
 _topologies: dict[str, Topology] = {}
 
 
-def _load_topology(token: str, broadcast: Any) -> Topology:
+def load_topology(token: str, broadcast: Any) -> Topology:
+    """The topology in ``broadcast``, unpickled once per Python worker (keyed by ``token``)."""
     topology = _topologies.get(token)
     if topology is None:
         topology = pickle.loads(broadcast.value)
@@ -114,7 +116,7 @@ def _run_stage(
     began = time.time() if job.timed else 0.0
     if job.logging is not None:
         configure_worker_logging(*job.logging)
-    topology = _load_topology(token, broadcast)
+    topology = load_topology(token, broadcast)
     shipments: list[Shipment] = []
     timings: list[Timing] = []
     for _, blob in items:
