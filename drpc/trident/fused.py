@@ -41,7 +41,7 @@ from typing import Any
 from drpc import runtime
 from drpc.errors import DRPCExceptionType, Failure, InvalidTopologyError
 from drpc.executors.records import Shipment
-from drpc.executors.spark.stages import load_topology, tagged_job
+from drpc.executors.spark.stages import collected_less_often, load_topology, tagged_job
 from drpc.model.context import TopologyContext
 from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology
@@ -187,6 +187,11 @@ def _run_ranges(
     """The function each Spark task runs over its ranges (see the module doc)."""
 
     def run(tasks: Iterator[list[RangeTask]]) -> Iterator[TaskOutput]:
+        with collected_less_often():
+            output = partials_of(tasks)
+        yield output
+
+    def partials_of(tasks: Iterator[list[RangeTask]]) -> TaskOutput:
         topology = load_topology(token, frozen)
         bolt = topology.components[plan.segment].user_component
         assert isinstance(bolt, SegmentBolt)
@@ -213,7 +218,7 @@ def _run_ranges(
         finally:
             reader.close()
         root.finish()
-        yield TaskOutput(partials, tuples)
+        return TaskOutput(partials, tuples)
 
     return run
 

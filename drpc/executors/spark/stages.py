@@ -94,6 +94,26 @@ def _freeze_long_lived() -> None:
     gc.freeze()
 
 
+TASK_GC_THRESHOLD = 50_000
+"""The cycle collector's first threshold while a task runs (Python's default: 700)."""
+
+
+@contextmanager
+def collected_less_often() -> Iterator[None]:
+    """Run the block with the cycle collector's young generation ``TASK_GC_THRESHOLD``
+    allocations long. A task keeps its input and output alive (a few objects per tuple)
+    until it ends, so at the default every 700 allocations a collection walks the young
+    objects and promotes them all, and the full collections this triggers walk them again.
+    Cyclic garbage waits at most ``TASK_GC_THRESHOLD`` allocations; the worker collects
+    after every task anyway."""
+    previous = gc.get_threshold()
+    gc.set_threshold(TASK_GC_THRESHOLD, *previous[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*previous)
+
+
 Blob = tuple[int, bytes]
 """A receiving task's index in its component and a pickled list of shipments (or timings)."""
 
@@ -113,56 +133,61 @@ def _run_stage(
 
     When ``job.timed``, the timings that came in and this partition's own go on to
     task 0 of ``timing_sink`` (the stage's first consumer) in a blob of their own."""
-    began = time.time() if job.timed else 0.0
-    if job.logging is not None:
-        configure_worker_logging(*job.logging)
-    topology = load_topology(token, broadcast)
-    shipments: list[Shipment] = []
-    timings: list[Timing] = []
-    for _, blob in items:
-        for item in pickle.loads(blob):
-            if type(item) is Timing:
-                timings.append(item)
-            else:
-                shipments.append(item)
-    last = len(stage.components) - 1
-    for position, component_id in enumerate(stage.components):
-        run = TaskRun(
-            topology,
-            component_id,
-            index,
-            job_ids=job.ids,
-            conf=job.conf,
-            hints=hints[component_id],
-            timed=job.timed,
-            log_fields=job.log_fields,
-            deadline=job.deadline,
-        )
-        run.run(shipments)
-        if position < last:
-            successor = stage.components[position + 1]
-            local_task = topology.component_task_ids[successor][index]
-            # Fused: task i only ever sends to task i; failures addressed to other
-            # partitions are forwarded by this partition's successor instead.
-            shipment = run.shipments().get(local_task) or Shipment(component_id, run.task_id)
-            shipment.failures.extend(
-                FailureNotice(id, failure, True) for id, failure in run.failures.items()
+    output: list[tuple[str, int, bytes]] = []
+    with collected_less_often():  # the tasks' allocations, not the yields
+        began = time.time() if job.timed else 0.0
+        if job.logging is not None:
+            configure_worker_logging(*job.logging)
+        topology = load_topology(token, broadcast)
+        shipments: list[Shipment] = []
+        timings: list[Timing] = []
+        for _, blob in items:
+            for item in pickle.loads(blob):
+                if type(item) is Timing:
+                    timings.append(item)
+                else:
+                    shipments.append(item)
+        last = len(stage.components) - 1
+        for position, component_id in enumerate(stage.components):
+            run = TaskRun(
+                topology,
+                component_id,
+                index,
+                job_ids=job.ids,
+                conf=job.conf,
+                hints=hints[component_id],
+                timed=job.timed,
+                log_fields=job.log_fields,
+                deadline=job.deadline,
             )
-            shipments = [shipment]
+            run.run(shipments)
+            if position < last:
+                successor = stage.components[position + 1]
+                local_task = topology.component_task_ids[successor][index]
+                # Fused: task i only ever sends to task i; failures addressed to other
+                # partitions are forwarded by this partition's successor instead.
+                shipment = run.shipments().get(local_task) or Shipment(component_id, run.task_id)
+                shipment.failures.extend(
+                    FailureNotice(id, failure, True) for id, failure in run.failures.items()
+                )
+                shipments = [shipment]
+                run.release()
+                if job.timed:
+                    ended = time.time()
+                    timings.append(Timing(component_id, index, began, ended, run.busy))
+                    began = ended
+                continue
+            blobs = run.blobs()
             run.release()
-            if job.timed:
-                ended = time.time()
-                timings.append(Timing(component_id, index, began, ended, run.busy))
-                began = ended
-            continue
-        blobs = run.blobs()
-        run.release()
-        if job.timed and timing_sink is not None:
-            timings.append(Timing(component_id, index, began, time.time(), run.busy))
-            yield timing_sink, 0, pickle.dumps(timings, protocol=pickle.HIGHEST_PROTOCOL)
-        for task, blob in blobs:
-            component = topology.task_component[task]
-            yield component, task - topology.component_task_ids[component][0], blob
+            if job.timed and timing_sink is not None:
+                timings.append(Timing(component_id, index, began, time.time(), run.busy))
+                output.append(
+                    (timing_sink, 0, pickle.dumps(timings, protocol=pickle.HIGHEST_PROTOCOL))
+                )
+            for task, blob in blobs:
+                component = topology.task_component[task]
+                output.append((component, task - topology.component_task_ids[component][0], blob))
+    yield from output
 
 
 def _for_component(component: str, item: tuple[str, int, bytes]) -> bool:
