@@ -424,13 +424,3 @@ def test_a_spark_stage_frees_what_its_task_sent_without_the_cycle_collector() ->
         del stages._topologies[token]
     assert sent == 20_000
     assert left_to_the_collector < 1_000, left_to_the_collector
-
-
-def test_a_task_runs_with_a_longer_young_generation_and_gives_the_worker_its_own_back() -> None:
-    before = gc.get_threshold()
-    with stages.collected_less_often():
-        assert gc.get_threshold() == (stages.TASK_GC_THRESHOLD, *before[1:])
-    assert gc.get_threshold() == before
-    with pytest.raises(RuntimeError, match="a bolt failed"), stages.collected_less_often():
-        raise RuntimeError("a bolt failed")
-    assert gc.get_threshold() == before

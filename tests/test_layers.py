@@ -33,6 +33,7 @@ LAYERS: list[set[str]] = [
         "drpc.resources",
         "drpc.observe",
         "drpc.commandline",
+        "drpc.gcpolicy",
     },
     {"drpc.requests", "drpc.state", "drpc.protocol"},
     {"drpc.model"},

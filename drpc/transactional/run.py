@@ -62,6 +62,7 @@ from typing import Any
 from drpc import config
 from drpc.errors import InvalidTopologyError, StateFullError, TransactionalError
 from drpc.executors import EXECUTORS
+from drpc.gcpolicy import collected_less_often
 from drpc.model.context import TopologyContext
 from drpc.model.topology import Topology
 from drpc.observe import OBSERVER_SERVICE, Observer, bus
@@ -491,12 +492,13 @@ class TransactionalRunner:
         processed = self._captured.pop(attempt)
         started = time.monotonic()
         try:
-            outputs = self.env.run_write(
-                lambda txn: self.commit_phase.run(
-                    txn, attempt, processed.captured, self._log_fields(attempt, "commit")
-                ),
-                what=f"the commit of txid {attempt.txid} of topology {self.info.id!r}",
-            )
+            with collected_less_often():
+                outputs = self.env.run_write(
+                    lambda txn: self.commit_phase.run(
+                        txn, attempt, processed.captured, self._log_fields(attempt, "commit")
+                    ),
+                    what=f"the commit of txid {attempt.txid} of topology {self.info.id!r}",
+                )
         except StateFullError as error:
             raise TransactionalError(
                 f"transactional topology {self.info.id!r}: batch {attempt.txid} cannot commit: "

@@ -29,6 +29,7 @@ from drpc.executors.batch import TaskRun, gather_shipments
 from drpc.executors.plan import DRIVER, SPARK, compile_plan
 from drpc.executors.records import Shipment, first_failure
 from drpc.executors.spark.stages import JobSpec, SparkStages, tagged_job
+from drpc.gcpolicy import collected_less_often
 from drpc.logs import worker_settings
 from drpc.model.context import TopologyContext
 from drpc.model.topology import Topology
@@ -188,7 +189,8 @@ class SparkBackend:
                     logging=worker_settings(),
                     deadline=time.time() + float(self.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]),
                 )
-                collected = self._stages.run(spec, driver_shipments)
+                with collected_less_often():
+                    collected = self._stages.run(spec, driver_shipments)
         except Exception as error:
             self._report(
                 ProcessingFailed(

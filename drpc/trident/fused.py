@@ -41,7 +41,8 @@ from typing import Any
 from drpc import runtime
 from drpc.errors import DRPCExceptionType, Failure, InvalidTopologyError
 from drpc.executors.records import Shipment
-from drpc.executors.spark.stages import collected_less_often, load_topology, tagged_job
+from drpc.executors.spark.stages import load_topology, tagged_job
+from drpc.gcpolicy import collected_less_often
 from drpc.model.context import TopologyContext
 from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology
@@ -315,7 +316,8 @@ class FusedBackend:
                     job = self._sc.parallelize(shares, len(shares)).mapPartitions(
                         _run_ranges(self._token, self._broadcast, self.plan, self.conf, attempt)
                     )
-                    outputs = job.collect()
+                    with collected_less_often():
+                        outputs = job.collect()
         except Exception as error:
             message = (
                 f"the Spark job of batch {attempt} failed: {runtime.describe_spark_error(error)}"

@@ -31,6 +31,7 @@ from typing import Any
 from drpc.executors.batch import TaskHints, TaskRun
 from drpc.executors.plan import DRIVER, SparkPlan, StagePlan
 from drpc.executors.records import FailureNotice, Shipment, Timing
+from drpc.gcpolicy import collected_less_often
 from drpc.logs import configure_worker_logging
 from drpc.model.streams import GlobalStreamId
 from drpc.model.topology import Topology
@@ -92,26 +93,6 @@ def _freeze_long_lived() -> None:
     full collection would walk all of it again."""
     gc.collect()
     gc.freeze()
-
-
-TASK_GC_THRESHOLD = 50_000
-"""The cycle collector's first threshold while a task runs (Python's default: 700)."""
-
-
-@contextmanager
-def collected_less_often() -> Iterator[None]:
-    """Run the block with the cycle collector's young generation ``TASK_GC_THRESHOLD``
-    allocations long. A task keeps its input and output alive (a few objects per tuple)
-    until it ends, so at the default every 700 allocations a collection walks the young
-    objects and promotes them all, and the full collections this triggers walk them again.
-    Cyclic garbage waits at most ``TASK_GC_THRESHOLD`` allocations; the worker collects
-    after every task anyway."""
-    previous = gc.get_threshold()
-    gc.set_threshold(TASK_GC_THRESHOLD, *previous[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*previous)
 
 
 Blob = tuple[int, bytes]
