@@ -90,7 +90,9 @@ def load_topology(token: str, broadcast: Any) -> Topology:
 def _freeze_long_lived() -> None:
     """Move what the worker holds for good (modules, the topologies) out of the cycle
     collector's reach: a reused worker runs ``gc.collect()`` after every task, and each
-    full collection would walk all of it again."""
+    full collection would walk all of it again. Whatever else is alive at that moment (the
+    running task's own objects) is frozen too: should it become cyclic garbage, it stays,
+    once per worker and topology."""
     gc.collect()
     gc.freeze()
 
