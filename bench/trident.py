@@ -114,18 +114,6 @@ def bench_plain_python(
     }
 
 
-def warm_up(session: Any, work: Path, words: int, batch: int, skip_streaming: bool) -> None:
-    """Each Spark run once over ``words`` other words (seed 7), checked but not reported."""
-    print(f"warming up: each Spark run counts {words} words once ...", flush=True)
-    log_dir, stream_dir, expected = baseline.generate(work, words, seed=7)
-    bench_trident(log_dir, work / "state-trident", "spark", batch, expected)
-    baseline.bench_drpc(log_dir, work / "state-transactional", "spark", expected)
-    if not skip_streaming:
-        baseline.bench_structured_streaming(
-            session, stream_dir, work / "state-stream", work / "checkpoint", expected
-        )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--words", type=int, default=2_000_000)
@@ -163,7 +151,15 @@ def main(argv: list[str] | None = None) -> int:
             warm_up_words=args.warm_up_words,
         )
         if args.warm_up_words:
-            warm_up(session, work / "warm-up", args.warm_up_words, args.batch, args.skip_streaming)
+            baseline.warm_up(
+                session,
+                work / "warm-up",
+                args.warm_up_words,
+                streaming=not args.skip_streaming,
+                first=lambda log, state, counts: bench_trident(
+                    log, state, "spark", args.batch, counts
+                ),
+            )
         results["trident_spark"] = bench_trident(
             log_dir, work / "state-spark", "spark", args.batch, expected
         )
