@@ -407,7 +407,7 @@ class TransactionalMap(_StateMap[TransactionalValue]):
         written: set[bytes],
     ) -> tuple[list[Any], dict[bytes, bytes]]:
         """``_apply`` on the stored ``(value, txid)`` pairs themselves: no record object per
-        key, which halves a commit of many keys."""
+        key (a 13 216-key commit: 40-44 ms instead of 58-63)."""
         default = self.default
         values: list[Any] = []
         changed: dict[bytes, tuple[Any, int]] = {}
