@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -25,7 +25,7 @@ from drpc import (
 )
 from drpc.errors import DRPCExceptionType, Failure, InvalidTupleError
 from drpc.examples.transactional_global_count import build_global_count
-from drpc.executors.task import InputKind, TaskCore, coordination_config
+from drpc.executors.task import EMIT_CHUNK, InputKind, TaskCore, coordination_config
 from drpc.model.components import CURRENT_ANCHOR
 from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
@@ -45,6 +45,16 @@ class Recorder:
     ) -> None:
         anchored = [anchor.values for anchor in anchors]
         self.trace.append(f"deliver {stream} {list(values)} to {targets} anchored {anchored}")
+
+    def deliver_many(
+        self,
+        stream: str,
+        many: Sequence[Sequence[Any]],
+        targets: Sequence[Sequence[int]],
+        anchors: Sequence[Tuple],
+    ) -> None:
+        for values, receivers in zip(many, targets, strict=True):
+            self.deliver(stream, values, list(receivers), anchors)
 
     def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
         self.trace.append(f"report {id} to {task}: {count} on {_values(trigger)}")
@@ -661,6 +671,56 @@ def test_emit_many_on_an_uncoordinated_bolt_counts_nothing() -> None:
         f"deliver default [1, 'x'] to {sink}",
         f"deliver default [2, 'y'] to {sink}",
     ]
+
+
+def test_emit_many_across_chunks_delivers_and_counts_each_row_before_a_raise() -> None:
+    core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    assert core.tracker is not None
+    request(core, 7, "a")
+    del recorder.trace[:]
+    rows = 2 * EMIT_CHUNK + 5  # two whole chunks and part of a third
+
+    def emits() -> Iterator[list[Any]]:
+        for n in range(rows):
+            yield [7, f"w{n}"]
+        raise RuntimeError("the source broke")
+
+    with pytest.raises(RuntimeError, match="the source broke"):
+        core.collector.emit_many(emits())
+    delivered = [line.split(" anchored")[0] for line in recorder.trace]
+    assert len(delivered) == rows and delivered[-1].startswith(
+        f"deliver default [7, 'w{rows - 1}']"
+    )
+    assert sum(core.tracker.emitted_counts(7).values()) == rows + 1  # and the request's own
+    del recorder.trace[:]
+    bad = [[7, f"v{n}"] for n in range(EMIT_CHUNK + 3)]
+    bad[EMIT_CHUNK + 1] = [7, "too", "many"]  # in the second chunk
+    with pytest.raises(InvalidTupleError, match="emitted 3 values"):
+        core.collector.emit_many(bad)
+    assert len(recorder.trace) == EMIT_CHUNK + 1
+    assert sum(core.tracker.emitted_counts(7).values()) == rows + 1 + EMIT_CHUNK + 1
+
+
+def test_emit_many_routes_to_every_subscriber_as_emit_does() -> None:
+    def topology() -> Topology:
+        builder = TopologyBuilder()
+        builder.set_spout("words", PairSpout())
+        builder.set_bolt("echo", bolts.RichForgetsToAck(), 1).shuffle_grouping("words")
+        builder.set_bolt("by-word", bolts.Identity(), 3).fields_grouping("echo", Fields("result"))
+        builder.set_bolt("any", bolts.Identity(), 2).shuffle_grouping("echo")
+        builder.set_bolt("all", bolts.Identity(), 2).all_grouping("echo")
+        return builder.create_topology()
+
+    rows = [[n % 3, f"w{n % 11}"] for n in range(EMIT_CHUNK + 50)]
+    one, one_trace = core_of(topology(), "echo", topology().component_task_ids["echo"][0])
+    for row in rows:
+        one.collector.emit(row)
+    many, many_trace = core_of(topology(), "echo", topology().component_task_ids["echo"][0])
+    many.collector.emit_many(rows)
+    assert many_trace.trace == one_trace.trace
+    assert all(
+        len(line.split(" to [")[1].split("]")[0].split(",")) == 4 for line in many_trace.trace
+    )
 
 
 def test_a_debug_topology_logs_each_row_of_emit_many(caplog: pytest.LogCaptureFixture) -> None:

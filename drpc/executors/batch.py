@@ -57,14 +57,15 @@ import time
 from collections import ChainMap, Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, groupby
+from operator import itemgetter
 from typing import Any
 
 from drpc import config
 from drpc.errors import DRPCExceptionType, Failure, UnserializableValueError
 from drpc.executors.records import FailureNotice, Shipment
-from drpc.executors.task import COMMIT, ID, InputKind, TaskCore
+from drpc.executors.task import COMMIT, ID, TaskCore
 from drpc.logs import current_context, pop_context, push_context
-from drpc.model.fields import Fields
 from drpc.model.hashing import stable_hash
 from drpc.model.topology import Topology
 from drpc.model.tuples import Tuple
@@ -237,7 +238,7 @@ class TaskRun:
         if core.acks_in_bulk and busy is None:
             self._execute_runs(data)
         else:
-            for received in data:
+            for received in chain.from_iterable(data):
                 id = received.values[0]
                 if is_ignored(tracker.tuple_received(id, 0.0)):
                     continue
@@ -285,30 +286,27 @@ class TaskRun:
 
     def _data_tuples(
         self, shipments: list[Shipment], id_tuples: list[Tuple], commit_tuples: list[Tuple]
-    ) -> Iterator[Tuple]:
-        """The data tuples of ``shipments`` in arrival order; id and commit tuples are set
-        aside in ``id_tuples`` and ``commit_tuples`` as they pass."""
+    ) -> Iterator[list[Tuple]]:
+        """The data tuples of ``shipments`` in arrival order, a list per run of one stream in
+        one shipment; id and commit tuples are set aside in ``id_tuples`` and
+        ``commit_tuples`` as they pass."""
         core = self.core
         for shipment in shipments:
             source, source_task = shipment.source, shipment.source_task
-            streams: dict[str, tuple[Fields, InputKind]] = {}
-            for stream_id, values in shipment.tuples:
-                known = streams.get(stream_id)
-                if known is None:
-                    known = streams[stream_id] = (
-                        core.fields_of(source, stream_id),
-                        core.input_kind(source, stream_id),
-                    )
-                fields, kind = known
-                received = Tuple(values, fields, source, stream_id, source_task)
+            for stream_id, emitted in groupby(shipment.tuples, _stream_of):
+                fields = core.fields_of(source, stream_id)
+                received = [
+                    Tuple(values, fields, source, stream_id, source_task) for _, values in emitted
+                ]
+                kind = core.input_kind(source, stream_id)
                 if kind is ID:
-                    id_tuples.append(received)
+                    id_tuples.extend(received)
                 elif kind is COMMIT:
-                    commit_tuples.append(received)
+                    commit_tuples.extend(received)
                 else:
                     yield received
 
-    def _execute_runs(self, data: Iterable[Tuple]) -> None:
+    def _execute_runs(self, data: Iterable[list[Tuple]]) -> None:
         """A batch bolt's data tuples, in arrival order, as runs of one id each, every run
         counted received and acked with one tracker event (``TaskCore.execute_id_run``)."""
         core = self.core
@@ -327,12 +325,15 @@ class TaskRun:
             core.execute_id_run(run_id, run)
 
         for received in data:
-            id = received.values[0]
-            if run and id is not run_id and id != run_id:  # a run's tuples share one id object
-                flush()
-                run = []
-            run_id = id
-            run.append(received)
+            for id, segment in _by_id(received):
+                if run and id is not run_id and id != run_id:
+                    flush()
+                    run = []
+                run_id = id
+                if run:
+                    run.extend(segment)
+                else:
+                    run = segment
         flush()
 
     def fail_everything(self, shipments: list[Shipment], failure: Failure) -> None:
@@ -391,7 +392,7 @@ class TaskRun:
     # -- the task's effects (TaskEffects) ---------------------------------------------------
 
     def deliver(
-        self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
+        self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
     ) -> None:
         emitted = (stream, list(values))
         if not targets:
@@ -399,6 +400,34 @@ class TaskRun:
             return
         for target in targets:
             self.shipment_to(target).tuples.append(emitted)
+
+    def deliver_many(
+        self,
+        stream: str,
+        many: Sequence[Sequence[Any]],
+        targets: Sequence[Sequence[int]],
+        anchors: Sequence[Tuple],
+    ) -> None:
+        sinks: dict[Sequence[int], Callable[[tuple[str, list[Any]]], None]] = {}
+        for values, receivers in zip(many, targets, strict=True):
+            sink = sinks.get(receivers)
+            if sink is None:
+                sink = sinks[receivers] = self._sink(receivers)
+            sink((stream, list(values)))
+
+    def _sink(self, targets: Sequence[int]) -> Callable[[tuple[str, list[Any]]], None]:
+        """Where ``deliver`` puts an emit for ``targets``, as one call."""
+        if not targets:
+            return self.unrouted.append
+        if len(targets) == 1:
+            return self.shipment_to(targets[0]).tuples.append
+        appends = [self.shipment_to(target).tuples.append for target in targets]
+
+        def to_each(emitted: tuple[str, list[Any]]) -> None:
+            for append in appends:
+                append(emitted)
+
+        return to_each
 
     def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
         if count or not self.hints.omit_zero_reports:
@@ -513,6 +542,26 @@ def _unpicklable(
         except Exception as error:
             found.append((emitted, error))
     return found
+
+
+_stream_of = itemgetter(0)
+
+
+def _by_id(received: list[Tuple]) -> Iterator[tuple[Hashable, list[Tuple]]]:
+    """``received`` (not empty) cut into runs of one id (its first value), in order; ids
+    are compared by identity first, so a run sharing one id object is never hashed."""
+    ids = [each.values[0] for each in received]
+    first = ids[0]
+    if ids.count(first) == len(ids):
+        yield first, received
+        return
+    start = 0
+    for position in range(1, len(ids)):
+        id = ids[position]
+        if id is not ids[start] and id != ids[start]:
+            yield ids[start], received[start:position]
+            start = position
+    yield ids[start], received[start:]
 
 
 def _no_clock() -> float:

@@ -27,7 +27,8 @@ Acks and fails come through the collector: the core updates the tracker and
 then asks the effects to ``settle`` the tuple (it is done here: acked, or
 failed with a failure). Emits are checked and routed here, counted for the
 tracker on data streams, and handed to ``effects.deliver``; ``emit_many``
-does a batch of emits under one lock, with one count per receiving task.
+does a batch of emits under one lock, routed and handed on in chunks
+(``effects.deliver_many``), with one count per (id, receiving task).
 
 Threading: every collector call holds ``lock`` (re-entrant), which the
 executor also holds while it hands the task anything, so a bolt may emit, ack
@@ -41,7 +42,9 @@ import enum
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, Protocol
 
 from drpc import config
@@ -68,7 +71,10 @@ from drpc.semantics.runners import BatchBoltRunner, BoltRunner, instantiate, run
 
 log = logging.getLogger(__name__)
 
-_NO_ID = object()  # no run of one id yet (ids may be None)
+EMIT_CHUNK = 1024
+"""Emits ``send_many`` routes and delivers together."""
+
+_first = itemgetter(0)
 
 
 class InputKind(enum.Enum):
@@ -90,9 +96,18 @@ class TaskEffects(Protocol):
     """What an executor does for a task; the rules that decide when are the core's."""
 
     def deliver(
-        self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
+        self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
     ) -> None:
         """Send an emitted tuple to ``targets`` (empty: nobody subscribes to ``stream``)."""
+
+    def deliver_many(
+        self,
+        stream: str,
+        many: Sequence[Sequence[Any]],
+        targets: Sequence[Sequence[int]],
+        anchors: Sequence[Tuple],
+    ) -> None:
+        """``deliver`` each of ``many`` to its ``targets`` (same positions), in order."""
 
     def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
         """Tell downstream task ``task`` that this task sent it ``count`` tuples of ``id``."""
@@ -392,7 +407,7 @@ class TaskCore:
         if self.debug:
             self._log_emit(stream, values, targets)
 
-    def _log_emit(self, stream: str, values: Sequence[Any], targets: list[int]) -> None:
+    def _log_emit(self, stream: str, values: Sequence[Any], targets: Sequence[int]) -> None:
         log.debug(
             "%s[%d] emitted %r on %s to %s",
             self.component_id,
@@ -406,38 +421,70 @@ class TaskCore:
         self, stream: str, many: Iterable[Sequence[Any]], anchors: Sequence[Tuple]
     ) -> None:
         """``check``, route and ``send`` each of ``many`` on data stream ``stream`` (the
-        coordination stream is direct: the check refuses it); the emits are counted for the
-        tracker once per (id, receiving task), also when a bad tuple stops the run."""
-        router = self.router
-        check, targets_of = router.check, router.targets
-        deliver = self.effects.deliver
-        tracker = self.tracker
-        width = len(router.check_stream(stream, direct=False).fields)
-        # Emits counted per receiving task for the id of the current run of one id (ids
-        # compared by identity first: a run's tuples share their id object).
-        counted: dict[Hashable, dict[int, int]] = {}
-        run_id: Any = _NO_ID
-        run_counts: dict[int, int] = {}
+        coordination stream is direct: the check refuses it), ``EMIT_CHUNK`` emits at a
+        time (``targets_many``, ``deliver_many``); the emits are counted for the tracker
+        once per (id, receiving task), also when a bad tuple or ``many`` itself raises:
+        every emit before that is delivered and counted, none after it."""
+        width = len(self.router.check_stream(stream, direct=False).fields)
+        counted: Counter[tuple[Hashable, tuple[int, ...]]] = Counter()
+        pending: list[Sequence[Any]] = []
         try:
             for values in many:
-                if type(values) is not list or len(values) != width:  # the whole check then
-                    check(stream, values, direct=False)
-                targets = targets_of(stream, values)
-                deliver(stream, values, targets, anchors)
-                if tracker is not None:
-                    id = values[0]
-                    if id is not run_id:
-                        run_id = id
-                        run_counts = counted.setdefault(id, {})
-                    for target in targets:
-                        run_counts[target] = run_counts.get(target, 0) + 1
-                if self.debug:
-                    self._log_emit(stream, values, targets)
+                pending.append(values)
+                if len(pending) == EMIT_CHUNK:
+                    chunk, pending = pending, []
+                    self._send_chunk(stream, chunk, width, anchors, counted)
         finally:
-            if tracker is not None:
-                for id, counts in counted.items():
-                    for target, count in counts.items():
-                        tracker.tuple_emitted(id, target, count)
+            try:
+                if pending:
+                    self._send_chunk(stream, pending, width, anchors, counted)
+            finally:
+                if self.tracker is not None:
+                    self._count_emitted(counted)
+
+    def _send_chunk(
+        self,
+        stream: str,
+        chunk: list[Sequence[Any]],
+        width: int,
+        anchors: Sequence[Tuple],
+        counted: Counter[tuple[Hashable, tuple[int, ...]]],
+    ) -> None:
+        """Route and deliver ``chunk`` up to its first invalid emit, then raise for that."""
+        invalid: InvalidTupleError | None = None
+        if not all([type(values) is list and len(values) == width for values in chunk]):
+            for position, values in enumerate(chunk):
+                try:
+                    self.router.check(stream, values, direct=False)
+                except InvalidTupleError as error:
+                    invalid, chunk = error, chunk[:position]
+                    break
+        targets = self.router.targets_many(stream, chunk)
+        self.effects.deliver_many(stream, chunk, targets, anchors)
+        if self.tracker is not None and chunk:
+            ids = list(map(_first, chunk))
+            if ids.count(ids[0]) == len(ids):  # one id (compared by identity first): no hashing
+                for receivers, count in Counter(targets).items():
+                    counted[(ids[0], receivers)] += count
+            else:
+                counted.update(zip(ids, targets, strict=True))
+        if self.debug:
+            for values, receivers in zip(chunk, targets, strict=True):
+                self._log_emit(stream, values, list(receivers))
+        if invalid is not None:
+            raise invalid
+
+    def _count_emitted(self, counted: Counter[tuple[Hashable, tuple[int, ...]]]) -> None:
+        """Tell the tracker what ``send_many`` sent, once per (id, receiving task)."""
+        tracker = self.tracker
+        assert tracker is not None
+        per_task: dict[tuple[Hashable, int], int] = {}
+        for (id, targets), count in counted.items():
+            for target in targets:
+                key = (id, target)
+                per_task[key] = per_task.get(key, 0) + count
+        for (id, target), count in per_task.items():
+            tracker.tuple_emitted(id, target, count)
 
     def anchors(self, anchors: Any) -> Sequence[Tuple]:
         if anchors is None:

@@ -18,7 +18,8 @@ EMPTY_MESSAGE_ID: dict[int, int] = {}
 
 
 class Tuple:
-    """A tuple received by a bolt."""
+    """A tuple received by a bolt. Its ``values``: a list is kept as given (as Storm keeps
+    it: executors hand over lists of their own), any other sequence is copied into one."""
 
     __slots__ = (
         "_ack_val",
@@ -40,7 +41,7 @@ class Tuple:
         source_task: int,
         message_id: dict[int, int] = EMPTY_MESSAGE_ID,
     ) -> None:
-        self.values = list(values)
+        self.values = values if type(values) is list else list(values)
         self.fields = fields
         self.source_component = source_component
         self.source_stream = source_stream
@@ -50,6 +51,8 @@ class Tuple:
         self._done = False
 
     def __getitem__(self, key: int | str) -> Any:
+        if type(key) is int:
+            return self.values[key]
         if isinstance(key, str):
             return self.values[self.fields.field_index(key)]
         return self.values[key]

@@ -3,7 +3,8 @@
 Contract: ``OutputRouter(topology, component_id, task_id)`` validates an emit
 (declared stream, direct or not, a list of exactly as many values as the
 stream has fields) and returns the receiving task ids, using one partitioner
-per subscription built from the grouping spec. Both executors route through
+per subscription built from the grouping spec; ``targets_many`` routes a
+batch of checked emits at once, choosing exactly as ``targets`` would. Both executors route through
 it, so a tuple lands on the same task on each. ``serialize`` pickles values
 and turns a failure into ``UnserializableValueError`` naming the step.
 """
@@ -20,13 +21,28 @@ from drpc.model.streams import StreamInfo
 from drpc.model.topology import Topology
 
 
+class _TaskIds(dict[tuple[int, ...], tuple[int, ...]]):
+    """A route's task ids for each choice of task indexes, worked out once per choice."""
+
+    __slots__ = ("_tasks",)
+
+    def __init__(self, tasks: list[int]) -> None:
+        super().__init__()
+        self._tasks = tasks
+
+    def __missing__(self, chosen: tuple[int, ...]) -> tuple[int, ...]:
+        ids = self[chosen] = tuple(self._tasks[index] for index in chosen)
+        return ids
+
+
 class _Route:
-    __slots__ = ("partitioner", "subscriber", "tasks")
+    __slots__ = ("partitioner", "subscriber", "task_ids", "tasks")
 
     def __init__(self, subscriber: str, partitioner: Partitioner, tasks: list[int]) -> None:
         self.subscriber = subscriber
         self.partitioner = partitioner
         self.tasks = tasks
+        self.task_ids = _TaskIds(tasks)
 
 
 class OutputRouter:
@@ -88,6 +104,21 @@ class OutputRouter:
             for index in route.partitioner.choose(values):
                 chosen.append(route.tasks[index])
         return chosen
+
+    def targets_many(self, stream: str, many: Sequence[Sequence[Any]]) -> list[tuple[int, ...]]:
+        """The receiving task ids of each of ``many`` (emits on ``stream``, checked already),
+        in order: what ``targets`` returns for each, in one pass per subscription."""
+        routes = self.routes[stream]
+        if len(routes) == 1:
+            task_ids = routes[0].task_ids
+            return [task_ids[chosen] for chosen in routes[0].partitioner.choose_many(many)]
+        if not routes:
+            return [()] * len(many)
+        each_route = [
+            [route.task_ids[chosen] for chosen in route.partitioner.choose_many(many)]
+            for route in routes
+        ]
+        return [sum(ids, ()) for ids in zip(*each_route, strict=True)]
 
     def direct_target(self, stream: str, task: int) -> list[int]:
         if task not in self.direct_targets[stream]:

@@ -50,6 +50,7 @@ READ_CHUNK = 1 << 16
 _DECODER = json.JSONDecoder()
 # (text, index) -> (the JSON value starting there, where it ends); typeshed mistypes its argument
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(cast(Any, _DECODER))
+_NO_TX: Any = object()  # parse without a tx field
 
 
 _COUNT_BLOCK = 4096
@@ -147,15 +148,19 @@ class _Reader:
             body += chunk
         return bytes(body[: _after_line(body, self.take)])
 
-    def parse(self, body: bytes, partition: int, start: int) -> Iterator[list[Any]]:
-        """The values of each valid line of ``body``, which starts at byte ``start``."""
+    def parse(
+        self, body: bytes, partition: int, start: int, tx: Any = _NO_TX
+    ) -> Iterator[list[Any]]:
+        """The values of each valid line of ``body``, which starts at byte ``start``; with
+        ``tx``, each list of values starts with it (an emit of the spout's stream)."""
+        prefixed = tx is not _NO_TX
         if not body.isascii():  # a str offset would not be a byte offset: line by line
             position = start
             for line in body.split(b"\n")[:-1]:
                 values = self._values(line, partition, position)
                 position += len(line) + 1
                 if values is not None:
-                    yield values
+                    yield [tx, *values] if prefixed else values
             return
         # The common case decoded once and scanned in place: a line that is exactly one JSON
         # value is read by the decoder's scanner where it starts; anything else (spaces
@@ -169,12 +174,14 @@ class _Reader:
                 value, stop = scan(text, position)
             except (StopIteration, ValueError):
                 stop = -1
-            if stop == end and (single or (isinstance(value, list) and len(value) == width)):
-                yield [value] if single else value
+            if stop == end and single:
+                yield [tx, value] if prefixed else [value]
+            elif stop == end and isinstance(value, list) and len(value) == width:
+                yield [tx, *value] if prefixed else value
             else:
                 line = text[position:end].encode()
                 if (values := self._values(line, partition, start + position)) is not None:
-                    yield values
+                    yield [tx, *values] if prefixed else values
             position = end + 1
 
     def read(
@@ -187,7 +194,7 @@ class _Reader:
     ) -> FileLogMeta:
         """Emit the lines of [start, end), or up to ``take`` new complete lines from start."""
         body = self._complete_lines(self._file(partition), start, end)
-        collector.emit_many([attempt, *values] for values in self.parse(body, partition, start))
+        collector.emit_many(self.parse(body, partition, start, attempt))
         return FileLogMeta(start, start + len(body), body.count(b"\n"))
 
     def next_range(self, partition: int, last_meta: Any) -> FileLogMeta:
@@ -207,9 +214,10 @@ class _Reader:
             )
         return body
 
-    def values_in(self, partition: int, meta: FileLogMeta) -> Iterator[list[Any]]:
-        """The values of the lines of ``meta``'s range (a replay reads exactly these)."""
-        return self.parse(self.exact(partition, meta), partition, meta.start)
+    def values_in(self, partition: int, meta: FileLogMeta, tx: Any = _NO_TX) -> Iterator[list[Any]]:
+        """The values of the lines of ``meta``'s range (a replay reads exactly these); with
+        ``tx``, each list starts with it."""
+        return self.parse(self.exact(partition, meta), partition, meta.start, tx)
 
     def close(self) -> None:
         for handle in self._files.values():
@@ -235,7 +243,7 @@ class _TransactionalEmitter(_Reader):
         partition: int,
         meta: Any,
     ) -> None:
-        collector.emit_many([attempt, *values] for values in self.values_in(partition, meta))
+        collector.emit_many(self.values_in(partition, meta, attempt))
 
 
 class _OpaqueEmitter(_Reader):

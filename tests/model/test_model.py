@@ -182,6 +182,35 @@ def test_global_all_and_local_or_shuffle() -> None:
 
 
 @pytest.mark.parametrize(
+    "grouping",
+    [
+        ShuffleGrouping(),
+        NoneGrouping(),
+        LocalOrShuffleGrouping(),
+        FieldsGrouping(Fields("w")),
+        FieldsGrouping(Fields("n", "w")),
+        GlobalGrouping(),
+        AllGrouping(),
+    ],
+    ids=lambda value: f"{value.kind}-{len(getattr(value, 'fields', ()))}",
+)
+def test_choose_many_chooses_as_choose_one_by_one(grouping: Grouping) -> None:
+    fields = Fields("n", "w")
+    # Words (remembered or not yet), a long string, other types: every branch of the rule.
+    many: list[list[Any]] = [
+        [n, value]
+        for n, value in enumerate(
+            [f"w{n % 37}" for n in range(200)] + ["x" * 100, 3, 1.5, b"w1", ("t", 1), None]
+        )
+    ]
+    one_by_one = grouping.partitioner(fields, 1, 3, 4)
+    at_once = grouping.partitioner(fields, 1, 3, 4)
+    expected = [one_by_one.choose(values) for values in many]
+    assert at_once.choose_many(many[:50]) + at_once.choose_many(many[50:]) == expected
+    assert at_once.choose_many([]) == []
+
+
+@pytest.mark.parametrize(
     ("grouping", "keeps"),
     [
         # (source tasks, target tasks): (1, 1), (1, 3), (3, 1), (3, 3)

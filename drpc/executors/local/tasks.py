@@ -303,8 +303,19 @@ class BoltTask(Actor):
 
     # -- the task's effects (TaskEffects) ------------------------------------------------
 
+    def deliver_many(
+        self,
+        stream: str,
+        many: Sequence[Sequence[Any]],
+        targets: Sequence[Sequence[int]],
+        anchors: Sequence[Tuple],
+    ) -> None:
+        deliver = self.deliver
+        for values, receivers in zip(many, targets, strict=True):
+            deliver(stream, values, receivers, anchors)
+
     def deliver(
-        self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
+        self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
     ) -> None:
         if not targets:
             return
