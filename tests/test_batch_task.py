@@ -32,7 +32,7 @@ def chain() -> Topology:
 
 
 def data(source: str, task: int, *values: Any) -> Shipment:
-    return Shipment(source, task, [("default", list(values))])
+    return Shipment(source, task, [("default", [list(values)])])
 
 
 def report(source: str, task: int, counts: dict[Any, int]) -> Shipment:
@@ -48,7 +48,7 @@ def sent_tuples(run: TaskRun) -> list[tuple[int, list[Any]]]:
     return [
         (task, values)
         for task, shipment in run.shipments().items()
-        for _, values in shipment.tuples
+        for _, values in shipment.emitted()
     ]
 
 
@@ -199,7 +199,7 @@ def test_an_unpicklable_value_fails_only_its_id() -> None:
     assert set(run.failures) == {2}
     assert "cannot be pickled" in run.failures[2].message and "bolt1" in run.failures[2].message
     shipped = [shipment for _, blob in blobs for shipment in pickle.loads(blob)]
-    assert [values for s in shipped for _, values in s.tuples] == [[1, 0]]
+    assert [values for s in shipped for _, values in s.emitted()] == [[1, 0]]
     assert any(notice.id == 2 for s in shipped for notice in s.failures)
 
 
@@ -356,6 +356,37 @@ def test_a_batch_bolt_that_raises_fails_its_id_and_executes_nothing_after() -> N
     assert [v for _, v in sent_tuples(run) if v[0] == 2] == [[2, "d"], [2, 1]]
 
 
+def test_a_shipment_keeps_emit_order_in_runs_and_pickles_them_as_they_were() -> None:
+    shipment = Shipment("bolt0", 4)
+    shipment.add("a", [1, "x"])
+    append_a = shipment.appender("a")
+    append_a([1, "y"])  # the same run
+    shipment.add("b", [1])
+    shipment.add("a", [2, "z"])  # a new run: emit order across streams is kept
+    shipment.appender("c")([])  # no values: stays a row, not a column
+    shipment.add("c", [])
+    shipment.add("d", [1, "w"])
+    shipment.add("d", [1, "v", "extra"])  # widths differ: pickled as rows
+    shipment.reports[1] = 7
+    assert [stream for stream, _ in shipment.runs] == ["a", "b", "a", "c", "d"]
+    assert list(shipment.emitted())[:4] == [
+        ("a", [1, "x"]),
+        ("a", [1, "y"]),
+        ("b", [1]),
+        ("a", [2, "z"]),
+    ]
+    assert shipment.count() == 8
+    copy = pickle.loads(pickle.dumps([shipment], protocol=pickle.HIGHEST_PROTOCOL))[0]
+    assert copy == shipment
+    assert all(type(values) is list for _, values in copy.emitted())
+    # A run of one id pickles the id once, then a reference to it per emit.
+    one_id = Shipment("bolt0", 4, [("a", [[("request", 12), f"w{n}"] for n in range(1000)])])
+    rows = Shipment(
+        "bolt0", 4, [("a", [[("request", 12), f"w{n}", n] for n in range(999)] + [[1]])]
+    )
+    assert len(pickle.dumps(one_id)) < len(pickle.dumps(rows)) * 0.75
+
+
 class EmitMany(bolts.CountPerRequest):
     """finish_batch emits its rows with one emit_many call; a 3-value row is malformed."""
 
@@ -416,7 +447,7 @@ def test_a_spark_stage_frees_what_its_task_sent_without_the_cycle_collector() ->
                 job=JobSpec(ids=(1,), conf={}),
             )
         )
-        sent = sum(len(shipment.tuples) for *_, b in output for shipment in pickle.loads(b))
+        sent = sum(shipment.count() for *_, b in output for shipment in pickle.loads(b))
         del output
         left_to_the_collector = gc.collect()
     finally:

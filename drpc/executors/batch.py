@@ -57,8 +57,7 @@ import time
 from collections import ChainMap, Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, groupby
-from operator import itemgetter
+from itertools import chain
 from typing import Any
 
 from drpc import config
@@ -221,7 +220,7 @@ class TaskRun:
         tracker = self.tracker
         if tracker is None:
             for shipment in shipments:
-                for stream, values in shipment.tuples:
+                for stream, values in shipment.emitted():
                     core.execute_data(
                         core.make_tuple(shipment.source, stream, shipment.source_task, values)
                     )
@@ -293,10 +292,10 @@ class TaskRun:
         core = self.core
         for shipment in shipments:
             source, source_task = shipment.source, shipment.source_task
-            for stream_id, emitted in groupby(shipment.tuples, _stream_of):
+            for stream_id, rows in shipment.runs:
                 fields = core.fields_of(source, stream_id)
                 received = [
-                    Tuple(values, fields, source, stream_id, source_task) for _, values in emitted
+                    Tuple(values, fields, source, stream_id, source_task) for values in rows
                 ]
                 kind = core.input_kind(source, stream_id)
                 if kind is ID:
@@ -339,7 +338,7 @@ class TaskRun:
     def fail_everything(self, shipments: list[Shipment], failure: Failure) -> None:
         if self.tracker is None:
             for shipment in shipments:
-                for _, values in shipment.tuples:
+                for _, values in shipment.emitted():
                     self.uncoordinated_failures.append((values, failure))
             return
         ids = {id: None for shipment in shipments for id in shipment.ids()}
@@ -394,12 +393,7 @@ class TaskRun:
     def deliver(
         self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
     ) -> None:
-        emitted = (stream, list(values))
-        if not targets:
-            self.unrouted.append(emitted)
-            return
-        for target in targets:
-            self.shipment_to(target).tuples.append(emitted)
+        self._sink(stream, targets)(list(values))
 
     def deliver_many(
         self,
@@ -408,24 +402,30 @@ class TaskRun:
         targets: Sequence[Sequence[int]],
         anchors: Sequence[Tuple],
     ) -> None:
-        sinks: dict[Sequence[int], Callable[[tuple[str, list[Any]]], None]] = {}
+        sinks: dict[Sequence[int], Callable[[list[Any]], None]] = {}
         for values, receivers in zip(many, targets, strict=True):
             sink = sinks.get(receivers)
             if sink is None:
-                sink = sinks[receivers] = self._sink(receivers)
-            sink((stream, list(values)))
+                sink = sinks[receivers] = self._sink(stream, receivers)
+            sink(list(values))
 
-    def _sink(self, targets: Sequence[int]) -> Callable[[tuple[str, list[Any]]], None]:
-        """Where ``deliver`` puts an emit for ``targets``, as one call."""
-        if not targets:
-            return self.unrouted.append
+    def _sink(self, stream: str, targets: Sequence[int]) -> Callable[[list[Any]], None]:
+        """Where an emit on ``stream`` for ``targets`` goes, as one call, while nothing else
+        is sent (the receiving shipments' ``appender``; no targets: ``unrouted``)."""
         if len(targets) == 1:
-            return self.shipment_to(targets[0]).tuples.append
-        appends = [self.shipment_to(target).tuples.append for target in targets]
+            return self.shipment_to(targets[0]).appender(stream)
+        if not targets:
+            unrouted = self.unrouted
 
-        def to_each(emitted: tuple[str, list[Any]]) -> None:
+            def unsubscribed(values: list[Any]) -> None:
+                unrouted.append((stream, values))
+
+            return unsubscribed
+        appends = [self.shipment_to(target).appender(stream) for target in targets]
+
+        def to_each(values: list[Any]) -> None:
             for append in appends:
-                append(emitted)
+                append(values)
 
         return to_each
 
@@ -499,7 +499,7 @@ class TaskRun:
             try:
                 encoded.append((task, _pickle([shipment])))
             except Exception as error:
-                found = _unpicklable(shipment.tuples)
+                found = _unpicklable(shipment.emitted())
                 if not found:
                     raise error
                 bad.extend((shipment, emitted, problem) for emitted, problem in found)
@@ -522,9 +522,13 @@ class TaskRun:
                     self.task_id,
                 ),
             )
-        dropped = {id(emitted) for _, emitted, _ in bad}
+        dropped = {id(values) for _, (_, values), _ in bad}
         for shipment in self.outputs.values():
-            shipment.tuples = [e for e in shipment.tuples if id(e) not in dropped]
+            runs = [
+                (stream, [v for v in rows if id(v) not in dropped])
+                for stream, rows in shipment.runs
+            ]
+            shipment.runs = [(stream, rows) for stream, rows in runs if rows]
         return [(task, _pickle([shipment])) for task, shipment in self.outputs.items()]
 
 
@@ -533,7 +537,7 @@ def _pickle(value: Any) -> bytes:
 
 
 def _unpicklable(
-    tuples: list[tuple[str, list[Any]]],
+    tuples: Iterable[tuple[str, list[Any]]],
 ) -> list[tuple[tuple[str, list[Any]], BaseException]]:
     found: list[tuple[tuple[str, list[Any]], BaseException]] = []
     for emitted in tuples:
@@ -542,9 +546,6 @@ def _unpicklable(
         except Exception as error:
             found.append((emitted, error))
     return found
-
-
-_stream_of = itemgetter(0)
 
 
 def _by_id(received: list[Tuple]) -> Iterator[tuple[Hashable, list[Tuple]]]:

@@ -83,7 +83,7 @@ class CommitPhase:
         topology, info = self.topology, self.info
         inboxes = {task: list(shipments) for task, shipments in captured.items()}
         commit_tuple = Shipment(
-            info.coordinator_id, self._coordinator_task, [(COMMIT_STREAM, [attempt])]
+            info.coordinator_id, self._coordinator_task, [(COMMIT_STREAM, [[attempt]])]
         )
         for committer in info.committers:
             for task in topology.component_task_ids[committer]:

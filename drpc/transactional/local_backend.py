@@ -80,7 +80,7 @@ class Captures:
             if received.source_stream == COORDINATED_STREAM_ID:
                 shipment.reports[received[0]] = received[1]
             else:
-                shipment.tuples.append((received.source_stream, received.values))
+                shipment.add(received.source_stream, received.values)
 
     def take(self, attempt: TransactionAttempt) -> dict[int, list[Shipment]]:
         with self._lock:

@@ -128,7 +128,7 @@ class SparkBackend:
         batch = Shipment(
             info.coordinator_id,
             coordinator_task,
-            [(BATCH_STREAM, [attempt, metadata, last_committed])],
+            [(BATCH_STREAM, [[attempt, metadata, last_committed]])],
         )
         emitters = [
             TaskRun(
@@ -166,7 +166,7 @@ class SparkBackend:
                 ProcessingFailed(attempt, Failure(DRPCExceptionType.FAILED_REQUEST, message))
             )
             return
-        batch = [(BATCH_STREAM, [attempt, metas, last_committed])]
+        batch = [(BATCH_STREAM, [[attempt, metas, last_committed]])]
         shipments = {
             task: [Shipment(self.info.coordinator_id, coordinator_task, list(batch))]
             for task in self.topology.component_task_ids[self.info.spout_id]

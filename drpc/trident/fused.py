@@ -341,8 +341,8 @@ class FusedBackend:
             for output in outputs:
                 for key, partial in output.partials[target.stream].items():
                     combined[key] = combine(combined[key], partial) if key in combined else partial
-            tuples = [(target.stream, [attempt, KeyedPartials(combined)])] if combined else []
-            shipment = Shipment(self.plan.segment, self.plan.segment_task, tuples)
-            shipment.reports[attempt] = len(tuples)
+            runs = [(target.stream, [[attempt, KeyedPartials(combined)]])] if combined else []
+            shipment = Shipment(self.plan.segment, self.plan.segment_task, runs)
+            shipment.reports[attempt] = len(runs)
             captured.setdefault(target.task, []).append(shipment)
         return captured

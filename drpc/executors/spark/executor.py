@@ -479,7 +479,7 @@ class SparkExecutor:
         requests = Shipment(
             SPOUT_ID,
             spout_task,
-            [(DEFAULT_STREAM_ID, [r.args, r.return_info]) for r in job.requests],
+            [(DEFAULT_STREAM_ID, [[r.args, r.return_info] for r in job.requests])],
         )
         driver_shipments = gather_shipments([prepare.run([requests])])
         returns: dict[Hashable, ReturnInfo] = {
@@ -487,7 +487,7 @@ class SparkExecutor:
             for shipments in driver_shipments.values()
             for shipment in shipments
             if shipment.source == PREPARE_ID
-            for stream, values in shipment.tuples
+            for stream, values in shipment.emitted()
             if stream == RETURN_STREAM
         }
         spec = JobSpec(

@@ -290,15 +290,15 @@ class SparkStages:
 def _without_synthesized(shipment: Shipment, synthesized: set[GlobalStreamId]) -> Shipment:
     """``shipment`` without its tuples on streams the compiler synthesizes at the receiver."""
     if not synthesized or not any(
-        GlobalStreamId(shipment.source, stream) in synthesized for stream, _ in shipment.tuples
+        GlobalStreamId(shipment.source, stream) in synthesized for stream, _ in shipment.runs
     ):
         return shipment
     return Shipment(
         shipment.source,
         shipment.source_task,
         [
-            (stream, values)
-            for stream, values in shipment.tuples
+            (stream, rows)
+            for stream, rows in shipment.runs
             if GlobalStreamId(shipment.source, stream) not in synthesized
         ],
         shipment.reports,
