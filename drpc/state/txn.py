@@ -241,7 +241,7 @@ def apply_writes(
     """Apply buffered writes to an LMDB write transaction, each database in key order."""
     for name, pending in writes.items():
         db = databases[name]
-        puts = [(key, pending[key]) for key in sorted(pending) if pending[key] is not None]
+        puts = [(key, value) for key in sorted(pending) if (value := pending[key]) is not None]
         if puts:
             raw.cursor(db=db).putmulti(puts)
         for key, value in pending.items():

@@ -27,9 +27,10 @@ Contract.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,11 +137,13 @@ class PersistBolt(BaseBatchBolt, ICommitter):
         state = _commit_state(self.state, self.context, self.conf)
         aggregator = self.aggregator
         if isinstance(aggregator, CombinerAggregator):
-
-            def combined(batch: Any) -> Any:
-                return lambda stored: batch if stored is None else aggregator.combine(stored, batch)
-
-            state.multi_update({key: combined(value) for key, value in self.partials.items()})
+            combine = aggregator.combine
+            state.multi_update(
+                {
+                    key: functools.partial(_combined, combine, value)
+                    for key, value in self.partials.items()
+                }
+            )
         else:
 
             def reduced(tuples: list[TridentTuple]) -> Any:
@@ -153,6 +156,11 @@ class PersistBolt(BaseBatchBolt, ICommitter):
                 return apply
 
             state.multi_update({key: reduced(tuples) for key, tuples in self.tuples.items()})
+
+
+def _combined(combine: Callable[[Any, Any], Any], batch: Any, stored: Any) -> Any:
+    """A key's value after a batch's partial ``batch``: Storm's combiner value updater."""
+    return batch if stored is None else combine(stored, batch)
 
 
 def _commit_state(factory: MapStateFactory, context: Any, conf: dict[str, Any]) -> CommitMapState:
