@@ -15,6 +15,7 @@ from drpc.transactional.filelog import (
     FileLogMeta,
     FileLogTransactionalSpout,
     OpaqueFileLogTransactionalSpout,
+    _json_strings,
     append_lines,
 )
 
@@ -109,6 +110,43 @@ def test_each_line_is_read_as_json_loads_reads_it_alone(tmp_path: Path) -> None:
     # the first invalid line, "1,2", starts after 4 + 6 bytes
     with pytest.raises(FailedException, match=r"at byte 10 of .*: Extra data"):
         batch(strict, "emit_partition_batch_new", 0, None)
+
+
+@pytest.mark.parametrize(
+    ("lines", "one_match"),
+    [
+        (['"a"', '"b c"', '""', '"~\x7f"', '"a"'], True),  # plain strings: one match, one split
+        (['"a"', '"b\\"c"'], False),  # an escape: the scanner unescapes it
+        (['"a"', '"b\\u00e9"'], False),
+        (['"a"', '"tab\there"'], False),  # a raw control character is invalid JSON
+        (['"a"', ' "b"'], False),  # a space around the value
+        (['"a"', '"b" "c"'], False),  # extra data
+        (['"a"', ""], False),  # an empty line
+        (['"a"', "7"], False),  # not a string
+    ],
+)
+def test_a_log_of_plain_json_strings_reads_as_line_by_line(
+    tmp_path: Path, lines: list[str], one_match: bool
+) -> None:
+    body = "".join(line + "\n" for line in lines)
+    (tmp_path / "partition-0000.jsonl").write_text(body + '"partial')  # no newline: not read
+    assert (_json_strings(body) is not None) is one_match
+
+    def alone(line: str) -> list[Any]:
+        try:
+            return [[json.loads(line)]]
+        except ValueError:
+            return []
+
+    read, meta = batch(
+        emitter(FileLogTransactionalSpout(tmp_path, Fields("word"), 100)),
+        "emit_partition_batch_new",
+        0,
+        None,
+    )
+    assert read == [values for line in lines for values in alone(line)]
+    assert meta.lines == len(lines)
+    assert all(type(values) is list for values in read)
 
 
 def test_a_truncated_log_cannot_be_replayed(tmp_path: Path) -> None:
