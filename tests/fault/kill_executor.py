@@ -1,9 +1,11 @@
 """Run as ``python -m tests.fault.kill_executor WORKDIR EXECUTOR``: a DRPC server on a Spark
 standalone cluster (master + two workers on 127.0.0.1) with reach on EXECUTOR ("spark":
 resident tasks on both executors; "spark-batch": jobs), 100 reach calls in flight, one
-executor JVM SIGKILLed meanwhile, then 20 more calls. Prints one JSON line:
-``{"answers": {...}, "errors": {...}, "wrong": [...], "after": [...], "killed": pid,
-"in_flight_at_kill": n}``.
+executor JVM SIGKILLed meanwhile, then 20 more calls, then it waits until the driver has
+removed the killed executor (so Spark's "Lost executor" line is in its stderr: under load
+the Master's report of the exit can come seconds after the calls have all ended). Prints one
+JSON line: ``{"answers": {...}, "errors": {...}, "wrong": [...], "after": [...], "killed":
+pid, "in_flight_at_kill": n, "removed_after_s": s}``.
 Its own SparkSession: one per process, so it cannot share the test run's."""
 
 from __future__ import annotations
@@ -24,6 +26,24 @@ from drpc.examples.reach import EXPECTED_REACH, build_reach
 from tests.fault.processes import HOST, kill, standalone_cluster
 
 CALLS = 100
+REMOVAL_TIMEOUT = 120.0
+
+
+def _executor_endpoints() -> set[str]:
+    """``host:port`` of every block manager the driver counts live (itself included). An
+    executor leaves this set only after the scheduler has logged its loss."""
+    from drpc.runtime import get_session
+
+    tracker = get_session().sparkContext._jsc.sc().statusTracker()
+    return {f"{info.host()}:{info.port()}" for info in tracker.getExecutorInfos()}
+
+
+def _await_removal(before: set[str], killed_at: float) -> float:
+    """Seconds from the kill until one of ``before`` is gone from the driver's view."""
+    while before <= _executor_endpoints():
+        assert time.monotonic() - killed_at < REMOVAL_TIMEOUT, "the driver kept the executor"
+        time.sleep(0.2)
+    return round(time.monotonic() - killed_at, 1)
 
 
 async def _calls(port: int, count: int, offset: int) -> list[tuple[str, str, str]]:
@@ -56,7 +76,9 @@ def main(workdir: Path, executor: str) -> None:
         with ServerThread(server) as running:
             asyncio.run(_calls(running.port, 4, 0))  # warm: every executor has run tasks
 
-            async def load_and_kill() -> tuple[list[tuple[str, str, str]], int, int]:
+            live = _executor_endpoints()
+
+            async def load_and_kill() -> tuple[list[tuple[str, str, str]], int, int, float]:
                 calls = asyncio.ensure_future(_calls(running.port, CALLS, 0))
                 while running.service.outstanding() < CALLS // 2:
                     await asyncio.sleep(0.001)
@@ -65,10 +87,11 @@ def main(workdir: Path, executor: str) -> None:
                 victim = cluster.executor_pids()[0]
                 in_flight = running.service.outstanding()
                 kill(victim)
-                return await calls, victim, in_flight
+                return await calls, victim, in_flight, time.monotonic()
 
-            during, victim, in_flight = asyncio.run(load_and_kill())
+            during, victim, in_flight, killed_at = asyncio.run(load_and_kill())
             after = asyncio.run(_calls(running.port, 20, 1))
+            removed_after = _await_removal(live, killed_at)
     answers = collections.Counter(outcome for _, outcome, _ in during)
     wrong = [
         (url, result)
@@ -81,7 +104,7 @@ def main(workdir: Path, executor: str) -> None:
     print(json.dumps({
         "answers": dict(answers), "errors": dict(errors), "wrong": wrong,
         "after": [outcome for _, outcome, _ in after], "killed": victim,
-        "in_flight_at_kill": in_flight,
+        "in_flight_at_kill": in_flight, "removed_after_s": removed_after,
     }))  # fmt: skip
 
 
