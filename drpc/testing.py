@@ -31,6 +31,7 @@ LocalDRPC is also the ``Invocations`` handle the hosted topologies pull from
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -85,6 +86,7 @@ class LocalDRPC:
             spark_options=session_options(master, spark_conf, start_timeout),
         )
         self._closed = False
+        self._expirer_wakes_at = math.inf  # the expirer's next look at the table
         self._expirer = threading.Thread(
             target=self._expire_loop, name="LocalDRPC-expirer", daemon=True
         )
@@ -125,7 +127,8 @@ class LocalDRPC:
                 return future
             request = self._table.submit(function, args, time.monotonic(), timeout)
             request.waiter = future
-            self._wakeup.notify()
+            if request.deadline < self._expirer_wakes_at:  # else its sleep ends soon enough
+                self._wakeup.notify()
         self._wakeups.notify(function)
         return future
 
@@ -173,7 +176,9 @@ class LocalDRPC:
                 deadline = self._table.next_deadline()
                 now = time.monotonic()
                 if deadline is None or deadline > now:
+                    self._expirer_wakes_at = math.inf if deadline is None else deadline
                     self._wakeup.wait(None if deadline is None else deadline - now)
+                    self._expirer_wakes_at = -math.inf
                     continue
                 expired = self._table.expire(now)
             _settle(expired)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any
@@ -249,3 +250,52 @@ def test_a_step_that_times_out_waiting_for_a_step_in_another_share_names_that_st
     assert isinstance(error, DRPCExecutionException)
     assert error.type is DRPCExceptionType.FAILED_REQUEST
     assert "stuck in step 'bolt0'" in error.msg, error.msg
+
+
+class IdleSpout(BaseRichSpout):
+    """Never emits; records when it is polled. With ``declares`` it promises wakeups."""
+
+    def __init__(self, declares: bool) -> None:
+        self.declares = declares
+
+    def open(
+        self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector
+    ) -> None:
+        if self.declares:
+            context.declare_wakeups()
+
+    def next_tuple(self) -> None:
+        record(f"poll-{self.declares}", time.monotonic())
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("word"))
+
+
+@pytest.mark.parametrize("declares", [False, True])
+def test_an_idle_spout_backs_off_from_1_ms_unless_it_declared_its_wakeups(declares: bool) -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("idle", IdleSpout(declares))
+    builder.set_bolt("count", CountLetters()).shuffle_grouping("idle")
+    with LocalExecutor(builder.create_topology("idle"), max_idle_wait=0.25):
+        wait_until(lambda: len(EVENTS.get(f"poll-{declares}", [])) >= 3, timeout=5.0)
+    polls = EVENTS[f"poll-{declares}"]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(polls)]
+    if declares:  # a safety net only: every pause is the longest
+        assert min(gaps) >= 0.25 * 0.9
+    else:  # Storm's wait strategy: 1 ms, then doubling
+        assert gaps[0] < 0.1
+
+
+def test_a_short_deadline_submitted_behind_a_long_one_still_expires_on_time() -> None:
+    builder = LinearDRPCTopologyBuilder("slow")
+    builder.add_bolt(bolts.SleepThenEcho())
+    with LocalDRPC() as drpc:
+        drpc.register(builder)
+        long_one = drpc.submit("slow", "1", timeout=60)
+        time.sleep(0.1)  # the expirer now sleeps until the long deadline
+        started = time.monotonic()
+        with pytest.raises(DRPCExecutionException) as short:
+            drpc.submit("slow", "1", timeout=0.3).result(timeout=30)
+        assert short.value.type is DRPCExceptionType.SERVER_TIMEOUT
+        assert time.monotonic() - started < 0.3 + SLACK
+        assert long_one.result(timeout=30) == "slept"

@@ -93,6 +93,7 @@ class DRPCSpout(BaseRichSpout):
         add_listener = getattr(self._invocations, "add_listener", None)
         if add_listener is not None:
             self._unsubscribe = add_listener(self.function, context.request_wakeup)
+            context.declare_wakeups()
 
     def next_tuple(self) -> None:
         assert self._invocations is not None and self._collector is not None

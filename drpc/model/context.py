@@ -3,7 +3,9 @@
 Contract: read-only facts (this task's id and index, every component's task
 ids and output fields, this component's sources and targets) plus hooks an
 executor fills in: ``request_wakeup()`` (a spout whose source can notify asks
-for ``next_tuple`` to run soon), ``services`` (objects the executor lends to
+for ``next_tuple`` to run soon; one that calls ``declare_wakeups()`` promises to
+ask whenever its source has something, so idle polls become a slow safety net),
+``services`` (objects the executor lends to
 built-in components, such as the DRPC invocations handle) and ``state`` (the
 LMDB state maps of a transactional run, see ``drpc.state.topology``).
 """
@@ -41,6 +43,7 @@ class TopologyContext:
         self.services: dict[str, Any] = services if services is not None else {}
         self.conf: dict[str, Any] = conf if conf is not None else {}
         self._wakeup = wakeup
+        self.wakeups_declared = False
 
     @property
     def topology_name(self) -> str:
@@ -85,3 +88,9 @@ class TopologyContext:
         """Ask the executor to call this spout's ``next_tuple`` soon. Thread-safe."""
         if self._wakeup is not None:
             self._wakeup()
+
+    def declare_wakeups(self) -> None:
+        """Promise that this spout calls ``request_wakeup()`` whenever its source has
+        something to emit: while idle it is then polled only at the executor's longest
+        idle pause, not with Storm's back-off from 1 ms."""
+        self.wakeups_declared = True

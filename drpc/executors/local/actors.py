@@ -174,9 +174,11 @@ class Timer:
         self._thread.start()
 
     def schedule(self, delay: float, callback: Callable[[], None]) -> None:
+        entry = (time.monotonic() + delay, next(self._seq), callback)
         with self._cond:
-            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), callback))
-            self._cond.notify()
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:  # else the thread already wakes up before it is due
+                self._cond.notify()
 
     def _run(self) -> None:
         while True:

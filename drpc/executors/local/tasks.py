@@ -476,9 +476,10 @@ class SpoutTask(Actor):
         self.idle_wait = 0.0
         self.next_posted = False
         self.timer_armed = False
+        self.context: TopologyContext | None = None
 
     def open(self) -> None:
-        context = TopologyContext(
+        self.context = context = TopologyContext(
             self.engine.topology,
             self.component_id,
             self.task_id,
@@ -523,7 +524,10 @@ class SpoutTask(Actor):
         if self.emitted > before:
             self.wake()
             return
-        self.idle_wait = min(max(self.idle_wait * 2, 0.001), self.engine.max_idle_wait)
+        if self.context is not None and self.context.wakeups_declared:
+            self.idle_wait = self.engine.max_idle_wait
+        else:
+            self.idle_wait = min(max(self.idle_wait * 2, 0.001), self.engine.max_idle_wait)
         if not self.timer_armed:
             self.timer_armed = True
             self.engine.timer.schedule(self.idle_wait, self._timer_fired)
