@@ -10,13 +10,17 @@ Every comparison is taken side by side in one run, on one SparkSession:
     Python (the limit). Targets: resident p50 <= 0.2 x and p99 <= 0.5 x the
     one-task job's; local p50 <= 0.25 ms.
 (b) 64 callers in a closed loop, one after another for a fixed time: drpc
-    local, resident and spark-batch (coalesced), against a hand-rolled
+    local, resident (at the default ``slots``, half of Spark's default
+    parallelism, and at all of it, as a deployment serving nothing else would
+    run it: in a process of its own, since a process runs one resident job) and
+    spark-batch (coalesced), against a hand-rolled
     micro-batcher (a queue feeding at most two Spark jobs, each answering every
     call waiting when it starts) and a Spark job per call. Targets: resident
     >= 2 000 req/s and >= 10 x spark-batch; local >= 3 000 req/s.
 (c) large graph: a seeded power-law follower graph (100 000 users, 2 000 000
     edges); the reach of its 20 most tweeted urls, submitted at once, through
-    drpc resident and local, against the graph in a broadcast variable and one
+    drpc resident (at the default slots and at all of them, as in (b)) and
+    local, against the graph in a broadcast variable and one
     2-task RDD job, and plain Python in one and in two processes (the limit).
     Target: resident <= 1.0 x the broadcast job. Every answer is checked
     against a direct computation.
@@ -329,8 +333,20 @@ def closed_loop(
     }
 
 
+def resident_closed_loop(master: str, slots: int, callers: int, seconds: float) -> dict[str, Any]:
+    """The closed loop on a resident job of ``slots`` slots. Run in a process of its own: a
+    process runs one resident job, at one slot count, for as long as its session."""
+    with LocalDRPC(executor="spark", master=master, slots=slots) as drpc:
+        drpc.register(build_reach())
+        drpc.execute("reach", URL)
+        return closed_loop(
+            lambda url: drpc.execute("reach", url), callers, seconds, f"(b) resident, {slots} slots"
+        )
+
+
 def bench_throughput(sc: Any, callers: int, seconds: float) -> dict[str, Any]:
-    results: dict[str, Any] = {"callers": callers, "seconds_each": seconds}
+    all_slots = int(sc.defaultParallelism)
+    results: dict[str, Any] = {"callers": callers, "seconds_each": seconds, "all_slots": all_slots}
     for name, executor in (
         ("local", "local"),
         ("resident", "spark"),
@@ -348,6 +364,10 @@ def bench_throughput(sc: Any, callers: int, seconds: float) -> dict[str, Any]:
             sizes = list(stats.batch_sizes) if stats is not None else []
             if sizes:
                 results[name]["mean_batch_size"] = statistics.fmean(sizes)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        results["resident_all_slots"] = pool.apply(
+            resident_closed_loop, (str(sc.master), all_slots, callers, seconds)
+        )
     batcher = MicroBatcher(sc)
     try:
         batcher.call(URL)
@@ -358,9 +378,11 @@ def bench_throughput(sc: Any, callers: int, seconds: float) -> dict[str, Any]:
     results["job_per_call"] = closed_loop(
         lambda url: reach_job(sc, [url])[url], callers, seconds, "(b) job per call"
     )
-    resident = results["resident"]["throughput_rps"]
-    for baseline in ("spark_batch", "micro_batcher", "job_per_call"):
-        results[f"resident_to_{baseline}"] = resident / results[baseline]["throughput_rps"]
+    for resident in ("resident", "resident_all_slots"):
+        for baseline in ("spark_batch", "micro_batcher", "job_per_call"):
+            results[f"{resident}_to_{baseline}"] = (
+                results[resident]["throughput_rps"] / results[baseline]["throughput_rps"]
+            )
     return results
 
 
@@ -377,6 +399,27 @@ def _load_in_process(path: str) -> None:
 def _reach_in_process(url: str) -> tuple[str, str]:
     assert _GRAPH is not None
     return url, str(exact_reach(_GRAPH, url))
+
+
+_CHILD_DRPC: LocalDRPC | None = None
+
+
+def _start_child_resident(master: str, slots: int, graph_path: str) -> None:
+    """A pool process's own session and resident job of ``slots`` slots serving the graph."""
+    global _CHILD_DRPC
+    _CHILD_DRPC = LocalDRPC(executor="spark", master=master, slots=slots, timeout=300)
+    _CHILD_DRPC.register(build_graph_reach(Path(graph_path)))
+
+
+def _child_submit_all(urls: list[str]) -> dict[str, str]:
+    assert _CHILD_DRPC is not None
+    futures = {url: _CHILD_DRPC.submit("reach-graph", url) for url in urls}
+    return {url: future.result(timeout=300) for url, future in futures.items()}
+
+
+def _stop_child_resident() -> None:
+    if _CHILD_DRPC is not None:
+        _CHILD_DRPC.shutdown()
 
 
 def bench_large_graph(sc: Any, cache: Path, repeats: int) -> dict[str, Any]:
@@ -409,6 +452,15 @@ def bench_large_graph(sc: Any, cache: Path, repeats: int) -> dict[str, Any]:
     def plain_two() -> dict[str, str]:
         return dict(pool.map(_reach_in_process, urls, chunksize=1))
 
+    all_slots = int(sc.defaultParallelism)
+    child = multiprocessing.get_context("spawn").Pool(
+        1, initializer=_start_child_resident, initargs=(str(sc.master), all_slots, str(graph_path))
+    )
+
+    def resident_all_slots() -> dict[str, str]:
+        answers: dict[str, str] = child.apply(_child_submit_all, (urls,))
+        return answers
+
     try:
         with (
             LocalDRPC(executor="spark", timeout=300) as resident,
@@ -423,6 +475,7 @@ def bench_large_graph(sc: Any, cache: Path, repeats: int) -> dict[str, Any]:
                     return {url: future.result(timeout=300) for url, future in futures.items()}
 
                 contenders[name] = submit_all
+            contenders["resident_all_slots"] = resident_all_slots
             contenders["broadcast_job"] = broadcast_job
             contenders["plain_python_1"] = plain_one
             contenders["plain_python_2"] = plain_two
@@ -439,19 +492,23 @@ def bench_large_graph(sc: Any, cache: Path, repeats: int) -> dict[str, Any]:
                     times[name].append(time.perf_counter() - started)
                     assert answer == expected, f"{name} answered wrongly"
     finally:
-        pool.close()
-        pool.join()
+        child.apply(_stop_child_resident)
+        for process_pool in (pool, child):
+            process_pool.close()
+            process_pool.join()
         shared.unpersist()
     results: dict[str, Any] = {
+        "all_slots": all_slots,
         "urls": len(urls),
         "users": graph.users,
         "edges": len(graph.followers),
         "setup": setup,
     }
     results.update({name: summary(samples) for name, samples in times.items()})
-    results["resident_to_broadcast_job"] = (
-        results["resident"]["p50_ms"] / results["broadcast_job"]["p50_ms"]
-    )
+    for resident in ("resident", "resident_all_slots"):
+        results[f"{resident}_to_broadcast_job"] = (
+            results[resident]["p50_ms"] / results["broadcast_job"]["p50_ms"]
+        )
     return results
 
 
@@ -546,6 +603,7 @@ def _rows_throughput(b: dict[str, Any]) -> Iterable[tuple[str, str, dict[str, fl
     labels = {
         "local": "drpc local",
         "resident": "drpc resident",
+        "resident_all_slots": f"drpc resident, {b['all_slots']} slots",
         "spark_batch": "drpc spark-batch",
         "micro_batcher": "micro-batcher (2 jobs)",
         "job_per_call": "Spark job per call",
@@ -556,7 +614,10 @@ def _rows_throughput(b: dict[str, Any]) -> Iterable[tuple[str, str, dict[str, fl
         if "mean_batch_size" in run:
             note += f", mean batch {run['mean_batch_size']:.1f}"
         if f"resident_to_{name}" in b:
-            note += f"; resident {b[f'resident_to_{name}']:.1f}x"
+            note += (
+                f"; resident {b[f'resident_to_{name}']:.1f}x, "
+                f"{b['all_slots']} slots {b[f'resident_all_slots_to_{name}']:.1f}x"
+            )
         yield (f"(b) {b['callers']} callers" if index == 0 else "", label, run, note)
 
 
@@ -566,6 +627,12 @@ def _rows_graph(c: dict[str, Any]) -> Iterable[tuple[str, str, dict[str, float],
         "drpc resident",
         c["resident"],
         f"{c['resident_to_broadcast_job']:.2f}x the broadcast job",
+    )
+    yield (
+        "",
+        f"drpc resident, {c['all_slots']} slots",
+        c["resident_all_slots"],
+        f"{c['resident_all_slots_to_broadcast_job']:.2f}x the broadcast job",
     )
     yield "", "drpc local", c["local"], ""
     yield "", "broadcast + RDD job", c["broadcast_job"], ""

@@ -39,7 +39,8 @@ def _executor_endpoints() -> set[str]:
 
 
 def _await_removal(before: set[str], killed_at: float) -> float:
-    """Seconds from the kill until one of ``before`` is gone from the driver's view."""
+    """Seconds from the kill until one of ``before`` is seen gone from the driver's view
+    (looked for once the later calls have ended, so at least their time)."""
     while before <= _executor_endpoints():
         assert time.monotonic() - killed_at < REMOVAL_TIMEOUT, "the driver kept the executor"
         time.sleep(0.2)
