@@ -23,8 +23,11 @@ every task of the topology until ``stop()``:
   as real tuples on the direct ``__coord`` stream, held coordination tuples
   keep the request's tree open until each task finishes, exactly as Storm's
   CoordinatedBolt;
-- spouts are polled with a short idle back-off; a spout whose source can
-  notify calls ``context.request_wakeup()`` to be polled at once;
+- spouts are polled with a short idle back-off (Storm's: 1 ms, doubling up
+  to ``max_idle_wait``); a spout whose source can notify calls
+  ``context.request_wakeup()`` to be polled at once, and one that declared
+  its wakeups (``context.declare_wakeups()``) is polled while idle only
+  every ``max_idle_wait``;
 - a bolt's collector is thread-safe: a rich bolt may emit, ack and fail from
   threads of its own (acking asynchronously, as Storm allows); such calls
   wait while the task handles a message.
@@ -100,7 +103,9 @@ class LocalExecutor:
         :param tick_interval: seconds between timeout checks (default 0.1).
         :param max_idle_wait: longest pause, in seconds, between polls of a spout that has
             nothing to emit (default ``MAX_IDLE_WAIT``, 0.02); a spout that asks to be woken
-            (``context.request_wakeup()``) is polled at once whatever this is.
+            (``context.request_wakeup()``) is polled at once whatever this is, and one that
+            declared its wakeups (``context.declare_wakeups()``) is polled while idle only
+            this often.
         :param hosted: the task ids this engine runs (default every task); the others
             are reached through ``remote``.
         :param ackers: run the topology's acker tasks here (default True).
