@@ -15,7 +15,11 @@ loop until the time is up:
   pauses and read the reply in two, within the server's read deadline.
 
 Each soak runs on a server of its own, started fresh: a warm-up at the same
-concurrency comes first; the server's RSS after it and after the soak are
+concurrency comes first, long enough for every kind of call to complete
+twice (``WARMUP``: 45 s, more than twice the server's 20 s deadline that
+the timeout calls wait out; with 20 s the server had not yet reached the
+memory its steady load holds, and the soak's growth over the warm-up
+counted that as growth); the server's RSS after it and after the soak are
 compared, each read once every call has drained, the server's fds are back
 to their count (every client connection closed) and one interval of its
 memory trimmer (``drpc.server.trim``) has passed. Then, unless
@@ -37,7 +41,7 @@ status 1 when an outcome the mix does not ask for occurred in either soak (a
 wrong answer, a connection error, INTERNAL_ERROR, "server busy"...), memory
 grew by more than 10 % or a good p99 with the abusers passed 1.5x.
 
-Usage: ``python bench/soak.py [--callers 1000] [--duration 60] [--warmup 20]
+Usage: ``python bench/soak.py [--callers 1000] [--duration 60] [--warmup 45]
 [--master local[2]] [--no-abuse] [--attacks amplify,idle,...]
 [--out bench/results/soak.json]``. Progress (calls so far, their rate,
 unexpected outcomes) shows on stderr: a live line on a terminal, plain lines
@@ -78,6 +82,8 @@ from drpc.protocol.wire import decode_message, from_wire_execution_error  # noqa
 
 HOST = "127.0.0.1"
 SERVER_TIMEOUT = 20.0
+WARMUP = 2 * SERVER_TIMEOUT + 5.0
+"""Default warm-up seconds: the timeout calls complete twice within it."""
 CALLERS_PER_CONNECTION = 10
 MIX = {"good": 0.50, "http": 0.15, "failing": 0.15, "timeout": 0.10, "slow": 0.10}
 EXPECTED = {
@@ -551,7 +557,7 @@ def main() -> int:
         "--duration", type=float, default=60.0, help="soak seconds (default %(default)g)"
     )
     parser.add_argument(
-        "--warmup", type=float, default=20.0, help="warm-up seconds (default %(default)g)"
+        "--warmup", type=float, default=WARMUP, help="warm-up seconds (default %(default)g)"
     )
     parser.add_argument("--master", default="local[2]", help="Spark master (default %(default)s)")
     parser.add_argument(
