@@ -1,10 +1,13 @@
 """The local engine's turns: what a turn sends leaves as it ends, grouped per destination
 with each root's acks folded into one, and the actor its end makes ready runs next on
-the same worker; an idle spout's polls may be far apart when it asks to be woken."""
+the same worker; a ready actor waits for an awake worker rather than waking a second one,
+unless that worker's turn is blocked past the handoff; an idle spout's polls may be far
+apart when it asks to be woken."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 from drpc.errors import Failure
 from drpc.examples.square import build_square
@@ -96,7 +99,7 @@ def test_a_turn_takes_the_mailbox_at_once_and_the_actor_its_end_readies_runs_on_
     scheduler.start()
     try:
         scheduler.post_many(source, [])  # already scheduled: no second hand-off
-        scheduler._ready.put(source)
+        scheduler._enqueue(source)
         wait_until(lambda: len(source.seen) == 3 and len(target.seen) == 2, what="both handled")
     finally:
         scheduler.stop(5.0)
@@ -106,6 +109,71 @@ def test_a_turn_takes_the_mailbox_at_once_and_the_actor_its_end_readies_runs_on_
     assert source.seen[1][1] == first_turn_thread  # the batch of two ran in one turn
     assert {thread for _, thread in target.seen} == {first_turn_thread}  # its run-next slot
     assert turns.turns == 3  # source: 2 + 1 messages; target: both at once
+
+
+class Fanning(Actor):
+    """Handling a message posts one to each of ``targets`` (from the worker, mid-turn)."""
+
+    def __init__(self, scheduler: Scheduler, targets: list[Recording]) -> None:
+        super().__init__()
+        self.scheduler, self.targets = scheduler, targets
+        self.thread = ""
+
+    def handle(self, message: Message) -> None:
+        self.thread = threading.current_thread().name
+        for number, target in enumerate(self.targets):
+            self.scheduler.post(target, Tick(float(number)))
+
+
+class Working(Recording):
+    """Each message takes a millisecond of CPU: long enough for other threads to get the GIL."""
+
+    def handle(self, message: Message) -> None:
+        until = time.perf_counter() + 0.001
+        while time.perf_counter() < until:
+            pass
+        super().handle(message)
+
+
+class Blocking(Actor):
+    """Its turn blocks until ``release`` is set, as a bolt waiting on I/O does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started, self.release, self.done = (threading.Event() for _ in range(3))
+
+    def handle(self, message: Message) -> None:
+        self.started.set()
+        self.release.wait(10.0)
+        self.done.set()
+
+
+def test_actors_made_ready_while_a_worker_is_awake_wait_for_it_not_for_a_second_thread() -> None:
+    scheduler = Scheduler(4, "lazy", handoff=3600.0)  # the watchdog never steps in
+    targets: list[Recording] = [Working(f"target-{i}") for i in range(50)]
+    fanning = Fanning(scheduler, targets)
+    scheduler.start()
+    try:
+        scheduler.post(fanning, Tick(0.0))
+        wait_until(lambda: all(target.seen for target in targets), what="every target handled")
+    finally:
+        scheduler.stop(5.0)
+    assert {thread for target in targets for _, thread in target.seen} == {fanning.thread}
+
+
+def test_a_blocked_turn_holds_the_others_up_only_for_the_handoff() -> None:
+    scheduler = Scheduler(2, "handoff", handoff=0.005)
+    blocking, other = Blocking(), Recording("other")
+    scheduler.start()
+    try:
+        scheduler.post(blocking, Tick(0.0))
+        assert blocking.started.wait(5.0)
+        scheduler.post(other, Tick(1.0))  # from outside: a worker is awake, so none is woken
+        wait_until(lambda: bool(other.seen), timeout=5.0, what="the other actor handled")
+        assert not blocking.done.is_set()  # handled while the first turn was still blocked
+    finally:
+        blocking.release.set()
+        scheduler.stop(5.0)
 
 
 def test_a_drpc_spout_that_asks_to_be_woken_serves_calls_with_idle_polls_an_hour_apart() -> None:

@@ -13,6 +13,14 @@ waking another thread for it (the hand-off costs more than the work of a
 small turn; the slot is taken only once the turn's handling is over, so a
 handler that waits for another actor never waits on its own thread).
 
+A ready actor wakes a sleeping worker only when no worker is awake: an awake
+worker takes it as its turn ends. Handlers are Python holding the GIL, so a
+second thread running at once would only contend for it (with four threads
+running, a call cost about twice the CPU). A turn that blocks (a bolt
+sleeping or waiting on I/O) must not hold the rest up, so while actors wait
+a watchdog looks every ``handoff`` seconds, and when no worker has taken one
+since its last look it wakes a sleeping worker.
+
 The ``Timer`` calls functions after a delay on one thread of its own; a
 callback's exception is logged.
 """
@@ -22,7 +30,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import queue
 import threading
 import time
 from collections import deque
@@ -35,6 +42,9 @@ log = logging.getLogger(__name__)
 
 BATCH = 64
 """Default most messages one turn of an actor handles."""
+
+HANDOFF = 0.002
+"""Default seconds actors may wait, no worker taking any, before a sleeping worker is woken."""
 
 
 class Actor:
@@ -68,27 +78,46 @@ class Scheduler:
     """Runs actors with pending messages on a pool of worker threads."""
 
     def __init__(
-        self, threads: int, name: str, *, turns: Turns | None = None, batch: int = BATCH
+        self,
+        threads: int,
+        name: str,
+        *,
+        turns: Turns | None = None,
+        batch: int = BATCH,
+        handoff: float = HANDOFF,
     ) -> None:
         """
         :param turns: hooks called around every turn (default none).
         :param batch: most messages one turn handles (default ``BATCH``).
+        :param handoff: seconds ready actors may wait with no worker taking any before
+            a sleeping worker is woken for them (default ``HANDOFF``, 2 ms).
         """
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
-        self._ready: queue.SimpleQueue[Actor | None] = queue.SimpleQueue()
+        if not handoff > 0:
+            raise ValueError(f"handoff must be positive, got {handoff}")
+        lock = threading.Lock()
+        self._ready: deque[Actor] = deque()
+        self._work_ready = threading.Condition(lock)  # sleeping workers wait here
+        self._watch_ready = threading.Condition(lock)  # the idle watchdog waits here
+        self._awake = threads  # workers not waiting on _work_ready
+        self._taken = 0  # actors taken from _ready so far
+        self._watching = False
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True)
             for i in range(threads)
         ]
+        self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watch", daemon=True)
         self._stopped = False
         self._turns = turns
         self._batch = batch
+        self._handoff = handoff
         self._worker = _Worker()
 
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
+        self._watchdog.start()
 
     def post(self, actor: Actor, message: Message) -> None:
         self.post_many(actor, (message,))
@@ -104,7 +133,41 @@ class Scheduler:
         if worker.ending and worker.next is None:
             worker.next = actor
         else:
-            self._ready.put(actor)
+            self._enqueue(actor)
+
+    def _enqueue(self, actor: Actor) -> None:
+        with self._work_ready:
+            self._ready.append(actor)
+            if self._awake == 0:
+                self._work_ready.notify()
+            elif not self._watching:
+                self._watch_ready.notify()
+
+    def _next(self) -> Actor | None:
+        """The next actor from the ready queue, sleeping until there is one; None to stop."""
+        with self._work_ready:
+            while not self._ready:
+                if self._stopped:
+                    return None
+                self._awake -= 1
+                self._work_ready.wait()
+                self._awake += 1
+            self._taken += 1
+            return self._ready.popleft()
+
+    def _watch(self) -> None:
+        """Wake a sleeping worker for actors that no awake worker takes (it is blocked)."""
+        with self._watch_ready:
+            while not self._stopped:
+                if not self._ready:
+                    self._watching = False
+                    self._watch_ready.wait()
+                    continue
+                self._watching = True
+                taken = self._taken
+                self._watch_ready.wait(self._handoff)
+                if self._ready and self._taken == taken and not self._stopped:
+                    self._work_ready.notify()
 
     def _work(self) -> None:
         worker = self._worker
@@ -113,7 +176,7 @@ class Scheduler:
         while True:
             actor = worker.next
             if actor is None:
-                actor = self._ready.get()
+                actor = self._next()
                 if actor is None:
                     return
             else:
@@ -148,15 +211,16 @@ class Scheduler:
                 if not actor._mailbox:
                     actor._scheduled = False
                     continue
-            self._ready.put(actor)
+            self._enqueue(actor)
 
     def stop(self, timeout: float) -> None:
-        self._stopped = True
-        for _ in self._threads:
-            self._ready.put(None)
+        with self._work_ready:
+            self._stopped = True
+            self._work_ready.notify_all()
+            self._watch_ready.notify_all()
         deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            if thread is not threading.current_thread():
+        for thread in (*self._threads, self._watchdog):
+            if thread is not threading.current_thread() and thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
 
 
