@@ -6,7 +6,9 @@ every task of the topology until ``stop()``:
 - one task per unit of parallelism, each with its own copy of its component
   (made by pickling, so a component that could not reach a Spark worker fails
   here at start too) and its own mailbox; a task handles one message at a time,
-  tasks run concurrently on a small pool of worker threads; what a task sends
+  tasks run on a small pool of worker threads (one awake at a time while
+  turns are plain Python; another is woken when a turn blocks, as a bolt
+  waiting on I/O does, past the scheduler's 2 ms handoff); what a task sends
   during a turn (``drpc.executors.local.actors``) leaves as the turn ends, one
   post per destination, each root's acks folded into one (``Outbox``);
 - every tuple crossing tasks is pickled once by the emitter and unpickled by
@@ -99,7 +101,8 @@ class LocalExecutor:
         recorder: StepRecorder | None = None,
     ) -> None:
         """
-        :param threads: worker threads running the tasks (default 4).
+        :param threads: worker threads running the tasks (default 4): how many turns may
+            block at once (waiting on I/O, sleeping) before the others wait for them.
         :param tick_interval: seconds between timeout checks (default 0.1).
         :param max_idle_wait: longest pause, in seconds, between polls of a spout that has
             nothing to emit (default ``MAX_IDLE_WAIT``, 0.02); a spout that asks to be woken
