@@ -40,6 +40,7 @@ Usage: ``python bench/spark_serving.py [--quick] [--observation] [--master M]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
@@ -333,15 +334,21 @@ def closed_loop(
     }
 
 
-def resident_closed_loop(master: str, slots: int, callers: int, seconds: float) -> dict[str, Any]:
-    """The closed loop on a resident job of ``slots`` slots. Run in a process of its own: a
-    process runs one resident job, at one slot count, for as long as its session."""
-    with LocalDRPC(executor="spark", master=master, slots=slots) as drpc:
-        drpc.register(build_reach())
+def drpc_closed_loop(
+    options: dict[str, Any], callers: int, seconds: float, label: str
+) -> dict[str, Any]:
+    """The closed loop through a ``LocalDRPC(**options)`` serving reach, with the mean size of
+    the batches its runtime coalesced when it counts them (``spark-batch``). Module-level, so
+    a pool process can run it: a process runs one resident job at one slot count."""
+    with LocalDRPC(**options) as drpc:
+        runtime_ = drpc.register(build_reach())
         drpc.execute("reach", URL)
-        return closed_loop(
-            lambda url: drpc.execute("reach", url), callers, seconds, f"(b) resident, {slots} slots"
-        )
+        result = closed_loop(lambda url: drpc.execute("reach", url), callers, seconds, label)
+        stats = getattr(runtime_, "stats", None)
+        sizes = list(stats.batch_sizes) if stats is not None else []
+        if sizes:
+            result["mean_batch_size"] = statistics.fmean(sizes)
+    return result
 
 
 def bench_throughput(sc: Any, callers: int, seconds: float) -> dict[str, Any]:
@@ -352,21 +359,12 @@ def bench_throughput(sc: Any, callers: int, seconds: float) -> dict[str, Any]:
         ("resident", "spark"),
         ("spark_batch", "spark-batch"),
     ):
-        with LocalDRPC(executor=executor) as drpc:
-            runtime_ = drpc.register(build_reach())
-            drpc.execute("reach", URL)
-
-            def via_drpc(url: str, drpc: LocalDRPC = drpc) -> str:
-                return drpc.execute("reach", url)
-
-            results[name] = closed_loop(via_drpc, callers, seconds, f"(b) {name}")
-            stats = getattr(runtime_, "stats", None)  # spark-batch counts its coalesced jobs
-            sizes = list(stats.batch_sizes) if stats is not None else []
-            if sizes:
-                results[name]["mean_batch_size"] = statistics.fmean(sizes)
+        results[name] = drpc_closed_loop({"executor": executor}, callers, seconds, f"(b) {name}")
     with multiprocessing.get_context("spawn").Pool(1) as pool:
+        all_slots_options = {"executor": "spark", "master": str(sc.master), "slots": all_slots}
         results["resident_all_slots"] = pool.apply(
-            resident_closed_loop, (str(sc.master), all_slots, callers, seconds)
+            drpc_closed_loop,
+            (all_slots_options, callers, seconds, f"(b) resident, {all_slots} slots"),
         )
     batcher = MicroBatcher(sc)
     try:
@@ -411,10 +409,15 @@ def _start_child_resident(master: str, slots: int, graph_path: str) -> None:
     _CHILD_DRPC.register(build_graph_reach(Path(graph_path)))
 
 
+def _submit_all(drpc: LocalDRPC, urls: list[str]) -> dict[str, str]:
+    """Every url's graph reach, submitted at once."""
+    futures = {url: drpc.submit("reach-graph", url) for url in urls}
+    return {url: future.result(timeout=300) for url, future in futures.items()}
+
+
 def _child_submit_all(urls: list[str]) -> dict[str, str]:
     assert _CHILD_DRPC is not None
-    futures = {url: _CHILD_DRPC.submit("reach-graph", url) for url in urls}
-    return {url: future.result(timeout=300) for url, future in futures.items()}
+    return _submit_all(_CHILD_DRPC, urls)
 
 
 def _stop_child_resident() -> None:
@@ -470,11 +473,7 @@ def bench_large_graph(sc: Any, cache: Path, repeats: int) -> dict[str, Any]:
             for name, drpc in (("resident", resident), ("local", local)):
                 drpc.register(build_graph_reach(graph_path))
 
-                def submit_all(drpc: LocalDRPC = drpc) -> dict[str, str]:
-                    futures = {url: drpc.submit("reach-graph", url) for url in urls}
-                    return {url: future.result(timeout=300) for url, future in futures.items()}
-
-                contenders[name] = submit_all
+                contenders[name] = functools.partial(_submit_all, drpc, urls)
             contenders["resident_all_slots"] = resident_all_slots
             contenders["broadcast_job"] = broadcast_job
             contenders["plain_python_1"] = plain_one
@@ -505,9 +504,9 @@ def bench_large_graph(sc: Any, cache: Path, repeats: int) -> dict[str, Any]:
         "setup": setup,
     }
     results.update({name: summary(samples) for name, samples in times.items()})
-    for resident in ("resident", "resident_all_slots"):
-        results[f"{resident}_to_broadcast_job"] = (
-            results[resident]["p50_ms"] / results["broadcast_job"]["p50_ms"]
+    for served_by in ("resident", "resident_all_slots"):
+        results[f"{served_by}_to_broadcast_job"] = (
+            results[served_by]["p50_ms"] / results["broadcast_job"]["p50_ms"]
         )
     return results
 
