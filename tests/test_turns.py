@@ -1,6 +1,7 @@
 """The local engine's turns: what a turn sends leaves as it ends, grouped per destination
-with each root's acks folded into one, and the actor its end makes ready runs next on
-the same worker; a ready actor waits for an awake worker rather than waking a second one,
+with each root's acks folded into one; ready actors run first in first out, so a step
+fanning in takes its senders' messages in one turn; a ready actor waits for an awake
+worker rather than waking a second one,
 unless that worker's turn is blocked past the handoff; an idle spout's polls may be far
 apart when it asks to be woken."""
 
@@ -86,7 +87,7 @@ class SendsAsTurnsEnd:
             self.scheduler.post_many(self.target, [Tick(0.0), Tick(1.0)])
 
 
-def test_a_turn_takes_the_mailbox_at_once_and_the_actor_its_end_readies_runs_on_its_thread() -> (
+def test_a_turn_takes_the_mailbox_at_once_and_the_actor_its_end_readies_waits_for_that_worker() -> (
     None
 ):
     source, target = Recording("source"), Recording("target")
@@ -107,8 +108,65 @@ def test_a_turn_takes_the_mailbox_at_once_and_the_actor_its_end_readies_runs_on_
     assert [now for now, _ in target.seen] == [0.0, 1.0]
     first_turn_thread = source.seen[0][1]
     assert source.seen[1][1] == first_turn_thread  # the batch of two ran in one turn
-    assert {thread for _, thread in target.seen} == {first_turn_thread}  # its run-next slot
+    assert {thread for _, thread in target.seen} == {first_turn_thread}  # no second worker
     assert turns.turns == 3  # source: 2 + 1 messages; target: both at once
+
+
+class Outgoing:
+    """Turn hooks that send, as each turn ends, what its handling queued (the engine's
+    outbox does so), and number the turns."""
+
+    def __init__(self) -> None:
+        self.scheduler: Scheduler | None = None
+        self.queued: list[tuple[Actor, Message]] = []
+        self.turn = 0
+
+    def begin_turn(self) -> None:
+        self.turn += 1
+
+    def end_turn(self) -> None:
+        assert self.scheduler is not None
+        queued, self.queued = self.queued, []
+        for actor, message in queued:
+            self.scheduler.post(actor, message)
+
+
+class Relay(Actor):
+    """Handling a message queues one for each of ``targets``, sent as the turn ends."""
+
+    def __init__(self, hooks: Outgoing, targets: list[Actor]) -> None:
+        super().__init__()
+        self.hooks, self.targets = hooks, targets
+
+    def handle(self, message: Message) -> None:
+        self.hooks.queued.extend((target, message) for target in self.targets)
+
+
+class TurnRecording(Actor):
+    def __init__(self, hooks: Outgoing) -> None:
+        super().__init__()
+        self.hooks = hooks
+        self.turns: list[int] = []
+
+    def handle(self, message: Message) -> None:
+        self.turns.append(self.hooks.turn)
+
+
+def test_a_step_fanning_in_takes_its_senders_messages_in_one_turn() -> None:
+    hooks = Outgoing()
+    scheduler = Scheduler(4, "fan-in", turns=hooks, handoff=3600.0)
+    hooks.scheduler = scheduler
+    sink = TurnRecording(hooks)
+    senders = [Relay(hooks, [sink]) for _ in range(10)]
+    gate = Relay(hooks, list(senders))
+    scheduler.start()
+    try:
+        scheduler.post(gate, Tick(0.0))
+        wait_until(lambda: len(sink.turns) == 10, what="every sender's message handled")
+    finally:
+        scheduler.stop(5.0)
+    # Each sender's turn made the sink ready; it ran once, after all of them.
+    assert len(set(sink.turns)) == 1
 
 
 class Fanning(Actor):

@@ -7,11 +7,9 @@ actor's mailbox at once and handles them in order, so a busy actor cannot
 starve the others; an exception from ``handle`` is logged and the actor goes
 on. ``Turns`` hooks (the engine's outbox) bracket every turn: what the actor
 sends during it leaves when it ends, one post per destination
-(``post_many``). A worker that makes an idle actor ready as its turn ends
-keeps that actor in its run-next slot and runs it itself next, instead of
-waking another thread for it (the hand-off costs more than the work of a
-small turn; the slot is taken only once the turn's handling is over, so a
-handler that waits for another actor never waits on its own thread).
+(``post_many``). Ready actors wait in one queue, first in first out: a step
+fanning in from many tasks is run once their turns are over, taking all
+their messages in one turn, instead of once per sender.
 
 A ready actor wakes a sleeping worker only when no worker is awake: an awake
 worker takes it as its turn ends. Handlers are Python holding the GIL, so a
@@ -69,11 +67,6 @@ class Turns(Protocol):
     def end_turn(self) -> None: ...
 
 
-class _Worker(threading.local):
-    next: Actor | None = None  # the run-next slot
-    ending = False  # this worker is ending a turn: the slot may be taken
-
-
 class Scheduler:
     """Runs actors with pending messages on a pool of worker threads."""
 
@@ -112,7 +105,6 @@ class Scheduler:
         self._turns = turns
         self._batch = batch
         self._handoff = handoff
-        self._worker = _Worker()
 
     def start(self) -> None:
         for thread in self._threads:
@@ -129,11 +121,7 @@ class Scheduler:
             if actor._scheduled:
                 return
             actor._scheduled = True
-        worker = self._worker
-        if worker.ending and worker.next is None:
-            worker.next = actor
-        else:
-            self._enqueue(actor)
+        self._enqueue(actor)
 
     def _enqueue(self, actor: Actor) -> None:
         with self._work_ready:
@@ -170,17 +158,12 @@ class Scheduler:
                     self._work_ready.notify()
 
     def _work(self) -> None:
-        worker = self._worker
         turns = self._turns
         batch_size = self._batch
         while True:
-            actor = worker.next
+            actor = self._next()
             if actor is None:
-                actor = self._next()
-                if actor is None:
-                    return
-            else:
-                worker.next = None
+                return
             if self._stopped:
                 return
             with actor._lock:
@@ -200,13 +183,10 @@ class Scheduler:
                         "%s failed to handle a %s message", actor.name, type(message).__name__
                     )
             if turns is not None:
-                worker.ending = True
                 try:
                     turns.end_turn()
                 except Exception:
                     log.exception("%s: sending what its turn produced failed", actor.name)
-                finally:
-                    worker.ending = False
             with actor._lock:
                 if not actor._mailbox:
                     actor._scheduled = False
