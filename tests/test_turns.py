@@ -13,7 +13,18 @@ import time
 from drpc.errors import Failure
 from drpc.examples.square import build_square
 from drpc.executors.local.actors import Actor, Scheduler
-from drpc.executors.local.messages import Ack, AckFail, AckInit, Message, Outbox, Tick
+from drpc.executors.local.messages import (
+    Ack,
+    AckFail,
+    AckInit,
+    Message,
+    Outbox,
+    ReportMessage,
+    Tick,
+    TupleMessage,
+    fold_acks,
+    fold_reports,
+)
 from drpc.semantics.acker import Acker, RootCompleted
 from drpc.testing import LocalDRPC
 
@@ -55,6 +66,64 @@ def test_a_folded_ack_completes_a_root_as_the_acks_it_folds_do() -> None:
     assert folded.init(root, init, "spout", 0.0) == []
     assert folded.ack(root, message.ack_val, 0.0) == [RootCompleted(root, "spout")]
     assert separately.ack(root, edges[2], 0.0) == [RootCompleted(root, "spout")]
+
+
+def report(id: int, source_task: int, tuples: int, edges: dict[int, int]) -> ReportMessage:
+    return ReportMessage("step", source_task, id, tuples, edges)
+
+
+def test_a_run_of_count_reports_of_one_id_and_roots_folds_into_one_standing_for_them_all() -> None:
+    data = TupleMessage("step", "default", 1, b"", {7: 0x10})
+    batch: list[Message] = [
+        report(1, 1, 2, {7: 0b0001}),
+        report(1, 2, 0, {7: 0b0010}),
+        report(1, 3, 3, {7: 0b0100}),
+        report(2, 1, 1, {8: 0b1000}),  # another id: a run of its own
+        data,  # not a report: ends the run
+        report(2, 2, 0, {8: 0b0001}),
+        report(2, 3, 0, {8: 0b0010, 9: 0b0100}),  # other roots: not folded
+        report(2, 4, 5, {8: 0b0001, 9: 0b0001}),
+    ]
+    assert fold_reports(batch) == [
+        ReportMessage("step", 3, 1, 5, {7: 0b0111}, reports=3),
+        report(2, 1, 1, {8: 0b1000}),
+        data,
+        report(2, 2, 0, {8: 0b0001}),
+        ReportMessage("step", 4, 2, 5, {8: 0b0011, 9: 0b0101}, reports=2),
+    ]
+    single = [report(1, 1, 2, {7: 1})]
+    assert fold_reports(single) == single
+    assert batch[0] == report(1, 1, 2, {7: 0b0001})  # the batch's messages are not changed
+
+
+def test_a_run_of_acks_folds_into_one_per_root_and_other_acker_messages_end_runs() -> None:
+    failure = Failure.tree_timed_out(1.0, "step")
+    batch: list[Message] = [
+        Ack(7, 0b0001),
+        Ack(9, 0b1000),
+        Ack(7, 0b0010),
+        AckInit(7, 0b0110, 1),
+        Ack(7, 0b0100),
+        AckFail(9, failure),
+        Ack(9, 0b0001),
+        Ack(9, 0b0001),
+    ]
+    assert fold_acks(batch) == [
+        Ack(7, 0b0011),
+        Ack(9, 0b1000),
+        AckInit(7, 0b0110, 1),
+        Ack(7, 0b0100),
+        AckFail(9, failure),
+        Ack(9, 0),
+    ]
+    separately, folded = Acker(30.0), Acker(30.0)
+    outcomes = [separately.init(7, 0b0111, "spout", 0.0)]
+    outcomes += [separately.ack(7, value, 0.0) for value in (0b0001, 0b0010, 0b0100)]
+    assert outcomes[-1] == [RootCompleted(7, "spout")]
+    assert folded.init(7, 0b0111, "spout", 0.0) == []
+    (ack,) = fold_acks([Ack(7, 0b0001), Ack(7, 0b0010), Ack(7, 0b0100)])
+    assert isinstance(ack, Ack)
+    assert folded.ack(7, ack.ack_val, 0.0) == [RootCompleted(7, "spout")]
 
 
 class Recording(Actor):

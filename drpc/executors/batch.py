@@ -276,8 +276,9 @@ class TaskRun:
                 core.apply(tracker.report_received(id, count, 0.0), None)
         for source, expected in self.hints.implied_sources:
             for id in self.job_ids:
-                for _ in range(expected - shipped[(source, id)]):
-                    core.apply(tracker.report_received(id, 0, 0.0), None)
+                missing = expected - shipped[(source, id)]
+                if missing > 0:
+                    core.apply(tracker.report_received(id, 0, 0.0, missing), None)
         for id in list(tracker.tracked_ids()):
             core.apply(tracker.tuple_failed(id, self.diagnose(id), 0.0), None)
         self.runner.cleanup()

@@ -230,12 +230,19 @@ class CoordinationTracker:
         if track is not None:
             track.emitted[task] = track.emitted.get(task, 0) + count
 
-    def report_received(self, id: Hashable, count: int, now: float) -> list[Decision]:
-        """An upstream task reports it sent ``count`` tuples of ``id`` to this task."""
+    def report_received(
+        self, id: Hashable, count: int, now: float, reports: int = 1
+    ) -> list[Decision]:
+        """An upstream task reports it sent ``count`` tuples of ``id`` to this task; with
+        ``reports``, that many reports whose counts sum to ``count``, received with no
+        other event of ``id`` between them: while they are no more than expected, the
+        same as receiving them one by one, since no decision comes before the last."""
+        if reports < 1:
+            raise ValueError(f"reports must be >= 1, got {reports}")
         if id in self._tombstones:
             return [Ignored(id)]
         track = self._track(id, now)
-        track.reports += 1
+        track.reports += reports
         track.expected += count
         if track.reports > self.config.expected_reports:
             return self._fail(

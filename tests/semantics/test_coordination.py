@@ -75,6 +75,30 @@ def test_tuples_received_and_acked_in_bulk_count_as_many_single_events() -> None
     assert t.tuple_acked(9, 0, 5) == [Ignored(9)]
 
 
+def test_reports_received_in_bulk_count_as_many_single_reports() -> None:
+    one_by_one, folded = tracker(3), tracker(3)
+    for t in (one_by_one, folded):
+        assert t.tuple_received(7, 0, 3) == []
+        assert t.tuple_acked(7, 0, 3) == []
+    assert one_by_one.report_received(7, 1, 0) == []
+    assert one_by_one.report_received(7, 0, 0) == []
+    assert one_by_one.report_received(7, 2, 0) == [FinishBatch(7)]
+    assert folded.report_received(7, 3, 0, reports=3) == [FinishBatch(7)]
+    assert folded.report_received(8, 1, 0, reports=2) == []  # two of three: waits
+    assert folded.status(8) == TrackStatus(2, 3, 1, 0, False, False, 0)
+    assert folded.report_received(9, 0, 0, reports=4)[0] == Failed(
+        9,
+        Failure(
+            DRPCExceptionType.INTERNAL_ERROR,
+            "Internal error: step 'bolt1' (task 3) received 4 count reports for one id, expected 3",
+            "bolt1",
+            3,
+        ),
+    )
+    with pytest.raises(ValueError, match="reports must be >= 1, got 0"):
+        folded.report_received(10, 0, 0, reports=0)
+
+
 def test_reports_may_arrive_before_any_data() -> None:
     t = tracker(1)
     assert t.report_received(4, 2, 0) == []

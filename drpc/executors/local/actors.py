@@ -1,15 +1,16 @@
 """The in-process engine's runtime: actors with mailboxes on a pool of threads, and a timer.
 
 Contract. An ``Actor`` handles the messages posted to its mailbox one at a
-time (``handle``); the ``Scheduler`` runs actors that have messages on
-``threads`` worker threads. A turn takes up to ``batch`` messages from one
-actor's mailbox at once and handles them in order, so a busy actor cannot
-starve the others; an exception from ``handle`` is logged and the actor goes
-on. ``Turns`` hooks (the engine's outbox) bracket every turn: what the actor
-sends during it leaves when it ends, one post per destination
-(``post_many``). Ready actors wait in one queue, first in first out: a step
-fanning in from many tasks is run once their turns are over, taking all
-their messages in one turn, instead of once per sender.
+time (``handle``, called by ``handle_batch``, which may fold some first); the
+``Scheduler`` runs actors that have messages on ``threads`` worker threads. A
+turn takes up to ``batch`` messages from one actor's mailbox at once and
+handles them in order, so a busy actor cannot starve the others; an exception
+from ``handle`` is logged and the actor goes on. ``Turns`` hooks (the engine's
+outbox) bracket every turn: what the actor sends during it leaves when it
+ends, one post per destination (``post_many``). Ready actors wait in one
+queue, first in first out: a step fanning in from many tasks is run once their
+turns are over, taking all their messages in one turn, instead of once per
+sender.
 
 A ready actor wakes a sleeping worker only when no worker is awake: an awake
 worker takes it as its turn ends. Handlers are Python holding the GIL, so a
@@ -57,6 +58,16 @@ class Actor:
 
     def handle(self, message: Message) -> None:
         raise NotImplementedError
+
+    def handle_batch(self, batch: list[Message]) -> None:
+        """Handle one turn's messages in order; an exception from one is logged and the
+        others are still handled. An actor may fold messages first where handling the
+        folded one comes to the same (``drpc.executors.local.messages``)."""
+        for message in batch:
+            try:
+                self.handle(message)
+            except Exception:
+                log.exception("%s failed to handle a %s message", self.name, type(message).__name__)
 
 
 class Turns(Protocol):
@@ -175,13 +186,10 @@ class Scheduler:
                     batch = [mailbox.popleft() for _ in range(batch_size)]
             if turns is not None:
                 turns.begin_turn()
-            for message in batch:
-                try:
-                    actor.handle(message)
-                except Exception:
-                    log.exception(
-                        "%s failed to handle a %s message", actor.name, type(message).__name__
-                    )
+            try:
+                actor.handle_batch(batch)
+            except Exception:
+                log.exception("%s failed to handle its messages", actor.name)
             if turns is not None:
                 try:
                     turns.end_turn()

@@ -16,6 +16,13 @@ are pickled, once by the emitter, in ``payload``):
 - ``Tick``: the clock reached ``now`` (timeouts);
 - ``NEXT``: a spout should call ``next_tuple``.
 
+A turn may fold what it takes from a mailbox before handling it, where
+handling the folded message comes to the same as handling each:
+``fold_reports`` makes each run of consecutive count reports of one id (and
+one set of roots) one report standing for them all (their counts summed,
+their edges XORed per root); ``fold_acks`` makes each run of consecutive
+``Ack`` messages one per root. A run is never reordered past another message.
+
 An ``Outbox`` collects what one turn of a task sends, for the engine to send
 as the turn ends: the messages for each destination task in order, and for
 the ackers every ``Ack`` of a root folded into one (its values XORed: the
@@ -44,6 +51,7 @@ class ReportMessage(NamedTuple):
     id: Any
     tuples: int  # how many tuples of ``id`` the source task sent the receiving one
     message_id: dict[int, int]
+    reports: int = 1  # how many reports this one stands for (``fold_reports``)
 
 
 class AckInit(NamedTuple):
@@ -113,6 +121,64 @@ class Outbox:
         """Every acker message, ``(root, message)``: the others first, then one ``Ack``
         per root."""
         return [*self.acker, *((root, Ack(root, value)) for root, value in self.acks.items())]
+
+
+def fold_reports(batch: list[Message]) -> list[Message]:
+    """``batch`` with each run of consecutive count reports of one id and one set of roots
+    folded into one (see the module doc)."""
+    folded: list[Message] = []
+    count = len(batch)
+    index = 0
+    while index < count:
+        first = batch[index]
+        index += 1
+        if type(first) is not ReportMessage:
+            folded.append(first)
+            continue
+        end = index
+        while end < count:
+            message = batch[end]
+            if (
+                type(message) is not ReportMessage
+                or message.id != first.id
+                or message.message_id.keys() != first.message_id.keys()
+            ):
+                break
+            end += 1
+        if end == index:
+            folded.append(first)
+            continue
+        tuples, reports, edges = first.tuples, first.reports, dict(first.message_id)
+        for message in batch[index:end]:
+            assert type(message) is ReportMessage
+            tuples += message.tuples
+            reports += message.reports
+            for root, edge in message.message_id.items():
+                edges[root] ^= edge
+        last = batch[end - 1]
+        assert type(last) is ReportMessage
+        folded.append(
+            ReportMessage(last.source, last.source_task, first.id, tuples, edges, reports)
+        )
+        index = end
+    return folded
+
+
+def fold_acks(batch: list[Message]) -> list[Message]:
+    """``batch`` with each run of consecutive ``Ack`` messages made one per root, in the
+    order of each root's first (see the module doc)."""
+    folded: list[Message] = []
+    run: dict[int, int] = {}
+    for message in batch:
+        if type(message) is Ack:
+            run[message.root] = run.get(message.root, 0) ^ message.ack_val
+            continue
+        if run:
+            folded.extend(Ack(root, value) for root, value in run.items())
+            run = {}
+        folded.append(message)
+    folded.extend(Ack(root, value) for root, value in run.items())
+    return folded
 
 
 # -- on the wire (the resident executor): plain tuples, a kind number first ----------------------

@@ -47,6 +47,8 @@ from drpc.executors.local.messages import (
     RootDone,
     Tick,
     TupleMessage,
+    fold_acks,
+    fold_reports,
 )
 from drpc.executors.local.spans import HANDLING, StepRecorder
 from drpc.executors.task import DATA, ID, TaskCore
@@ -117,6 +119,11 @@ class BoltTask(Actor):
         self.core.prepare(self.engine.services)
 
     # -- receiving -----------------------------------------------------------------------
+
+    def handle_batch(self, batch: list[Message]) -> None:
+        if self.tracker is not None and len(batch) > 1:
+            batch = fold_reports(batch)
+        super().handle_batch(batch)
 
     def handle(self, message: Message) -> None:
         match message:
@@ -234,7 +241,7 @@ class BoltTask(Actor):
         tracker, decl = self.tracker, self.coordination
         assert tracker is not None and decl is not None
         id = message.id
-        decisions = tracker.report_received(id, message.tuples, time.monotonic())
+        decisions = tracker.report_received(id, message.tuples, time.monotonic(), message.reports)
         if is_ignored(decisions):
             return
         self.note_roots(id, roots)
@@ -606,6 +613,9 @@ class AckerTask(Actor):
         self.engine = engine
         self.name = f"__acker[{index}]"
         self.acker = Acker(timeout)
+
+    def handle_batch(self, batch: list[Message]) -> None:
+        super().handle_batch(fold_acks(batch) if len(batch) > 1 else batch)
 
     def handle(self, message: Message) -> None:
         now = time.monotonic()
