@@ -1,9 +1,9 @@
 """The local engine's turns: what a turn sends leaves as it ends, grouped per destination
-with each root's acks folded into one; ready actors run first in first out, so a step
-fanning in takes its senders' messages in one turn; a ready actor waits for an awake
-worker rather than waking a second one,
-unless that worker's turn is blocked past the handoff; an idle spout's polls may be far
-apart when it asks to be woken."""
+with each root's acks folded into one; a turn folds runs of count reports and of acks;
+ready actors run first in first out, so a step fanning in takes its senders' messages in
+one turn; a ready actor waits for an awake worker rather than waking a second one, unless
+that worker's turn is blocked past the handoff; an idle spout's polls may be far apart
+when it asks to be woken."""
 
 from __future__ import annotations
 
