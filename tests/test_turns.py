@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
+
+import pytest
 
 from drpc.errors import Failure
+from drpc.examples.reach import build_reach
 from drpc.examples.square import build_square
 from drpc.executors.local.actors import Actor, Scheduler
 from drpc.executors.local.messages import (
@@ -25,6 +29,7 @@ from drpc.executors.local.messages import (
     fold_acks,
     fold_reports,
 )
+from drpc.executors.local.tasks import BoltTask
 from drpc.semantics.acker import Acker, RootCompleted
 from drpc.testing import LocalDRPC
 
@@ -91,7 +96,7 @@ def test_a_run_of_count_reports_of_one_id_and_roots_folds_into_one_standing_for_
         report(2, 2, 0, {8: 0b0001}),
         ReportMessage("step", 4, 2, 5, {8: 0b0011, 9: 0b0101}, reports=2),
     ]
-    single = [report(1, 1, 2, {7: 1})]
+    single: list[Message] = [report(1, 1, 2, {7: 1})]
     assert fold_reports(single) == single
     assert batch[0] == report(1, 1, 2, {7: 0b0001})  # the batch's messages are not changed
 
@@ -124,6 +129,33 @@ def test_a_run_of_acks_folds_into_one_per_root_and_other_acker_messages_end_runs
     (ack,) = fold_acks([Ack(7, 0b0001), Ack(7, 0b0010), Ack(7, 0b0100)])
     assert isinstance(ack, Ack)
     assert folded.ack(7, ack.ack_val, 0.0) == [RootCompleted(7, "spout")]
+
+
+def test_a_reach_call_hands_each_step_its_count_reports_folded_and_every_one_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    handled: Counter[str] = Counter()  # report messages each step handled
+    standing_for: Counter[str] = Counter()  # the reports they stood for
+    handle = BoltTask.handle
+
+    def counting(task: BoltTask, message: Message) -> None:
+        if isinstance(message, ReportMessage):
+            handled[task.component_id] += 1
+            standing_for[task.component_id] += message.reports
+        handle(task, message)
+
+    monkeypatch.setattr(BoltTask, "handle", counting)
+    calls = 20
+    with LocalDRPC() as drpc:
+        drpc.register(build_reach())
+        for _ in range(calls):
+            assert drpc.execute("reach", "foo.com/blog/1") == "16"
+    # storm-starter reach: 12 GetFollowers tasks each report to the 6 PartialUniquer tasks,
+    # and those to the 3 CountAggregator tasks.
+    assert standing_for["bolt2"] == 12 * 6 * calls
+    assert standing_for["bolt3"] == 6 * 3 * calls
+    assert handled["bolt2"] < standing_for["bolt2"] / 2  # runs of them came as one
+    assert handled["bolt3"] < standing_for["bolt3"]
 
 
 class Recording(Actor):
