@@ -59,7 +59,9 @@ def run(calls: int, tick: float = 3600.0, idle: float = 3600.0) -> float:
         return (time.perf_counter() - started) / calls
 
 
-def counts(calls: int) -> tuple[float, dict[tuple[str, str], float]]:
+def counts(
+    calls: int, tick: float = 3600.0, idle: float = 3600.0
+) -> tuple[float, dict[tuple[str, str], float]]:
     """Turns, and messages handled by (component, message kind), per call over ``calls``
     sequential reach calls after a warm-up. Wraps the engine's classes for the run."""
     from drpc.executors.local.executor import LocalExecutor
@@ -86,7 +88,7 @@ def counts(calls: int) -> tuple[float, dict[tuple[str, str], float]]:
     for kind, handle in handles.items():
         kind.handle = counted(handle)  # type: ignore[method-assign]
     try:
-        with LocalDRPC(tick_interval=3600.0, max_idle_wait=3600.0) as drpc:
+        with LocalDRPC(tick_interval=tick, max_idle_wait=idle) as drpc:
             drpc.register(build_reach())
             for _ in range(10):
                 drpc.execute("reach", URL)
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.calls < 1:
         parser.error("calls must be at least 1")
     if args.counts:
-        per_turns, per_kind = counts(args.calls)
+        per_turns, per_kind = counts(args.calls, args.tick, args.idle)
         print(f"{per_turns:.1f} turns per request")
         print(f"{sum(per_kind.values()):.1f} messages handled per request:")
         for (receiver, kind), count in per_kind.items():
