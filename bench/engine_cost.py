@@ -13,7 +13,10 @@ engine's timeout checks run every ``--tick`` seconds and an idle spout is
 polled at most every ``--idle`` seconds (default an hour for both: their cost
 is the clock's, not a request's, and under callgrind a call takes a hundred
 times longer; the DRPC spout is woken when a request arrives). The script
-also prints the wall time per call (noisy: say so).
+also prints the wall and CPU time per call (noisy: say so); ``--callers K``
+makes the calls from K closed-loop threads instead of one. It names the
+engine build it ran (compiled, or pure Python with ``DRPC_PURE_PYTHON=1``;
+see ``drpc/compiled.py``).
 
 ``--counts`` instead counts, over N calls after a warm-up, the engine's turns
 and the messages its tasks handle per request, by receiver and kind (data
@@ -28,79 +31,84 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from drpc.compiled import engine_build  # noqa: E402
 from drpc.examples.reach import EXPECTED_REACH, build_reach  # noqa: E402
 from drpc.testing import LocalDRPC  # noqa: E402
 
 URL = "foo.com/blog/1"
+
+
+class Timing(NamedTuple):
+    wall_per_call: float
+    cpu_per_call: float  # the whole process's CPU time, every thread
+    calls_per_second: float
+
+
 TUPLES_PER_REQUEST = 38
 """Data tuples one storm-starter reach of ``URL`` sends between its steps."""
 
 
-def run(calls: int, tick: float = 3600.0, idle: float = 3600.0) -> float:
-    """Seconds per call of ``calls`` sequential reach calls, after one warm-up call."""
-    with LocalDRPC(tick_interval=tick, max_idle_wait=idle) as drpc:
-        drpc.register(build_reach())
-        expected = str(EXPECTED_REACH[URL])
-        if drpc.execute("reach", URL) != expected:
-            raise SystemExit("wrong answer on the warm-up call")
-        started = time.perf_counter()
-        for _ in range(calls):
+def run(calls: int, tick: float = 3600.0, idle: float = 3600.0, callers: int = 1) -> Timing:
+    """Wall and CPU seconds per call of ``calls`` reach calls, after a warm-up, made by
+    ``callers`` closed-loop threads (each calls again as soon as its answer is in)."""
+    expected = str(EXPECTED_REACH[URL])
+
+    def call_many(drpc: LocalDRPC, count: int) -> None:
+        for _ in range(count):
             answer = drpc.execute("reach", URL)
             if answer != expected:
                 raise SystemExit(f"wrong answer: {answer!r}, expected {expected!r}")
-        return (time.perf_counter() - started) / calls
+
+    with LocalDRPC(tick_interval=tick, max_idle_wait=idle) as drpc:
+        drpc.register(build_reach())
+        call_many(drpc, 10)
+        shares = [calls // callers + (i < calls % callers) for i in range(callers)]
+        threads = [threading.Thread(target=call_many, args=(drpc, n)) for n in shares]
+        started, cpu_started = time.perf_counter(), time.process_time()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    return Timing(wall / calls, cpu / calls, calls / wall)
 
 
 def counts(
     calls: int, tick: float = 3600.0, idle: float = 3600.0
 ) -> tuple[float, dict[tuple[str, str], float]]:
     """Turns, and messages handled by (component, message kind), per call over ``calls``
-    sequential reach calls after a warm-up. Wraps the engine's classes for the run."""
-    from drpc.executors.local.executor import LocalExecutor
-    from drpc.executors.local.tasks import AckerTask, BoltTask, SpoutTask
-
-    turns = 0
-    handled: Counter[tuple[str, str]] = Counter()
-    begin_turn = LocalExecutor.begin_turn
-    handles = {kind: kind.handle for kind in (AckerTask, BoltTask, SpoutTask)}
-
-    def counted_turn(engine: LocalExecutor) -> None:
-        nonlocal turns
-        turns += 1
-        begin_turn(engine)
-
-    def counted(handle: Any) -> Any:
-        def handle_counted(task: Any, message: Any) -> None:
-            handled[(task.name.split("[")[0], type(message).__name__)] += 1
-            handle(task, message)
-
-        return handle_counted
-
-    LocalExecutor.begin_turn = counted_turn  # type: ignore[method-assign, assignment]
-    for kind, handle in handles.items():
-        kind.handle = counted(handle)  # type: ignore[method-assign]
-    try:
-        with LocalDRPC(tick_interval=tick, max_idle_wait=idle) as drpc:
-            drpc.register(build_reach())
-            for _ in range(10):
-                drpc.execute("reach", URL)
-            turns = 0
-            handled.clear()
-            for _ in range(calls):
-                drpc.execute("reach", URL)
-    finally:
-        LocalExecutor.begin_turn = begin_turn  # type: ignore[method-assign]
-        for kind, handle in handles.items():
-            kind.handle = handle  # type: ignore[method-assign]
+    sequential reach calls after a warm-up, from the engine's own counters (``Actor.turns_taken``,
+    ``Actor.messages_handled``), so the compiled build is counted as it runs."""
+    with LocalDRPC(tick_interval=tick, max_idle_wait=idle) as drpc:
+        engine = drpc.register(build_reach())
+        actors = [*engine.tasks.values(), *engine.ackers]
+        for _ in range(10):
+            drpc.execute("reach", URL)
+        turns_before = sum(actor.turns_taken for actor in actors)
+        handled_before = tally(actors)
+        for _ in range(calls):
+            drpc.execute("reach", URL)
+        turns = sum(actor.turns_taken for actor in actors) - turns_before
+        handled = tally(actors) - handled_before
     return turns / calls, {key: count / calls for key, count in sorted(handled.items())}
+
+
+def tally(actors: list[Any]) -> Counter[tuple[str, str]]:
+    """Messages the actors have handled so far, by (component, message kind)."""
+    handled: Counter[tuple[str, str]] = Counter()
+    for actor in actors:
+        for kind, count in actor.messages_handled.items():
+            handled[(actor.name.split("[")[0], kind)] += count
+    return handled
 
 
 def instructions(path: Path) -> int:
@@ -130,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="count turns and messages handled per request instead of timing",
     )
+    parser.add_argument(
+        "--callers",
+        type=int,
+        default=1,
+        help="closed-loop threads making the calls (timed run only; default 1: sequential)",
+    )
     parser.add_argument("--few", type=int, default=50, help="calls of the FEW run")
     parser.add_argument("--many", type=int, default=250, help="calls of the MANY run")
     args = parser.parse_args(argv)
@@ -141,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.calls < 1:
         parser.error("calls must be at least 1")
+    if not 1 <= args.callers <= args.calls:
+        parser.error("--callers must be between 1 and the number of calls")
+    print(f"{engine_build()} engine")
     if args.counts:
         per_turns, per_kind = counts(args.calls, args.tick, args.idle)
         print(f"{per_turns:.1f} turns per request")
@@ -148,8 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         for (receiver, kind), count in per_kind.items():
             print(f"  {count:7.2f}  {kind} to {receiver}")
         return 0
-    seconds = run(args.calls, args.tick, args.idle)
-    print(f"{seconds * 1e3:.3f} ms per call (wall time: noisy under load)")
+    timing = run(args.calls, args.tick, args.idle, args.callers)
+    print(
+        f"{args.callers} caller(s): {timing.wall_per_call * 1e3:.3f} ms per call, "
+        f"{timing.cpu_per_call * 1e3:.3f} ms CPU per call, {timing.calls_per_second:.0f} calls/s "
+        "(wall and CPU time: noisy under load)"
+    )
     return 0
 
 

@@ -6,6 +6,12 @@ import pyspark; the Spark executor loads it on first use.
 
 from __future__ import annotations
 
+# ruff: noqa: E402
+# The engine's build (compiled or pure Python) is chosen before any engine module loads.
+from drpc import compiled as _compiled
+
+_compiled.guard()
+
 from drpc.builders.linear_drpc import LinearDRPCInputDeclarer, LinearDRPCTopologyBuilder
 from drpc.errors import (
     AuthorizationException,

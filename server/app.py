@@ -55,6 +55,7 @@ from drpc.server.trim import MemoryTrimmer
 
 from drpc import runtime
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
+from drpc.compiled import engine_build
 from drpc.errors import DRPCError, NameTooLongError
 from drpc.hosting import Host, as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
@@ -361,7 +362,7 @@ class DRPCServer:
         return (
             f"DRPC server serving {functions}; execute (Thrift) on {self.host}:{self.port}, "
             f"invocations (Thrift) on {self.host}:{self.invocations_port}{http}; "
-            f"request timeout {self.timeout:g} s"
+            f"request timeout {self.timeout:g} s; {engine_build()} engine"
             + ("; TLS" if self.ssl_context is not None else "")
             + (f"; Spark UI {spark_ui}" if (spark_ui := self.dashboard.spark_ui()) else "")
         )

@@ -34,6 +34,7 @@ LAYERS: list[set[str]] = [
         "drpc.observe",
         "drpc.commandline",
         "drpc.gcpolicy",
+        "drpc.compiled",
     },
     {"drpc.requests", "drpc.state", "drpc.protocol"},
     {"drpc.model"},

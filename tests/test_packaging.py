@@ -38,3 +38,19 @@ def test_the_licence_file_is_the_apache_license_2_0() -> None:
         "APPENDIX: How to apply the Apache License to your work.",
     ):
         assert line in lines
+
+
+def test_every_package_of_the_tree_is_declared() -> None:
+    """A package missing from [tool.setuptools] packages is left out of a wheel, and only an
+    install from the wheel (not the editable one the suite runs on) would show it."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    declared = set(setuptools["packages"])
+    where = {"drpc": ROOT / "drpc"} | {
+        name: ROOT / path for name, path in setuptools["package-dir"].items()
+    }
+    found = {
+        ".".join([name, *init.parent.relative_to(path).parts])
+        for name, path in where.items()
+        for init in path.rglob("__init__.py")
+    }
+    assert found - declared == set()

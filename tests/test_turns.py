@@ -11,8 +11,6 @@ import threading
 import time
 from collections import Counter
 
-import pytest
-
 from drpc.errors import Failure
 from drpc.examples.reach import build_reach
 from drpc.examples.square import build_square
@@ -131,25 +129,18 @@ def test_a_run_of_acks_folds_into_one_per_root_and_other_acker_messages_end_runs
     assert folded.ack(7, ack.ack_val, 0.0) == [RootCompleted(7, "spout")]
 
 
-def test_a_reach_call_hands_each_step_its_count_reports_folded_and_every_one_counted(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    handled: Counter[str] = Counter()  # report messages each step handled
-    standing_for: Counter[str] = Counter()  # the reports they stood for
-    handle = BoltTask.handle
-
-    def counting(task: BoltTask, message: Message) -> None:
-        if isinstance(message, ReportMessage):
-            handled[task.component_id] += 1
-            standing_for[task.component_id] += message.reports
-        handle(task, message)
-
-    monkeypatch.setattr(BoltTask, "handle", counting)
+def test_a_reach_call_hands_each_step_its_count_reports_folded_and_every_one_counted() -> None:
     calls = 20
     with LocalDRPC() as drpc:
-        drpc.register(build_reach())
+        engine = drpc.register(build_reach())
         for _ in range(calls):
             assert drpc.execute("reach", "foo.com/blog/1") == "16"
+    handled: Counter[str] = Counter()  # report messages each step handled
+    standing_for: Counter[str] = Counter()  # the reports they stood for
+    for task in engine.tasks.values():
+        if isinstance(task, BoltTask):
+            handled[task.component_id] += task.messages_handled.get("ReportMessage", 0)
+            standing_for[task.component_id] += task.reports_received
     # storm-starter reach: 12 GetFollowers tasks each report to the 6 PartialUniquer tasks,
     # and those to the 3 CountAggregator tasks.
     assert standing_for["bolt2"] == 12 * 6 * calls

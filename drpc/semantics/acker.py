@@ -83,7 +83,7 @@ class Acker:
 
     def __init__(self, timeout: float) -> None:
         if timeout <= 0:
-            raise ValueError(f"acker timeout must be positive, got {timeout!r}")
+            raise ValueError(f"acker timeout must be positive, got {timeout:g}")
         self.timeout = timeout
         self._pending: OrderedDict[int, _Entry] = OrderedDict()
         # Failed roots until their deadline, with the failure if the init has not come yet.

@@ -55,7 +55,7 @@ class CoordinationConfig:
         if self.expected_reports < 0:
             raise ValueError(f"expected_reports must be >= 0, got {self.expected_reports}")
         if self.timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {self.timeout}")
+            raise ValueError(f"timeout must be positive, got {self.timeout:g}")
 
 
 @dataclass(frozen=True, slots=True)

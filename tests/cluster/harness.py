@@ -388,7 +388,7 @@ class SparkCluster:
 
 # -- what the executors run ----------------------------------------------------------------------
 
-EXECUTOR_DEPENDENCIES = ("cloudpickle", "lmdb")
+EXECUTOR_DEPENDENCIES = ("cloudpickle", "lmdb", "mypy_extensions")
 """What drpc's tasks import on an executor besides pyspark (which Spark provides)."""
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from drpc.compiled import engine_build
 from tests.cluster.harness import (
     ROOT,
     SparkCluster,
@@ -229,13 +230,16 @@ def test_serving_and_a_transactional_run_on_two_hosts_through_a_worker_kill(
         _stop(server, log)
     served = _log(log)
     assert "serving DRPC function 'reach' on the resident Spark tasks" in started
-    serving_on = {
-        line.rsplit(" ", 1)[1].rsplit(":", 1)[0]
+    serving = [
+        line
         for stderr in spark_cluster.workdir.glob("work-*/app-*/*/stderr")
         for line in stderr.read_text().splitlines()
         if "drpc.executors.resident.worker: resident task" in line and " serving on " in line
-    }
+    ]
+    serving_on = {line.rsplit(" ", 1)[1].rsplit(":", 1)[0] for line in serving}
     assert serving_on == {two_hosts.cluster.address}  # bound to their executors' address
+    # The packed environment carries the engine this checkout runs, compiled or not.
+    assert {line.split("(", 1)[1].split(")")[0] for line in serving} == {f"{engine_build()} engine"}
     assert lost and not any(alive(pid) for pid in lost)  # its executor went down with it
     assert "Lost executor" in served or "Executor lost" in served  # and Spark noticed
     assert load["across_kill"] > 0  # calls were in flight when the worker died

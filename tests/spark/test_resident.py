@@ -3,6 +3,7 @@ slots, and batch jobs and transactional runs beside it on the same session."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from drpc import runtime
+from drpc.compiled import engine_build
 from drpc.examples.exclamation import build_exclamation
 from drpc.examples.reach import EXPECTED_REACH, build_reach
 from drpc.examples.square import build_square
@@ -41,6 +43,22 @@ def test_functions_share_one_resident_job_of_half_the_slots() -> None:
     assert {d.topology.drpc_function for d in cluster.deployments()} == set()
 
 
+def test_the_resident_tasks_run_the_engine_build_the_driver_runs() -> None:
+    """A Spark Python worker imports drpc on its own: it must find the compiled engine the
+    driver uses (``make test`` runs both compiled, DRPC_EXPECT_BUILD=compiled)."""
+    with LocalDRPC(executor="spark") as drpc:
+        drpc.register(build_square())
+        assert drpc.execute("square", "3") == "9"
+        cluster = current_cluster()
+        assert cluster is not None
+        builds = dict(cluster.engine_builds)
+    assert sorted(builds) == cluster.workers
+    assert set(builds.values()) == {engine_build()}
+    expected = os.environ.get("DRPC_EXPECT_BUILD")
+    if expected is not None:
+        assert engine_build() == expected
+
+
 def test_asking_for_other_slots_than_the_running_job_is_refused_naming_both() -> None:
     with LocalDRPC(executor="spark") as drpc:
         drpc.register(build_reach())
@@ -69,7 +87,7 @@ def test_batch_jobs_and_a_transactional_run_go_on_beside_resident_functions(
         batch.register(build_exclamation())
         runner = threading.Thread(target=transactional)
         runner.start()
-        answers = []
+        answers: list[tuple[str, str]] = []
         while runner.is_alive() or len(answers) < 20:
             url = list(EXPECTED_REACH)[len(answers) % 4]
             answers.append((resident.execute("reach", url), EXPECTED_REACH[url]))

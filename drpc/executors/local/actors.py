@@ -35,6 +35,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from mypy_extensions import mypyc_attr
+
 from drpc.executors.local.messages import Message
 
 log = logging.getLogger(__name__)
@@ -46,8 +48,13 @@ HANDOFF = 0.002
 """Default seconds actors may wait, no worker taking any, before a sleeping worker is woken."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Actor:
-    """Something with a mailbox that handles one message at a time."""
+    """Something with a mailbox that handles one message at a time.
+
+    ``turns_taken`` and ``messages_handled`` (by kind, after any folding) count what it
+    did, for diagnostics (``bench/engine_cost.py --counts``).
+    """
 
     name = "actor"
 
@@ -55,6 +62,8 @@ class Actor:
         self._mailbox: deque[Message] = deque()
         self._scheduled = False
         self._lock = threading.Lock()
+        self.turns_taken = 0
+        self.messages_handled: dict[str, int] = {}
 
     def handle(self, message: Message) -> None:
         raise NotImplementedError
@@ -63,7 +72,11 @@ class Actor:
         """Handle one turn's messages in order; an exception from one is logged and the
         others are still handled. An actor may fold messages first where handling the
         folded one comes to the same (``drpc.executors.local.messages``)."""
+        self.turns_taken += 1
+        handled = self.messages_handled
         for message in batch:
+            kind = type(message).__name__
+            handled[kind] = handled.get(kind, 0) + 1
             try:
                 self.handle(message)
             except Exception:
@@ -107,7 +120,7 @@ class Scheduler:
         self._awake = threads  # workers not waiting on _work_ready
         self._taken = 0  # actors taken from _ready so far
         self._watching = False
-        self._threads = [
+        self._timer_threads = [
             threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True)
             for i in range(threads)
         ]
@@ -118,7 +131,7 @@ class Scheduler:
         self._handoff = handoff
 
     def start(self) -> None:
-        for thread in self._threads:
+        for thread in self._timer_threads:
             thread.start()
         self._watchdog.start()
 
@@ -161,12 +174,12 @@ class Scheduler:
                 if not self._ready:
                     self._watching = False
                     self._watch_ready.wait()
-                    continue
-                self._watching = True
-                taken = self._taken
-                self._watch_ready.wait(self._handoff)
-                if self._ready and self._taken == taken and not self._stopped:
-                    self._work_ready.notify()
+                else:
+                    self._watching = True
+                    taken = self._taken
+                    self._watch_ready.wait(self._handoff)
+                    if self._ready and self._taken == taken and not self._stopped:
+                        self._work_ready.notify()
 
     def _work(self) -> None:
         turns = self._turns
@@ -196,10 +209,11 @@ class Scheduler:
                 except Exception:
                     log.exception("%s: sending what its turn produced failed", actor.name)
             with actor._lock:
-                if not actor._mailbox:
+                more = bool(actor._mailbox)
+                if not more:
                     actor._scheduled = False
-                    continue
-            self._enqueue(actor)
+            if more:
+                self._enqueue(actor)
 
     def stop(self, timeout: float) -> None:
         with self._work_ready:
@@ -207,7 +221,7 @@ class Scheduler:
             self._work_ready.notify_all()
             self._watch_ready.notify_all()
         deadline = time.monotonic() + timeout
-        for thread in (*self._threads, self._watchdog):
+        for thread in (*self._timer_threads, self._watchdog):
             if thread is not threading.current_thread() and thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
 
@@ -220,16 +234,17 @@ class Timer:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stopped = False
-        self._thread = threading.Thread(target=self._run, name=f"{name}-timer", daemon=True)
+        self._timer_thread = threading.Thread(target=self._run, name=f"{name}-timer", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self._timer_thread.start()
 
     def schedule(self, delay: float, callback: Callable[[], None]) -> None:
-        entry = (time.monotonic() + delay, next(self._seq), callback)
+        seq = next(self._seq)
         with self._cond:
-            heapq.heappush(self._heap, entry)
-            if self._heap[0] is entry:  # else the thread already wakes up before it is due
+            heapq.heappush(self._heap, (time.monotonic() + delay, seq, callback))
+            # Compared by number, not identity: a compiled build boxes the tuple anew.
+            if self._heap[0][1] == seq:  # else the thread already wakes up before it is due
                 self._cond.notify()
 
     def _run(self) -> None:
@@ -252,5 +267,5 @@ class Timer:
         with self._cond:
             self._stopped = True
             self._cond.notify()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(2.0)
+        if self._timer_thread.is_alive() and self._timer_thread is not threading.current_thread():
+            self._timer_thread.join(2.0)

@@ -114,6 +114,7 @@ class BoltTask(Actor):
         self.failed_here = False  # the handling failed an id
         self.hands_over = spec.id == RETURN_ID  # hands results to the invocations handle
         self.timeout = self.core.message_timeout
+        self.reports_received = 0  # count reports, a folded one counting what it stands for
 
     def prepare(self) -> None:
         self.core.prepare(self.engine.services)
@@ -149,10 +150,7 @@ class BoltTask(Actor):
     def _traced(self, spans: StepRecorder, message: TupleMessage | ReportMessage) -> None:
         roots = message.message_id
         started = time.monotonic()
-        self.done_with_id = False
-        self.last_sent = None
-        self.first_report = None
-        self.failed_here = False
+        self._begin_handling()
         if self.hands_over:
             HANDLING.current = (self.component_id, self.task_id, started)
         report = type(message) is ReportMessage
@@ -168,12 +166,28 @@ class BoltTask(Actor):
                 HANDLING.current = None
             # A count report matters to the span only when it finished an id here.
             if not report:
-                ended = self.last_sent or self.first_report or time.monotonic()
+                ended = self._handling_ended()
                 spans.saw(self.component_id, self.task_id, roots, started, ended)
             elif self.done_with_id:
-                ended = self.last_sent or self.first_report or time.monotonic()
+                ended = self._handling_ended()
                 moves_end = self.last_sent is not None or self.failed_here
                 spans.saw(self.component_id, self.task_id, roots, started, ended, moves_end)
+
+    def _begin_handling(self) -> None:
+        # A method of its own: set inline, the None would narrow these attributes' types for
+        # the rest of _traced, and the compiled build would check that narrowed type.
+        self.done_with_id = False
+        self.last_sent = None
+        self.first_report = None
+        self.failed_here = False
+
+    def _handling_ended(self) -> float:
+        """When the handling ended for its span: its last send, else its first report, else now."""
+        if self.last_sent is not None:
+            return self.last_sent
+        if self.first_report is not None:
+            return self.first_report
+        return time.monotonic()
 
     def receive(self, message: TupleMessage | ReportMessage) -> None:
         core = self.core
@@ -234,6 +248,7 @@ class BoltTask(Actor):
         them) takes no tuple: its edges are folded into the id's ``held_edges``, or acked
         at once when the id has an id stream. One that decides something becomes the
         tuple the decisions are triggered by (a finish's emits anchor to it)."""
+        self.reports_received += message.reports
         roots = message.message_id
         dead = self.dead_roots
         if dead and roots and all(root in dead for root in roots):

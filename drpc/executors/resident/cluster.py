@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from drpc.compiled import engine_build
 from drpc.errors import DRPCError, DRPCExceptionType, Failure
 from drpc.executors.local.executor import LocalExecutor
 from drpc.executors.resident.control import (
@@ -135,6 +136,7 @@ class ResidentCluster:
         self.last_failure: str | None = None
         self._cond = threading.Condition()
         self._ready: set[int] = set()
+        self.engine_builds: dict[int, str] = {}  # each resident task's, as it said Ready
         self._deployments: dict[str, Deployment] = {}
         self._job: threading.Thread | None = None
         self._job_error: BaseException | None = None
@@ -309,6 +311,14 @@ class ResidentCluster:
         with self._cond:
             if isinstance(message, Ready):
                 self._ready.add(message.node)
+                self.engine_builds[message.node] = message.engine_build
+                if message.engine_build != engine_build():
+                    log.warning(
+                        "resident task %d runs the %s engine, this driver the %s one",
+                        message.node,
+                        message.engine_build,
+                        engine_build(),
+                    )
             elif isinstance(message, Deployed):
                 deployment = self._deployments.get(message.key)
                 if deployment is not None:

@@ -3,8 +3,9 @@
 Control items travel as wire items ``(None, CONTROL, message)``
 (``drpc.executors.resident.routing``):
 
-- a worker says ``Ready(node)`` once it is connected to the driver and to the
-  workers before it;
+- a worker says ``Ready(node, engine_build)`` once it is connected to the driver
+  and to the workers before it (``engine_build``: ``"compiled"`` or ``"pure"``, see
+  ``drpc.compiled``);
 - the driver sends ``Deploy(key, topology, conf, node_of, observed)`` (the topology
   frozen with cloudpickle, so bolts defined in ``__main__`` travel) and each
   worker answers ``Deployed(key, node)`` once its share runs, or
@@ -20,6 +21,7 @@ from typing import Any, NamedTuple
 
 class Ready(NamedTuple):
     node: int
+    engine_build: str
 
 
 class Deploy(NamedTuple):

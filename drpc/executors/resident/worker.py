@@ -30,6 +30,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from drpc.compiled import engine_build
 from drpc.executors.local.executor import LocalExecutor
 from drpc.executors.local.spans import ShippedSpans
 from drpc.executors.resident.control import (
@@ -154,8 +155,9 @@ def resident_task(
     if not worker.node.wait_for_peers(others, PEER_TIMEOUT):
         missing = sorted(set(others) - set(worker.node.peers()))
         raise RuntimeError(f"resident task {node_index}: tasks {missing} never connected")
-    worker.node.send(DRIVER, (None, CONTROL, Ready(node_index)))
-    log.info("resident task %d serving on %s:%d", node_index, host, port)
+    build = engine_build()
+    worker.node.send(DRIVER, (None, CONTROL, Ready(node_index, build)))
+    log.info("resident task %d (%s engine) serving on %s:%d", node_index, build, host, port)
     reason = worker.serve()
     log.info("resident task %d ended: %s", node_index, reason)
     yield reason
