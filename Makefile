@@ -41,6 +41,13 @@ test: $(STAMP) $(ENGINE_BUILD)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	DRPC_EXPECT_BUILD=compiled $(PY) -m pytest $(PYTEST_ARGS)
+	DRPC_EXPECT_BUILD=pure DRPC_PURE_PYTHON=1 $(PY) -m pytest -q -m "not spark" $(PURE_TESTS)
+
+# The engine's own tests run once more on the pure-Python engine, what an install without
+# the compiled build runs (about 30 s).
+PURE_TESTS ?= tests/test_compiled.py::test_the_build_this_run_expects_is_the_one_it_runs \
+	tests/semantics tests/topologies tests/test_turns.py tests/test_local_executor.py \
+	tests/test_task_core.py tests/test_batch_task.py tests/test_executor_events.py
 
 # Mutation testing of the pure cores ([tool.mutmut] in pyproject.toml lists them and the
 # tests that run): mutmut mutates them one change at a time, then tests/mutation/score.py

@@ -61,6 +61,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from drpc import runtime  # noqa: E402
+from drpc.compiled import engine_build  # noqa: E402
 from drpc.examples.reach import EXPECTED_REACH, FOLLOWERS_DB, TWEETERS_DB, build_reach  # noqa: E402
 from drpc.examples.reach_graph import (  # noqa: E402
     Graph,
@@ -693,6 +694,7 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(),
             "spark": session.version,
             "master": sc.master,
+            "engine": engine_build(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "load_average_at_start": os.getloadavg(),
         }
@@ -718,6 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("load_average_at_start", "load_average_at_end")
     )
     print(f"load average (1, 5, 15 min) at start {start}, at end {end}")
+    print(f"{results['environment']['engine']} engine (drpc/compiled.py)")
     print(f"written to {args.out} in {results['seconds']:.0f} s")
     return 0
 

@@ -48,7 +48,7 @@ def new_edge_id() -> int:
             return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as the coordination decisions (see there)
 class RootCompleted:
     root: int
     owner: Hashable
