@@ -120,7 +120,7 @@ class Scheduler:
         self._awake = threads  # workers not waiting on _work_ready
         self._taken = 0  # actors taken from _ready so far
         self._watching = False
-        self._timer_threads = [
+        self._threads = [
             threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True)
             for i in range(threads)
         ]
@@ -131,7 +131,7 @@ class Scheduler:
         self._handoff = handoff
 
     def start(self) -> None:
-        for thread in self._timer_threads:
+        for thread in self._threads:
             thread.start()
         self._watchdog.start()
 
@@ -221,7 +221,7 @@ class Scheduler:
             self._work_ready.notify_all()
             self._watch_ready.notify_all()
         deadline = time.monotonic() + timeout
-        for thread in (*self._timer_threads, self._watchdog):
+        for thread in (*self._threads, self._watchdog):
             if thread is not threading.current_thread() and thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
 
@@ -234,6 +234,7 @@ class Timer:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stopped = False
+        # Not "_thread": compiled, that attribute becomes a C field named after C's __thread.
         self._timer_thread = threading.Thread(target=self._run, name=f"{name}-timer", daemon=True)
 
     def start(self) -> None:

@@ -120,7 +120,7 @@ class Outbox:
     def acker_messages(self) -> list[tuple[int, Message]]:
         """Every acker message, ``(root, message)``: the others first, then one ``Ack``
         per root."""
-        return [*self.acker, *((root, Ack(root, value)) for root, value in self.acks.items())]
+        return [*self.acker, *[(root, Ack(root, value)) for root, value in self.acks.items()]]
 
 
 def fold_reports(batch: list[Message]) -> list[Message]:
