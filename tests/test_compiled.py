@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,15 @@ print(json.dumps({
 
 def probe(root: Path, **env: str) -> dict[str, Any]:
     """Import drpc from ``root`` in a fresh interpreter; its build, files and warnings."""
+    return probe_path(str(root), root, **env)
+
+
+def probe_path(path: str, cwd: Path, **env: str) -> dict[str, Any]:
     environment = {k: v for k, v in os.environ.items() if k != compiled.PURE_PYTHON_ENV}
-    environment.update(env, PYTHONPATH=str(root))
+    environment.update(env, PYTHONPATH=path)
     result = subprocess.run(
         [sys.executable, "-c", PROBE],
-        cwd=root,
+        cwd=cwd,
         env=environment,
         capture_output=True,
         text=True,
@@ -142,6 +147,25 @@ def test_a_tree_without_a_build_runs_pure_without_a_word(tmp_path: Path) -> None
         "files": [
             str(root / "drpc" / "semantics" / "acker.py"),
             str(root / "drpc" / "executors" / "local" / "executor.py"),
+        ],
+        "warnings": [],
+    }
+
+
+def test_drpc_in_a_zip_runs_pure_without_a_word(tmp_path: Path) -> None:
+    """As executors given drpc through spark.submit.pyFiles run it: a zip cannot hold
+    extensions, even when the build's files are in it."""
+    archive = tmp_path / "drpc.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in sorted((REPO / "drpc").rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                zipped.write(path, path.relative_to(REPO).as_posix())
+    seen = probe_path(str(archive), tmp_path)
+    assert seen == {
+        "build": "pure",
+        "files": [
+            f"{archive}/drpc/semantics/acker.py",
+            f"{archive}/drpc/executors/local/executor.py",
         ],
         "warnings": [],
     }
