@@ -43,6 +43,7 @@ from types import ModuleType
 COMPILED_MODULES: tuple[str, ...] = (
     "drpc.model.hashing",
     "drpc.model.tuples",
+    "drpc.semantics.values",
     "drpc.semantics.acker",
     "drpc.semantics.coordination",
     "drpc.semantics.routing",

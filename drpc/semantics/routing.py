@@ -53,6 +53,7 @@ class OutputRouter:
         self.index = topology.component_task_ids[component_id].index(task_id)
         self.routes: dict[str, list[_Route]] = {}
         self.direct_targets: dict[str, set[int]] = {}
+        self.widths = {stream: len(info.fields) for stream, info in spec.outputs.items()}
         for stream_id, info in spec.outputs.items():
             routes: list[_Route] = []
             direct: set[int] = set()
@@ -70,12 +71,15 @@ class OutputRouter:
 
     def check(self, stream: str, values: Sequence[Any], direct: bool) -> StreamInfo:
         info = self.check_stream(stream, direct)
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        # list and tuple first: the Sequence check goes through the ABC machinery, in Python
+        if not isinstance(values, (list, tuple)) and (
+            isinstance(values, (str, bytes)) or not isinstance(values, Sequence)
+        ):
             raise InvalidTupleError(
                 f"step {self.component_id!r} emitted {type(values).__name__} on stream "
                 f"{stream!r}; emit a list of values, e.g. Values(...)"
             )
-        if len(values) != len(info.fields):
+        if len(values) != self.widths[stream]:
             raise InvalidTupleError(
                 f"step {self.component_id!r} emitted {len(values)} values on stream {stream!r}, "
                 f"which declares {len(info.fields)} fields {info.fields.to_list()}"

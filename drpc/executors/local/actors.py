@@ -113,13 +113,18 @@ class Scheduler:
             raise ValueError(f"batch must be >= 1, got {batch}")
         if not handoff > 0:
             raise ValueError(f"handoff must be positive, got {handoff}")
-        lock = threading.Lock()
+        # One lock guards the ready queue and the counts. A sleeping worker blocks on a lock of
+        # its own, held until a waker releases it; the watchdog likewise on _watch_wakeup.
+        # Raw locks, not Conditions: a Condition's methods are Python code, and actors are
+        # made ready tens of times per request.
+        self._lock = threading.Lock()
         self._ready: deque[Actor] = deque()
-        self._work_ready = threading.Condition(lock)  # sleeping workers wait here
-        self._watch_ready = threading.Condition(lock)  # the idle watchdog waits here
-        self._awake = threads  # workers not waiting on _work_ready
+        self._sleepers: list[threading.Lock] = []  # one per sleeping worker, held
+        self._awake = threads  # workers not sleeping, or woken and about to run
         self._taken = 0  # actors taken from _ready so far
-        self._watching = False
+        self._watching = False  # the watchdog is timing the ready queue
+        self._watch_wakeup = threading.Lock()
+        self._watch_wakeup.acquire()
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True)
             for i in range(threads)
@@ -148,44 +153,68 @@ class Scheduler:
         self._enqueue(actor)
 
     def _enqueue(self, actor: Actor) -> None:
-        with self._work_ready:
+        sleeper = None
+        wake_watchdog = False
+        with self._lock:
             self._ready.append(actor)
             if self._awake == 0:
-                self._work_ready.notify()
+                sleeper = self._wake_one()
             elif not self._watching:
-                self._watch_ready.notify()
+                self._watching = wake_watchdog = True
+        if sleeper is not None:
+            sleeper.release()
+        elif wake_watchdog:
+            self._watch_wakeup.release()
 
-    def _next(self) -> Actor | None:
-        """The next actor from the ready queue, sleeping until there is one; None to stop."""
-        with self._work_ready:
-            while not self._ready:
+    def _wake_one(self) -> threading.Lock | None:
+        """Under ``_lock``: the lock to release to wake a sleeping worker, counted awake."""
+        if not self._sleepers:
+            return None
+        self._awake += 1
+        return self._sleepers.pop()
+
+    def _next(self, sleep: threading.Lock) -> Actor | None:
+        """The next actor from the ready queue, sleeping on ``sleep`` (held) until there is
+        one; None to stop."""
+        while True:
+            with self._lock:
+                if self._ready:
+                    self._taken += 1
+                    return self._ready.popleft()
                 if self._stopped:
                     return None
                 self._awake -= 1
-                self._work_ready.wait()
-                self._awake += 1
-            self._taken += 1
-            return self._ready.popleft()
+                self._sleepers.append(sleep)
+            sleep.acquire()  # until a waker releases it, counting this worker awake
 
     def _watch(self) -> None:
         """Wake a sleeping worker for actors that no awake worker takes (it is blocked)."""
-        with self._watch_ready:
-            while not self._stopped:
-                if not self._ready:
-                    self._watching = False
-                    self._watch_ready.wait()
-                else:
-                    self._watching = True
-                    taken = self._taken
-                    self._watch_ready.wait(self._handoff)
-                    if self._ready and self._taken == taken and not self._stopped:
-                        self._work_ready.notify()
+        wakeup = self._watch_wakeup
+        while True:
+            with self._lock:
+                if self._stopped:
+                    return
+                idle = not self._ready
+                if idle:
+                    self._watching = False  # the next _enqueue releases wakeup
+                taken = self._taken
+            if idle:
+                wakeup.acquire()
+                continue
+            wakeup.acquire(timeout=self._handoff)
+            with self._lock:
+                stuck = bool(self._ready) and self._taken == taken and not self._stopped
+                sleeper = self._wake_one() if stuck else None
+            if sleeper is not None:
+                sleeper.release()
 
     def _work(self) -> None:
         turns = self._turns
         batch_size = self._batch
+        sleep = threading.Lock()
+        sleep.acquire()
         while True:
-            actor = self._next()
+            actor = self._next(sleep)
             if actor is None:
                 return
             if self._stopped:
@@ -216,10 +245,16 @@ class Scheduler:
                 self._enqueue(actor)
 
     def stop(self, timeout: float) -> None:
-        with self._work_ready:
+        with self._lock:
             self._stopped = True
-            self._work_ready.notify_all()
-            self._watch_ready.notify_all()
+            sleepers, self._sleepers = self._sleepers, []
+            self._awake += len(sleepers)
+            wake_watchdog = not self._watching
+            self._watching = True
+        for sleeper in sleepers:
+            sleeper.release()
+        if wake_watchdog:
+            self._watch_wakeup.release()
         deadline = time.monotonic() + timeout
         for thread in (*self._threads, self._watchdog):
             if thread is not threading.current_thread() and thread.is_alive():

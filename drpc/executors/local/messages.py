@@ -16,6 +16,8 @@ are pickled, once by the emitter, in ``payload``):
 - ``Tick``: the clock reached ``now`` (timeouts);
 - ``NEXT``: a spout should call ``next_tuple``.
 
+Each is a ``Value`` (``drpc.semantics.values``): compared and matched by its fields.
+
 A turn may fold what it takes from a mailbox before handling it, where
 handling the folded message comes to the same as handling each:
 ``fold_reports`` makes each run of consecutive count reports of one id (and
@@ -32,59 +34,114 @@ is the same as each of them) beside the other acker messages in order.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from drpc.errors import Failure
+from drpc.semantics.values import Value
 
 
-class TupleMessage(NamedTuple):
-    source: str
-    stream: str
-    source_task: int
-    payload: bytes
-    message_id: dict[int, int]
+class TupleMessage(Value):
+    __slots__ = ("message_id", "payload", "source", "source_task", "stream")
+    __match_args__ = ("source", "stream", "source_task", "payload", "message_id")
+
+    def __init__(
+        self, source: str, stream: str, source_task: int, payload: bytes, message_id: dict[int, int]
+    ) -> None:
+        self.source = source
+        self.stream = stream
+        self.source_task = source_task
+        self.payload = payload
+        self.message_id = message_id
+
+    def fields(self) -> tuple[object, ...]:
+        return (self.source, self.stream, self.source_task, self.payload, self.message_id)
 
 
-class ReportMessage(NamedTuple):
-    source: str
-    source_task: int
-    id: Any
-    tuples: int  # how many tuples of ``id`` the source task sent the receiving one
-    message_id: dict[int, int]
-    reports: int = 1  # how many reports this one stands for (``fold_reports``)
+class ReportMessage(Value):
+    __slots__ = ("id", "message_id", "reports", "source", "source_task", "tuples")
+    __match_args__ = ("source", "source_task", "id", "tuples", "message_id", "reports")
+
+    def __init__(
+        self,
+        source: str,
+        source_task: int,
+        id: Any,
+        tuples: int,
+        message_id: dict[int, int],
+        reports: int = 1,
+    ) -> None:
+        self.source = source
+        self.source_task = source_task
+        self.id = id
+        self.tuples = tuples  # how many tuples of ``id`` the source task sent the receiving one
+        self.message_id = message_id
+        self.reports = reports  # how many reports this one stands for (``fold_reports``)
+
+    def fields(self) -> tuple[object, ...]:
+        return (self.source, self.source_task, self.id, self.tuples, self.message_id, self.reports)
 
 
-class AckInit(NamedTuple):
-    root: int
-    ack_val: int
-    owner: int
+class AckInit(Value):
+    __slots__ = ("ack_val", "owner", "root")
+    __match_args__ = ("root", "ack_val", "owner")
+
+    def __init__(self, root: int, ack_val: int, owner: int) -> None:
+        self.root = root
+        self.ack_val = ack_val
+        self.owner = owner
+
+    def fields(self) -> tuple[object, ...]:
+        return (self.root, self.ack_val, self.owner)
 
 
-class Ack(NamedTuple):
-    root: int
-    ack_val: int
+class Ack(Value):
+    __slots__ = ("ack_val", "root")
+    __match_args__ = ("root", "ack_val")
+
+    def __init__(self, root: int, ack_val: int) -> None:
+        self.root = root
+        self.ack_val = ack_val
+
+    def fields(self) -> tuple[object, ...]:
+        return (self.root, self.ack_val)
 
 
-class AckFail(NamedTuple):
-    root: int
-    failure: Failure
+class AckFail(Value):
+    __slots__ = ("failure", "root")
+    __match_args__ = ("root", "failure")
+
+    def __init__(self, root: int, failure: Failure) -> None:
+        self.root = root
+        self.failure = failure
 
 
-class RootDone(NamedTuple):
-    root: int
-    failure: Failure | None
+class RootDone(Value):
+    __slots__ = ("failure", "root")
+    __match_args__ = ("root", "failure")
+
+    def __init__(self, root: int, failure: Failure | None) -> None:
+        self.root = root
+        self.failure = failure
 
 
-class Abandon(NamedTuple):
-    root: int
+class Abandon(Value):
+    __slots__ = ("root",)
+    __match_args__ = ("root",)
+
+    def __init__(self, root: int) -> None:
+        self.root = root
 
 
-class Tick(NamedTuple):
-    now: float
+class Tick(Value):
+    __slots__ = ("now",)
+    __match_args__ = ("now",)
+
+    def __init__(self, now: float) -> None:
+        self.now = now
 
 
-class Next(NamedTuple):
-    pass
+class Next(Value):
+    __slots__ = ()
 
 
 NEXT = Next()
@@ -181,7 +238,7 @@ def fold_acks(batch: list[Message]) -> list[Message]:
     return folded
 
 
-# -- on the wire (the resident executor): plain tuples, a kind number first ----------------------
+# -- on the wire (the resident executor): plain tuples, a kind number first ---------------------
 
 _KINDS: tuple[type[Message], ...] = (
     TupleMessage,
@@ -195,15 +252,15 @@ _KINDS: tuple[type[Message], ...] = (
     Next,
 )
 _KIND_OF = {kind: number for number, kind in enumerate(_KINDS)}
-_new = tuple.__new__
 
 
 def encode(message: Message) -> tuple[object, ...]:
-    """``message`` as a plain tuple (pickles far cheaper than a NamedTuple)."""
-    return (_KIND_OF[type(message)], *message)
+    """``message`` as a plain tuple of its kind's number and its fields (pickles far
+    cheaper than an object)."""
+    return (_KIND_OF[type(message)], *message.fields())
 
 
 def decode(encoded: tuple[Any, ...]) -> Message:
     """The message ``encode`` made ``encoded`` from."""
-    message: Message = _new(_KINDS[encoded[0]], encoded[1:])
+    message: Message = _KINDS[encoded[0]](*encoded[1:])
     return message
