@@ -25,7 +25,8 @@ $(ENGINE_BUILD): $(STAMP) setup.py drpc/compiled.py $(ENGINE_SOURCES)
 compile: $(ENGINE_BUILD)
 
 clean-compiled:
-	rm -f $(ENGINE_BUILD) drpc/_engine__mypyc.*.so $(ENGINE_SOURCES:.py=.*.so)
+	rm -f $(ENGINE_BUILD)
+	find drpc -name '*.so' -delete
 
 # The DRPC server with the reach and exclamation examples (Thrift 3772/3773, HTTP 3774),
 # on this machine only: `make serve HOST=0.0.0.0` listens on every interface (with no

@@ -25,7 +25,8 @@ class BuildCompiledEngine(build_ext):
     """build_ext that writes the manifest of compiled sources once the extensions are built.
 
     The manifest is removed first and written last, so a failed build never leaves
-    extensions that look current.
+    extensions that look current; so are the extensions of an earlier build, so none of
+    a module no longer compiled is left to shadow its source.
     """
 
     def run(self) -> None:
@@ -35,6 +36,9 @@ class BuildCompiledEngine(build_ext):
         package_dir = ROOT / "drpc" if self.inplace else Path(self.build_lib) / "drpc"
         manifest = package_dir / compiled["MANIFEST_NAME"]
         manifest.unlink(missing_ok=True)
+        if package_dir.is_dir():
+            for stale in compiled["extension_files"](package_dir):
+                stale.unlink()
         super().run()
         package_dir.mkdir(parents=True, exist_ok=True)
         digests = compiled["manifest_for"](ROOT / "drpc")

@@ -4,9 +4,9 @@ Contract:
 
 - ``COMPILED_MODULES`` is the one list of the modules the compiled build (``make compile``,
   or ``DRPC_COMPILE=1`` when building a wheel; see ``setup.py``) turns into C extensions.
-  They are the engine's hot path: routing, acking, coordination, tuples and the local
-  executor's actors, tasks and messages. The sources stay the reference; a compiled module
-  behaves as its source does, only faster.
+  They are the engine's hot path: routing, partitioning, acking, coordination, tuples,
+  the engine's value records, and the local executor's actors, tasks and messages. The
+  sources stay the reference; a compiled module behaves as its source does, only faster.
 - The build writes ``MANIFEST`` (``drpc/_compiled_sources.json``) last, holding the
   SHA-256 of each module's source as it was compiled.
 - ``guard()`` runs when ``drpc`` is imported, before any of those modules is. It decides
@@ -42,6 +42,7 @@ from types import ModuleType
 
 COMPILED_MODULES: tuple[str, ...] = (
     "drpc.model.hashing",
+    "drpc.model.partitioners",
     "drpc.model.tuples",
     "drpc.semantics.values",
     "drpc.semantics.acker",
@@ -80,6 +81,15 @@ def extension_path(module: str, package_dir: Path = PACKAGE_DIR) -> Path | None:
         if candidate.exists():
             return candidate
     return None
+
+
+def extension_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """Every extension module file under ``package_dir``. drpc has none but the compiled
+    build's, so a build removes these first: a module taken off ``COMPILED_MODULES``
+    must not leave an extension behind, which Python would import instead of its source
+    (and fail, as its code is gone from the build's shared library)."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    return sorted(path for path in package_dir.rglob("*") if path.name.endswith(suffixes))
 
 
 def source_digest(path: Path) -> str:

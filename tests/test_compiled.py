@@ -171,6 +171,20 @@ def test_drpc_in_a_zip_runs_pure_without_a_word(tmp_path: Path) -> None:
     }
 
 
+def test_the_build_finds_every_extension_to_remove_first(tmp_path: Path) -> None:
+    """What a build removes before it compiles: any extension under the package, so one of
+    a module no longer compiled cannot shadow its source."""
+    package = tmp_path / "drpc"
+    (package / "model").mkdir(parents=True)
+    suffix = compiled.importlib.machinery.EXTENSION_SUFFIXES[0]
+    stale = package / "model" / f"grouping{suffix}"
+    library = package / f"_engine__mypyc{suffix}"
+    for path in (stale, library, package / "model" / "grouping.py", package / "notes.txt"):
+        path.write_bytes(b"")
+    assert compiled.extension_files(package) == sorted([library, stale])
+    assert compiled.extension_files(tmp_path / "absent") == []
+
+
 def test_unusable_reason_reads_the_manifest_against_each_source(tmp_path: Path) -> None:
     package = tmp_path / "drpc"
     suffix = compiled.importlib.machinery.EXTENSION_SUFFIXES[0]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from drpc.errors import InvalidTupleError, UnserializableValueError
-from drpc.model.grouping import Partitioner
+from drpc.model.partitioners import Partitioner
 from drpc.model.streams import StreamInfo
 from drpc.model.topology import Topology
 

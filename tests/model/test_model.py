@@ -139,24 +139,24 @@ def test_fields_grouping_spreads_and_is_consistent() -> None:
 def test_fields_grouping_remembers_short_string_hashes_within_its_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import drpc.model.grouping as grouping
+    import drpc.model.partitioners as partitioners
 
-    monkeypatch.setattr(grouping, "MEMO_ENTRIES", 4)
-    monkeypatch.setattr(grouping, "_hashes", {})
+    monkeypatch.setattr(partitioners, "MEMO_ENTRIES", 4)
+    monkeypatch.setattr(partitioners, "_hashes", {})
     partitioner = FieldsGrouping(Fields("w")).partitioner(Fields("w"), 0, 1, 5)
     other = FieldsGrouping(Fields("w")).partitioner(Fields("w"), 1, 2, 3)
-    long = "x" * (grouping.MEMO_KEY_LENGTH + 1)
+    long = "x" * (partitioners.MEMO_KEY_LENGTH + 1)
     values: list[Any] = [f"w{n}" for n in range(10)] * 2 + [long, 1, 1.0, True, b"w1"]
     for value in values:
         assert partitioner.choose([value]) == (stable_hash([value]) % 5,)
         assert other.choose([value]) == (stable_hash([value]) % 3,)
-    memo = grouping._hashes
+    memo = partitioners._hashes
     assert 0 < len(memo) <= 4 and all(type(key) is str and len(key) < len(long) for key in memo)
     assert all(memo[key] == stable_hash([key]) for key in memo)
     two = FieldsGrouping(Fields("a", "b")).partitioner(Fields("a", "b"), 0, 1, 5)
     assert two.choose(["a", "b"]) == (stable_hash(["a", "b"]) % 5,)
     assert set(memo) <= {f"w{n}" for n in range(10)}
-    longest = "y" * grouping.MEMO_KEY_LENGTH
+    longest = "y" * partitioners.MEMO_KEY_LENGTH
     assert partitioner.choose([longest]) == (stable_hash([longest]) % 5,)
     assert longest in memo
 
