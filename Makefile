@@ -48,7 +48,8 @@ test: $(STAMP) $(ENGINE_BUILD)
 # the compiled build runs (about 30 s).
 PURE_TESTS ?= tests/test_compiled.py::test_the_build_this_run_expects_is_the_one_it_runs \
 	tests/semantics tests/topologies tests/test_turns.py tests/test_local_executor.py \
-	tests/test_task_core.py tests/test_batch_task.py tests/test_executor_events.py
+	tests/test_task_core.py tests/test_batch_task.py tests/test_executor_events.py \
+	tests/model tests/test_resident_routing.py
 
 # Mutation testing of the pure cores ([tool.mutmut] in pyproject.toml lists them and the
 # tests that run): mutmut mutates them one change at a time, then tests/mutation/score.py

@@ -21,16 +21,25 @@ import struct
 import uuid
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
+
+from mypy_extensions import i64
 
 from drpc.errors import UnhashableGroupingValueError
 
-_MASK = 0xFFFFFFFF
-_NONE_HASH = 0x9E3779B9
-_BYTES_TAG = 0x5BD1E995
+# Final: the compiled build inlines them (a plain module global is a dict look-up per use)
+_MASK: Final = 0xFFFFFFFF
+_NONE_HASH: Final = 0x9E3779B9
+_BYTES_TAG: Final = 0x5BD1E995
 
 
-def _fmix32(h: int) -> int:
+# The arithmetic is on ``i64``: an int to Python, and to the compiled build a C integer,
+# where an int past 2**62 (the products below reach 2**64) would be a heap object. The
+# C build wraps signed overflow (-fwrapv), and every product is masked to its low 32 bits,
+# which are the same either way.
+
+
+def _fmix32(h: i64) -> i64:
     """MurmurHash3's finalizer: spreads low-entropy inputs (small ints) over all bits."""
     h ^= h >> 16
     h = (h * 0x85EBCA6B) & _MASK
@@ -40,20 +49,20 @@ def _fmix32(h: int) -> int:
     return h
 
 
-def _hash_int(value: int) -> int:
-    h = 0
+def _hash_int(value: int) -> i64:
+    h: i64 = 0
     negative = value < 0
     value = -value if negative else value
     while True:
-        h = (h * 31 + (value & _MASK)) & _MASK
+        h = (h * 31 + i64(value & _MASK)) & _MASK
         value >>= 32
         if not value:
             break
     return (~h & _MASK) if negative else h
 
 
-def _hash_sequence(items: Sequence[Any] | tuple[Any, ...]) -> int:
-    h = 1
+def _hash_sequence(items: Sequence[Any] | tuple[Any, ...]) -> i64:
+    h: i64 = 1
     for item in items:
         h = (31 * h + _hash_value(item)) & _MASK
     return h

@@ -33,10 +33,11 @@ import sys
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Final
 
 from drpc.errors import Failure
 
-_MASK64 = (1 << 64) - 1
+_MASK64: Final = (1 << 64) - 1  # Final: inlined by the compiled build
 _ids = random.Random()
 
 

@@ -109,6 +109,22 @@ def test_stable_hash_is_identical_across_processes_with_different_hash_seeds() -
         assert json.loads(out.stdout) == here
 
 
+GOLDEN_HASHES = [
+    1213079951, 1847947602, 3773195189, 0, 2039857924, 3807180936, 3309943302, 2462723854,
+    1364076727, 804735287, 804735287, 1486946185, 110707736, 3331476773, 1011272156,
+    1527020063,
+]  # fmt: skip
+
+
+def test_stable_hash_is_the_same_function_in_every_build_and_version() -> None:
+    """Pinned: a tuple's task must not move when the engine is compiled, runs pure (as
+    executors given drpc in a zip do, beside a compiled driver) or is optimised."""
+    assert [stable_hash([value]) for value in SAMPLES] == GOLDEN_HASHES
+    assert stable_hash(["a", 1, None]) == 3641460640
+    assert stable_hash([2**64 - 1, "user7"]) == 2799284762
+    assert stable_hash([-(2**63), 1.25]) == 3227772753
+
+
 def test_equal_values_hash_equal() -> None:
     assert stable_hash([1]) == stable_hash([1.0]) == stable_hash([True])
     assert stable_hash([(1, 2)]) == stable_hash([[1, 2]])

@@ -34,7 +34,7 @@ is the same as each of them) beside the other acker messages in order.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from drpc.errors import Failure
 from drpc.semantics.values import Value
@@ -144,7 +144,7 @@ class Next(Value):
     __slots__ = ()
 
 
-NEXT = Next()
+NEXT: Final = Next()
 
 Message = TupleMessage | ReportMessage | AckInit | Ack | AckFail | RootDone | Abandon | Tick | Next
 
@@ -251,7 +251,7 @@ _KINDS: tuple[type[Message], ...] = (
     Tick,
     Next,
 )
-_KIND_OF = {kind: number for number, kind in enumerate(_KINDS)}
+_KIND_OF: Final = {kind: number for number, kind in enumerate(_KINDS)}
 
 
 def encode(message: Message) -> tuple[object, ...]:

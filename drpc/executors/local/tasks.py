@@ -29,7 +29,7 @@ import pickle
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from drpc import config
 from drpc.builders.linear_drpc import RETURN_ID
@@ -473,7 +473,7 @@ class SpoutCollector(SpoutOutputCollector):
         )
 
 
-_MISSING = object()
+_MISSING: Final = object()
 
 
 class SpoutTask(Actor):
