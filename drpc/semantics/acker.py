@@ -28,6 +28,8 @@ is the same for every root, so entries expire in creation order.
 
 from __future__ import annotations
 
+import array
+import os
 import random
 import sys
 from collections import OrderedDict
@@ -39,14 +41,31 @@ from drpc.errors import Failure
 
 _MASK64: Final = (1 << 64) - 1  # Final: inlined by the compiled build
 _ids = random.Random()
+ID_BATCH: Final = 1024
+"""Edge ids drawn from the generator at once: a call per id cost more than the id's use."""
+_drawn: Final[list[int]] = []
 
 
 def new_edge_id() -> int:
     """A random non-zero 64-bit id for a root or an edge of a tuple tree."""
     while True:
-        value = _ids.getrandbits(64)
+        try:
+            value = _drawn.pop()
+        except IndexError:  # also when another thread took the last one since
+            _drawn.extend(array.array("Q", _ids.randbytes(8 * ID_BATCH)).tolist())
+            continue
         if value:
             return value
+
+
+def _reseed_after_fork() -> None:
+    # A forked child (a Spark Python worker forked from its daemon) must not draw the
+    # parent's ids: the same edge id twice in a tree cancels out in the XOR.
+    _ids.seed()
+    _drawn.clear()
+
+
+os.register_at_fork(after_in_child=_reseed_after_fork)
 
 
 @dataclass(slots=True)  # not frozen, as the coordination decisions (see there)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import sys
 
@@ -122,9 +124,26 @@ def test_timeout_must_be_positive() -> None:
 
 
 def test_new_edge_ids_are_non_zero_64_bit() -> None:
-    ids = {new_edge_id() for _ in range(10_000)}
+    ids = {new_edge_id() for _ in range(10_000)}  # several batches drawn
     assert len(ids) == 10_000
     assert all(0 < i < 2**64 for i in ids)
+    assert max(ids) >= 2**63  # all 64 bits drawn
+
+
+def test_a_forked_child_draws_other_edge_ids_than_its_parent() -> None:
+    new_edge_id()  # a batch drawn before the fork
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        os.write(write, json.dumps([new_edge_id() for _ in range(100)]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        drawn_by_child = json.loads(pipe.read())
+    os.waitpid(child, 0)
+    drawn_here = [new_edge_id() for _ in range(100)]
+    assert len(drawn_by_child) == 100
+    assert not set(drawn_by_child) & set(drawn_here)
 
 
 # -- properties over random tuple trees -------------------------------------------------------
