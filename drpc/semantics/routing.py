@@ -6,19 +6,22 @@ stream has fields) and returns the receiving task ids, using one partitioner
 per subscription built from the grouping spec; ``targets_many`` routes a
 batch of checked emits at once, choosing exactly as ``targets`` would. Both executors route through
 it, so a tuple lands on the same task on each. ``serialize`` pickles values
-and turns a failure into ``UnserializableValueError`` naming the step.
+and turns a failure into ``UnserializableValueError`` naming the step;
+``freeze`` does the same unless every value is immutable, which receivers in
+the same process may share (``thaw_values`` gives each its own list).
 """
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from drpc.errors import InvalidTupleError, UnserializableValueError
 from drpc.model.partitioners import Partitioner
 from drpc.model.streams import StreamInfo
 from drpc.model.topology import Topology
+from drpc.requests import ReturnInfo
 
 
 class _TaskIds(dict[tuple[int, ...], tuple[int, ...]]):
@@ -134,6 +137,32 @@ class OutputRouter:
 
     def serialize(self, stream: str, values: Sequence[Any]) -> bytes:
         return serialize_values(self.component_id, stream, values)
+
+    def freeze(self, stream: str, values: Sequence[Any]) -> Payload:
+        return freeze_values(self.component_id, stream, values)
+
+
+Payload = bytes | tuple[Any, ...]
+"""Emitted values for receivers in the same process (``freeze_values``)."""
+
+SHAREABLE: Final = frozenset({str, int, float, bool, bytes, type(None), ReturnInfo})
+"""Types whose values no receiver can change: passed as they are, not pickled."""
+
+
+def freeze_values(component_id: str, stream: str, values: Sequence[Any]) -> Payload:
+    """``values`` as receivers in this process get them: a tuple when each one is of a
+    ``SHAREABLE`` type (exactly: a subclass may be mutable), which every receiver may
+    share; otherwise pickled (``serialize_values``), so a receiver gets a copy of its own
+    and a value that could not travel between processes fails here as on Spark."""
+    for value in values:
+        if type(value) not in SHAREABLE:
+            return serialize_values(component_id, stream, values)
+    return tuple(values)
+
+
+def thaw_values(payload: Payload) -> list[Any]:
+    """A receiver's own list of the values ``freeze_values`` made ``payload`` from."""
+    return pickle.loads(payload) if isinstance(payload, bytes) else list(payload)
 
 
 def serialize_values(component_id: str, stream: str, values: Any) -> bytes:

@@ -1,7 +1,7 @@
 """The messages of the in-process engine's mailboxes.
 
-Tasks and ackers exchange these within one process (only a tuple's values
-are pickled, once by the emitter, in ``payload``):
+Tasks and ackers exchange these within one process (a tuple's values travel in
+``payload``, frozen once by the emitter: see ``drpc.semantics.routing.freeze_values``):
 
 - ``TupleMessage``: a tuple for a bolt task, with its acking ``message_id``
   (root id -> edge id);
@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from drpc.errors import Failure
+from drpc.semantics.routing import Payload
 from drpc.semantics.values import Value
 
 
@@ -45,7 +46,12 @@ class TupleMessage(Value):
     __match_args__ = ("source", "stream", "source_task", "payload", "message_id")
 
     def __init__(
-        self, source: str, stream: str, source_task: int, payload: bytes, message_id: dict[int, int]
+        self,
+        source: str,
+        stream: str,
+        source_task: int,
+        payload: Payload,
+        message_id: dict[int, int],
     ) -> None:
         self.source = source
         self.stream = stream

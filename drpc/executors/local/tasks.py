@@ -4,9 +4,10 @@ Contract.
 
 - ``BoltTask`` is an actor around a ``TaskCore`` (``drpc.executors.task``):
   it turns mailbox messages into tuples and coordination events, and
-  supplies the streaming effects: an emitted tuple is pickled once and
-  delivered to each target with its acking ``message_id`` (the anchors'
-  roots, a fresh edge id per target XORed into each anchor); a count report
+  supplies the streaming effects: an emitted tuple's values are frozen once
+  (``freeze_values``: shared when immutable, else pickled) and delivered to
+  each target with its acking ``message_id`` (the anchors' roots, a fresh
+  edge id per target XORed into each anchor); a count report
   is a real tuple on the direct ``__coord`` stream anchored to its trigger;
   id, commit and (without an id stream) report tuples are held, keeping the
   request's tree open until the id completes (acked) or fails (failed with
@@ -25,7 +26,6 @@ Contract.
 from __future__ import annotations
 
 import logging
-import pickle
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -65,7 +65,7 @@ from drpc.model.tuples import Tuple
 from drpc.requests import ReturnInfo
 from drpc.semantics.acker import Acker, RootCompleted, new_edge_id
 from drpc.semantics.coordination import Failed, is_ignored
-from drpc.semantics.routing import OutputRouter
+from drpc.semantics.routing import OutputRouter, thaw_values
 from drpc.semantics.runners import instantiate
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class BoltTask(Actor):
                 message.source,
                 message.stream,
                 message.source_task,
-                pickle.loads(message.payload),
+                thaw_values(message.payload),
                 message.message_id,
             )
         if self.tracker is None:
@@ -341,7 +341,7 @@ class BoltTask(Actor):
     ) -> None:
         if not targets:
             return
-        payload = self.core.router.serialize(stream, values)
+        payload = self.core.router.freeze(stream, values)
         if self.engine.recorder is not None:
             self.last_sent = time.monotonic()  # before a receiver can act on it
         for target in targets:
@@ -581,7 +581,7 @@ class SpoutTask(Actor):
             self.wake()
 
     def send(self, stream: str, values: Sequence[Any], targets: list[int], msg_id: Any) -> None:
-        payload = self.router.serialize(stream, values)
+        payload = self.router.freeze(stream, values)
         self.emitted += 1
         if msg_id is None:
             for target in targets:
