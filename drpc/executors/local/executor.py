@@ -243,10 +243,15 @@ class LocalExecutor:
         self._outbox.current = Outbox()
 
     def end_turn(self) -> None:
-        outbox = self._outbox.current
+        outbox = self._current_outbox()
         self._outbox.current = None
         if outbox is not None:
             self._send(outbox)
+
+    def _current_outbox(self) -> Outbox | None:
+        # Typed, so the compiled build reaches the outbox's fields directly.
+        outbox: Outbox | None = getattr(self._outbox, "current", None)
+        return outbox
 
     @contextmanager
     def holding(self, before: Callable[[], None] | None = None) -> Iterator[None]:
@@ -292,7 +297,7 @@ class LocalExecutor:
                 self.scheduler.post_many(self.ackers[index], messages)
 
     def deliver(self, task_id: int, message: Message) -> None:
-        outbox = getattr(self._outbox, "current", None)
+        outbox = self._current_outbox()
         if outbox is not None:
             messages = outbox.tasks.get(task_id)
             if messages is None:
@@ -308,7 +313,7 @@ class LocalExecutor:
             self.remote.deliver(task_id, message)
 
     def to_acker(self, root: int, message: Message) -> None:
-        outbox = getattr(self._outbox, "current", None)
+        outbox = self._current_outbox()
         if outbox is not None:
             outbox.add_acker(root, message)
             return
