@@ -124,22 +124,23 @@ class BoltTask(Actor):
     def handle_batch(self, batch: list[Message]) -> None:
         if self.tracker is not None and len(batch) > 1:
             batch = fold_reports(batch)
-        super().handle_batch(batch)
+        # The task's lock once per turn, not per message: a thread of the bolt's own that
+        # emits waits for the turn to end.
+        with self.lock:
+            super().handle_batch(batch)
 
     def handle(self, message: Message) -> None:
+        """One message, under the task's lock (``handle_batch`` holds it)."""
         match message:
             case TupleMessage() | ReportMessage():
                 if self.engine.recorder is not None and message.message_id:
                     self._handle_traced(message)
                     return
-                with self.lock:
-                    self.receive(message)
+                self.receive(message)
             case Abandon(root):
-                with self.lock:
-                    self.abandon_root(root)
+                self.abandon_root(root)
             case Tick(now):
-                with self.lock:
-                    self.tick(now)
+                self.tick(now)
 
     def _handle_traced(self, message: TupleMessage | ReportMessage) -> None:
         spans = self.engine.recorder
@@ -157,8 +158,7 @@ class BoltTask(Actor):
         context = None if report else spans.begin(self.component_id, self.task_id, roots, started)
         token = push_context(context) if context is not None else None
         try:
-            with self.lock:
-                self.receive(message)
+            self.receive(message)
         finally:
             if token is not None:
                 pop_context(token)
