@@ -145,11 +145,17 @@ class Scheduler:
 
     def post_many(self, actor: Actor, messages: Iterable[Message]) -> None:
         """Post ``messages`` in order, as one hand-off."""
-        with actor._lock:
+        # acquire and release, not ``with``: compiled, a ``with`` on a lock makes and calls
+        # two bound methods, and this runs for every destination of every turn
+        lock = actor._lock
+        lock.acquire()
+        try:
             actor._mailbox.extend(messages)
             if actor._scheduled:
                 return
             actor._scheduled = True
+        finally:
+            lock.release()
         self._enqueue(actor)
 
     def _enqueue(self, actor: Actor) -> None:
