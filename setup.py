@@ -53,6 +53,6 @@ if os.environ.get("DRPC_COMPILE") == "1":
         str(compiled["source_path"](module, ROOT / "drpc").relative_to(ROOT))
         for module in compiled["COMPILED_MODULES"]
     ]
-    ext_modules = mypycify(sources, opt_level="3", group_name="drpc._engine")
+    ext_modules = mypycify(sources, opt_level="3", group_name=compiled["GROUP"])
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildCompiledEngine})

@@ -14,11 +14,14 @@ Contract:
   Python, so a mix of compiled and source modules would hold two copies of a class:
 
   * the compiled modules are used when every one has its extension next to its source,
-    the manifest matches every source, and ``DRPC_PURE_PYTHON`` is not set to ``1``;
-  * otherwise every one of them loads from its ``.py`` source. When extensions are present
-    but unusable (a source edited since the build, a missing extension or manifest), a
-    ``RuntimeWarning`` says which and how to rebuild; a tree with no extensions at all is
-    the plain pure-Python install and says nothing.
+    the manifest matches every source, no other module has an extension (one an earlier
+    build compiled: its code is gone from the shared library), and ``DRPC_PURE_PYTHON``
+    is not set to ``1``;
+  * otherwise every one of them, and any such other module, loads from its ``.py``
+    source. When extensions are present but unusable (a source edited since the build, a
+    missing extension or manifest, one left by an earlier build), a ``RuntimeWarning``
+    says which and how to rebuild; a tree with no extensions at all is the plain
+    pure-Python install and says nothing.
 
 - ``engine_build()`` tells which build this process runs: ``"compiled"`` or ``"pure"``.
 
@@ -56,6 +59,8 @@ COMPILED_MODULES: tuple[str, ...] = (
     "drpc.executors.local.executor",
 )
 
+GROUP = "drpc._engine"
+"""mypyc's group of the compiled modules: their shared library is ``drpc/_engine__mypyc``."""
 MANIFEST_NAME = "_compiled_sources.json"
 PURE_PYTHON_ENV = "DRPC_PURE_PYTHON"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -92,6 +97,23 @@ def extension_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
     return sorted(path for path in package_dir.rglob("*") if path.name.endswith(suffixes))
 
 
+def stray_extensions(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
+    """The modules with an extension under ``package_dir`` that the build does not list
+    (left by an earlier build), each with its source path."""
+    library = GROUP.rpartition(".")[2] + "__mypyc."
+    listed = set(COMPILED_MODULES)
+    strays: dict[str, Path] = {}
+    for path in extension_files(package_dir):
+        stem = path.name.split(".", 1)[0]
+        if path.parent == package_dir and path.name.startswith(library):
+            continue
+        parts = path.parent.relative_to(package_dir.parent).parts
+        module = ".".join((*parts, stem))
+        if module not in listed:
+            strays[module] = path.with_name(stem + ".py")
+    return strays
+
+
 def source_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -106,6 +128,9 @@ def unusable_reason(package_dir: Path = PACKAGE_DIR) -> str | None:
     missing = [m for m in COMPILED_MODULES if extension_path(m, package_dir) is None]
     if missing:
         return f"no compiled extension for {', '.join(missing)}"
+    strays = stray_extensions(package_dir)
+    if strays:
+        return f"{', '.join(strays)} is no longer compiled, but an extension of it is left"
     manifest = package_dir / MANIFEST_NAME
     try:
         recorded = json.loads(manifest.read_text())
@@ -163,6 +188,7 @@ def guard() -> str:
         if already:
             raise RuntimeError(f"drpc.compiled.guard() ran after {', '.join(already)} was imported")
         sources = {m: source_path(m) for m in COMPILED_MODULES}
+        sources.update(stray_extensions())
         sys.meta_path.insert(0, _SourceFinder(sources))
         if reason:
             warnings.warn(

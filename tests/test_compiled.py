@@ -127,6 +127,25 @@ def test_a_missing_extension_makes_the_whole_engine_pure(tmp_path: Path) -> None
 
 
 @needs_build
+def test_an_extension_left_by_an_earlier_build_is_not_imported(tmp_path: Path) -> None:
+    """A module taken off the list keeps its old extension in a tree built before; its code
+    is gone from the shared library, so importing it would fail: it loads from source."""
+    root = copy_package(tmp_path)
+    package = root / "drpc"
+    extension = compiled.extension_path("drpc.model.hashing", package)
+    assert extension is not None
+    left = package / "model" / extension.name.replace("hashing", "grouping")
+    shutil.copy(extension, left)
+    assert compiled.stray_extensions(package) == {
+        "drpc.model.grouping": package / "model" / "grouping.py"
+    }
+    seen = probe(root)  # imports drpc, and so drpc.model.grouping
+    assert seen["build"] == "pure"
+    [warning] = seen["warnings"]
+    assert "drpc.model.grouping is no longer compiled, but an extension of it is left" in warning
+
+
+@needs_build
 def test_drpc_pure_python_forces_the_pure_engine_quietly(tmp_path: Path) -> None:
     seen = probe(copy_package(tmp_path), **{compiled.PURE_PYTHON_ENV: "1"})
     assert seen["build"] == "pure"
