@@ -34,17 +34,21 @@ _BYTES_TAG: Final = 0x5BD1E995
 
 
 # The arithmetic is on ``i64``: an int to Python, and to the compiled build a C integer,
-# where an int past 2**62 (the products below reach 2**64) would be a heap object. The
-# C build wraps signed overflow (-fwrapv), and every product is masked to its low 32 bits,
-# which are the same either way.
+# where an int past 2**62 would be a heap object. Every intermediate stays below 2**49, so
+# no C overflow either: a 32-bit multiplication is done in two 16-bit halves.
+
+
+def _times_low32(h: i64, high: i64, low: i64) -> i64:
+    """``(h * (high << 16 | low)) & _MASK`` for 32-bit ``h`` and 16-bit halves."""
+    return (h * low + (((h * high) & 0xFFFF) << 16)) & _MASK
 
 
 def _fmix32(h: i64) -> i64:
     """MurmurHash3's finalizer: spreads low-entropy inputs (small ints) over all bits."""
     h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _MASK
+    h = _times_low32(h, 0x85EB, 0xCA6B)  # h * 0x85EBCA6B
     h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _MASK
+    h = _times_low32(h, 0xC2B2, 0xAE35)  # h * 0xC2B2AE35
     h ^= h >> 16
     return h
 
