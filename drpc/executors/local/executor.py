@@ -243,12 +243,13 @@ class LocalExecutor:
         self._outbox.current = Outbox()
 
     def end_turn(self) -> None:
-        outbox = self._current_outbox()
+        outbox = self.turn_outbox()
         self._outbox.current = None
         if outbox is not None:
             self._send(outbox)
 
-    def _current_outbox(self) -> Outbox | None:
+    def turn_outbox(self) -> Outbox | None:
+        """The outbox of the turn (or ``holding`` block) this thread runs, if any."""
         # Typed, so the compiled build reaches the outbox's fields directly.
         outbox: Outbox | None = getattr(self._outbox, "current", None)
         return outbox
@@ -297,13 +298,9 @@ class LocalExecutor:
                 self.scheduler.post_many(self.ackers[index], messages)
 
     def deliver(self, task_id: int, message: Message) -> None:
-        outbox = self._current_outbox()
+        outbox = self.turn_outbox()
         if outbox is not None:
-            messages = outbox.tasks.get(task_id)
-            if messages is None:
-                outbox.tasks[task_id] = [message]
-            else:
-                messages.append(message)
+            outbox.add(task_id, message)
             return
         task = self.tasks.get(task_id)
         if task is not None:
@@ -313,7 +310,7 @@ class LocalExecutor:
             self.remote.deliver(task_id, message)
 
     def to_acker(self, root: int, message: Message) -> None:
-        outbox = self._current_outbox()
+        outbox = self.turn_outbox()
         if outbox is not None:
             outbox.add_acker(root, message)
             return

@@ -165,6 +165,13 @@ class Outbox:
         self.acks: dict[int, int] = {}  # root -> the XOR of its acks' values
         self.acker: list[tuple[int, Message]] = []  # (root, message): inits and fails
 
+    def add(self, task_id: int, message: Message) -> None:
+        messages = self.tasks.get(task_id)
+        if messages is None:
+            self.tasks[task_id] = [message]
+        else:
+            messages.append(message)
+
     def add_acker(self, root: int, message: Message) -> None:
         if type(message) is Ack:
             acks = self.acks

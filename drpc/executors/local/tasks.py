@@ -43,6 +43,7 @@ from drpc.executors.local.messages import (
     AckInit,
     Message,
     Next,
+    Outbox,
     ReportMessage,
     RootDone,
     Tick,
@@ -115,6 +116,9 @@ class BoltTask(Actor):
         self.hands_over = spec.id == RETURN_ID  # hands results to the invocations handle
         self.timeout = self.core.message_timeout
         self.reports_received = 0  # count reports, a folded one counting what it stands for
+        # The running turn's outbox, set under the task's lock for the turn: what the task
+        # sends goes there without a look-up of the thread's outbox per message.
+        self.turn_outbox: Outbox | None = None
 
     def prepare(self) -> None:
         self.core.prepare(self.engine.services)
@@ -127,7 +131,11 @@ class BoltTask(Actor):
         # The task's lock once per turn, not per message: a thread of the bolt's own that
         # emits waits for the turn to end.
         with self.lock:
-            super().handle_batch(batch)
+            self.turn_outbox = self.engine.turn_outbox()
+            try:
+                super().handle_batch(batch)
+            finally:
+                self.turn_outbox = None
 
     def handle(self, message: Message) -> None:
         """One message, under the task's lock (``handle_batch`` holds it)."""
@@ -271,7 +279,7 @@ class BoltTask(Actor):
                         edges[root] = edges.get(root, 0) ^ edge
             else:
                 for root, edge in roots.items():
-                    self.engine.to_acker(root, Ack(root, edge))
+                    self.to_acker(root, Ack(root, edge))
             return
         received = self.core.make_tuple(
             message.source,
@@ -344,21 +352,26 @@ class BoltTask(Actor):
         payload = self.core.router.freeze(stream, values)
         if self.engine.recorder is not None:
             self.last_sent = time.monotonic()  # before a receiver can act on it
+        outbox = self.turn_outbox
         for target in targets:
-            self.engine.deliver(
-                target,
-                TupleMessage(
-                    self.component_id, stream, self.task_id, payload, anchored_to(anchors)
-                ),
+            message = TupleMessage(
+                self.component_id, stream, self.task_id, payload, anchored_to(anchors)
             )
+            if outbox is not None:
+                outbox.add(target, message)
+            else:
+                self.engine.deliver(target, message)
 
     def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
         if self.engine.recorder is not None and self.first_report is None:
             self.first_report = time.monotonic()  # before the receiver can act on it
         message_id = anchored_to((trigger,)) if trigger is not None else {}
-        self.engine.deliver(
-            task, ReportMessage(self.component_id, self.task_id, id, count, message_id)
-        )
+        message = ReportMessage(self.component_id, self.task_id, id, count, message_id)
+        outbox = self.turn_outbox
+        if outbox is not None:
+            outbox.add(task, message)
+        else:
+            self.engine.deliver(task, message)
         if self.core.debug:
             log.debug("%s reported %d tuple(s) of %r to task %d", self.name, count, id, task)
 
@@ -375,7 +388,7 @@ class BoltTask(Actor):
         edges = self.held_edges.pop(id, None)
         if edges:
             for root, edge in edges.items():
-                self.engine.to_acker(root, Ack(root, edge))
+                self.to_acker(root, Ack(root, edge))
         self.forget_roots(id)
 
     def failed(self, failed: Failed) -> Failure:
@@ -390,7 +403,7 @@ class BoltTask(Actor):
         for held in self.held.pop(id, ()):
             self.fail_roots(held, failure)
         for root in self.held_edges.pop(id, ()):
-            self.engine.to_acker(root, AckFail(root, failure))
+            self.to_acker(root, AckFail(root, failure))
         self.forget_roots(id)
         return failure
 
@@ -405,7 +418,7 @@ class BoltTask(Actor):
             return
         done._done = True
         for root, edge in done.message_id.items():
-            self.engine.to_acker(root, Ack(root, edge ^ done._ack_val))
+            self.to_acker(root, Ack(root, edge ^ done._ack_val))
 
     def ack_all(self, done: list[Tuple]) -> None:
         """Ack several tuples: one message per root, their values XORed together (the
@@ -418,14 +431,21 @@ class BoltTask(Actor):
             for root, edge in tuple.message_id.items():
                 values[root] = values.get(root, 0) ^ edge ^ tuple._ack_val
         for root, value in values.items():
-            self.engine.to_acker(root, Ack(root, value))
+            self.to_acker(root, Ack(root, value))
 
     def fail_roots(self, done: Tuple, failure: Failure) -> None:
         if done._done:
             return
         done._done = True
         for root in done.message_id:
-            self.engine.to_acker(root, AckFail(root, failure))
+            self.to_acker(root, AckFail(root, failure))
+
+    def to_acker(self, root: int, message: Ack | AckFail) -> None:
+        outbox = self.turn_outbox
+        if outbox is not None:
+            outbox.add_acker(root, message)
+        else:
+            self.engine.to_acker(root, message)
 
     def cleanup(self) -> None:
         self.runner.cleanup()
