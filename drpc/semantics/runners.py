@@ -13,10 +13,13 @@ and ``failed_id(id)`` for coordinated ids, ``cleanup()``.
   prototype (so no state leaks between batches, as in Storm), prepared with
   the id, executed per tuple, ``finish_batch`` on ``finished_id``, forgotten
   on ``failed_id``. An id with no tuples still gets an instance at finish.
+  When unpickling would only set immutable attributes on a new object of the
+  bolt's class (``plain_state``), the runner does just that, without pickle.
 """
 
 from __future__ import annotations
 
+import copyreg
 import pickle
 from collections.abc import Hashable
 from typing import Any
@@ -38,6 +41,7 @@ from drpc.model.components import (
 )
 from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
+from drpc.semantics.routing import SHAREABLE
 
 
 def freeze(component: object) -> bytes:
@@ -56,6 +60,32 @@ def instantiate(component: IComponent, component_id: str) -> Any:
             f"tasks: {type(error).__name__}: {error}",
             component_id,
         ) from error
+
+
+def plain_state(instance: object) -> dict[str, Any] | None:
+    """The attributes unpickling ``instance`` sets on a new object of its class, when that
+    is all unpickling does and none of them can change (each value exactly of a
+    ``SHAREABLE`` type): then ``cls.__new__(cls)`` updated with them is the same fresh
+    copy, made without pickle. None when the class pickles itself its own way (its own
+    ``__new__``, ``__reduce__``, ``__reduce_ex__``, ``__getstate__`` or
+    ``__setstate__``, or ``__slots__``) or holds a value that could change."""
+    cls = type(instance)
+    state = getattr(instance, "__dict__", None)
+    if type(state) is not dict or cls in copyreg.dispatch_table:
+        return None
+    if (
+        cls.__new__ is not object.__new__
+        or cls.__reduce_ex__ is not object.__reduce_ex__
+        or cls.__reduce__ is not object.__reduce__
+        or cls.__getstate__ is not object.__getstate__
+        or hasattr(cls, "__setstate__")
+        or any("__slots__" in vars(base) for base in cls.__mro__)
+    ):
+        return None
+    for name, value in state.items():
+        if type(name) is not str or type(value) not in SHAREABLE:
+            return None
+    return dict(state)
 
 
 class PrepareFailed(Exception):
@@ -180,6 +210,12 @@ class BatchBoltRunner(BoltRunner):
     def __init__(self, bolt: BaseBatchBolt, component_id: str) -> None:
         super().__init__(component_id)
         self._prototype = freeze(bolt)
+        template = pickle.loads(self._prototype)
+        state = plain_state(template)
+        # (class, attributes) when a fresh copy needs no pickle (see plain_state)
+        self._plain: tuple[type[BaseBatchBolt], dict[str, Any]] | None = (
+            (type(template), state) if state is not None else None
+        )
         self._open: dict[Hashable, BaseBatchBolt] = {}
         self._conf: Conf = {}
         self._context: TopologyContext | None = None
@@ -199,7 +235,13 @@ class BatchBoltRunner(BoltRunner):
         bolt = self._open.get(id)
         if bolt is None:
             assert self.collector is not None and self._context is not None
-            bolt = pickle.loads(self._prototype)
+            plain = self._plain
+            if plain is not None:
+                cls, state = plain
+                bolt = cls.__new__(cls)
+                bolt.__dict__.update(state)
+            else:
+                bolt = pickle.loads(self._prototype)
             try:
                 bolt.prepare(self._conf, self._context, BatchOutputCollector(self.collector), id)
             except Exception as error:
