@@ -14,7 +14,7 @@ from collections import Counter
 from drpc.errors import Failure
 from drpc.examples.reach import build_reach
 from drpc.examples.square import build_square
-from drpc.executors.local.actors import Actor, Scheduler
+from drpc.executors.local.actors import Actor, Scheduler, Turns
 from drpc.executors.local.messages import (
     Ack,
     AckFail,
@@ -160,7 +160,7 @@ class Recording(Actor):
         self.seen.append((message.now, threading.current_thread().name))
 
 
-class SendsAsTurnsEnd:
+class SendsAsTurnsEnd(Turns):
     """Turn hooks: the end of ``source``'s first turn posts two messages to ``target``."""
 
     def __init__(self, source: Recording, target: Recording) -> None:
@@ -204,7 +204,7 @@ def test_a_turn_takes_the_mailbox_at_once_and_the_actor_its_end_readies_waits_fo
     assert turns.turns == 3  # source: 2 + 1 messages; target: both at once
 
 
-class Outgoing:
+class Outgoing(Turns):
     """Turn hooks that send, as each turn ends, what its handling queued (the engine's
     outbox does so), and number the turns."""
 

@@ -33,7 +33,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
 from mypy_extensions import mypyc_attr
 
@@ -83,12 +82,16 @@ class Actor:
                 log.exception("%s failed to handle a %s message", self.name, type(message).__name__)
 
 
-class Turns(Protocol):
-    """Called around every turn, on the worker thread that runs it."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Turns:
+    """Called around every turn, on the worker thread that runs it (a class, not a
+    protocol: compiled, the scheduler then calls an engine's hooks directly)."""
 
-    def begin_turn(self) -> None: ...
+    def begin_turn(self) -> None:
+        pass
 
-    def end_turn(self) -> None: ...
+    def end_turn(self) -> None:
+        pass
 
 
 class Scheduler:

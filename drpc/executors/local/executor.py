@@ -60,7 +60,7 @@ from typing import Any, Protocol
 from drpc import config
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.errors import Failure, InvalidTopologyError
-from drpc.executors.local.actors import Actor, Scheduler, Timer
+from drpc.executors.local.actors import Actor, Scheduler, Timer, Turns
 from drpc.executors.local.messages import Abandon, Message, Outbox, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
 from drpc.executors.local.tasks import MAX_IDLE_WAIT, AckerTask, BoltTask, SpoutTask
@@ -81,7 +81,7 @@ class Remote(Protocol):
     def broadcast_abandon(self, root: int) -> None: ...
 
 
-class LocalExecutor:
+class LocalExecutor(Turns):
     """Runs a topology's tasks (or its share of them) in this process until ``stop()``."""
 
     name = "local"
@@ -290,12 +290,18 @@ class LocalExecutor:
             for root, message in outbox.acker_messages():
                 self.remote.to_acker(root, message)
             return
+        if not self.running:
+            return
+        if self.acker_count == 1:
+            self.scheduler.post_many(
+                self.ackers[0], [message for _, message in outbox.acker_messages()]
+            )
+            return
         by_acker: dict[int, list[Message]] = {}
         for root, message in outbox.acker_messages():
             by_acker.setdefault(root % self.acker_count, []).append(message)
-        if self.running:
-            for index, messages in by_acker.items():
-                self.scheduler.post_many(self.ackers[index], messages)
+        for index, messages in by_acker.items():
+            self.scheduler.post_many(self.ackers[index], messages)
 
     def deliver(self, task_id: int, message: Message) -> None:
         outbox = self.turn_outbox()
