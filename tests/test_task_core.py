@@ -56,8 +56,9 @@ class Recorder:
         for values, receivers in zip(many, targets, strict=True):
             self.deliver(stream, values, list(receivers), anchors)
 
-    def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
-        self.trace.append(f"report {id} to {task}: {count} on {_values(trigger)}")
+    def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
+        for task, count in counts.items():
+            self.trace.append(f"report {id} to {task}: {count} on {_values(trigger)}")
 
     def settle(self, done: Tuple, failure: Failure | None) -> None:
         done._done = True  # as every executor's settle does

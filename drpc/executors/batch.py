@@ -430,9 +430,11 @@ class TaskRun:
 
         return to_each
 
-    def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
-        if count or not self.hints.omit_zero_reports:
-            self.reports_out.setdefault(task, {})[id] = count
+    def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
+        omit_zero = self.hints.omit_zero_reports
+        for task, count in counts.items():
+            if count or not omit_zero:
+                self.reports_out.setdefault(task, {})[id] = count
 
     def settle(self, done: Tuple, failure: Failure | None) -> None:
         done._done = True

@@ -18,7 +18,7 @@ messages, or a whole partition at once) and calls:
   ``apply(decisions, trigger)`` for what they decide. ``apply`` is the one
   place the coordination decisions are carried out: ``FinishBatch`` runs the
   bolt's finish with ``trigger`` as the current input (so its emits anchor to
-  it) and feeds the outcome back to the tracker; ``SendReport``,
+  it) and feeds the outcome back to the tracker; ``SendReports``,
   ``Completed``, ``Failed`` and ``Abandoned`` become ``TaskEffects`` calls
   (the runner's ``failed_id`` first for the last two). It returns the
   failure ``trigger`` must carry, if any.
@@ -63,7 +63,7 @@ from drpc.semantics.coordination import (
     Decision,
     Failed,
     FinishBatch,
-    SendReport,
+    SendReports,
     is_ignored,
 )
 from drpc.semantics.routing import OutputRouter, id_owner_check
@@ -111,8 +111,9 @@ class TaskEffects(Protocol):
     ) -> None:
         """``deliver`` each of ``many`` to its ``targets`` (same positions), in order."""
 
-    def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
-        """Tell downstream task ``task`` that this task sent it ``count`` tuples of ``id``."""
+    def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
+        """Tell each downstream task in ``counts`` how many tuples of ``id`` this task sent
+        it (its count), in order."""
 
     def settle(self, done: Tuple, failure: Failure | None) -> None:
         """``done`` is finished here: acked (``failure`` None) or failed."""
@@ -338,9 +339,9 @@ class TaskCore:
             kind = type(decision)
             if kind is FinishBatch:
                 failure = self._finish(decision.id, trigger) or failure
-            elif kind is SendReport:
-                assert isinstance(decision, SendReport)
-                self.effects.report(decision.id, decision.task, decision.count, trigger)
+            elif kind is SendReports:
+                assert isinstance(decision, SendReports)
+                self.effects.report(decision.id, decision.counts, trigger)
             elif kind is Completed:
                 self.effects.completed(decision.id)
             elif kind is Failed:

@@ -20,7 +20,7 @@ Finish rule. An id finishes at this task when
 
 Then the tracker says ``FinishBatch``; the driver runs the bolt's finish
 (which may emit, and those emits count) and calls ``finish_done``, which says
-``SendReport`` for EVERY downstream task (count 0 included) and
+``SendReports`` with a count for EVERY downstream task (0 included) and
 ``Completed``. A failed tuple, a failed finish, a count mismatch or the
 deadline says ``Failed``; a failure elsewhere (``abandon``) says
 ``Abandoned``. After any of these the id is forgotten; failed and abandoned
@@ -105,14 +105,17 @@ class FinishBatch(_AboutId):
     __slots__ = ()
 
 
-class SendReport(Value):
-    __slots__ = ("count", "id", "task")
-    __match_args__ = ("id", "task", "count")
+class SendReports(Value):
+    """Tell each downstream task how many tuples of ``id`` this task sent it: ``counts``
+    maps every downstream task, in order, to its count (one decision for them all: a
+    step fans out to every task of the next)."""
 
-    def __init__(self, id: Hashable, task: int, count: int) -> None:
+    __slots__ = ("counts", "id")
+    __match_args__ = ("id", "counts")
+
+    def __init__(self, id: Hashable, counts: dict[int, int]) -> None:
         self.id = id
-        self.task = task
-        self.count = count
+        self.counts = counts
 
 
 class Completed(_AboutId):
@@ -139,7 +142,7 @@ class Ignored(_AboutId):
     __slots__ = ()
 
 
-Decision = FinishBatch | SendReport | Completed | Failed | Abandoned | Ignored
+Decision = FinishBatch | SendReports | Completed | Failed | Abandoned | Ignored
 
 
 def is_ignored(decisions: list[Decision]) -> bool:
@@ -290,12 +293,9 @@ class CoordinationTracker:
         if track is None or not track.finishing:
             raise RuntimeError(f"finish_done for id {id!r} that is not finishing")
         del self._tracks[id]
-        decisions: list[Decision] = [
-            SendReport(id, task, track.emitted.get(task, 0))
-            for task in self.config.downstream_tasks
-        ]
-        decisions.append(Completed(id))
-        return decisions
+        emitted = track.emitted
+        counts = {task: emitted.get(task, 0) for task in self.config.downstream_tasks}
+        return [SendReports(id, counts), Completed(id)]
 
     def finish_failed(self, id: Hashable, failure: Failure, now: float) -> list[Decision]:
         track = self._tracks.get(id)

@@ -17,7 +17,7 @@ from drpc.semantics.coordination import (
     Failed,
     FinishBatch,
     Ignored,
-    SendReport,
+    SendReports,
     TrackStatus,
     is_ignored,
 )
@@ -40,7 +40,7 @@ def test_first_step_finishes_when_its_request_tuple_is_acked() -> None:
     t.tuple_emitted(1, 5)
     t.tuple_emitted(1, 6)
     assert t.tuple_acked(1, 0) == [FinishBatch(1)]
-    assert t.finish_done(1) == [SendReport(1, 5, 2), SendReport(1, 6, 1), Completed(1)]
+    assert t.finish_done(1) == [SendReports(1, {5: 2, 6: 1}), Completed(1)]
     assert len(t) == 0
 
 
@@ -54,7 +54,7 @@ def test_middle_step_waits_for_every_report_and_matching_count() -> None:
     assert t.tuple_acked(7, 0) == []
     assert t.tuple_received(7, 0) == []
     assert t.tuple_acked(7, 0) == [FinishBatch(7)]
-    assert t.finish_done(7) == [SendReport(7, 5, 0), SendReport(7, 6, 0), Completed(7)]
+    assert t.finish_done(7) == [SendReports(7, {5: 0, 6: 0}), Completed(7)]
 
 
 def test_tuples_received_and_acked_in_bulk_count_as_many_single_events() -> None:
@@ -113,19 +113,18 @@ def test_counts_of_zero_still_finish_and_are_reported_to_every_downstream_task()
     assert t.report_received(9, 0, 0) == []
     assert t.report_received(9, 0, 0) == []
     assert t.report_received(9, 0, 0) == [FinishBatch(9)]
-    assert t.finish_done(9) == [
-        SendReport(9, 10, 0),
-        SendReport(9, 11, 0),
-        SendReport(9, 12, 0),
-        Completed(9),
-    ]
+    decisions = t.finish_done(9)
+    assert decisions == [SendReports(9, {10: 0, 11: 0, 12: 0}), Completed(9)]
+    report = decisions[0]
+    assert isinstance(report, SendReports)
+    assert list(report.counts) == [10, 11, 12]  # the downstream tasks' order
 
 
 def test_emits_during_finish_are_counted_in_the_reports() -> None:
     t = tracker(1)
     assert t.report_received(2, 0, 0) == [FinishBatch(2)]
     t.tuple_emitted(2, 6)  # finish_batch emitted its result
-    assert t.finish_done(2) == [SendReport(2, 5, 0), SendReport(2, 6, 1), Completed(2)]
+    assert t.finish_done(2) == [SendReports(2, {5: 0, 6: 1}), Completed(2)]
 
 
 def test_last_step_owner_waits_for_the_id_tuple() -> None:
@@ -301,7 +300,7 @@ def test_no_tracking_left_after_ten_thousand_requests() -> None:
         for decision in t.report_received(request, 0, 0):
             if isinstance(decision, FinishBatch):
                 finished += 1
-                assert t.finish_done(request) == [SendReport(request, 5, 1), Completed(request)]
+                assert t.finish_done(request) == [SendReports(request, {5: 1}), Completed(request)]
     assert finished == 10_000
     assert len(t) == 0 and t.tombstones == 0
 
@@ -354,10 +353,11 @@ def test_random_interleavings_finish_exactly_once_after_the_last_event(
             assert decisions == [FinishBatch("id")]
             finishes.append(position)
     assert finishes == [len(events) - 1]
-    reports = t.finish_done("id")
-    assert reports[-1] == Completed("id")
-    assert [r.task for r in reports[:-1]] == list(downstream)  # every task, zero counts too
-    assert sum(r.count for r in reports[:-1]) == sum(counts)
+    reports, completed = t.finish_done("id")
+    assert completed == Completed("id")
+    assert isinstance(reports, SendReports)
+    assert list(reports.counts) == list(downstream)  # every task, zero counts too
+    assert sum(reports.counts.values()) == sum(counts)
     assert len(t) == 0
 
 
@@ -519,7 +519,7 @@ def test_finish_calls_for_an_id_not_finishing_are_refused() -> None:
     assert 1 in t and t.tombstones == 0
     t.tuple_emitted(1, 6)
     assert t.tuple_acked(1, 0) == [FinishBatch(1)]
-    assert t.finish_done(1) == [SendReport(1, 5, 0), SendReport(1, 6, 1), Completed(1)]
+    assert t.finish_done(1) == [SendReports(1, {5: 0, 6: 1}), Completed(1)]
     assert 1 not in t and len(t) == 0
 
 

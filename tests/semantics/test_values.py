@@ -22,14 +22,14 @@ from drpc.executors.local.messages import (
     decode,
     encode,
 )
-from drpc.semantics.coordination import Abandoned, Completed, FinishBatch, Ignored, SendReport
+from drpc.semantics.coordination import Abandoned, Completed, FinishBatch, Ignored, SendReports
 
 FAILURE = Failure(DRPCExceptionType.FAILED_REQUEST, "boom")
 
 
 def test_values_are_equal_by_class_and_fields() -> None:
-    assert SendReport("r1", 3, 2) == SendReport(id="r1", task=3, count=2)
-    assert SendReport("r1", 3, 2) != SendReport("r1", 3, 1)
+    assert SendReports("r1", {3: 2}) == SendReports(id="r1", counts={3: 2})
+    assert SendReports("r1", {3: 2}) != SendReports("r1", {3: 1})
     assert FinishBatch("r1") == FinishBatch("r1")
     # same fields, another class: not equal, though they share a base
     assert FinishBatch("r1") != Completed("r1")
@@ -38,7 +38,7 @@ def test_values_are_equal_by_class_and_fields() -> None:
 
 
 def test_a_value_shows_its_class_and_fields() -> None:
-    assert repr(SendReport("r1", 3, 2)) == "SendReport(id='r1', task=3, count=2)"
+    assert repr(SendReports("r1", {3: 2})) == "SendReports(id='r1', counts={3: 2})"
     assert repr(NEXT) == "Next()"
     assert repr(Ack(1, 2)) == "Ack(root=1, ack_val=2)"
 

@@ -362,18 +362,21 @@ class BoltTask(Actor):
             else:
                 self.engine.deliver(target, message)
 
-    def report(self, id: Hashable, task: int, count: int, trigger: Tuple | None) -> None:
+    def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
         if self.engine.recorder is not None and self.first_report is None:
             self.first_report = time.monotonic()  # before the receiver can act on it
-        message_id = anchored_to((trigger,)) if trigger is not None else {}
-        message = ReportMessage(self.component_id, self.task_id, id, count, message_id)
+        anchors = (trigger,) if trigger is not None else ()
         outbox = self.turn_outbox
-        if outbox is not None:
-            outbox.add(task, message)
-        else:
-            self.engine.deliver(task, message)
-        if self.core.debug:
-            log.debug("%s reported %d tuple(s) of %r to task %d", self.name, count, id, task)
+        for task, count in counts.items():
+            message = ReportMessage(
+                self.component_id, self.task_id, id, count, anchored_to(anchors)
+            )
+            if outbox is not None:
+                outbox.add(task, message)
+            else:
+                self.engine.deliver(task, message)
+            if self.core.debug:
+                log.debug("%s reported %d tuple(s) of %r to task %d", self.name, count, id, task)
 
     def settle(self, done: Tuple, failure: Failure | None) -> None:
         if failure is None:
