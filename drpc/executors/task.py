@@ -204,8 +204,10 @@ class TaskCore:
         tuples may go through ``execute_id_run``, acked with one tracker event."""
         self.unacked: dict[int, Tuple] | None = {} if track_unacked else None
         self._settled = threading.Condition(self.lock)
-        self._fields: dict[tuple[str, str], Fields] = {}
-        self._kinds: dict[tuple[str, str], InputKind] = {}
+        # memos by source component, then stream: two look-ups by string cost less than
+        # making and hashing a (component, stream) key for each tuple
+        self._fields: dict[str, dict[str, Fields]] = {}
+        self._kinds: dict[str, dict[str, InputKind]] = {}
         self.on_finish: Callable[[Hashable], Callable[[], None]] | None = None
         """Called as an id's finish begins; returns what to call when it ends (timing)."""
 
@@ -239,16 +241,20 @@ class TaskCore:
 
     def fields_of(self, source: str, stream: str) -> Fields:
         """The declared fields of ``source``'s ``stream``."""
-        key = (source, stream)
-        fields = self._fields.get(key)
+        of_source = self._fields.get(source)
+        if of_source is None:
+            of_source = self._fields[source] = {}
+        fields = of_source.get(stream)
         if fields is None:
-            fields = self._fields[key] = self.topology.output_fields(source, stream)
+            fields = of_source[stream] = self.topology.output_fields(source, stream)
         return fields
 
     def input_kind(self, source: str, stream: str) -> InputKind:
         """What ``source``'s ``stream`` is to this coordinated task's rules."""
-        key = (source, stream)
-        kind = self._kinds.get(key)
+        of_source = self._kinds.get(source)
+        if of_source is None:
+            of_source = self._kinds[source] = {}
+        kind = of_source.get(stream)
         if kind is None:
             coordination = self.coordination
             assert coordination is not None
@@ -261,7 +267,7 @@ class TaskCore:
                 kind = COMMIT
             else:
                 kind = DATA
-            self._kinds[key] = kind
+            of_source[stream] = kind
         return kind
 
     def is_data(self, received: Tuple) -> bool:
