@@ -175,7 +175,10 @@ class Outbox:
     def add_acker(self, root: int, message: Message) -> None:
         if type(message) is Ack:
             acks = self.acks
-            acks[root] = acks.get(root, 0) ^ message.ack_val
+            value = acks.get(root)
+            # a first value is stored as it is: XORing an id with 0 copies it (the ids are
+            # too large for the compiled build's unboxed ints)
+            acks[root] = message.ack_val if value is None else value ^ message.ack_val
         else:
             self.acker.append((root, message))
 
@@ -184,7 +187,8 @@ class Outbox:
         for task_id, messages in other.tasks.items():
             self.tasks.setdefault(task_id, []).extend(messages)
         for root, value in other.acks.items():
-            self.acks[root] = self.acks.get(root, 0) ^ value
+            mine = self.acks.get(root)
+            self.acks[root] = value if mine is None else mine ^ value
         self.acker.extend(other.acker)
 
     def acker_messages(self) -> list[tuple[int, Message]]:
@@ -246,7 +250,8 @@ def fold_acks(batch: list[Message]) -> list[Message]:
     run: dict[int, int] = {}
     for message in batch:
         if type(message) is Ack:
-            run[message.root] = run.get(message.root, 0) ^ message.ack_val
+            value = run.get(message.root)
+            run[message.root] = message.ack_val if value is None else value ^ message.ack_val
             continue
         if run:
             folded.extend(Ack(root, value) for root, value in run.items())

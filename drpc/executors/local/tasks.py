@@ -276,7 +276,8 @@ class BoltTask(Actor):
                     self.held_edges[id] = dict(roots)
                 else:
                     for root, edge in roots.items():
-                        edges[root] = edges.get(root, 0) ^ edge
+                        held = edges.get(root)
+                        edges[root] = edge if held is None else held ^ edge
             else:
                 for root, edge in roots.items():
                     self.to_acker(root, Ack(root, edge))
@@ -420,8 +421,9 @@ class BoltTask(Actor):
         if done._done:
             return
         done._done = True
+        ack_val = done._ack_val  # 0 when it had no children: XORing copies a large id
         for root, edge in done.message_id.items():
-            self.to_acker(root, Ack(root, edge ^ done._ack_val))
+            self.to_acker(root, Ack(root, edge ^ ack_val if ack_val else edge))
 
     def ack_all(self, done: list[Tuple]) -> None:
         """Ack several tuples: one message per root, their values XORed together (the
@@ -431,8 +433,11 @@ class BoltTask(Actor):
             if tuple._done:
                 continue
             tuple._done = True
+            ack_val = tuple._ack_val
             for root, edge in tuple.message_id.items():
-                values[root] = values.get(root, 0) ^ edge ^ tuple._ack_val
+                value = edge ^ ack_val if ack_val else edge
+                before = values.get(root)
+                values[root] = value if before is None else before ^ value
         for root, value in values.items():
             self.to_acker(root, Ack(root, value))
 
@@ -456,13 +461,26 @@ class BoltTask(Actor):
 
 def anchored_to(anchors: Sequence[Tuple]) -> dict[int, int]:
     """The acking ``message_id`` of a tuple emitted anchored to ``anchors``: a fresh edge
-    id, XORed into each anchor's value and into the tuple's id for each of their roots."""
+    id, XORed into each anchor's value and into the tuple's id for each of their roots.
+
+    A value still 0 takes the edge as it is: the ids are too large for the compiled
+    build's unboxed ints, so XORing one with 0 would copy it."""
     message_id: dict[int, int] = {}
+    if len(anchors) == 1:  # most emits: each root gets the edge as it is, XORed with nothing
+        anchor = anchors[0]
+        edge = new_edge_id()
+        ack_val = anchor._ack_val
+        anchor._ack_val = ack_val ^ edge if ack_val else edge
+        for root in anchor.message_id:
+            message_id[root] = edge
+        return message_id
     for anchor in anchors:
         edge = new_edge_id()
-        anchor._ack_val ^= edge
+        ack_val = anchor._ack_val
+        anchor._ack_val = ack_val ^ edge if ack_val else edge
         for root in anchor.message_id:
-            message_id[root] = message_id.get(root, 0) ^ edge
+            before = message_id.get(root)
+            message_id[root] = edge if before is None else before ^ edge
     return message_id
 
 
