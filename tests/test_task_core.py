@@ -30,8 +30,10 @@ from drpc.model.components import CURRENT_ANCHOR
 from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
 from drpc.semantics.coordination import CoordinationConfig, Failed, Ignored
+from drpc.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder
 
 from .topologies import bolts
+from .transactional.bolts import AckFirstBatchLate, SumOfSecondField
 
 
 class Recorder:
@@ -767,3 +769,25 @@ def test_a_run_acking_more_tuples_than_reported_fails_the_id() -> None:
         "settle [7, 'b'] " + recorder.trace[0].split(": ", 1)[1],
     ]
     assert 7 not in core.tracker and core.tracker.tombstones == 1
+
+
+def test_emit_many_counts_a_task_each_row_reaches_whatever_route_it_took() -> None:
+    # "a"'s stream goes to "b" by word (two tasks) and to "c" (one task) as a whole: rows
+    # for different "b" tasks all reach "c", which must be counted once per row.
+    spout = MemoryTransactionalSpout({0: [["x"]]}, Fields("word"), 10)
+    builder = TransactionalTopologyBuilder("two-routes", "spout", spout, 1)
+    builder.set_bolt("a", AckFirstBatchLate(0.0), 1).none_grouping("spout")
+    builder.set_bolt("b", SumOfSecondField(), 2).fields_grouping("a", Fields("word"))
+    builder.set_bolt("c", SumOfSecondField(), 1).global_grouping("a")
+    topology = builder.create_topology()
+    (a_task,) = topology.component_task_ids["a"]
+    (c_task,) = topology.component_task_ids["c"]
+    b_tasks = topology.component_task_ids["b"]
+    core, _ = core_of(topology, "a", a_task)
+    assert core.tracker is not None and core.tracker.tuple_received(1, 0) == []
+    words = ["w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7"]
+    core.collector.emit_many([[1, word] for word in words])
+    counts = core.tracker.emitted_counts(1)
+    assert all(counts.get(task, 0) > 0 for task in b_tasks)  # both routes to "b" were taken
+    assert sum(counts.get(task, 0) for task in b_tasks) == len(words)
+    assert counts[c_task] == len(words)
