@@ -369,6 +369,30 @@ def test_unacked_tuples_are_kept_until_acked_or_failed() -> None:
     assert recorder.trace[-1] == "settle [8, 'b'] acked"
 
 
+def test_a_turn_s_own_collector_calls_skip_the_lock_and_other_threads_wait_for_the_turn() -> None:
+    core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
+    request(core, 7, "a")
+    del recorder.trace[:]
+    with core.lock:
+        core.begin_turn()
+        assert core.turn_thread == threading.get_ident()
+        core.collector.emit([7, "from the turn"], anchors=None)
+        other = threading.Thread(target=core.collector.emit, args=([7, "from another thread"],))
+        other.start()
+        other.join(0.2)  # it waits for the lock: its emit is not made during the turn
+        assert [line.split(" to ")[0] for line in recorder.trace] == [
+            "deliver default [7, 'from the turn']"
+        ]
+        core.end_turn()
+        assert core.turn_thread == 0
+    other.join(5.0)
+    assert not other.is_alive()
+    assert [line.split(" to ")[0] for line in recorder.trace] == [
+        "deliver default [7, 'from the turn']",
+        "deliver default [7, 'from another thread']",
+    ]
+
+
 def test_acked_tuples_are_not_kept() -> None:
     core, _ = core_of(
         drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt0", 1, track_unacked=True

@@ -32,7 +32,9 @@ does a batch of emits under one lock, routed and handed on in chunks
 
 Threading: every collector call holds ``lock`` (re-entrant), which the
 executor also holds while it hands the task anything, so a bolt may emit, ack
-and fail from threads of its own. After ``end()`` (a batch task that
+and fail from threads of its own. An executor that marks its turns
+(``begin_turn``/``end_turn``, under the lock) spares the calls made on the
+turn's own thread taking the lock again. After ``end()`` (a batch task that
 finished) collector calls are dropped with a warning.
 """
 
@@ -70,6 +72,7 @@ from drpc.semantics.routing import OutputRouter, id_owner_check
 from drpc.semantics.runners import BatchBoltRunner, BoltRunner, instantiate, runner_for
 
 log = logging.getLogger(__name__)
+_get_ident: Final = threading.get_ident
 
 EMIT_CHUNK = 1024
 """Emits ``send_many`` routes and delivers together."""
@@ -182,6 +185,9 @@ class TaskCore:
             instantiate(spec.user_component, component_id), component_id
         )
         self.lock = threading.RLock()
+        self.turn_thread = 0
+        """The ident of a thread that holds ``lock`` for an executor's turn, else 0: its
+        collector calls need not take the lock again (``begin_turn``/``end_turn``)."""
         self.collector = TaskCollector(self)
         self.current: Tuple | None = None
         self.ended = False
@@ -330,6 +336,14 @@ class TaskCore:
             self._settled.wait_for(
                 lambda: not self.unacked, timeout=max(0.0, deadline - time.time())
             )
+
+    def begin_turn(self) -> None:
+        """This thread holds ``lock`` for a turn (call under it)."""
+        self.turn_thread = _get_ident()
+
+    def end_turn(self) -> None:
+        """The turn ends (call before releasing ``lock``)."""
+        self.turn_thread = 0
 
     def end(self) -> None:
         """No more input: collector calls from now on are dropped with a warning."""
@@ -528,18 +542,26 @@ class TaskCollector(OutputCollector):
         self._core = core
         self._lock = core.lock
 
+    # Each call holds the task's lock, unless this thread runs the task's turn: it holds
+    # the lock already, and taking a re-entrant lock again costs more than the check.
+
     def emit(
         self, values: Sequence[Any], anchors: Any = None, stream: str = DEFAULT_STREAM_ID
     ) -> list[int]:
+        if self._core.turn_thread == _get_ident():
+            return self._emit(values, anchors, stream)
         with self._lock:
-            core = self._core
-            if core.ended:
-                core.late("emitted")
-                return []
-            core.router.check(stream, values, direct=False)
-            targets = core.router.targets(stream, values)
-            core.send(stream, values, targets, core.anchors(anchors))
-            return targets
+            return self._emit(values, anchors, stream)
+
+    def _emit(self, values: Sequence[Any], anchors: Any, stream: str) -> list[int]:
+        core = self._core
+        if core.ended:
+            core.late("emitted")
+            return []
+        core.router.check(stream, values, direct=False)
+        targets = core.router.targets(stream, values)
+        core.send(stream, values, targets, core.anchors(anchors))
+        return targets
 
     def emit_many(
         self,
@@ -547,12 +569,18 @@ class TaskCollector(OutputCollector):
         anchors: Any = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
+        if self._core.turn_thread == _get_ident():
+            self._emit_many(many, anchors, stream)
+            return
         with self._lock:
-            core = self._core
-            if core.ended:
-                core.late("emitted")
-                return
-            core.send_many(stream, many, core.anchors(anchors))
+            self._emit_many(many, anchors, stream)
+
+    def _emit_many(self, many: Iterable[Sequence[Any]], anchors: Any, stream: str) -> None:
+        core = self._core
+        if core.ended:
+            core.late("emitted")
+            return
+        core.send_many(stream, many, core.anchors(anchors))
 
     def emit_direct(
         self,
@@ -561,40 +589,54 @@ class TaskCollector(OutputCollector):
         anchors: Any = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
+        if self._core.turn_thread == _get_ident():
+            self._emit_direct(task, values, anchors, stream)
+            return
         with self._lock:
-            core = self._core
-            if core.ended:
-                core.late("emitted")
-                return
-            core.router.check(stream, values, direct=True)
-            core.send(
-                stream, values, core.router.direct_target(stream, task), core.anchors(anchors)
-            )
+            self._emit_direct(task, values, anchors, stream)
+
+    def _emit_direct(self, task: int, values: Sequence[Any], anchors: Any, stream: str) -> None:
+        core = self._core
+        if core.ended:
+            core.late("emitted")
+            return
+        core.router.check(stream, values, direct=True)
+        core.send(stream, values, core.router.direct_target(stream, task), core.anchors(anchors))
 
     def ack(self, tuple: Tuple) -> None:
+        if self._core.turn_thread == _get_ident():
+            self._ack(tuple)
+            return
         with self._lock:
-            core = self._core
-            if tuple._done:
-                log.warning(
-                    "step %r acked a tuple twice; ignoring the second ack", core.component_id
-                )
-                return
-            if core.ended:
-                tuple._done = True
-                core.late("acked")
-                return
-            core.on_ack(tuple)
+            self._ack(tuple)
+
+    def _ack(self, tuple: Tuple) -> None:
+        core = self._core
+        if tuple._done:
+            log.warning("step %r acked a tuple twice; ignoring the second ack", core.component_id)
+            return
+        if core.ended:
+            tuple._done = True
+            core.late("acked")
+            return
+        core.on_ack(tuple)
 
     def fail(self, tuple: Tuple, reason: Failure | BaseException | str | None = None) -> None:
+        if self._core.turn_thread == _get_ident():
+            self._fail(tuple, reason)
+            return
         with self._lock:
-            core = self._core
-            if tuple._done:
-                return
-            if core.ended:
-                tuple._done = True
-                core.late("failed")
-                return
-            core.on_fail(tuple, core.runner.failure_from(reason))
+            self._fail(tuple, reason)
+
+    def _fail(self, tuple: Tuple, reason: Failure | BaseException | str | None) -> None:
+        core = self._core
+        if tuple._done:
+            return
+        if core.ended:
+            tuple._done = True
+            core.late("failed")
+            return
+        core.on_fail(tuple, core.runner.failure_from(reason))
 
     def report_error(self, error: BaseException) -> None:
         log.error(

@@ -132,9 +132,11 @@ class BoltTask(Actor):
         # emits waits for the turn to end.
         with self.lock:
             self.turn_outbox = self.engine.turn_outbox()
+            self.core.begin_turn()
             try:
                 super().handle_batch(batch)
             finally:
+                self.core.end_turn()
                 self.turn_outbox = None
 
     def handle(self, message: Message) -> None:
