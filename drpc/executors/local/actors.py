@@ -7,7 +7,9 @@ turn takes up to ``batch`` messages from one actor's mailbox at once and
 handles them in order, so a busy actor cannot starve the others; an exception
 from ``handle`` is logged and the actor goes on. ``Turns`` hooks (the engine's
 outbox) bracket every turn: what the actor sends during it leaves when it
-ends, one post per destination (``post_many``). Ready actors wait in one
+ends, every destination's messages in one hand-off (``post_each``). One lock
+guards the ready queue and every mailbox, so a turn takes it twice: to post
+what it sent, and to take the next turn. Ready actors wait in one
 queue, first in first out: a step fanning in from many tasks is run once their
 turns are over, taking all their messages in one turn, instead of once per
 sender.
@@ -32,7 +34,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from mypy_extensions import mypyc_attr
 
@@ -58,9 +60,9 @@ class Actor:
     name = "actor"
 
     def __init__(self) -> None:
+        # Both guarded by the scheduler's lock (``Scheduler``).
         self._mailbox: deque[Message] = deque()
         self._scheduled = False
-        self._lock = threading.Lock()
         self.turns_taken = 0
         self._handled: dict[type, int] = {}  # by class: cheaper to count than by name
 
@@ -152,32 +154,46 @@ class Scheduler:
 
     def post_many(self, actor: Actor, messages: Iterable[Message]) -> None:
         """Post ``messages`` in order, as one hand-off."""
+        self.post_each([(actor, messages)])
+
+    def post_each(self, posts: Sequence[tuple[Actor, Iterable[Message]]]) -> None:
+        """``post_many`` for each actor in ``posts``, in order, under one lock: what a turn
+        sends leaves at once."""
         # acquire and release, not ``with``: compiled, a ``with`` on a lock makes and calls
-        # two bound methods, and this runs for every destination of every turn
-        lock = actor._lock
+        # two bound methods, and this runs for every turn
+        lock = self._lock
         lock.acquire()
         try:
-            actor._mailbox.extend(messages)
-            if actor._scheduled:
-                return
-            actor._scheduled = True
+            readied = False
+            for actor, messages in posts:
+                actor._mailbox.extend(messages)
+                if not actor._scheduled:
+                    actor._scheduled = True
+                    self._ready.append(actor)
+                    readied = True
+            wake = self._readied() if readied else None
         finally:
             lock.release()
-        self._enqueue(actor)
+        if wake is not None:
+            wake.release()
 
     def _enqueue(self, actor: Actor) -> None:
-        sleeper = None
-        wake_watchdog = False
+        """Put ``actor`` (scheduled, with messages) on the ready queue."""
         with self._lock:
             self._ready.append(actor)
-            if self._awake == 0:
-                sleeper = self._wake_one()
-            elif not self._watching:
-                self._watching = wake_watchdog = True
-        if sleeper is not None:
-            sleeper.release()
-        elif wake_watchdog:
-            self._watch_wakeup.release()
+            wake = self._readied()
+        if wake is not None:
+            wake.release()
+
+    def _readied(self) -> threading.Lock | None:
+        """Under ``_lock``, actors were made ready: the lock to release so that a sleeping
+        worker or the watchdog sees to them, or None (an awake worker will)."""
+        if self._awake == 0:
+            return self._wake_one()
+        if not self._watching:
+            self._watching = True
+            return self._watch_wakeup
+        return None
 
     def _wake_one(self) -> threading.Lock | None:
         """Under ``_lock``: the lock to release to wake a sleeping worker, counted awake."""
@@ -186,18 +202,43 @@ class Scheduler:
         self._awake += 1
         return self._sleepers.pop()
 
-    def _next(self, sleep: threading.Lock) -> Actor | None:
-        """The next actor from the ready queue, sleeping on ``sleep`` (held) until there is
-        one; None to stop."""
+    def _next(
+        self, sleep: threading.Lock, done: Actor | None
+    ) -> tuple[Actor, list[Message]] | None:
+        """The next actor from the ready queue and the messages of its turn (up to
+        ``batch``), sleeping on ``sleep`` (held) until there is one; None to stop.
+        ``done``, the actor whose turn this worker just ran, goes back on the queue if
+        messages came for it meanwhile, else is no longer scheduled."""
+        lock = self._lock
         while True:
-            with self._lock:
+            wake = None
+            lock.acquire()
+            try:
+                if done is not None:
+                    if done._mailbox:
+                        self._ready.append(done)
+                        wake = self._readied()
+                    else:
+                        done._scheduled = False
+                    done = None
                 if self._ready:
                     self._taken += 1
-                    return self._ready.popleft()
+                    actor = self._ready.popleft()
+                    mailbox = actor._mailbox
+                    if len(mailbox) <= self._batch:
+                        batch = list(mailbox)
+                        mailbox.clear()
+                    else:
+                        batch = [mailbox.popleft() for _ in range(self._batch)]
+                    return actor, batch
                 if self._stopped:
                     return None
                 self._awake -= 1
                 self._sleepers.append(sleep)
+            finally:
+                lock.release()
+                if wake is not None:
+                    wake.release()
             sleep.acquire()  # until a waker releases it, counting this worker awake
 
     def _watch(self) -> None:
@@ -223,22 +264,14 @@ class Scheduler:
 
     def _work(self) -> None:
         turns = self._turns
-        batch_size = self._batch
         sleep = threading.Lock()
         sleep.acquire()
+        done: Actor | None = None
         while True:
-            actor = self._next(sleep)
-            if actor is None:
+            taken = self._next(sleep, done)
+            if taken is None or self._stopped:
                 return
-            if self._stopped:
-                return
-            with actor._lock:
-                mailbox = actor._mailbox
-                if len(mailbox) <= batch_size:
-                    batch = list(mailbox)
-                    mailbox.clear()
-                else:
-                    batch = [mailbox.popleft() for _ in range(batch_size)]
+            actor, batch = taken
             if turns is not None:
                 turns.begin_turn()
             try:
@@ -250,12 +283,7 @@ class Scheduler:
                     turns.end_turn()
                 except Exception:
                     log.exception("%s: sending what its turn produced failed", actor.name)
-            with actor._lock:
-                more = bool(actor._mailbox)
-                if not more:
-                    actor._scheduled = False
-            if more:
-                self._enqueue(actor)
+            done = actor
 
     def stop(self, timeout: float) -> None:
         with self._lock:

@@ -273,35 +273,33 @@ class LocalExecutor(Turns):
                 self._send(outbox)
 
     def _send(self, outbox: Outbox) -> None:
-        """Send what an outbox collected: one post per destination task or acker."""
+        """Send what an outbox collected: one post per destination task or acker, all under
+        one scheduler lock."""
+        posts: list[tuple[Actor, list[Message]]] = []
         for task_id, messages in outbox.tasks.items():
             task = self.tasks.get(task_id)
             if task is not None:
-                if self.running:
-                    self.scheduler.post_many(task, messages)
+                posts.append((task, messages))
                 continue
             assert self.remote is not None, f"task {task_id} is in no engine"
             for message in messages:
                 self.remote.deliver(task_id, message)
-        if not outbox.acks and not outbox.acker:
-            return
-        if not self.ackers:
-            assert self.remote is not None
-            for root, message in outbox.acker_messages():
-                self.remote.to_acker(root, message)
-            return
-        if not self.running:
-            return
-        if self.acker_count == 1:
-            self.scheduler.post_many(
-                self.ackers[0], [message for _, message in outbox.acker_messages()]
-            )
-            return
-        by_acker: dict[int, list[Message]] = {}
-        for root, message in outbox.acker_messages():
-            by_acker.setdefault(root % self.acker_count, []).append(message)
-        for index, messages in by_acker.items():
-            self.scheduler.post_many(self.ackers[index], messages)
+        if outbox.acks or outbox.acker:
+            if not self.ackers:
+                assert self.remote is not None
+                for root, message in outbox.acker_messages():
+                    self.remote.to_acker(root, message)
+            elif self.acker_count == 1:
+                acks = [message for _, message in outbox.acker_messages()]
+                posts.append((self.ackers[0], acks))
+            else:
+                by_acker: dict[int, list[Message]] = {}
+                for root, message in outbox.acker_messages():
+                    by_acker.setdefault(root % self.acker_count, []).append(message)
+                for index, messages in by_acker.items():
+                    posts.append((self.ackers[index], messages))
+        if posts and self.running:
+            self.scheduler.post_each(posts)
 
     def deliver(self, task_id: int, message: Message) -> None:
         outbox = self.turn_outbox()
