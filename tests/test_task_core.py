@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -369,28 +369,89 @@ def test_unacked_tuples_are_kept_until_acked_or_failed() -> None:
     assert recorder.trace[-1] == "settle [8, 'b'] acked"
 
 
-def test_a_turn_s_own_collector_calls_skip_the_lock_and_other_threads_wait_for_the_turn() -> None:
+def _collector_call_pair(
+    call: str,
+) -> tuple[TaskCore, Recorder, Callable[[], object], Callable[[], object], list[str]]:
+    """A core, its recorder, the same collector call made by a turn and by another thread,
+    and the trace lines each one leaves, in that order."""
+    if call == "emit_direct":
+        core, recorder = core_of(direct_drpc(), "bolt0", 1)
+        anchor = core.make_tuple("prepare-request", "default", 7, [8, "b"])
+        return (
+            core,
+            recorder,
+            lambda: core.collector.emit_direct(3, [8, "turn"], anchors=anchor),
+            lambda: core.collector.emit_direct(2, [8, "other"], anchors=anchor),
+            [
+                "deliver default [8, 'turn'] to [3] anchored [[8, 'b']]",
+                "deliver default [8, 'other'] to [2] anchored [[8, 'b']]",
+            ],
+        )
     core, recorder = core_of(drpc(bolts.RichForgetsToAck(), bolts.CountPerRequest()), "bolt0", 1)
-    request(core, 7, "a")
+    first, second = request(core, 7, "a"), request(core, 8, "b")
     del recorder.trace[:]
+    collector = core.collector
+    if call in ("emit", "emit_many"):
+        emit = (
+            collector.emit
+            if call == "emit"
+            else lambda values, anchors: collector.emit_many([values], anchors=anchors)
+        )
+        return (
+            core,
+            recorder,
+            lambda: emit([7, "turn"], anchors=[first]),
+            lambda: emit([8, "other"], anchors=[second]),
+            [
+                f"deliver default [7, 'turn'] to {core.router.targets('default', [7, 'turn'])} "
+                "anchored [[7, 'a']]",
+                f"deliver default [8, 'other'] to {core.router.targets('default', [8, 'other'])} "
+                "anchored [[8, 'b']]",
+            ],
+        )
+    if call == "ack":
+        return (
+            core,
+            recorder,
+            lambda: collector.ack(first),
+            lambda: collector.ack(second),
+            ["settle [7, 'a'] acked", "settle [8, 'b'] acked"],
+        )
+    assert call == "fail"
+    return (
+        core,
+        recorder,
+        lambda: collector.fail(first, "turn"),
+        lambda: collector.fail(second, "other"),
+        [
+            "settle [7, 'a'] Request failed: step 'bolt0' (task 1) failed the tuple: turn",
+            "settle [8, 'b'] Request failed: step 'bolt0' (task 1) failed the tuple: other",
+        ],
+    )
+
+
+@pytest.mark.parametrize("call", ["emit", "emit_many", "emit_direct", "ack", "fail"])
+def test_a_turn_s_own_collector_calls_skip_the_lock_and_other_threads_wait_for_the_turn(
+    call: str,
+) -> None:
+    core, recorder, by_turn, by_other, lines = _collector_call_pair(call)
+
+    def settles_and_delivers() -> list[str]:
+        return [line for line in recorder.trace if line.startswith(("deliver", "settle"))]
+
     with core.lock:
         core.begin_turn()
         assert core.turn_thread == threading.get_ident()
-        core.collector.emit([7, "from the turn"], anchors=None)
-        other = threading.Thread(target=core.collector.emit, args=([7, "from another thread"],))
+        by_turn()
+        other = threading.Thread(target=by_other)
         other.start()
-        other.join(0.2)  # it waits for the lock: its emit is not made during the turn
-        assert [line.split(" to ")[0] for line in recorder.trace] == [
-            "deliver default [7, 'from the turn']"
-        ]
+        other.join(0.2)  # it waits for the lock: its call is not made during the turn
+        assert settles_and_delivers() == lines[:1]
         core.end_turn()
         assert core.turn_thread == 0
     other.join(5.0)
     assert not other.is_alive()
-    assert [line.split(" to ")[0] for line in recorder.trace] == [
-        "deliver default [7, 'from the turn']",
-        "deliver default [7, 'from another thread']",
-    ]
+    assert settles_and_delivers() == lines
 
 
 def test_acked_tuples_are_not_kept() -> None:
