@@ -174,13 +174,17 @@ class Outbox:
 
     def add_acker(self, root: int, message: Message) -> None:
         if type(message) is Ack:
-            acks = self.acks
-            value = acks.get(root)
-            # a first value is stored as it is: XORing an id with 0 copies it (the ids are
-            # too large for the compiled build's unboxed ints)
-            acks[root] = message.ack_val if value is None else value ^ message.ack_val
+            self.add_ack(root, message.ack_val)
         else:
             self.acker.append((root, message))
+
+    def add_ack(self, root: int, ack_val: int) -> None:
+        """``add_acker(root, Ack(root, ack_val))``, without making the ``Ack``."""
+        acks = self.acks
+        value = acks.get(root)
+        # a first value is stored as it is: XORing an id with 0 copies it (the ids are too
+        # large for the compiled build's unboxed ints)
+        acks[root] = ack_val if value is None else value ^ ack_val
 
     def take(self, other: Outbox) -> None:
         """Add what ``other`` collected after what this one has."""

@@ -282,7 +282,7 @@ class BoltTask(Actor):
                         edges[root] = edge if held is None else held ^ edge
             else:
                 for root, edge in roots.items():
-                    self.to_acker(root, Ack(root, edge))
+                    self.ack_to_acker(root, edge)
             return
         received = self.core.make_tuple(
             message.source,
@@ -394,7 +394,7 @@ class BoltTask(Actor):
         edges = self.held_edges.pop(id, None)
         if edges:
             for root, edge in edges.items():
-                self.to_acker(root, Ack(root, edge))
+                self.ack_to_acker(root, edge)
         self.forget_roots(id)
 
     def failed(self, failed: Failed) -> Failure:
@@ -425,7 +425,7 @@ class BoltTask(Actor):
         done._done = True
         ack_val = done._ack_val  # 0 when it had no children: XORing copies a large id
         for root, edge in done.message_id.items():
-            self.to_acker(root, Ack(root, edge ^ ack_val if ack_val else edge))
+            self.ack_to_acker(root, edge ^ ack_val if ack_val else edge)
 
     def ack_all(self, done: list[Tuple]) -> None:
         """Ack several tuples: one message per root, their values XORed together (the
@@ -441,7 +441,7 @@ class BoltTask(Actor):
                 before = values.get(root)
                 values[root] = value if before is None else before ^ value
         for root, value in values.items():
-            self.to_acker(root, Ack(root, value))
+            self.ack_to_acker(root, value)
 
     def fail_roots(self, done: Tuple, failure: Failure) -> None:
         if done._done:
@@ -450,12 +450,20 @@ class BoltTask(Actor):
         for root in done.message_id:
             self.to_acker(root, AckFail(root, failure))
 
-    def to_acker(self, root: int, message: Ack | AckFail) -> None:
+    def to_acker(self, root: int, message: AckFail) -> None:
         outbox = self.turn_outbox
         if outbox is not None:
             outbox.add_acker(root, message)
         else:
             self.engine.to_acker(root, message)
+
+    def ack_to_acker(self, root: int, ack_val: int) -> None:
+        """Ack ``ack_val`` into ``root``'s tree (its acks in a turn fold into one)."""
+        outbox = self.turn_outbox
+        if outbox is not None:
+            outbox.add_ack(root, ack_val)
+        else:
+            self.engine.to_acker(root, Ack(root, ack_val))
 
     def cleanup(self) -> None:
         self.runner.cleanup()
