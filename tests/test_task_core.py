@@ -25,7 +25,13 @@ from drpc import (
 )
 from drpc.errors import DRPCExceptionType, Failure, InvalidTupleError
 from drpc.examples.transactional_global_count import build_global_count
-from drpc.executors.task import EMIT_CHUNK, InputKind, TaskCore, coordination_config
+from drpc.executors.task import (
+    EMIT_CHUNK,
+    InputKind,
+    TaskCore,
+    TaskEffects,
+    coordination_config,
+)
 from drpc.model.components import CURRENT_ANCHOR
 from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
@@ -36,7 +42,7 @@ from .topologies import bolts
 from .transactional.bolts import AckFirstBatchLate, SumOfSecondField
 
 
-class Recorder:
+class Recorder(TaskEffects):
     """``TaskEffects`` that write each call as a line of ``trace``."""
 
     def __init__(self) -> None:

@@ -63,7 +63,7 @@ from typing import Any
 from drpc import config
 from drpc.errors import DRPCExceptionType, Failure, UnserializableValueError
 from drpc.executors.records import FailureNotice, Shipment
-from drpc.executors.task import COMMIT, ID, TaskCore
+from drpc.executors.task import COMMIT, ID, TaskCore, TaskEffects
 from drpc.logs import current_context, pop_context, push_context
 from drpc.model.hashing import stable_hash
 from drpc.model.topology import Topology
@@ -113,7 +113,7 @@ class _IdLogFields(Mapping[str, Any]):
         return len(self._now())
 
 
-class TaskRun:
+class TaskRun(TaskEffects):
     """One task of one component over one job's shipments (see the module doc).
 
     ``log_fields``, by id: what a log line about that id carries (``request_id``,

@@ -47,7 +47,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, Final, Protocol
+from typing import Any, Final
+
+from mypy_extensions import mypyc_attr
 
 from drpc import config
 from drpc.errors import Failure, InvalidTupleError
@@ -97,13 +99,17 @@ COMMIT: Final = InputKind.COMMIT
 REPORT: Final = InputKind.REPORT
 
 
-class TaskEffects(Protocol):
-    """What an executor does for a task; the rules that decide when are the core's."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class TaskEffects:
+    """What an executor does for a task; the rules that decide when are the core's. An
+    executor subclasses it (a class, not a protocol: compiled, the core then calls a
+    compiled executor's effects directly)."""
 
     def deliver(
         self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
     ) -> None:
         """Send an emitted tuple to ``targets`` (empty: nobody subscribes to ``stream``)."""
+        raise NotImplementedError
 
     def deliver_many(
         self,
@@ -113,23 +119,29 @@ class TaskEffects(Protocol):
         anchors: Sequence[Tuple],
     ) -> None:
         """``deliver`` each of ``many`` to its ``targets`` (same positions), in order."""
+        raise NotImplementedError
 
     def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
         """Tell each downstream task in ``counts`` how many tuples of ``id`` this task sent
         it (its count), in order."""
+        raise NotImplementedError
 
     def settle(self, done: Tuple, failure: Failure | None) -> None:
         """``done`` is finished here: acked (``failure`` None) or failed."""
+        raise NotImplementedError
 
     def completed(self, id: Hashable) -> None:
         """``id`` finished at this task and its reports went out."""
+        raise NotImplementedError
 
     def failed(self, failed: Failed) -> Failure:
         """``failed.id`` failed here; returns the failure to report (an executor that can
         tell where a timed-out tree is stuck may name that step)."""
+        raise NotImplementedError
 
     def abandoned(self, id: Hashable) -> None:
         """``id`` failed elsewhere and was given up here."""
+        raise NotImplementedError
 
 
 def coordination_config(

@@ -52,7 +52,7 @@ from drpc.executors.local.messages import (
     fold_reports,
 )
 from drpc.executors.local.spans import HANDLING, StepRecorder
-from drpc.executors.task import DATA, ID, TaskCore
+from drpc.executors.task import DATA, ID, TaskCore, TaskEffects
 from drpc.logs import pop_context, push_context
 from drpc.model.components import (
     BaseRichSpout,
@@ -95,7 +95,11 @@ class BoltTask(Actor):
         self.task_id = task_id
         self.name = f"{spec.id}[{task_id}]"
         self.core = TaskCore(
-            engine.topology, spec.id, task_id, conf=task_conf(engine, spec), effects=self
+            engine.topology,
+            spec.id,
+            task_id,
+            conf=task_conf(engine, spec),
+            effects=BoltEffects(self),
         )
         self.lock = self.core.lock
         self.runner = self.core.runner
@@ -467,6 +471,43 @@ class BoltTask(Actor):
 
     def cleanup(self) -> None:
         self.runner.cleanup()
+
+
+class BoltEffects(TaskEffects):
+    """A bolt task's effects, as its core calls them: each goes to the task's method of the
+    same name (compiled, a direct call either way)."""
+
+    def __init__(self, task: BoltTask) -> None:
+        self.task = task
+
+    def deliver(
+        self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
+    ) -> None:
+        self.task.deliver(stream, values, targets, anchors)
+
+    def deliver_many(
+        self,
+        stream: str,
+        many: Sequence[Sequence[Any]],
+        targets: Sequence[Sequence[int]],
+        anchors: Sequence[Tuple],
+    ) -> None:
+        self.task.deliver_many(stream, many, targets, anchors)
+
+    def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
+        self.task.report(id, counts, trigger)
+
+    def settle(self, done: Tuple, failure: Failure | None) -> None:
+        self.task.settle(done, failure)
+
+    def completed(self, id: Hashable) -> None:
+        self.task.completed(id)
+
+    def failed(self, failed: Failed) -> Failure:
+        return self.task.failed(failed)
+
+    def abandoned(self, id: Hashable) -> None:
+        self.task.abandoned(id)
 
 
 def anchored_to(anchors: Sequence[Tuple]) -> dict[int, int]:
