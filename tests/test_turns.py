@@ -14,7 +14,7 @@ from collections import Counter
 from drpc.errors import Failure
 from drpc.examples.reach import build_reach
 from drpc.examples.square import build_square
-from drpc.executors.local.actors import Actor, Scheduler, Turns
+from drpc.executors.local.actors import Actor, ReadyQueue, Scheduler, Turns
 from drpc.executors.local.messages import (
     Ack,
     AckFail,
@@ -330,3 +330,21 @@ def test_a_drpc_spout_that_asks_to_be_woken_serves_calls_with_idle_polls_an_hour
     with LocalDRPC(max_idle_wait=3600.0) as drpc:
         drpc.register(build_square())
         assert [drpc.execute("square", str(n)) for n in range(3)] == ["0", "1", "4"]
+
+
+def test_the_ready_queue_is_first_in_first_out_whatever_the_interleaving() -> None:
+    queue = ReadyQueue()
+    actors = [Recording(f"actor-{i}") for i in range(6)]
+    taken: list[Actor] = []
+    queue.append(actors[0])
+    queue.append(actors[1])
+    taken.append(queue.popleft())
+    queue.append(actors[2])  # arrives while actors[1] waits in the other list
+    queue.append(actors[3])
+    assert len(queue) == 3
+    taken += [queue.popleft(), queue.popleft()]
+    queue.append(actors[4])
+    queue.append(actors[5])
+    taken += [queue.popleft() for _ in range(3)]
+    assert taken == actors
+    assert len(queue) == 0 and not queue
