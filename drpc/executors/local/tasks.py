@@ -123,6 +123,9 @@ class BoltTask(Actor):
         # The running turn's outbox, set under the task's lock for the turn: what the task
         # sends goes there without a look-up of the thread's outbox per message.
         self.turn_outbox: Outbox | None = None
+        # When the running turn began: the time tracker events of its messages carry (their
+        # deadlines are seconds long; one clock read a turn instead of one a message).
+        self.turn_began = 0.0
 
     def prepare(self) -> None:
         self.core.prepare(self.engine.services)
@@ -136,6 +139,7 @@ class BoltTask(Actor):
         # emits waits for the turn to end.
         with self.lock:
             self.turn_outbox = self.engine.turn_outbox()
+            self.turn_began = time.monotonic()
             self.core.begin_turn()
             try:
                 super().handle_batch(batch)
@@ -236,7 +240,7 @@ class BoltTask(Actor):
         dead = self.dead_roots
         if dead and received.message_id and all(root in dead for root in received.message_id):
             return
-        now = time.monotonic()
+        now = self.turn_began
         id = received.values[0]
         kind = core.input_kind(received.source_component, received.source_stream)
         if kind is DATA:
@@ -270,7 +274,7 @@ class BoltTask(Actor):
         tracker, decl = self.tracker, self.coordination
         assert tracker is not None and decl is not None
         id = message.id
-        decisions = tracker.report_received(id, message.tuples, time.monotonic(), message.reports)
+        decisions = tracker.report_received(id, message.tuples, self.turn_began, message.reports)
         if is_ignored(decisions):
             return
         self.note_roots(id, roots)
