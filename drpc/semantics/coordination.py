@@ -20,8 +20,8 @@ Finish rule. An id finishes at this task when
 
 Then the tracker says ``FinishBatch``; the driver runs the bolt's finish
 (which may emit, and those emits count) and calls ``finish_done``, which says
-``SendReports`` with a count for EVERY downstream task (0 included) and
-``Completed``. A failed tuple, a failed finish, a count mismatch or the
+``SendReports`` with a count for EVERY downstream task (0 included; none
+when it has none) and ``Completed``. A failed tuple, a failed finish, a count mismatch or the
 deadline says ``Failed``; a failure elsewhere (``abandon``) says
 ``Abandoned``. After any of these the id is forgotten; failed and abandoned
 ids are remembered as tombstones until their deadline so late events for them
@@ -293,8 +293,11 @@ class CoordinationTracker:
         if track is None or not track.finishing:
             raise RuntimeError(f"finish_done for id {id!r} that is not finishing")
         del self._tracks[id]
+        downstream = self.config.downstream_tasks
+        if not downstream:  # the last step: nobody to report to
+            return [Completed(id)]
         emitted = track.emitted
-        counts = {task: emitted.get(task, 0) for task in self.config.downstream_tasks}
+        counts = {task: emitted.get(task, 0) for task in downstream}
         return [SendReports(id, counts), Completed(id)]
 
     def finish_failed(self, id: Hashable, failure: Failure, now: float) -> list[Decision]:

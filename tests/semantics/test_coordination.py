@@ -108,6 +108,12 @@ def test_reports_may_arrive_before_any_data() -> None:
     assert t.tuple_acked(4, 0) == [FinishBatch(4)]
 
 
+def test_a_last_step_finishes_with_no_reports_to_send() -> None:
+    t = tracker(1, downstream=())
+    assert t.report_received(4, 0, 0) == [FinishBatch(4)]
+    assert t.finish_done(4) == [Completed(4)]
+
+
 def test_counts_of_zero_still_finish_and_are_reported_to_every_downstream_task() -> None:
     t = tracker(3, downstream=(10, 11, 12))
     assert t.report_received(9, 0, 0) == []
