@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -144,6 +145,44 @@ def test_nothing_is_left_tracked_after_many_mixed_requests() -> None:
                     and runtime.open_batches() == 0
                 )
             )
+        assert drpc.outstanding() == 0
+
+
+class RepliesFromItsOwnThreads(BaseRichBolt):
+    """Emits and acks each input from a pool of threads of its own, racing the engine's
+    turns for the task's lock."""
+
+    def prepare(
+        self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        self.collector = collector
+        self.pool = ThreadPoolExecutor(2, thread_name_prefix="bolt-own")
+
+    def execute(self, tuple: Tuple) -> None:
+        self.pool.submit(self._reply, tuple)
+
+    def _reply(self, tuple: Tuple) -> None:
+        self.collector.emit([tuple[0], tuple[1].upper()], anchors=tuple)
+        self.collector.ack(tuple)
+
+    def cleanup(self) -> None:
+        self.pool.shutdown()
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "result"))
+
+
+def test_a_bolt_emitting_and_acking_from_its_own_threads_under_load_answers_every_call() -> None:
+    builder = LinearDRPCTopologyBuilder("shout")
+    builder.add_bolt(RepliesFromItsOwnThreads(), 2)
+    builder.add_bolt(bolts.Identity(), 2).shuffle_grouping()
+    with LocalDRPC(timeout=30) as drpc:
+        runtime = drpc.register(builder)
+        futures = [(word, drpc.submit("shout", word)) for word in (f"w{n}" for n in range(400))]
+        assert [future.result(timeout=60) for _, future in futures] == [
+            word.upper() for word, _ in futures
+        ]
+        wait_until(lambda: runtime.pending_roots() == 0 and runtime.tracked_ids() == 0)
         assert drpc.outstanding() == 0
 
 
