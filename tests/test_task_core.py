@@ -49,20 +49,10 @@ class Recorder(TaskEffects):
         self.trace: list[str] = []
 
     def deliver(
-        self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
+        self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
     ) -> None:
         anchored = [anchor.values for anchor in anchors]
-        self.trace.append(f"deliver {stream} {list(values)} to {targets} anchored {anchored}")
-
-    def deliver_many(
-        self,
-        stream: str,
-        many: Sequence[Sequence[Any]],
-        targets: Sequence[Sequence[int]],
-        anchors: Sequence[Tuple],
-    ) -> None:
-        for values, receivers in zip(many, targets, strict=True):
-            self.deliver(stream, values, list(receivers), anchors)
+        self.trace.append(f"deliver {stream} {list(values)} to {list(targets)} anchored {anchored}")
 
     def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
         for task, count in counts.items():

@@ -118,8 +118,10 @@ class TaskEffects:
         targets: Sequence[Sequence[int]],
         anchors: Sequence[Tuple],
     ) -> None:
-        """``deliver`` each of ``many`` to its ``targets`` (same positions), in order."""
-        raise NotImplementedError
+        """``deliver`` each of ``many`` to its ``targets`` (same positions), in order (an
+        executor may do it in fewer steps)."""
+        for values, receivers in zip(many, targets, strict=True):
+            self.deliver(stream, values, receivers, anchors)
 
     def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
         """Tell each downstream task in ``counts`` how many tuples of ``id`` this task sent

@@ -342,18 +342,7 @@ class BoltTask(Actor):
         if self.tracker is not None:
             self.core.apply(self.tracker.expire(now), None)
 
-    # -- the task's effects (TaskEffects) ------------------------------------------------
-
-    def deliver_many(
-        self,
-        stream: str,
-        many: Sequence[Sequence[Any]],
-        targets: Sequence[Sequence[int]],
-        anchors: Sequence[Tuple],
-    ) -> None:
-        deliver = self.deliver
-        for values, receivers in zip(many, targets, strict=True):
-            deliver(stream, values, receivers, anchors)
+    # -- the task's effects (TaskEffects, through BoltEffects) ----------------------------
 
     def deliver(
         self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
@@ -479,7 +468,8 @@ class BoltTask(Actor):
 
 class BoltEffects(TaskEffects):
     """A bolt task's effects, as its core calls them: each goes to the task's method of the
-    same name (compiled, a direct call either way)."""
+    same name (compiled, a direct call either way); ``deliver_many`` is the base's, a
+    ``deliver`` per row."""
 
     def __init__(self, task: BoltTask) -> None:
         self.task = task
@@ -488,15 +478,6 @@ class BoltEffects(TaskEffects):
         self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
     ) -> None:
         self.task.deliver(stream, values, targets, anchors)
-
-    def deliver_many(
-        self,
-        stream: str,
-        many: Sequence[Sequence[Any]],
-        targets: Sequence[Sequence[int]],
-        anchors: Sequence[Tuple],
-    ) -> None:
-        self.task.deliver_many(stream, many, targets, anchors)
 
     def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
         self.task.report(id, counts, trigger)
