@@ -352,29 +352,23 @@ class BoltTask(Actor):
         payload = self.core.router.freeze(stream, values)
         if self.engine.recorder is not None:
             self.last_sent = time.monotonic()  # before a receiver can act on it
-        outbox = self.turn_outbox
         for target in targets:
-            message = TupleMessage(
-                self.component_id, stream, self.task_id, payload, anchored_to(anchors)
+            self.to_task(
+                target,
+                TupleMessage(
+                    self.component_id, stream, self.task_id, payload, anchored_to(anchors)
+                ),
             )
-            if outbox is not None:
-                outbox.add(target, message)
-            else:
-                self.engine.deliver(target, message)
 
     def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
         if self.engine.recorder is not None and self.first_report is None:
             self.first_report = time.monotonic()  # before the receiver can act on it
         anchors = (trigger,) if trigger is not None else ()
-        outbox = self.turn_outbox
         for task, count in counts.items():
-            message = ReportMessage(
-                self.component_id, self.task_id, id, count, anchored_to(anchors)
+            self.to_task(
+                task,
+                ReportMessage(self.component_id, self.task_id, id, count, anchored_to(anchors)),
             )
-            if outbox is not None:
-                outbox.add(task, message)
-            else:
-                self.engine.deliver(task, message)
             if self.core.debug:
                 log.debug("%s reported %d tuple(s) of %r to task %d", self.name, count, id, task)
 
@@ -446,6 +440,14 @@ class BoltTask(Actor):
         done._done = True
         for root in done.message_id:
             self.to_acker(root, AckFail(root, failure))
+
+    def to_task(self, task_id: int, message: TupleMessage | ReportMessage) -> None:
+        """Send ``message`` to task ``task_id``: into the turn's outbox during a turn."""
+        outbox = self.turn_outbox
+        if outbox is not None:
+            outbox.add(task_id, message)
+        else:
+            self.engine.deliver(task_id, message)
 
     def to_acker(self, root: int, message: AckFail) -> None:
         outbox = self.turn_outbox
