@@ -186,13 +186,11 @@ def test_a_turn_takes_the_mailbox_at_once_and_the_actor_its_end_readies_waits_fo
     turns = SendsAsTurnsEnd(source, target)
     scheduler = Scheduler(4, "turns", turns=turns, batch=2)
     turns.scheduler = scheduler
-    for now in (10.0, 11.0, 12.0):
-        source._mailbox.append(Tick(now))
-    source._scheduled = True
+    scheduler.post_many(source, [Tick(10.0), Tick(11.0), Tick(12.0)])
+    scheduler.post_many(source, [])  # already scheduled: no second hand-off
+    assert len(scheduler._ready) == 1
     scheduler.start()
     try:
-        scheduler.post_many(source, [])  # already scheduled: no second hand-off
-        scheduler._enqueue(source)
         wait_until(lambda: len(source.seen) == 3 and len(target.seen) == 2, what="both handled")
     finally:
         scheduler.stop(5.0)

@@ -201,14 +201,6 @@ class Scheduler:
         if wake is not None:
             wake.release()
 
-    def _enqueue(self, actor: Actor) -> None:
-        """Put ``actor`` (scheduled, with messages) on the ready queue."""
-        with self._lock:
-            self._ready.append(actor)
-            wake = self._readied()
-        if wake is not None:
-            wake.release()
-
     def _readied(self) -> threading.Lock | None:
         """Under ``_lock``, actors were made ready: the lock to release so that a sleeping
         worker or the watchdog sees to them, or None (an awake worker will)."""
@@ -274,7 +266,7 @@ class Scheduler:
                     return
                 idle = not self._ready
                 if idle:
-                    self._watching = False  # the next _enqueue releases wakeup
+                    self._watching = False  # the next post or re-queued turn releases wakeup
                 taken = self._taken
             if idle:
                 wakeup.acquire()
