@@ -54,6 +54,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "drpc.semantics.runners",
     "drpc.executors.task",
     "drpc.executors.local.messages",
+    "drpc.executors.local.gathering",
     "drpc.executors.local.tasks",
     "drpc.executors.local.actors",
     "drpc.executors.local.executor",

@@ -24,7 +24,9 @@ every task of the topology until ``stop()``:
   runners and the coordination rules of every executor; count reports travel
   as real tuples on the direct ``__coord`` stream, held coordination tuples
   keep the request's tree open until each task finishes, exactly as Storm's
-  CoordinatedBolt;
+  CoordinatedBolt; where every task of a step reports to every task of the
+  next, the engine gathers its tasks' reports of an id and sends each
+  receiver one report standing for them all (``gathering``);
 - spouts are polled with a short idle back-off (Storm's: 1 ms, doubling up
   to ``max_idle_wait``); a spout whose source can notify calls
   ``context.request_wakeup()`` to be polled at once, and one that declared
@@ -61,7 +63,8 @@ from drpc import config
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.errors import Failure, InvalidTopologyError
 from drpc.executors.local.actors import Actor, Scheduler, Timer, Turns
-from drpc.executors.local.messages import Abandon, Message, Outbox, Tick
+from drpc.executors.local.gathering import ReportGatherer, gathered_senders
+from drpc.executors.local.messages import Abandon, Message, Outbox, ReportMessage, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
 from drpc.executors.local.tasks import MAX_IDLE_WAIT, AckerTask, BoltTask, SpoutTask
 from drpc.model.topology import Topology
@@ -158,6 +161,8 @@ class LocalExecutor(Turns):
         )
         self.running = False
         self._outbox = threading.local()
+        self.gatherer = ReportGatherer(gathered_senders(topology, hosted), self.message_timeout)
+        self._gather_lock = threading.Lock()
         for component_id, task_ids in topology.component_task_ids.items():
             spec = topology.components[component_id]
             for task_id in task_ids:
@@ -324,6 +329,23 @@ class LocalExecutor(Turns):
             assert self.remote is not None
             self.remote.to_acker(root, message)
 
+    def gather_reports(
+        self,
+        component: str,
+        source_task: int,
+        id: Any,
+        counts: dict[int, int],
+        edges: dict[int, int],
+        now: float,
+    ) -> list[tuple[int, ReportMessage]]:
+        """``ReportGatherer.add``, under the gatherer's lock: the reports to send, if any."""
+        lock = self._gather_lock
+        lock.acquire()
+        try:
+            return self.gatherer.add(component, source_task, id, counts, edges, now)
+        finally:
+            lock.release()
+
     def broadcast_abandon(self, root: int) -> None:
         """A root failed: every coordinated task, here and elsewhere, drops its ids."""
         self.abandon_local(root)
@@ -331,6 +353,8 @@ class LocalExecutor(Turns):
             self.remote.broadcast_abandon(root)
 
     def abandon_local(self, root: int) -> None:
+        with self._gather_lock:
+            self.gatherer.drop_root(root, time.monotonic())
         for task in self.coordinated_tasks:
             self.post(task, Abandon(root))
 
@@ -363,11 +387,17 @@ class LocalExecutor(Turns):
         if not self.running:
             return
         now = time.monotonic()
+        self.expire_gathered(now)
         for acker in self.ackers:
             self.post(acker, Tick(now))
         for task in self.coordinated_tasks:
             self.post(task, Tick(now))
         self.timer.schedule(self.tick_interval, self._tick)
+
+    def expire_gathered(self, now: float) -> int:
+        """Drop the gathered count reports past their deadline at ``now``; returns how many."""
+        with self._gather_lock:
+            return self.gatherer.expire(now)
 
     def fail_pending(self, failure: Failure) -> int:
         """Fail every request this engine's spouts still wait for (after ``stop``, when
@@ -384,6 +414,11 @@ class LocalExecutor(Turns):
     def tracked_ids(self) -> int:
         """Coordination entries held across all tasks (0 when idle: nothing leaks)."""
         return sum(len(task.tracker) for task in self.coordinated_tasks if task.tracker)
+
+    def gathered_ids(self) -> int:
+        """Ids whose count reports the gatherer holds, some senders still to report."""
+        with self._gather_lock:
+            return len(self.gatherer)
 
     def pending_roots(self) -> int:
         return sum(len(acker.acker) for acker in self.ackers)

@@ -120,6 +120,8 @@ class BoltTask(Actor):
         self.hands_over = spec.id == RETURN_ID  # hands results to the invocations handle
         self.timeout = self.core.message_timeout
         self.reports_received = 0  # count reports, a folded one counting what it stands for
+        # its count reports go through the engine's gatherer (drpc.executors.local.gathering)
+        self.gathered = engine.gatherer.gathers(spec.id)
         # The running turn's outbox, set under the task's lock for the turn: what the task
         # sends goes there without a look-up of the thread's outbox per message.
         self.turn_outbox: Outbox | None = None
@@ -364,13 +366,22 @@ class BoltTask(Actor):
         if self.engine.recorder is not None and self.first_report is None:
             self.first_report = time.monotonic()  # before the receiver can act on it
         anchors = (trigger,) if trigger is not None else ()
+        if self.core.debug:
+            for task, count in counts.items():
+                log.debug("%s reported %d tuple(s) of %r to task %d", self.name, count, id, task)
+        if self.gathered:
+            edges = anchored_to(anchors)  # one edge per root for all its reports
+            gathered = self.engine.gather_reports(
+                self.component_id, self.task_id, id, counts, edges, self.turn_began
+            )
+            for task, report in gathered:
+                self.to_task(task, report)
+            return
         for task, count in counts.items():
             self.to_task(
                 task,
                 ReportMessage(self.component_id, self.task_id, id, count, anchored_to(anchors)),
             )
-            if self.core.debug:
-                log.debug("%s reported %d tuple(s) of %r to task %d", self.name, count, id, task)
 
     def settle(self, done: Tuple, failure: Failure | None) -> None:
         if failure is None:

@@ -1,0 +1,193 @@
+"""Count reports gathered per step: one report per receiving task instead of one per sender.
+
+Contract. A coordinated step whose every task reports each id to every task of
+the next steps (a source none of them declares ``single``) sends, with n tasks
+and m receivers, n x m count reports per id. Within one engine a
+``ReportGatherer(senders, timeout)`` (``senders``: component -> how many of its
+tasks this engine runs) takes them as each sender finishes the id (``add``):
+its counts for every receiving task and the edges it anchored its reports
+with, one per root of the tuple that triggered its finish. When the last
+local sender of the component has reported the id, ``add`` returns what to
+send: for each receiving task one ``ReportMessage`` whose count is the sum of
+the senders' counts for that task and whose ``reports`` is the number of
+senders, which the receiver's tracker takes as that many reports
+(``CoordinationTracker.report_received``). So the receivers decide exactly
+what they would have decided on the n reports one by one, from m messages.
+
+Acking. Each report sent on carries a fresh edge per root, except the last,
+whose edge makes the edges of that root XOR to the XOR of the senders' edges:
+the tree stays open until every receiver acks its report, and the acks of all
+of them cancel the senders' edges exactly as the n x m reports' acks did.
+
+An id whose senders never all report (one failed, or gave the id up) is
+dropped when its tree fails (``drop_root``), and reports of that root coming
+later are dropped as they come until ``timeout`` seconds after (the root's
+other tasks may finish before they hear of the failure); one reported
+unanchored is dropped at its deadline, ``timeout`` seconds after its first
+report (``expire``, which also forgets the failed roots past theirs). Not
+thread-safe: the engine holds a lock around every call.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Hashable, Mapping
+
+from drpc.executors.local.messages import ReportMessage
+from drpc.model.streams import COORDINATED_STREAM_ID
+from drpc.model.topology import Topology
+from drpc.semantics.acker import new_edge_id
+
+
+def gathered_senders(topology: Topology, hosted: Collection[int] | None = None) -> dict[str, int]:
+    """The components whose reports an engine running ``hosted`` (default every task)
+    gathers, with how many of their tasks it runs: coordinated bolts every task of which
+    reports to every task of the next steps (no receiver declares them ``single``, and
+    they wait for no id tuple, which only the id's owner gets), two or more of them here."""
+    senders: dict[str, int] = {}
+    for component_id, spec in topology.components.items():
+        coordination = spec.coordination
+        if coordination is None or coordination.id_stream is not None:
+            continue
+        receivers = topology.subscribers(component_id, COORDINATED_STREAM_ID)
+        if not receivers:
+            continue
+        every_task_reports = True
+        for receiver, _ in receivers:
+            declared = topology.components[receiver].coordination
+            source = declared.sources.get(component_id) if declared is not None else None
+            if source is None or source.single:
+                every_task_reports = False
+        if not every_task_reports:
+            continue
+        tasks = topology.component_task_ids[component_id]
+        here = len(tasks) if hosted is None else sum(1 for task in tasks if task in hosted)
+        if here >= 2:
+            senders[component_id] = here
+    return senders
+
+
+class _Gathering:
+    __slots__ = ("counts", "deadline", "edges", "reports")
+
+    def __init__(self, counts: dict[int, int], edges: dict[int, int], deadline: float) -> None:
+        self.counts = counts
+        self.edges = edges
+        self.reports = 1
+        self.deadline = deadline
+
+
+class ReportGatherer:
+    """The count reports of the gathered components, per id (see the module doc)."""
+
+    def __init__(self, senders: Mapping[str, int], timeout: float) -> None:
+        for component, tasks in senders.items():
+            if tasks < 1:
+                raise ValueError(f"component {component!r} needs >= 1 sending task, got {tasks}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout:g}")
+        self.senders = dict(senders)
+        self.timeout = timeout
+        self._pending: dict[str, OrderedDict[Hashable, _Gathering]] = {
+            component: OrderedDict() for component in senders
+        }
+        self._failed_roots: OrderedDict[int, float] = OrderedDict()  # root -> until when
+
+    def __len__(self) -> int:
+        """Ids some sender reported and the others not yet, over every component."""
+        return sum(len(pending) for pending in self._pending.values())
+
+    @property
+    def failed_roots(self) -> int:
+        """Failed roots whose reports to come are still dropped."""
+        return len(self._failed_roots)
+
+    def gathers(self, component: str) -> bool:
+        return component in self.senders
+
+    def add(
+        self,
+        component: str,
+        source_task: int,
+        id: Hashable,
+        counts: dict[int, int],
+        edges: dict[int, int],
+        now: float,
+    ) -> list[tuple[int, ReportMessage]]:
+        """Task ``source_task`` of ``component`` finished ``id``: it sent ``counts[task]``
+        tuples to each receiving task and anchored its reports with ``edges`` (root ->
+        edge). Returns ``(task, report)`` to send, or nothing while senders are missing."""
+        failed = self._failed_roots
+        if failed and edges and all(root in failed for root in edges):
+            return []
+        pending = self._pending[component]
+        gathering = pending.get(id)
+        if gathering is None:
+            gathering = _Gathering(dict(counts), dict(edges), now + self.timeout)
+            pending[id] = gathering
+        else:
+            gathered = gathering.counts
+            for task, count in counts.items():
+                gathered[task] = gathered.get(task, 0) + count
+            gathered_edges = gathering.edges
+            for root, edge in edges.items():
+                before = gathered_edges.get(root)
+                gathered_edges[root] = edge if before is None else before ^ edge
+            gathering.reports += 1
+        if gathering.reports < self.senders[component]:
+            return []
+        del pending[id]
+        return self._send_on(component, source_task, id, gathering)
+
+    def expire(self, now: float) -> int:
+        """Drop the ids past their deadline, and forget the failed roots past theirs;
+        returns how many ids it dropped."""
+        failed = self._failed_roots
+        while failed and next(iter(failed.values())) <= now:
+            failed.popitem(last=False)
+        dropped = 0
+        for pending in self._pending.values():
+            while pending:
+                gathering = next(iter(pending.values()))
+                if gathering.deadline > now:
+                    break
+                pending.popitem(last=False)
+                dropped += 1
+        return dropped
+
+    def drop_root(self, root: int, now: float) -> int:
+        """The tree of ``root`` failed at ``now``: drop the ids whose reports it anchors, and
+        its reports to come; returns how many ids it dropped (a scan: trees fail far more
+        rarely than reports come)."""
+        self._failed_roots.pop(root, None)
+        self._failed_roots[root] = now + self.timeout
+        dropped = 0
+        for pending in self._pending.values():
+            doomed = [id for id, gathering in pending.items() if root in gathering.edges]
+            for id in doomed:
+                del pending[id]
+            dropped += len(doomed)
+        return dropped
+
+    def _send_on(
+        self, component: str, source_task: int, id: Hashable, gathering: _Gathering
+    ) -> list[tuple[int, ReportMessage]]:
+        reports = gathering.reports
+        tasks = list(gathering.counts.items())
+        last = len(tasks) - 1
+        # per root: what the edges given so far XOR to, with the senders' edges XORed in
+        remaining = dict(gathering.edges)
+        sent: list[tuple[int, ReportMessage]] = []
+        for index, (task, count) in enumerate(tasks):
+            message_id: dict[int, int] = {}
+            for root, rest in remaining.items():
+                if index == last:
+                    message_id[root] = rest
+                else:
+                    edge = new_edge_id()
+                    message_id[root] = edge
+                    remaining[root] = rest ^ edge
+            sent.append(
+                (task, ReportMessage(component, source_task, id, count, message_id, reports))
+            )
+        return sent

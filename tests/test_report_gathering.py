@@ -1,0 +1,178 @@
+"""The gatherer of count reports (``drpc.executors.local.gathering``): pure, then in an engine."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from drpc import (
+    DRPCExecutionException,
+    FailedException,
+    Fields,
+    LinearDRPCTopologyBuilder,
+)
+from drpc.examples.reach import EXPECTED_REACH, build_reach
+from drpc.executors.local.gathering import ReportGatherer, gathered_senders
+from drpc.executors.local.messages import ReportMessage
+from drpc.testing import LocalDRPC
+
+from .topologies import bolts
+from .waiting import wait_until
+
+ROOT, OTHER_ROOT = 1 << 63 | 5, 1 << 62 | 9
+
+
+def xor(values: list[int]) -> int:
+    return functools.reduce(lambda a, b: a ^ b, values, 0)
+
+
+def test_reach_gathers_the_steps_every_task_of_which_reports_to_every_task_of_the_next() -> None:
+    topology = build_reach().create_topology()
+    # bolt0's reports are single (only the task given the request knows the id), and bolt3
+    # waits for the id tuple: only its owner reports to join-result.
+    assert gathered_senders(topology) == {"bolt1": 12, "bolt2": 6}
+    bolt1, bolt2 = topology.component_task_ids["bolt1"], topology.component_task_ids["bolt2"]
+    # a share of the topology gathers what its own tasks report; one task gathers nothing
+    hosted = {*bolt1[:5], bolt2[0]}
+    assert gathered_senders(topology, hosted) == {"bolt1": 5}
+
+
+def test_nothing_is_sent_until_the_last_sender_then_one_report_per_receiving_task() -> None:
+    gatherer = ReportGatherer({"step": 3}, timeout=30.0)
+    senders = [(10, {20: 2, 21: 0}, {ROOT: 111}), (11, {20: 1, 21: 0}, {ROOT: 222})]
+    for task, counts, edges in senders:
+        assert gatherer.add("step", task, "req", counts, edges, now=1.0) == []
+    assert len(gatherer) == 1
+    sent = gatherer.add("step", 12, "req", {20: 0, 21: 4}, {ROOT: 333}, now=2.0)
+    assert len(gatherer) == 0
+    assert [(task, report.source, report.source_task, report.id) for task, report in sent] == [
+        (20, "step", 12, "req"),
+        (21, "step", 12, "req"),
+    ]
+    assert [(report.tuples, report.reports) for _, report in sent] == [(3, 3), (4, 3)]
+    edges = [report.message_id[ROOT] for _, report in sent]
+    assert all(set(report.message_id) == {ROOT} for _, report in sent)
+    # the receivers' acks cancel exactly the senders' edges, and each receiver has its own
+    assert xor(edges) == 111 ^ 222 ^ 333
+    assert len(set(edges)) == 2 and 0 not in edges
+
+
+def test_ids_and_components_are_gathered_apart() -> None:
+    gatherer = ReportGatherer({"a": 2, "b": 2}, timeout=30.0)
+    assert gatherer.add("a", 1, "x", {9: 1}, {ROOT: 1}, 0.0) == []
+    assert gatherer.add("a", 2, "y", {9: 1}, {ROOT: 2}, 0.0) == []
+    assert gatherer.add("b", 3, "x", {9: 1}, {ROOT: 3}, 0.0) == []
+    assert len(gatherer) == 3
+    ((task, report),) = gatherer.add("a", 2, "x", {9: 5}, {ROOT: 4}, 0.0)
+    assert (task, report.tuples, report.reports, report.message_id) == (9, 6, 2, {ROOT: 1 ^ 4})
+    assert len(gatherer) == 2
+
+
+def test_edges_of_several_roots_are_combined_root_by_root() -> None:
+    gatherer = ReportGatherer({"step": 2}, timeout=30.0)
+    gatherer.add("step", 1, "x", {7: 1, 8: 1, 9: 1}, {ROOT: 5}, 0.0)
+    sent = gatherer.add("step", 2, "x", {7: 0, 8: 0, 9: 0}, {ROOT: 6, OTHER_ROOT: 7}, 0.0)
+    for root, senders_edges in ((ROOT, 5 ^ 6), (OTHER_ROOT, 7)):
+        assert xor([report.message_id[root] for _, report in sent]) == senders_edges
+
+
+def test_unanchored_reports_are_sent_on_unanchored() -> None:
+    gatherer = ReportGatherer({"step": 2}, timeout=30.0)
+    gatherer.add("step", 1, "x", {7: 1}, {}, 0.0)
+    assert gatherer.add("step", 2, "x", {7: 2}, {}, 0.0) == [
+        (7, ReportMessage("step", 2, "x", 3, {}, 2))
+    ]
+
+
+def test_an_id_whose_senders_do_not_all_report_expires_at_its_deadline_and_not_before() -> None:
+    gatherer = ReportGatherer({"step": 2}, timeout=5.0)
+    gatherer.add("step", 1, "early", {7: 1}, {}, now=10.0)
+    gatherer.add("step", 1, "late", {7: 1}, {}, now=12.0)
+    assert gatherer.expire(14.999) == 0
+    assert gatherer.expire(15.0) == 1
+    assert len(gatherer) == 1
+    assert gatherer.expire(17.0) == 1
+    assert len(gatherer) == 0
+
+
+def test_a_failed_root_drops_its_ids_and_its_reports_to_come_until_its_deadline() -> None:
+    gatherer = ReportGatherer({"step": 2}, timeout=5.0)
+    gatherer.add("step", 1, "doomed", {7: 1}, {ROOT: 1}, 0.0)
+    gatherer.add("step", 1, "spared", {7: 1}, {OTHER_ROOT: 2}, 0.0)
+    assert gatherer.drop_root(ROOT, now=1.0) == 1
+    assert len(gatherer) == 1
+    # a sender that finished before it heard of the failure: dropped as it comes
+    assert gatherer.add("step", 3, "late", {7: 1}, {ROOT: 3}, 2.0) == []
+    assert gatherer.add("step", 2, "late", {7: 1}, {ROOT: 4}, 2.0) == []
+    assert len(gatherer) == 1 and gatherer.failed_roots == 1
+    # a report of a failed root and a live one is not the failed root's alone
+    assert gatherer.add("step", 3, "both", {7: 1}, {ROOT: 5, OTHER_ROOT: 6}, 2.0) == []
+    assert len(gatherer) == 2
+    assert gatherer.expire(5.999) == 1  # "spared", due at 5.0
+    assert len(gatherer) == 1 and gatherer.failed_roots == 1
+    assert gatherer.expire(6.0) == 0
+    assert gatherer.failed_roots == 0
+    assert gatherer.add("step", 3, "after", {7: 1}, {ROOT: 7}, 6.0) == []
+    assert len(gatherer) == 2  # "both" and "after" wait for their other sender
+
+
+@pytest.mark.parametrize(
+    ("senders", "timeout", "message"),
+    [
+        ({"step": 0}, 1.0, "component 'step' needs >= 1 sending task, got 0"),
+        ({"step": 2}, 0.0, "timeout must be positive, got 0"),
+    ],
+)
+def test_the_gatherer_checks_its_arguments(
+    senders: dict[str, int], timeout: float, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        ReportGatherer(senders, timeout)
+
+
+def test_each_reach_step_task_handles_one_count_report_per_request_in_an_engine() -> None:
+    calls = 20
+    with LocalDRPC(timeout=30) as drpc:
+        engine = drpc.register(build_reach())
+        before = {task.task_id: task.reports_received for task in engine.coordinated_tasks}
+        handled = {
+            task.task_id: task.messages_handled.get("ReportMessage", 0)
+            for task in engine.bolt_tasks
+        }
+        for url, reach in list(EXPECTED_REACH.items()) * (calls // len(EXPECTED_REACH)):
+            assert drpc.execute("reach", url) == reach
+        for task in engine.coordinated_tasks:
+            if task.component_id not in ("bolt2", "bolt3"):
+                continue
+            received = task.reports_received - before[task.task_id]
+            messages = task.messages_handled.get("ReportMessage", 0) - handled[task.task_id]
+            upstream = 12 if task.component_id == "bolt2" else 6
+            assert (received, messages) == (upstream * calls, calls), task.name
+        assert engine.gathered_ids() == 0
+
+
+class FailsWhereItSawZero(bolts.DoneWhenAllArrived):
+    """The task that got tuple 0 fails its finish; the others finish as usual."""
+
+    def finish_batch(self) -> None:
+        if 0 in self.seen:
+            raise FailedException("saw tuple 0")
+        super().finish_batch()
+
+
+def test_a_sender_that_fails_its_finish_fails_the_request_and_leaves_nothing_gathered() -> None:
+    builder = LinearDRPCTopologyBuilder("fails")
+    builder.add_bolt(bolts.EmitN())
+    builder.add_bolt(FailsWhereItSawZero(), 4).shuffle_grouping()
+    builder.add_bolt(bolts.CountPerRequest(), 2).fields_grouping(Fields("id"))
+    with LocalDRPC(timeout=30) as drpc:
+        engine = drpc.register(builder)
+        assert engine.gatherer.senders == {"bolt1": 4}
+        for _ in range(5):
+            with pytest.raises(DRPCExecutionException, match="saw tuple 0"):
+                drpc.execute("fails", "8")
+        wait_until(lambda: engine.gathered_ids() == 0 and engine.tracked_ids() == 0)
+        assert engine.gatherer.failed_roots == 5
+        assert engine.expire_gathered(float("inf")) == 0
+        assert engine.gatherer.failed_roots == 0
