@@ -12,15 +12,22 @@ from drpc import (
     Fields,
     LinearDRPCTopologyBuilder,
 )
-from drpc.examples.reach import EXPECTED_REACH, build_reach
-from drpc.executors.local.gathering import ReportGatherer, gathered_senders
+from drpc.examples.reach import EXPECTED_REACH, TWEETERS_DB, build_reach
+from drpc.executors.local.gathering import (
+    IdleFinish,
+    ReportGatherer,
+    gathered_senders,
+    idle_finishes,
+)
 from drpc.executors.local.messages import ReportMessage
+from drpc.semantics.coordination import CoordinationConfig
 from drpc.testing import LocalDRPC
 
 from .topologies import bolts
 from .waiting import wait_until
 
 ROOT, OTHER_ROOT = 1 << 63 | 5, 1 << 62 | 9
+URL = "foo.com/blog/1"
 
 
 def xor(values: list[int]) -> int:
@@ -150,6 +157,40 @@ def test_each_reach_step_task_handles_one_count_report_per_request_in_an_engine(
             upstream = 12 if task.component_id == "bolt2" else 6
             assert (received, messages) == (upstream * calls, calls), task.name
         assert engine.gathered_ids() == 0
+
+
+def test_a_task_with_one_report_to_wait_for_and_no_finish_callback_is_finished_idle() -> None:
+    gatherer = ReportGatherer({"step": 2, "other": 2}, timeout=30.0)
+    one_report = CoordinationConfig(expected_reports=1, downstream_tasks=(7, 8))
+    candidates = [
+        (1, "step", one_report, False),
+        (2, "step", one_report, True),  # its finish callback must run
+        (3, "step", CoordinationConfig(expected_reports=2, downstream_tasks=(7, 8)), False),
+        (4, "step", CoordinationConfig(1, (7, 8), waits_for_commit=True), False),
+        (5, "step", CoordinationConfig(1, (7, 8), waits_for_id=True), False),
+        (6, "ungathered", one_report, False),
+        (9, "other", CoordinationConfig(1, (10,)), False),
+    ]
+    finishes = idle_finishes(gatherer, candidates)
+    assert sorted(finishes) == [1, 9]
+    assert (finishes[1].component, finishes[1].counts) == ("step", {7: 0, 8: 0})
+    assert (finishes[9].component, finishes[9].counts) == ("other", {10: 0})
+
+
+def test_reach_s_idle_getfollowers_tasks_never_hear_of_a_request() -> None:
+    calls = 20
+    with LocalDRPC(timeout=30) as drpc:
+        engine = drpc.register(build_reach())
+        bolt1 = [task for task in engine.bolt_tasks if task.component_id == "bolt1"]
+        assert all(isinstance(engine.idle_finishes.get(task.task_id), IdleFinish) for task in bolt1)
+        for _ in range(calls):
+            assert drpc.execute("reach", URL) == EXPECTED_REACH[URL]
+        tuples = [task.messages_handled.get("TupleMessage", 0) for task in bolt1]
+        reports = [task.messages_handled.get("ReportMessage", 0) for task in bolt1]
+        # a report only where a tweeter went (shuffled over the 12 tasks): one per tuple
+        assert reports == tuples
+        assert sum(reports) == len(TWEETERS_DB[URL]) * calls
+        assert engine.gathered_ids() == 0 and engine.tracked_ids() == 0
 
 
 class FailsWhereItSawZero(bolts.DoneWhenAllArrived):

@@ -118,13 +118,14 @@ class BasicOutputCollector:
         self._output = output
         self._input = input_tuple
 
+    # Positional arguments: a compiled collector parses keyword arguments far slower.
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID) -> list[int]:
-        return self._output.emit(values, anchors=self._input, stream=stream)
+        return self._output.emit(values, self._input, stream)
 
     def emit_direct(
         self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID
     ) -> None:
-        self._output.emit_direct(task, values, anchors=self._input, stream=stream)
+        self._output.emit_direct(task, values, self._input, stream)
 
     def report_error(self, error: BaseException) -> None:
         self._output.report_error(error)
@@ -139,16 +140,16 @@ class BatchOutputCollector:
         self._output = output
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID) -> list[int]:
-        return self._output.emit(values, anchors=CURRENT_ANCHOR, stream=stream)
+        return self._output.emit(values, CURRENT_ANCHOR, stream)
 
     def emit_direct(
         self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID
     ) -> None:
-        self._output.emit_direct(task, values, anchors=CURRENT_ANCHOR, stream=stream)
+        self._output.emit_direct(task, values, CURRENT_ANCHOR, stream)
 
     def emit_many(self, many: Iterable[Sequence[Any]], stream: str = DEFAULT_STREAM_ID) -> None:
         """``emit`` each of ``many``, in order."""
-        self._output.emit_many(many, anchors=CURRENT_ANCHOR, stream=stream)
+        self._output.emit_many(many, CURRENT_ANCHOR, stream)
 
     def report_error(self, error: BaseException) -> None:
         self._output.report_error(error)

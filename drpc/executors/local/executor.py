@@ -63,7 +63,12 @@ from drpc import config
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.errors import Failure, InvalidTopologyError
 from drpc.executors.local.actors import Actor, Scheduler, Timer, Turns
-from drpc.executors.local.gathering import ReportGatherer, gathered_senders
+from drpc.executors.local.gathering import (
+    IdleFinish,
+    ReportGatherer,
+    gathered_senders,
+    idle_finishes,
+)
 from drpc.executors.local.messages import Abandon, Message, Outbox, ReportMessage, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
 from drpc.executors.local.tasks import MAX_IDLE_WAIT, AckerTask, BoltTask, SpoutTask
@@ -178,6 +183,15 @@ class LocalExecutor(Turns):
                     if bolt_task.tracker is not None:
                         self.coordinated_tasks.append(bolt_task)
                     self.tasks[task_id] = bolt_task
+        # what a task reporting 0 to one of these does in its stead (``gathering``)
+        self.idle_finishes: dict[int, IdleFinish] = idle_finishes(
+            self.gatherer,
+            (
+                (task.task_id, task.component_id, task.tracker.config, task.runner.has_finish)
+                for task in self.coordinated_tasks
+                if task.tracker is not None
+            ),
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 

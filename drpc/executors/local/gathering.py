@@ -26,17 +26,27 @@ other tasks may finish before they hear of the failure); one reported
 unanchored is dropped at its deadline, ``timeout`` seconds after its first
 report (``expire``, which also forgets the failed roots past theirs). Not
 thread-safe: the engine holds a lock around every call.
+
+Idle tasks. A gathered task whose only count report (it expects one) says 0
+has nothing to do for the id: no tuple comes, it finishes at once, and when
+its bolt has no finish callback that finish only reports 0 to every task of
+the next step. Its reporter does that for it (``IdleFinish``: add the task's
+zero counts here, anchored to the reporter's own trigger) instead of sending
+it the report; the task never hears of the id. The tree and every decision
+downstream are the same; only the task's turn is saved (when spans are kept,
+the reporter records the task's, as the task would have).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 
 from drpc.executors.local.messages import ReportMessage
 from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology
 from drpc.semantics.acker import new_edge_id
+from drpc.semantics.coordination import CoordinationConfig
 
 
 def gathered_senders(topology: Topology, hosted: Collection[int] | None = None) -> dict[str, int]:
@@ -65,6 +75,39 @@ def gathered_senders(topology: Topology, hosted: Collection[int] | None = None) 
         if here >= 2:
             senders[component_id] = here
     return senders
+
+
+class IdleFinish:
+    """What finishing an id with no tuples at a gathered task comes to: the counts it
+    reports, 0 for every task of the next step (see the module doc)."""
+
+    __slots__ = ("component", "counts")
+
+    def __init__(self, component: str, counts: dict[int, int]) -> None:
+        self.component = component
+        self.counts = counts  # shared, never changed: ``ReportGatherer.add`` copies it
+
+
+def idle_finishes(
+    gatherer: ReportGatherer,
+    tasks: Iterable[tuple[int, str, CoordinationConfig, bool]],
+) -> dict[int, IdleFinish]:
+    """The tasks whose reporter may finish an id for them when it reports 0 to them, by
+    task id: of ``(task id, component, coordination config, has a finish callback)``,
+    those gathered here that expect one report, wait for no id or commit tuple and have
+    no finish callback."""
+    finishes: dict[int, IdleFinish] = {}
+    for task_id, component, coordination, has_finish in tasks:
+        if (
+            gatherer.gathers(component)
+            and coordination.expected_reports == 1
+            and not coordination.waits_for_id
+            and not coordination.waits_for_commit
+            and not has_finish
+        ):
+            zeros = {task: 0 for task in coordination.downstream_tasks}
+            finishes[task_id] = IdleFinish(component, zeros)
+    return finishes
 
 
 class _Gathering:

@@ -35,6 +35,7 @@ from drpc import config
 from drpc.builders.linear_drpc import RETURN_ID
 from drpc.errors import Failure
 from drpc.executors.local.actors import Actor
+from drpc.executors.local.gathering import IdleFinish
 from drpc.executors.local.messages import (
     NEXT,
     Abandon,
@@ -370,18 +371,51 @@ class BoltTask(Actor):
             for task, count in counts.items():
                 log.debug("%s reported %d tuple(s) of %r to task %d", self.name, count, id, task)
         if self.gathered:
-            edges = anchored_to(anchors)  # one edge per root for all its reports
-            gathered = self.engine.gather_reports(
-                self.component_id, self.task_id, id, counts, edges, self.turn_began
-            )
-            for task, report in gathered:
-                self.to_task(task, report)
+            self.gather(self.component_id, self.task_id, id, counts, anchors)
             return
+        idle = self.engine.idle_finishes
         for task, count in counts.items():
+            if count == 0 and idle:
+                finish = idle.get(task)
+                if finish is not None:  # the report would leave it nothing else to do
+                    if self.engine.recorder is None:
+                        self.gather(finish.component, task, id, finish.counts, anchors)
+                    else:
+                        self.finish_idle_traced(task, finish, id, anchors)
+                    continue
             self.to_task(
                 task,
                 ReportMessage(self.component_id, self.task_id, id, count, anchored_to(anchors)),
             )
+
+    def finish_idle_traced(
+        self, task: int, finish: IdleFinish, id: Hashable, anchors: tuple[Tuple, ...]
+    ) -> None:
+        """Finish ``id`` for idle ``task`` and record its span, as the task's own handling
+        of the report would have (so a step no tuple of the request reached still shows)."""
+        recorder = self.engine.recorder
+        assert recorder is not None
+        started = time.monotonic()
+        self.gather(finish.component, task, id, finish.counts, anchors)
+        roots = anchors[0].message_id if anchors else {}
+        recorder.saw(finish.component, task, roots, started, time.monotonic(), False)
+
+    def gather(
+        self,
+        component: str,
+        reporter: int,
+        id: Hashable,
+        counts: dict[int, int],
+        anchors: tuple[Tuple, ...],
+    ) -> None:
+        """Give task ``reporter``'s counts of ``id`` to the engine's gatherer, anchored with
+        one edge per root, and send on what it gives back."""
+        edges = anchored_to(anchors)
+        gathered = self.engine.gather_reports(
+            component, reporter, id, counts, edges, self.turn_began
+        )
+        for task, report in gathered:
+            self.to_task(task, report)
 
     def settle(self, done: Tuple, failure: Failure | None) -> None:
         if failure is None:
