@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pytest
 
 from drpc import (
+    BaseRichSpout,
     DRPCExecutionException,
     FailedException,
     Fields,
     LinearDRPCTopologyBuilder,
+    OutputFieldsDeclarer,
+    TopologyBuilder,
 )
 from drpc.examples.reach import EXPECTED_REACH, TWEETERS_DB, build_reach
 from drpc.executors.local.gathering import (
@@ -20,6 +24,8 @@ from drpc.executors.local.gathering import (
     idle_finishes,
 )
 from drpc.executors.local.messages import ReportMessage
+from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
+from drpc.model.topology import CoordinatedBolt, SourceArgs
 from drpc.semantics.coordination import CoordinationConfig
 from drpc.testing import LocalDRPC
 
@@ -124,6 +130,36 @@ def test_a_failed_root_drops_its_ids_and_its_reports_to_come_until_its_deadline(
     assert len(gatherer) == 2  # "both" and "after" wait for their other sender
 
 
+def test_one_sender_is_sent_on_at_once() -> None:
+    gatherer = ReportGatherer({"step": 1}, timeout=1.0)
+    assert gatherer.add("step", 4, "x", {7: 2}, {}, 0.0) == [
+        (7, ReportMessage("step", 4, "x", 2, {}, 1))
+    ]
+
+
+def test_expiry_drops_the_oldest_first_and_counts_every_id_it_drops() -> None:
+    gatherer = ReportGatherer({"step": 2, "other": 2}, timeout=5.0)
+    for component, id, now in [("step", "a", 0.0), ("step", "b", 1.0), ("step", "c", 9.0)]:
+        gatherer.add(component, 1, id, {7: 1}, {}, now)
+    gatherer.add("other", 1, "a", {7: 1}, {}, 0.5)
+    assert gatherer.expire(6.0) == 3
+    assert gatherer.add("step", 2, "c", {7: 1}, {}, 9.5) != []  # "c" waited on
+
+
+def test_failed_roots_are_forgotten_oldest_first_a_root_failing_again_counting_anew() -> None:
+    gatherer = ReportGatherer({"step": 2, "other": 2}, timeout=5.0)
+    gatherer.add("step", 1, "x", {7: 1}, {ROOT: 1}, 0.0)
+    gatherer.add("other", 1, "x", {7: 1}, {ROOT: 2}, 0.0)
+    assert gatherer.drop_root(ROOT, now=0.0) == 2
+    gatherer.drop_root(OTHER_ROOT, now=1.0)
+    gatherer.drop_root(ROOT, now=4.0)  # until 9.0 now, after OTHER_ROOT's 6.0
+    gatherer.expire(7.0)
+    assert gatherer.failed_roots == 1
+    assert gatherer.add("step", 1, "y", {7: 1}, {ROOT: 3}, 7.0) == []
+    assert gatherer.add("step", 1, "z", {7: 1}, {OTHER_ROOT: 4}, 7.0) == []
+    assert len(gatherer) == 1  # "z": OTHER_ROOT's reports count again
+
+
 @pytest.mark.parametrize(
     ("senders", "timeout", "message"),
     [
@@ -217,3 +253,60 @@ def test_a_sender_that_fails_its_finish_fails_the_request_and_leaves_nothing_gat
         assert engine.gatherer.failed_roots == 5
         assert engine.expire_gathered(float("inf")) == 0
         assert engine.gatherer.failed_roots == 0
+
+
+class OneWord(BaseRichSpout):
+    def next_tuple(self) -> None:
+        pass
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "i"))
+
+
+def coordinated(sources: dict[str, SourceArgs], **kwargs: Any) -> CoordinatedBolt:
+    return CoordinatedBolt(bolts.Identity(), sources, **kwargs)
+
+
+def test_only_a_step_every_task_of_which_reports_to_every_receiver_is_gathered() -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("s", OneWord())
+    builder.set_bolt("no-receivers", coordinated({}), 3).shuffle_grouping("s")
+    builder.set_bolt("a", coordinated({}), 2).shuffle_grouping("s")
+    (
+        builder.set_bolt("b", coordinated({"a": SourceArgs.all()}), 3)
+        .shuffle_grouping("a")
+        .direct_grouping("a", COORDINATED_STREAM_ID)
+    )
+    # b reports to c as one of many, but to d as the single task knowing the id
+    (
+        builder.set_bolt("c", coordinated({"b": SourceArgs.all()}), 2)
+        .shuffle_grouping("b")
+        .direct_grouping("b", COORDINATED_STREAM_ID)
+    )
+    (
+        builder.set_bolt("d", coordinated({"b": SourceArgs.one()}), 2)
+        .shuffle_grouping("b")
+        .direct_grouping("b", COORDINATED_STREAM_ID)
+    )
+    # e's reports go to a bolt that is not coordinated, f's to one not declaring f
+    builder.set_bolt("e", coordinated({}), 2).shuffle_grouping("s")
+    builder.set_bolt("plain", bolts.Identity()).direct_grouping("e", COORDINATED_STREAM_ID)
+    builder.set_bolt("f", coordinated({}), 2).shuffle_grouping("s")
+    (
+        builder.set_bolt("not-declaring", coordinated({"a": SourceArgs.all()}), 2)
+        .shuffle_grouping("f")
+        .direct_grouping("f", COORDINATED_STREAM_ID)
+    )
+    # only the owner of an id gets its id tuple: g's other tasks never finish it
+    by_id = GlobalStreamId("s", DEFAULT_STREAM_ID)
+    builder.set_bolt("g", coordinated({}, id_stream=by_id), 2).fields_grouping("s", Fields("id"))
+    (
+        builder.set_bolt("after-g", coordinated({"g": SourceArgs.all()}), 2)
+        .shuffle_grouping("g")
+        .direct_grouping("g", COORDINATED_STREAM_ID)
+    )
+    topology = builder.create_topology("reports")
+    assert gathered_senders(topology) == {"a": 2}
+    (first, second) = topology.component_task_ids["a"]
+    assert gathered_senders(topology, {first}) == {}
+    assert gathered_senders(topology, {first, second}) == {"a": 2}

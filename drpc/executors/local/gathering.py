@@ -51,30 +51,30 @@ from drpc.semantics.coordination import CoordinationConfig
 
 def gathered_senders(topology: Topology, hosted: Collection[int] | None = None) -> dict[str, int]:
     """The components whose reports an engine running ``hosted`` (default every task)
-    gathers, with how many of their tasks it runs: coordinated bolts every task of which
-    reports to every task of the next steps (no receiver declares them ``single``, and
-    they wait for no id tuple, which only the id's owner gets), two or more of them here."""
+    gathers, with how many of their tasks it runs: those every task of which reports
+    to every receiving task (``_every_task_reports``), two or more of them here."""
     senders: dict[str, int] = {}
-    for component_id, spec in topology.components.items():
-        coordination = spec.coordination
-        if coordination is None or coordination.id_stream is not None:
-            continue
-        receivers = topology.subscribers(component_id, COORDINATED_STREAM_ID)
-        if not receivers:
-            continue
-        every_task_reports = True
-        for receiver, _ in receivers:
-            declared = topology.components[receiver].coordination
-            source = declared.sources.get(component_id) if declared is not None else None
-            if source is None or source.single:
-                every_task_reports = False
-        if not every_task_reports:
-            continue
-        tasks = topology.component_task_ids[component_id]
+    for component_id, tasks in topology.component_task_ids.items():
         here = len(tasks) if hosted is None else sum(1 for task in tasks if task in hosted)
-        if here >= 2:
+        if here >= 2 and _every_task_reports(topology, component_id):
             senders[component_id] = here
     return senders
+
+
+def _every_task_reports(topology: Topology, component_id: str) -> bool:
+    """Whether every task of ``component_id`` reports each id to every task of the next
+    steps: it is coordinated, has receivers, none declares it ``single``, and it waits
+    for no id tuple (which only the id's owner gets: the others never finish)."""
+    coordination = topology.components[component_id].coordination
+    if coordination is None or coordination.id_stream is not None:
+        return False
+    receivers = topology.subscribers(component_id, COORDINATED_STREAM_ID)
+    for receiver, _ in receivers:
+        declared = topology.components[receiver].coordination
+        source = None if declared is None else declared.sources.get(component_id)
+        if source is None or source.single:
+            return False
+    return bool(receivers)
 
 
 class IdleFinish:
@@ -170,8 +170,8 @@ class ReportGatherer:
             pending[id] = gathering
         else:
             gathered = gathering.counts
-            for task, count in counts.items():
-                gathered[task] = gathered.get(task, 0) + count
+            for task, count in counts.items():  # every sender counts every receiving task
+                gathered[task] += count
             gathered_edges = gathering.edges
             for root, edge in edges.items():
                 before = gathered_edges.get(root)
