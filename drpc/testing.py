@@ -133,8 +133,18 @@ class LocalDRPC:
         return future
 
     def execute(self, function: str, args: str, timeout: float | None = None) -> str:
-        """Call ``function`` with ``args`` and wait for its result."""
-        return self.submit(function, args, timeout).result()
+        """Call ``function`` with ``args`` and wait for its result. On the local executor
+        this thread runs the engine's turns meanwhile when no worker thread is awake
+        (``LocalExecutor.call_inline``)."""
+        try:
+            runtime = self._host.runtime(function)
+        except KeyError:
+            runtime = None
+        call_inline = getattr(runtime, "call_inline", None)
+        if call_inline is None:
+            return self.submit(function, args, timeout).result()
+        future: Future[str] = call_inline(lambda: self.submit(function, args, timeout))
+        return future.result()
 
     # -- the invocations handle hosted topologies use ---------------------------------------
 

@@ -10,7 +10,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from concurrent.futures import Future
 
+from drpc import (
+    BaseBasicBolt,
+    BasicOutputCollector,
+    Fields,
+    LinearDRPCTopologyBuilder,
+    OutputFieldsDeclarer,
+    Tuple,
+)
 from drpc.errors import Failure
 from drpc.examples.reach import build_reach
 from drpc.examples.square import build_square
@@ -169,10 +178,11 @@ class SendsAsTurnsEnd(Turns):
         self.turns = 0
         self.sent = False
 
-    def begin_turn(self) -> None:
+    def begin_turn(self) -> object:
         self.turns += 1
+        return None
 
-    def end_turn(self) -> None:
+    def end_turn(self, turn: object) -> None:
         assert self.scheduler is not None
         if self.source.seen and not self.sent:
             self.sent = True
@@ -211,10 +221,11 @@ class Outgoing(Turns):
         self.queued: list[tuple[Actor, Message]] = []
         self.turn = 0
 
-    def begin_turn(self) -> None:
+    def begin_turn(self) -> object:
         self.turn += 1
+        return None
 
-    def end_turn(self) -> None:
+    def end_turn(self, turn: object) -> None:
         assert self.scheduler is not None
         queued, self.queued = self.queued, []
         for actor, message in queued:
@@ -346,3 +357,150 @@ def test_the_ready_queue_is_first_in_first_out_whatever_the_interleaving() -> No
     taken += [queue.popleft() for _ in range(3)]
     assert taken == actors
     assert len(queue) == 0 and not queue
+
+
+class TokenPerTurn(Turns):
+    """Turn hooks returning a fresh token per turn and recording the one each end gets."""
+
+    def __init__(self) -> None:
+        self.begun: list[object] = []
+        self.ended: list[object] = []
+
+    def begin_turn(self) -> object:
+        token = object()
+        self.begun.append(token)
+        return token
+
+    def end_turn(self, turn: object) -> None:
+        self.ended.append(turn)
+
+
+class RecordsTurn(Actor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.turns: list[object] = []
+
+    def handle_batch(self, batch: list[Message], turn: object = None) -> None:
+        self.turns.append(turn)
+        super().handle_batch(batch, turn)
+
+    def handle(self, message: Message) -> None:
+        pass
+
+
+def test_what_begin_turn_returns_reaches_the_actor_and_the_end_of_that_turn() -> None:
+    hooks = TokenPerTurn()
+    scheduler = Scheduler(1, "tokens", turns=hooks, batch=1)
+    actor = RecordsTurn()
+    scheduler.post_many(actor, [Tick(0.0), Tick(1.0), Tick(2.0)])
+    scheduler.start()
+    try:
+        wait_until(lambda: len(hooks.ended) == 3, what="three turns")
+    finally:
+        scheduler.stop(5.0)
+    assert actor.turns == hooks.begun == hooks.ended
+    assert len(set(map(id, hooks.begun))) == 3
+
+
+class Completes(Recording):
+    """Records each tick's thread; the tick numbered ``last`` completes ``call``."""
+
+    def __init__(self, name: str, call: Future[str], last: float) -> None:
+        super().__init__(name)
+        self.call, self.last = call, last
+
+    def handle(self, message: Message) -> None:
+        super().handle(message)
+        if isinstance(message, Tick) and message.now == self.last:
+            self.call.set_result("done")
+
+
+def idle_scheduler(threads: int) -> Scheduler:
+    """A started scheduler whose workers all sleep, taking one message a turn, with a
+    watchdog that never fires in a test (60 s handoff)."""
+    scheduler = Scheduler(threads, "helping", batch=1, handoff=60.0)
+    scheduler.start()
+    wait_until(lambda: scheduler._awake == 0, what="workers asleep")
+    return scheduler
+
+
+def test_a_caller_with_no_worker_awake_runs_the_turns_itself_until_its_call_is_done() -> None:
+    scheduler = idle_scheduler(2)
+    try:
+        call: Future[str] = Future()
+        actor = Completes("actor", call, last=2.0)
+        sleep = scheduler.begin_help()
+        assert sleep is not None
+        assert scheduler.begin_help() is None  # a second caller: someone is awake already
+        scheduler.end_call()  # (its call done)
+        scheduler.post_many(actor, [Tick(1.0), Tick(2.0), Tick(3.0)])  # 3: after the call
+        scheduler.help_until(sleep, call)
+        me = threading.current_thread().name
+        assert call.result(0) == "done"
+        # no worker woke: the helper ran the turn; what came after the call waits
+        assert actor.seen == [(1.0, me), (2.0, me)]
+        assert scheduler._awake == 0 and len(scheduler._ready) == 1
+        # the next caller's helping takes it first
+        later: Future[str] = Future()
+        other = Completes("other", later, last=4.0)
+        sleep = scheduler.begin_help()
+        assert sleep is not None
+        scheduler.post(other, Tick(4.0))
+        scheduler.help_until(sleep, later)
+        assert actor.seen[-1] == (3.0, me) and other.seen == [(4.0, me)]
+    finally:
+        scheduler.stop(5.0)
+
+
+def test_a_helper_leaving_work_behind_wakes_a_worker_when_another_caller_waits() -> None:
+    scheduler = idle_scheduler(1)
+    try:
+        call: Future[str] = Future()
+        actor = Completes("actor", call, last=1.0)
+        sleep = scheduler.begin_help()
+        assert sleep is not None
+        assert scheduler.begin_help() is None  # it waits for a call of its own
+        scheduler.post_many(actor, [Tick(1.0), Tick(2.0)])
+        scheduler.help_until(sleep, call)
+        wait_until(lambda: len(actor.seen) == 2, what="the rest taken by a worker")
+        me = threading.current_thread().name
+        assert actor.seen[0] == (1.0, me)
+        assert actor.seen[1][1] == "helping-worker-0"
+        scheduler.end_call()
+    finally:
+        scheduler.stop(5.0)
+
+
+def test_a_sleeping_helper_wakes_when_its_call_completes_elsewhere() -> None:
+    scheduler = idle_scheduler(1)
+    try:
+        call: Future[str] = Future()
+        sleep = scheduler.begin_help()
+        assert sleep is not None
+        timer = threading.Timer(0.05, call.set_result, ("done",))
+        timer.start()
+        scheduler.help_until(sleep, call)  # nothing to run: it sleeps until the result
+        assert call.result(0) == "done"
+        assert scheduler._awake == 0 and scheduler._callers == 0
+    finally:
+        scheduler.stop(5.0)
+
+
+class RunsOn(BaseBasicBolt):
+    """[id, arg] -> [id, the name of the thread that ran this step]."""
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        collector.emit([tuple[0], threading.current_thread().name])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "thread"))
+
+
+def test_sequential_local_drpc_calls_run_on_the_calling_thread() -> None:
+    builder = LinearDRPCTopologyBuilder("where")
+    builder.add_bolt(RunsOn())
+    with LocalDRPC(handoff=60.0) as drpc:
+        engine = drpc.register(builder)
+        for _ in range(5):
+            wait_until(lambda: engine.scheduler._awake == 0, what="workers asleep")
+            assert drpc.execute("where", "x") == threading.current_thread().name

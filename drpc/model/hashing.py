@@ -31,6 +31,7 @@ from drpc.errors import UnhashableGroupingValueError
 _MASK: Final = 0xFFFFFFFF
 _NONE_HASH: Final = 0x9E3779B9
 _BYTES_TAG: Final = 0x5BD1E995
+_crc32: Final = zlib.crc32  # bound once: a module attribute is a look-up per use
 
 
 # The arithmetic is on ``i64``: an int to Python, and to the compiled build a C integer,
@@ -75,7 +76,7 @@ def _hash_sequence(items: Sequence[Any] | tuple[Any, ...]) -> i64:
 def _hash_value(value: Any) -> int:
     kind = type(value)
     if kind is str:
-        return zlib.crc32(value.encode("utf-8", "surrogatepass"))
+        return _crc32(value.encode("utf-8", "surrogatepass"))
     if kind is int or kind is bool:
         return _hash_int(int(value))
     if value is None:

@@ -7,7 +7,8 @@ turn takes up to ``batch`` messages from one actor's mailbox at once and
 handles them in order, so a busy actor cannot starve the others; an exception
 from ``handle`` is logged and the actor goes on. ``Turns`` hooks (the engine's
 outbox) bracket every turn: what the actor sends during it leaves when it
-ends, every destination's messages in one hand-off (``post_each``). One lock
+ends, every destination's messages in one hand-off (``post_each``); a worker
+thread does nothing but take and run turns. One lock
 guards the ready queue and every mailbox, so a turn takes it twice: to post
 what it sent, and to take the next turn. Ready actors wait in one
 queue, first in first out: a step fanning in from many tasks is run once their
@@ -22,6 +23,13 @@ sleeping or waiting on I/O) must not hold the rest up, so while actors wait
 a watchdog looks every ``handoff`` seconds, and when no worker has taken one
 since its last look it wakes a sleeping worker.
 
+A thread waiting for a call may help (``begin_help``, ``help_until``): when
+no worker is awake it becomes the awake one, running turns as a worker does
+until its call is done, so a caller alone costs no hand-off to a worker and
+back; otherwise it waits (``end_call``). Work still queued when a helper
+leaves goes to a worker woken at once when other callers wait, else to the
+next helper or, within ``handoff``, a worker the watchdog wakes.
+
 The ``Timer`` calls functions after a delay on one thread of its own; a
 callback's exception is logged.
 """
@@ -34,6 +42,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -46,6 +56,9 @@ BATCH = 64
 
 HANDOFF = 0.002
 """Default seconds actors may wait, no worker taking any, before a sleeping worker is woken."""
+
+SLEPT: Final = object()
+"""What a helper's ``_take_or_sleep`` returns after it slept (``Scheduler.help_until``)."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -74,10 +87,11 @@ class Actor:
     def handle(self, message: Message) -> None:
         raise NotImplementedError
 
-    def handle_batch(self, batch: list[Message]) -> None:
+    def handle_batch(self, batch: list[Message], turn: object = None) -> None:
         """Handle one turn's messages in order; an exception from one is logged and the
         others are still handled. An actor may fold messages first where handling the
-        folded one comes to the same (``drpc.executors.local.messages``)."""
+        folded one comes to the same (``drpc.executors.local.messages``). ``turn``: what
+        the scheduler's ``Turns.begin_turn`` returned for this turn."""
         self.turns_taken += 1
         handled = self._handled
         for message in batch:
@@ -115,12 +129,14 @@ class ReadyQueue:
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Turns:
     """Called around every turn, on the worker thread that runs it (a class, not a
-    protocol: compiled, the scheduler then calls an engine's hooks directly)."""
+    protocol: compiled, the scheduler then calls an engine's hooks directly).
+    ``begin_turn`` returns what the scheduler hands the actor's ``handle_batch`` and
+    then ``end_turn`` for that turn (an engine's outbox: no look-up of it by thread)."""
 
-    def begin_turn(self) -> None:
-        pass
+    def begin_turn(self) -> object:
+        return None
 
-    def end_turn(self) -> None:
+    def end_turn(self, turn: object) -> None:
         pass
 
 
@@ -153,6 +169,7 @@ class Scheduler:
         self._lock = threading.Lock()
         self._ready = ReadyQueue()
         self._sleepers: list[threading.Lock] = []  # one per sleeping worker, held
+        self._callers = 0  # callers waiting for a call, helping or not (``begin_help``)
         self._awake = threads  # workers not sleeping, or woken and about to run
         self._taken = 0  # actors taken from _ready so far
         self._watching = False  # the watchdog is timing the ready queue
@@ -231,22 +248,10 @@ class Scheduler:
             lock.acquire()
             try:
                 if done is not None:
-                    if done._mailbox:
-                        self._ready.append(done)
-                        wake = self._readied()
-                    else:
-                        done._scheduled = False
+                    wake = self._settle(done)
                     done = None
                 if self._ready:
-                    self._taken += 1
-                    actor = self._ready.popleft()
-                    mailbox = actor._mailbox
-                    if len(mailbox) <= self._batch:
-                        actor._mailbox = []
-                        return actor, mailbox
-                    batch = mailbox[: self._batch]
-                    del mailbox[: self._batch]
-                    return actor, batch
+                    return self._take()
                 if self._stopped:
                     return None
                 self._awake -= 1
@@ -256,6 +261,126 @@ class Scheduler:
                 if wake is not None:
                     wake.release()
             sleep.acquire()  # until a waker releases it, counting this worker awake
+
+    # -- a caller's thread running turns while it waits (``help_until``) --------------------
+
+    def begin_help(self) -> threading.Lock | None:
+        """A caller is about to wait for a call. When no worker is awake, make its thread
+        a helper for ``help_until``, counted as an awake worker, and return its sleep lock
+        (held); else None: the awake one takes the work (a second thread running turns
+        would only contend for the GIL), and the caller waits, then calls ``end_call``."""
+        sleep = threading.Lock()
+        sleep.acquire()
+        with self._lock:
+            self._callers += 1
+            if self._awake or self._stopped:
+                return None
+            self._awake += 1
+        return sleep
+
+    def end_call(self) -> None:
+        """A caller that did not help has its call done."""
+        with self._lock:
+            self._callers -= 1
+
+    def help_until(self, sleep: threading.Lock, finished: Future[Any]) -> None:
+        """Run turns on this thread, as a worker does, until ``finished`` is done (or the
+        scheduler stops); then stop helping. What is still queued then goes to a worker
+        woken for it when other callers wait; else it waits for the next helper (a
+        sequential caller's next call takes it, with no hand-off), or a worker the
+        watchdog wakes within ``handoff``."""
+        finished.add_done_callback(lambda _: self._wake_sleeping(sleep))
+        done: Actor | None = None
+        try:
+            while True:
+                taken = self._take_or_sleep(sleep, done, finished)
+                done = None
+                if taken is None:
+                    return
+                if taken is SLEPT:
+                    continue
+                assert isinstance(taken, tuple)
+                actor, batch = taken
+                self._run_turn(actor, batch)
+                done = actor
+        finally:
+            self.end_help(sleep, done)
+
+    def end_help(self, sleep: threading.Lock, done: Actor | None = None) -> None:
+        """The helper stops (after ``begin_help``, perhaps without helping), ``done`` the
+        actor of its last turn."""
+        wakes: list[threading.Lock] = []
+        with self._lock:
+            self._callers -= 1
+            self._awake -= 1
+            if done is not None:
+                wake = self._settle(done)
+                if wake is not None:
+                    wakes.append(wake)
+            if self._ready and not self._awake:
+                if self._callers:  # their calls may wait in the queue: a worker, now
+                    worker = self._wake_one()
+                    if worker is not None:
+                        wakes.append(worker)
+                elif not self._watching:
+                    self._watching = True  # it wakes a worker unless a helper comes first
+                    wakes.append(self._watch_wakeup)
+        for wake in wakes:
+            wake.release()
+
+    def _take_or_sleep(
+        self, sleep: threading.Lock, done: Actor | None, finished: Future[Any]
+    ) -> tuple[Actor, list[Message]] | object | None:
+        """A helper's ``_next``: the next turn, None when ``finished`` is done or the
+        scheduler stopped, or ``SLEPT`` after sleeping on ``sleep`` until a post or the
+        end of ``finished`` woke it (counted awake again by its waker)."""
+        wake = None
+        self._lock.acquire()
+        try:
+            if done is not None:
+                wake = self._settle(done)
+            if finished.done() or self._stopped:
+                return None
+            if self._ready:
+                return self._take()
+            self._awake -= 1
+            self._sleepers.append(sleep)
+        finally:
+            self._lock.release()
+            if wake is not None:
+                wake.release()
+        sleep.acquire()
+        return SLEPT
+
+    def _wake_sleeping(self, sleep: threading.Lock) -> None:
+        """Wake the helper sleeping on ``sleep``, if it sleeps (its call is done)."""
+        with self._lock:
+            if sleep not in self._sleepers:
+                return
+            self._sleepers.remove(sleep)
+            self._awake += 1
+        sleep.release()
+
+    def _settle(self, done: Actor) -> threading.Lock | None:
+        """Under ``_lock``: the actor whose turn just ran goes back on the queue if messages
+        came for it meanwhile, else is no longer scheduled; the lock to release, if any."""
+        if done._mailbox:
+            self._ready.append(done)
+            return self._readied()
+        done._scheduled = False
+        return None
+
+    def _take(self) -> tuple[Actor, list[Message]]:
+        """Under ``_lock``, the queue not empty: the next actor and its turn's messages."""
+        self._taken += 1
+        actor = self._ready.popleft()
+        mailbox = actor._mailbox
+        if len(mailbox) <= self._batch:
+            actor._mailbox = []
+            return actor, mailbox
+        batch = mailbox[: self._batch]
+        del mailbox[: self._batch]
+        return actor, batch
 
     def _watch(self) -> None:
         """Wake a sleeping worker for actors that no awake worker takes (it is blocked)."""
@@ -279,7 +404,6 @@ class Scheduler:
                 sleeper.release()
 
     def _work(self) -> None:
-        turns = self._turns
         sleep = threading.Lock()
         sleep.acquire()
         done: Actor | None = None
@@ -288,18 +412,23 @@ class Scheduler:
             if taken is None or self._stopped:
                 return
             actor, batch = taken
-            if turns is not None:
-                turns.begin_turn()
-            try:
-                actor.handle_batch(batch)
-            except Exception:
-                log.exception("%s failed to handle its messages", actor.name)
-            if turns is not None:
-                try:
-                    turns.end_turn()
-                except Exception:
-                    log.exception("%s: sending what its turn produced failed", actor.name)
+            self._run_turn(actor, batch)
             done = actor
+
+    def _run_turn(self, actor: Actor, batch: list[Message]) -> None:
+        """One turn of ``actor`` on ``batch``, between the turn hooks; an exception from
+        either is logged, and the thread goes on."""
+        turns = self._turns
+        turn = turns.begin_turn() if turns is not None else None
+        try:
+            actor.handle_batch(batch, turn)
+        except Exception:
+            log.exception("%s failed to handle its messages", actor.name)
+        if turns is not None:
+            try:
+                turns.end_turn(turn)
+            except Exception:
+                log.exception("%s: sending what its turn produced failed", actor.name)
 
     def stop(self, timeout: float) -> None:
         with self._lock:

@@ -8,7 +8,8 @@ every task of the topology until ``stop()``:
   here at start too) and its own mailbox; a task handles one message at a time,
   tasks run on a small pool of worker threads (one awake at a time while
   turns are plain Python; another is woken when a turn blocks, as a bolt
-  waiting on I/O does, past the scheduler's 2 ms handoff); what a task sends
+  waiting on I/O does, past the scheduler's 2 ms handoff; a caller waiting in
+  ``call_inline`` with no worker awake runs the turns itself); what a task sends
   during a turn (``drpc.executors.local.actors``) leaves as the turn ends, one
   post per destination, each root's acks folded into one (``Outbox``);
 - every tuple crossing tasks is pickled once by the emitter and unpickled by
@@ -56,13 +57,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 from drpc import config
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.errors import Failure, InvalidTopologyError
-from drpc.executors.local.actors import Actor, Scheduler, Timer, Turns
+from drpc.executors.local.actors import HANDOFF, Actor, Scheduler, Timer, Turns
 from drpc.executors.local.gathering import (
     IdleFinish,
     ReportGatherer,
@@ -107,6 +109,7 @@ class LocalExecutor(Turns):
         remote: Remote | None = None,
         ackers: bool = True,
         recorder: StepRecorder | None = None,
+        handoff: float = HANDOFF,
     ) -> None:
         """
         :param threads: worker threads running the tasks (default 4): how many turns may
@@ -123,6 +126,9 @@ class LocalExecutor(Turns):
         :param recorder: where bolt tasks report step spans when the requests' spans are
             kept in another process (``ShippedSpans``); by default they are kept here when
             an observer is given.
+        :param handoff: seconds ready tasks may wait with no thread taking any (a turn
+            blocked) before a sleeping worker is woken for them (default ``HANDOFF``,
+            2 ms; ``drpc.executors.local.actors``).
         """
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
@@ -148,7 +154,7 @@ class LocalExecutor(Turns):
             self.recorder = self.spans
         self.tick_interval = tick_interval
         label = topology.name
-        self.scheduler = Scheduler(threads, label, turns=self)
+        self.scheduler = Scheduler(threads, label, turns=self, handoff=handoff)
         self.timer = Timer(label)
         self.tasks: dict[int, BoltTask | SpoutTask] = {}
         self.bolt_tasks: list[BoltTask] = []
@@ -254,18 +260,46 @@ class LocalExecutor(Turns):
 
     # -- messaging ------------------------------------------------------------------------
 
+    def call_inline(self, submit: Callable[[], Future[Any]]) -> Future[Any]:
+        """``submit()`` a call and wait until it is done; returns its future. When no worker
+        thread is awake, this thread runs the engine's turns meanwhile, as a worker
+        (``Scheduler.help_until``): a sequential caller's call runs with no hand-off to a
+        worker and back."""
+        scheduler = self.scheduler
+        sleep = scheduler.begin_help()
+        try:
+            future = submit()
+        except BaseException:
+            if sleep is None:
+                scheduler.end_call()
+            else:
+                scheduler.end_help(sleep)
+            raise
+        if sleep is not None:
+            scheduler.help_until(sleep, future)
+        else:
+            try:
+                future.exception()  # waits; cheaper than concurrent.futures.wait
+            except CancelledError:
+                pass
+            finally:
+                scheduler.end_call()
+        return future
+
     def post(self, actor: Actor, message: Message) -> None:
         if self.running:
             self.scheduler.post(actor, message)
 
-    def begin_turn(self) -> None:
-        self._outbox.current = Outbox()
+    def begin_turn(self) -> Outbox:
+        """A turn's outbox, also where this thread's deliveries go until the next turn
+        (a worker thread delivers nothing between turns, so it is not cleared after)."""
+        outbox = Outbox()
+        self._outbox.current = outbox
+        return outbox
 
-    def end_turn(self) -> None:
-        outbox = self.turn_outbox()
-        self._outbox.current = None
-        if outbox is not None:
-            self._send(outbox)
+    def end_turn(self, turn: object) -> None:
+        assert isinstance(turn, Outbox)
+        self._send(turn)
 
     def turn_outbox(self) -> Outbox | None:
         """The outbox of the turn (or ``holding`` block) this thread runs, if any."""

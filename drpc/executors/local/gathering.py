@@ -39,7 +39,6 @@ the reporter records the task's, as the task would have).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Collection, Hashable, Iterable, Mapping
 
 from drpc.executors.local.messages import ReportMessage
@@ -131,10 +130,12 @@ class ReportGatherer:
             raise ValueError(f"timeout must be positive, got {timeout:g}")
         self.senders = dict(senders)
         self.timeout = timeout
-        self._pending: dict[str, OrderedDict[Hashable, _Gathering]] = {
-            component: OrderedDict() for component in senders
+        # Plain dicts (insertion-ordered; the compiled build's own, unlike OrderedDict's
+        # methods): the oldest is the first, and only expiry takes from the front.
+        self._pending: dict[str, dict[Hashable, _Gathering]] = {
+            component: {} for component in senders
         }
-        self._failed_roots: OrderedDict[int, float] = OrderedDict()  # root -> until when
+        self._failed_roots: dict[int, float] = {}  # root -> until when
 
     def __len__(self) -> int:
         """Ids some sender reported and the others not yet, over every component."""
@@ -159,19 +160,21 @@ class ReportGatherer:
     ) -> list[tuple[int, ReportMessage]]:
         """Task ``source_task`` of ``component`` finished ``id``: it sent ``counts[task]``
         tuples to each receiving task and anchored its reports with ``edges`` (root ->
-        edge). Returns ``(task, report)`` to send, or nothing while senders are missing."""
+        edge; the gatherer keeps that dict). Returns ``(task, report)`` to send, or
+        nothing while senders are missing."""
         failed = self._failed_roots
         if failed and edges and all(root in failed for root in edges):
             return []
         pending = self._pending[component]
         gathering = pending.get(id)
         if gathering is None:
-            gathering = _Gathering(dict(counts), dict(edges), now + self.timeout)
+            gathering = _Gathering(dict(counts), edges, now + self.timeout)
             pending[id] = gathering
         else:
             gathered = gathering.counts
             for task, count in counts.items():  # every sender counts every receiving task
-                gathered[task] += count
+                if count:  # most are 0
+                    gathered[task] += count
             gathered_edges = gathering.edges
             for root, edge in edges.items():
                 before = gathered_edges.get(root)
@@ -186,15 +189,18 @@ class ReportGatherer:
         """Drop the ids past their deadline, and forget the failed roots past theirs;
         returns how many ids it dropped."""
         failed = self._failed_roots
-        while failed and next(iter(failed.values())) <= now:
-            failed.popitem(last=False)
+        while failed:
+            root = next(iter(failed))
+            if failed[root] > now:
+                break
+            del failed[root]
         dropped = 0
         for pending in self._pending.values():
             while pending:
-                gathering = next(iter(pending.values()))
-                if gathering.deadline > now:
+                id = next(iter(pending))
+                if pending[id].deadline > now:
                     break
-                pending.popitem(last=False)
+                del pending[id]
                 dropped += 1
         return dropped
 

@@ -135,17 +135,17 @@ class BoltTask(Actor):
 
     # -- receiving -----------------------------------------------------------------------
 
-    def handle_batch(self, batch: list[Message]) -> None:
+    def handle_batch(self, batch: list[Message], turn: object = None) -> None:
         if self.tracker is not None and len(batch) > 1:
             batch = fold_reports(batch)
         # The task's lock once per turn, not per message: a thread of the bolt's own that
         # emits waits for the turn to end.
         with self.lock:
-            self.turn_outbox = self.engine.turn_outbox()
+            self.turn_outbox = turn if isinstance(turn, Outbox) else self.engine.turn_outbox()
             self.turn_began = time.monotonic()
             self.core.begin_turn()
             try:
-                super().handle_batch(batch)
+                super().handle_batch(batch, turn)
             finally:
                 self.core.end_turn()
                 self.turn_outbox = None
@@ -753,8 +753,8 @@ class AckerTask(Actor):
         self.name = f"__acker[{index}]"
         self.acker = Acker(timeout)
 
-    def handle_batch(self, batch: list[Message]) -> None:
-        super().handle_batch(fold_acks(batch) if len(batch) > 1 else batch)
+    def handle_batch(self, batch: list[Message], turn: object = None) -> None:
+        super().handle_batch(fold_acks(batch) if len(batch) > 1 else batch, turn)
 
     def handle(self, message: Message) -> None:
         now = time.monotonic()
