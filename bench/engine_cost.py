@@ -9,10 +9,12 @@ and shutdown cancel out and what remains is the engine's cost per request
     per request = (Ir at 250 - Ir at 50) / 200
 
 ``--report A B`` prints that difference from two callgrind output files. The
-engine's timeout checks run every ``--tick`` seconds and an idle spout is
-polled at most every ``--idle`` seconds (default an hour for both: their cost
-is the clock's, not a request's, and under callgrind a call takes a hundred
-times longer; the DRPC spout is woken when a request arrives). The script
+engine's timeout checks run every ``--tick`` seconds, an idle spout is
+polled at most every ``--idle`` seconds and the watchdog wakes a worker for
+queued turns no thread took in ``--handoff`` seconds (default an hour for all
+three: their cost is the clock's, not a request's, and under callgrind a call
+takes a hundred times longer, so a 2 ms hand-off would wake workers a real
+run never wakes; the DRPC spout is woken when a request arrives). The script
 also prints the wall and CPU time per call (noisy: say so); ``--callers K``
 makes the calls from K closed-loop threads instead of one. It names the
 engine build it ran (compiled, or pure Python with ``DRPC_PURE_PYTHON=1``;
@@ -57,7 +59,13 @@ TUPLES_PER_REQUEST = 38
 """Data tuples one storm-starter reach of ``URL`` sends between its steps."""
 
 
-def run(calls: int, tick: float = 3600.0, idle: float = 3600.0, callers: int = 1) -> Timing:
+def run(
+    calls: int,
+    tick: float = 3600.0,
+    idle: float = 3600.0,
+    callers: int = 1,
+    handoff: float = 3600.0,
+) -> Timing:
     """Wall and CPU seconds per call of ``calls`` reach calls, after a warm-up, made by
     ``callers`` closed-loop threads (each calls again as soon as its answer is in)."""
     expected = str(EXPECTED_REACH[URL])
@@ -68,7 +76,7 @@ def run(calls: int, tick: float = 3600.0, idle: float = 3600.0, callers: int = 1
             if answer != expected:
                 raise SystemExit(f"wrong answer: {answer!r}, expected {expected!r}")
 
-    with LocalDRPC(tick_interval=tick, max_idle_wait=idle) as drpc:
+    with LocalDRPC(tick_interval=tick, max_idle_wait=idle, handoff=handoff) as drpc:
         drpc.register(build_reach())
         call_many(drpc, 10)
         shares = [calls // callers + (i < calls % callers) for i in range(callers)]
@@ -83,12 +91,12 @@ def run(calls: int, tick: float = 3600.0, idle: float = 3600.0, callers: int = 1
 
 
 def counts(
-    calls: int, tick: float = 3600.0, idle: float = 3600.0
+    calls: int, tick: float = 3600.0, idle: float = 3600.0, handoff: float = 3600.0
 ) -> tuple[float, dict[tuple[str, str], float]]:
     """Turns, and messages handled by (component, message kind), per call over ``calls``
     sequential reach calls after a warm-up, from the engine's own counters (``Actor.turns_taken``,
     ``Actor.messages_handled``), so the compiled build is counted as it runs."""
-    with LocalDRPC(tick_interval=tick, max_idle_wait=idle) as drpc:
+    with LocalDRPC(tick_interval=tick, max_idle_wait=idle, handoff=handoff) as drpc:
         engine = drpc.register(build_reach())
         actors = [*engine.tasks.values(), *engine.ackers]
         for _ in range(10):
@@ -134,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         "--idle", type=float, default=3600.0, help="longest pause between idle spout polls"
     )
     parser.add_argument(
+        "--handoff",
+        type=float,
+        default=3600.0,
+        help="seconds queued turns wait for a thread before a worker is woken",
+    )
+    parser.add_argument(
         "--counts",
         action="store_true",
         help="count turns and messages handled per request instead of timing",
@@ -159,13 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--callers must be between 1 and the number of calls")
     print(f"{engine_build()} engine")
     if args.counts:
-        per_turns, per_kind = counts(args.calls, args.tick, args.idle)
+        per_turns, per_kind = counts(args.calls, args.tick, args.idle, args.handoff)
         print(f"{per_turns:.1f} turns per request")
         print(f"{sum(per_kind.values()):.1f} messages handled per request:")
         for (receiver, kind), count in per_kind.items():
             print(f"  {count:7.2f}  {kind} to {receiver}")
         return 0
-    timing = run(args.calls, args.tick, args.idle, args.callers)
+    timing = run(args.calls, args.tick, args.idle, args.callers, args.handoff)
     print(
         f"{args.callers} caller(s): {timing.wall_per_call * 1e3:.3f} ms per call, "
         f"{timing.cpu_per_call * 1e3:.3f} ms CPU per call, {timing.calls_per_second:.0f} calls/s "

@@ -170,6 +170,7 @@ class Scheduler:
         self._ready = ReadyQueue()
         self._sleepers: list[threading.Lock] = []  # one per sleeping worker, held
         self._callers = 0  # callers waiting for a call, helping or not (``begin_help``)
+        self._done_calls: set[threading.Lock] = set()  # helpers whose call is done
         self._awake = threads  # workers not sleeping, or woken and about to run
         self._taken = 0  # actors taken from _ready so far
         self._watching = False  # the watchdog is timing the ready queue
@@ -289,11 +290,11 @@ class Scheduler:
         woken for it when other callers wait; else it waits for the next helper (a
         sequential caller's next call takes it, with no hand-off), or a worker the
         watchdog wakes within ``handoff``."""
-        finished.add_done_callback(lambda _: self._wake_sleeping(sleep))
+        finished.add_done_callback(lambda _: self._call_done(sleep))
         done: Actor | None = None
         try:
             while True:
-                taken = self._take_or_sleep(sleep, done, finished)
+                taken = self._take_or_sleep(sleep, done)
                 done = None
                 if taken is None:
                     return
@@ -313,6 +314,7 @@ class Scheduler:
         with self._lock:
             self._callers -= 1
             self._awake -= 1
+            self._done_calls.discard(sleep)
             if done is not None:
                 wake = self._settle(done)
                 if wake is not None:
@@ -329,17 +331,18 @@ class Scheduler:
             wake.release()
 
     def _take_or_sleep(
-        self, sleep: threading.Lock, done: Actor | None, finished: Future[Any]
+        self, sleep: threading.Lock, done: Actor | None
     ) -> tuple[Actor, list[Message]] | object | None:
-        """A helper's ``_next``: the next turn, None when ``finished`` is done or the
-        scheduler stopped, or ``SLEPT`` after sleeping on ``sleep`` until a post or the
-        end of ``finished`` woke it (counted awake again by its waker)."""
+        """A helper's ``_next``: the next turn, None when its call is done (``_call_done``)
+        or the scheduler stopped, or ``SLEPT`` after sleeping on ``sleep`` until a post or
+        the end of its call woke it (counted awake again by its waker)."""
         wake = None
         self._lock.acquire()
         try:
             if done is not None:
                 wake = self._settle(done)
-            if finished.done() or self._stopped:
+            # a set look-up, not the future's ``done()``: a Future's methods are Python code
+            if sleep in self._done_calls or self._stopped:
                 return None
             if self._ready:
                 return self._take()
@@ -352,9 +355,11 @@ class Scheduler:
         sleep.acquire()
         return SLEPT
 
-    def _wake_sleeping(self, sleep: threading.Lock) -> None:
-        """Wake the helper sleeping on ``sleep``, if it sleeps (its call is done)."""
+    def _call_done(self, sleep: threading.Lock) -> None:
+        """The call of the helper with ``sleep`` is done: it stops after its turn, or now
+        if it sleeps."""
         with self._lock:
+            self._done_calls.add(sleep)
             if sleep not in self._sleepers:
                 return
             self._sleepers.remove(sleep)
