@@ -504,3 +504,45 @@ def test_sequential_local_drpc_calls_run_on_the_calling_thread() -> None:
         for _ in range(5):
             wait_until(lambda: engine.scheduler._awake == 0, what="workers asleep")
             assert drpc.execute("where", "x") == threading.current_thread().name
+
+
+class BlocksUntil(Actor):
+    """Its turn waits for ``release``, then records that it ended."""
+
+    def __init__(self, release: threading.Event, events: list[str]) -> None:
+        super().__init__()
+        self.release, self.events = release, events
+
+    def handle(self, message: Message) -> None:
+        self.events.append("turn began")
+        self.release.wait(30)
+        self.events.append("turn ended")
+
+
+def test_stop_waits_for_a_helping_caller_to_finish_its_turn() -> None:
+    scheduler = idle_scheduler(1)
+    release, events = threading.Event(), []
+    call: Future[str] = Future()
+
+    def help() -> None:  # a caller's thread: it begins helping and helps
+        sleep = scheduler.begin_help()
+        assert sleep is not None
+        scheduler.post(BlocksUntil(release, events), Tick(0.0))
+        scheduler.help_until(sleep, call)
+
+    helper = threading.Thread(target=help)
+    helper.start()
+    wait_until(lambda: events == ["turn began"], what="the helper's turn")
+
+    def stop() -> None:
+        scheduler.stop(30.0)
+        events.append("stop returned")
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    wait_until(lambda: scheduler._stopped, what="stop begun")
+    release.set()
+    stopper.join(30)
+    helper.join(30)
+    assert events == ["turn began", "turn ended", "stop returned"]
+    assert scheduler._helper_threads == set()

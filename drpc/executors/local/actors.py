@@ -171,6 +171,7 @@ class Scheduler:
         self._sleepers: list[threading.Lock] = []  # one per sleeping worker, held
         self._callers = 0  # callers waiting for a call, helping or not (``begin_help``)
         self._done_calls: set[threading.Lock] = set()  # helpers whose call is done
+        self._helper_threads: set[int] = set()  # the threads helping (for ``stop``)
         self._awake = threads  # workers not sleeping, or woken and about to run
         self._taken = 0  # actors taken from _ready so far
         self._watching = False  # the watchdog is timing the ready queue
@@ -277,6 +278,7 @@ class Scheduler:
             if self._awake or self._stopped:
                 return None
             self._awake += 1
+            self._helper_threads.add(threading.get_ident())
         return sleep
 
     def end_call(self) -> None:
@@ -315,6 +317,7 @@ class Scheduler:
             self._callers -= 1
             self._awake -= 1
             self._done_calls.discard(sleep)
+            self._helper_threads.discard(threading.get_ident())
             if done is not None:
                 wake = self._settle(done)
                 if wake is not None:
@@ -450,6 +453,14 @@ class Scheduler:
         for thread in (*self._threads, self._watchdog):
             if thread is not threading.current_thread() and thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
+        # Helping callers finish the turn they run, as the workers did; then they return.
+        while self._others_help() and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    def _others_help(self) -> bool:
+        """Whether threads other than this one are helping."""
+        with self._lock:
+            return bool(self._helper_threads - {threading.get_ident()})
 
 
 class Timer:
