@@ -504,6 +504,7 @@ def test_sequential_local_drpc_calls_run_on_the_calling_thread() -> None:
         for _ in range(5):
             wait_until(lambda: engine.scheduler._awake == 0, what="workers asleep")
             assert drpc.execute("where", "x") == threading.current_thread().name
+            assert engine.turn_outbox() is None  # what this thread sends now goes at once
 
 
 class BlocksUntil(Actor):

@@ -276,7 +276,10 @@ class LocalExecutor(Turns):
                 scheduler.end_help(sleep)
             raise
         if sleep is not None:
-            scheduler.help_until(sleep, future)
+            try:
+                scheduler.help_until(sleep, future)
+            finally:
+                self._outbox.current = None  # back to the caller: it delivers directly
         else:
             try:
                 future.exception()  # waits; cheaper than concurrent.futures.wait
@@ -292,7 +295,8 @@ class LocalExecutor(Turns):
 
     def begin_turn(self) -> Outbox:
         """A turn's outbox, also where this thread's deliveries go until the next turn
-        (a worker thread delivers nothing between turns, so it is not cleared after)."""
+        (a worker thread delivers nothing between turns, so it is not cleared after; a
+        helping caller's thread is, as it stops helping: ``call_inline``)."""
         outbox = Outbox()
         self._outbox.current = outbox
         return outbox
