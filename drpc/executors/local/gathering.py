@@ -22,10 +22,11 @@ of them cancel the senders' edges exactly as the n x m reports' acks did.
 An id whose senders never all report (one failed, or gave the id up) is
 dropped when its tree fails (``drop_root``), and reports of that root coming
 later are dropped as they come until ``timeout`` seconds after (the root's
-other tasks may finish before they hear of the failure); one reported
-unanchored is dropped at its deadline, ``timeout`` seconds after its first
-report (``expire``, which also forgets the failed roots past theirs). Not
-thread-safe: the engine holds a lock around every call.
+other tasks may finish before they hear of the failure); any id still
+waiting at its deadline, ``timeout`` seconds after its first report, is
+dropped then (``expire``, which also forgets the failed roots past theirs:
+the only way out for reports sent unanchored). Not thread-safe: the engine
+holds a lock around every call.
 
 Idle tasks. A gathered task whose only count report (it expects one) says 0
 has nothing to do for the id: no tuple comes, it finishes at once, and when
