@@ -4,7 +4,8 @@ resident tasks on both executors; "spark-batch": jobs), 100 reach calls in fligh
 executor JVM SIGKILLed meanwhile, then 20 more calls, then it waits until the driver has
 removed the killed executor (so Spark's "Lost executor" line is in its stderr: under load
 the Master's report of the exit can come seconds after the calls have all ended). Prints one
-JSON line: ``{"answers": {...}, "errors": {...}, "wrong": [...], "after": [...], "killed":
+JSON line: ``{"answers": {...}, "errors": {...}, "wrong": [...], "after": [...],
+"after_errors": {...}, "killed":
 pid, "in_flight_at_kill": n, "removed_after_s": s}``.
 Its own SparkSession: one per process, so it cannot share the test run's."""
 
@@ -102,9 +103,13 @@ def main(workdir: Path, executor: str) -> None:
     errors = collections.Counter(
         f"{outcome}: {msg[:120]}" for _, outcome, msg in during if outcome != "ok"
     )
+    after_errors = collections.Counter(
+        f"{outcome}: {msg[:300]}" for _, outcome, msg in after if outcome != "ok"
+    )
     print(json.dumps({
         "answers": dict(answers), "errors": dict(errors), "wrong": wrong,
-        "after": [outcome for _, outcome, _ in after], "killed": victim,
+        "after": [outcome for _, outcome, _ in after], "after_errors": dict(after_errors),
+        "killed": victim,
         "in_flight_at_kill": in_flight, "removed_after_s": removed_after,
     }))  # fmt: skip
 
