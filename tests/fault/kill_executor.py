@@ -1,12 +1,12 @@
 """Run as ``python -m tests.fault.kill_executor WORKDIR EXECUTOR``: a DRPC server on a Spark
 standalone cluster (master + two workers on 127.0.0.1) with reach on EXECUTOR ("spark":
 resident tasks on both executors; "spark-batch": jobs), 100 reach calls in flight, one
-executor JVM SIGKILLed meanwhile, then 20 more calls, then it waits until the driver has
-removed the killed executor (so Spark's "Lost executor" line is in its stderr: under load
-the Master's report of the exit can come seconds after the calls have all ended). Prints one
+executor JVM SIGKILLed meanwhile; on resident tasks it then waits until the resident job
+broke and is back; then 20 more calls, then it waits until the driver has removed the
+killed executor (so Spark's "Lost executor" line is in its stderr: under load the
+Master's report of the exit can come seconds after the calls have all ended). Prints one
 JSON line: ``{"answers": {...}, "errors": {...}, "wrong": [...], "after": [...],
-"after_errors": {...}, "killed":
-pid, "in_flight_at_kill": n, "removed_after_s": s}``.
+"after_errors": {...}, "killed": pid, "in_flight_at_kill": n, "removed_after_s": s}``.
 Its own SparkSession: one per process, so it cannot share the test run's."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from drpc.client import AsyncDRPCClient, DRPCExecutionException
 from drpc.server import DRPCServer, ServerThread
@@ -48,6 +49,16 @@ def _await_removal(before: set[str], killed_at: float) -> float:
     return round(time.monotonic() - killed_at, 1)
 
 
+def _await_resident_recovery(runtime: Any, killed_at: float) -> None:
+    """Until the resident job broke and is serving again. The killed executor's Python
+    worker may outlive its JVM for a while and answer the calls in flight: the break can
+    come after they all ended, and it fails what is in flight then."""
+    cluster = runtime.cluster
+    while cluster.restarts < 1 or runtime.engine is None:
+        assert time.monotonic() - killed_at < REMOVAL_TIMEOUT, "the resident job never came back"
+        time.sleep(0.1)
+
+
 async def _calls(port: int, count: int, offset: int) -> list[tuple[str, str, str]]:
     urls = list(EXPECTED_REACH)
     async with AsyncDRPCClient(HOST, port, timeout=240) as client:
@@ -71,7 +82,9 @@ def main(workdir: Path, executor: str) -> None:
         else:
             options = {"max_batch_size": 5, "max_jobs_in_flight": 2}
         deadline = time.monotonic() + 120
-        server.register(build_reach(), executor=executor, master=cluster.master_url, **options)
+        runtime = server.register(
+            build_reach(), executor=executor, master=cluster.master_url, **options
+        )
         while len(cluster.executor_pids()) < 2:
             assert time.monotonic() < deadline, "two executors did not start"
             time.sleep(0.5)
@@ -92,6 +105,8 @@ def main(workdir: Path, executor: str) -> None:
                 return await calls, victim, in_flight, time.monotonic()
 
             during, victim, in_flight, killed_at = asyncio.run(load_and_kill())
+            if executor == "spark":
+                _await_resident_recovery(runtime, killed_at)
             after = asyncio.run(_calls(running.port, 20, 1))
             removed_after = _await_removal(live, killed_at)
     answers = collections.Counter(outcome for _, outcome, _ in during)
