@@ -263,6 +263,26 @@ class StateOrderError(StateError):
     """
 
 
+class VersionReclaimedError(StateError):
+    """A read pinned to a committed version of a state directory came too late: the values
+    it needed were reclaimed (its pin outlived ``version_retention``). The request fails;
+    it never gets an answer mixing versions."""
+
+    def __init__(self, path: str, version: int, oldest: int, latest: int) -> None:
+        super().__init__(
+            f"state directory {path!r}: version {version} was reclaimed; the oldest version "
+            f"still readable is {oldest} and the latest is {latest} (a request reads its "
+            "version for version_retention seconds after it entered)"
+        )
+        self.path = path
+        self.version = version
+        self.oldest = oldest
+        self.latest = latest
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.path, self.version, self.oldest, self.latest))
+
+
 class StateFormatError(StateError):
     """A record of drpc's own in a state directory (a commit record, a spout's batch
     metadata) is in no format drpc reads, or was refused because reading it would have

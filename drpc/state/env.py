@@ -20,7 +20,17 @@ Contract:
   returns, its commit is on disk. ``sync=False`` trades that for speed (a
   crash of the machine, not of the process, may lose recent commits but
   never leaves a partial one); ``sync()`` flushes on demand.
-- **Reads** (``with env.read() as txn``) see a snapshot of committed data only.
+- **Reads** (``with env.read() as txn``) see a snapshot of committed data only:
+  the latest version, or ``read(version=V)`` the directory as the committed
+  write ``V`` left it (``drpc.state.versions``); a read on a thread whose
+  current DRPC request pinned a version of this directory reads at that one.
+- **Versions.** ``pin()`` pins the latest committed version (a ``Pin``; its
+  ``version``) until ``release(pin)`` or ``version_retention`` seconds (60),
+  whichever comes first; a read at a version older than what was kept raises
+  ``VersionReclaimedError``. Every write that changes the maps or commit
+  records keeps an undo log of them and reclaims the ones no pin needs, so the
+  writer never waits for a reader and the directory holds no more than the
+  pins need. ``version_status()`` says where the directory stands.
   **Writes** run through ``run_write(fn)``: ``fn(txn)`` runs in one write
   transaction that commits when ``fn`` returns and aborts (nothing visible)
   when it raises. Writes are serialized; starting a write inside another on
@@ -72,6 +82,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
@@ -86,7 +97,9 @@ from drpc.errors import (
     StateForkError,
     StateFullError,
 )
+from drpc.state.pins import Pin, PinTable
 from drpc.state.txn import StateTxn, Writes, apply_writes
+from drpc.state.versions import VersionStore, pinned_version
 from drpc.state.writer import WriterClaim, WriterLock
 
 log = logging.getLogger(__name__)
@@ -99,11 +112,17 @@ DEFAULT_MAX_READERS = 126
 DEFAULT_RESIZE_TIMEOUT = 30.0
 MIN_MAP_SIZE = 64 * 1024
 
+DEFAULT_VERSION_RETENTION = 60.0
+
 COORDINATOR_DB = "drpc.coordinator"
 ROTATING_DB = "drpc.rotating"
 MAPS_DB = "drpc.maps"
 CATALOG_DB = "drpc.catalog"
-_DATABASES = (COORDINATOR_DB, ROTATING_DB, MAPS_DB, CATALOG_DB)
+VERSIONS_DB = "drpc.versions"
+_DATABASES = (COORDINATOR_DB, ROTATING_DB, MAPS_DB, CATALOG_DB, VERSIONS_DB)
+VERSIONED_DBS = (MAPS_DB, COORDINATOR_DB)
+"""What a read at an earlier version sees as it was: the maps and the commit records."""
+_VERSIONED = frozenset(VERSIONED_DBS)
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -122,6 +141,7 @@ class StateOptions:
     metasync: bool = True
     max_readers: int = DEFAULT_MAX_READERS
     resize_timeout: float = DEFAULT_RESIZE_TIMEOUT
+    version_retention: float = DEFAULT_VERSION_RETENTION
 
     def __post_init__(self) -> None:
         if self.map_size < MIN_MAP_SIZE:
@@ -134,6 +154,28 @@ class StateOptions:
             raise ValueError(f"max_readers must be at least 1, got {self.max_readers}")
         if self.resize_timeout <= 0:
             raise ValueError(f"resize_timeout must be positive, got {self.resize_timeout}")
+        if not self.version_retention > 0:
+            raise ValueError(
+                f"version_retention must be positive seconds, got {self.version_retention}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class VersionStatus:
+    """Where a state directory's versions stand (``StateEnvironment.version_status``)."""
+
+    latest: int
+    """The latest committed version."""
+    horizon: int | None
+    """The oldest version still readable (None: no versioned write yet)."""
+    undo_logs: int
+    """Undo logs kept for older versions."""
+    oldest_pinned: int | None
+    """The oldest version a live process pins, if any."""
+    oldest_pin_age: float | None
+    """Seconds since that pin was taken."""
+    local_pins: int
+    """Pins this process holds."""
 
 
 class CommitWatcher(Protocol):
@@ -222,6 +264,8 @@ class StateEnvironment:
         except lmdb.Error as error:
             self._lmdb.close()
             raise StateError(f"cannot open the databases of {path!r}: {error}") from error
+        self.versions = VersionStore(path, self._dbs, VERSIONED_DBS)
+        self.pins = PinTable(path, options.version_retention)
         self.reader_check()
 
     # -- opening -------------------------------------------------------------------------
@@ -237,6 +281,7 @@ class StateEnvironment:
         metasync: bool = True,
         max_readers: int = DEFAULT_MAX_READERS,
         resize_timeout: float = DEFAULT_RESIZE_TIMEOUT,
+        version_retention: float = DEFAULT_VERSION_RETENTION,
         create: bool = True,
     ) -> StateEnvironment:
         """The environment of the state directory ``path``, opened once per process.
@@ -246,6 +291,7 @@ class StateEnvironment:
         ``sync``/``metasync`` (True): flush data/metadata on every commit.
         ``max_readers`` (126): concurrent read transactions across all processes.
         ``resize_timeout`` (30 s): how long a resize waits for reads to end.
+        ``version_retention`` (60 s): how long a pin keeps its version readable.
         ``create`` (True): create the directory if missing; False raises
         ``StateError`` for a missing directory and for one without state, saying which.
         """
@@ -256,6 +302,7 @@ class StateEnvironment:
             metasync=metasync,
             max_readers=max_readers,
             resize_timeout=resize_timeout,
+            version_retention=version_retention,
         )
         raw = os.fspath(path)
         if not create and not os.path.isdir(raw):
@@ -309,19 +356,80 @@ class StateEnvironment:
 
     # -- transactions ----------------------------------------------------------------------
 
-    @contextmanager
-    def read(self) -> Iterator[StateTxn]:
-        """A read transaction: a snapshot of committed data, ended on leaving the block."""
+    def read(self, *, version: int | None = None) -> AbstractContextManager[StateTxn]:
+        """A read transaction: a snapshot of committed data, ended on leaving the block.
+
+        It reads at ``version`` when given, else at the version this thread's request
+        pinned, else at the latest (see module doc)."""
         self._check()
+        return self._snapshot(pinned_version(self.path) if version is None else version)
+
+    @contextmanager
+    def _snapshot(self, version: int | None) -> Iterator[StateTxn]:
+        """A read at ``version`` (None: the latest)."""
         raw = self._begin_read()
-        txn = StateTxn(self, raw, write=False)
         self._local.reads = getattr(self._local, "reads", 0) + 1
+        try:
+            overlay = None
+            if version is not None and version != raw.id():
+                overlay = self.versions.overlay(raw, version, VERSIONS_DB)
+            txn = StateTxn(self, raw, write=False, overlay=overlay, version=version)
+        except BaseException:
+            with suppress(lmdb.Error):
+                raw.abort()
+            self._local.reads -= 1
+            self._gate.leave()
+            raise
         try:
             yield txn
         finally:
             txn._end(commit=False)
             self._local.reads -= 1
             self._gate.leave()
+
+    def latest_version(self) -> int:
+        """The latest committed version of the directory (LMDB's last write id)."""
+        self._check()
+        raw = self._begin_read()
+        try:
+            return int(raw.id())
+        finally:
+            raw.abort()
+            self._gate.leave()
+
+    def pin(self) -> Pin:
+        """Pin the latest committed version for reads at it (see module doc)."""
+        version = self.latest_version()
+        while True:
+            pin = self.pins.pin(version, time.time())
+            latest = self.latest_version()
+            if latest == version:
+                return pin
+            self.pins.release(pin)
+            version = latest
+
+    def release(self, pin: Pin) -> None:
+        """Release a pin (again: nothing)."""
+        self.pins.release(pin)
+
+    def version_status(self) -> VersionStatus:
+        """The latest version, the commit records there, the oldest pin and the undo logs."""
+        now = time.time()
+        self._check()
+        with self._snapshot(None) as txn:
+            latest = txn.lmdb_id
+            horizon = self.versions.horizon(txn._raw, VERSIONS_DB)
+            undo_logs = self.versions.undo_logs(txn._raw, VERSIONS_DB)
+        oldest = self.pins.oldest(now)
+        local = self.pins.local()
+        return VersionStatus(
+            latest=latest,
+            horizon=horizon,
+            undo_logs=undo_logs,
+            oldest_pinned=None if oldest is None else oldest[0],
+            oldest_pin_age=None if oldest is None else max(0.0, now - oldest[1]),
+            local_pins=local.count,
+        )
 
     def run_write(self, fn: Callable[[StateTxn], T], *, what: str = "a write") -> T:
         """Run ``fn(txn)`` once in one write transaction, commit, and return its result.
@@ -436,6 +544,7 @@ class StateEnvironment:
             )
         with self._write_lock, self._gate.exclusive(self.options.resize_timeout, self.path):
             self._writer.release_all()
+            self.pins.close()
             self._closed = True
             self._lmdb.close()
         with _registry_lock:
@@ -503,15 +612,22 @@ class StateEnvironment:
     def _write_once(self, fn: Callable[[StateTxn], T], what: str) -> T:
         self.reader_check()
         raw = self._begin_write()
-        txn = StateTxn(self, raw, write=True)
+        txn = StateTxn(self, raw, write=True, remember=_VERSIONED)
         try:
             result = fn(txn)
+            committed = txn.committed_reads or {}
+            writes = txn._take_writes()
+            if any(writes.get(name) for name in VERSIONED_DBS):
+                now = time.time()
+                oldest = self.pins.oldest(now)
+                self.versions.capture(
+                    raw, writes, committed, VERSIONS_DB, now, None if oldest is None else oldest[0]
+                )
         except BaseException as error:
             txn._end(commit=False)
             if isinstance(error, lmdb.Error):
                 raise self._wrap(error, "write") from error
             raise
-        writes = txn._take_writes()
         txn_id = raw.id()
         while True:
             try:

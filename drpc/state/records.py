@@ -11,6 +11,13 @@ module never does):
   ``b"j1"`` then UTF-8 JSON of None, a bool, an int, a float, a str, or lists
   and str-keyed dicts of these (tuples are written as lists); anything else
   raises ``StateValueError`` naming what was being stored.
+- **undo log** (``encode_undo``/``decode_undo``): what one write transaction
+  replaced, for reads of the version before it (``drpc.state.versions``):
+  ``b"u1"``, the commit time as an 8-byte big-endian double, a section count
+  byte, then per section a database tag byte and an entry count (4 bytes
+  big-endian), the entries' key lengths and value lengths (4 bytes each,
+  little-endian; ``ABSENT_LENGTH`` for a key that did not exist), the keys
+  concatenated, then the values concatenated.
 - **earlier records**: drpc wrote both as pickles before these formats. A
   record that starts as a pickle is read by an unpickler that resolves no
   class, function or persistent id, so it can only build plain containers
@@ -33,7 +40,14 @@ from drpc.errors import StateFormatError, StateValueError
 
 COMMIT_TAG = b"c1"
 PLAIN_TAG = b"j1"
+UNDO_TAG = b"u1"
+ABSENT_LENGTH = 0xFFFFFFFF
 _COMMIT = struct.Struct(">Qd")
+_UNDO_HEADER = struct.Struct(">dB")
+_UNDO_SECTION = struct.Struct(">BI")
+
+Undo = dict[int, dict[bytes, "bytes | None"]]
+"""Replaced values by database tag, then key: the value before, or None (absent)."""
 _PICKLE_START = 0x80  # the PROTO opcode every pickle of protocol 2 or later begins with
 
 
@@ -56,6 +70,57 @@ def decode_commit(data: bytes) -> tuple[int, float]:
     ):
         return value[0], float(value[1])
     raise StateFormatError(f"a commit record holds {type(value).__name__}, not (txid, time)")
+
+
+def encode_undo(committed_at: float, sections: Undo) -> bytes:
+    parts = [UNDO_TAG, _UNDO_HEADER.pack(committed_at, len(sections))]
+    for tag, entries in sections.items():
+        keys = list(entries)
+        values = [b"" if value is None else value for value in entries.values()]
+        value_lengths = [
+            ABSENT_LENGTH if value is None else len(value) for value in entries.values()
+        ]
+        count = len(keys)
+        parts.append(_UNDO_SECTION.pack(tag, count))
+        parts.append(struct.pack(f"<{count}I", *map(len, keys)))
+        parts.append(struct.pack(f"<{count}I", *value_lengths))
+        parts.extend(keys)
+        parts.extend(values)
+    return b"".join(parts)
+
+
+def decode_undo(data: bytes) -> tuple[float, Undo]:
+    """The commit time and replaced values of an undo log (``StateFormatError`` if it is
+    none)."""
+    try:
+        if not data.startswith(UNDO_TAG):
+            raise ValueError("it does not start with the undo tag")
+        committed_at, section_count = _UNDO_HEADER.unpack_from(data, len(UNDO_TAG))
+        at = len(UNDO_TAG) + _UNDO_HEADER.size
+        sections: Undo = {}
+        for _ in range(section_count):
+            tag, count = _UNDO_SECTION.unpack_from(data, at)
+            at += _UNDO_SECTION.size
+            key_lengths = struct.unpack_from(f"<{count}I", data, at)
+            value_lengths = struct.unpack_from(f"<{count}I", data, at + 4 * count)
+            at += 8 * count
+            keys = []
+            for length in key_lengths:
+                keys.append(data[at : at + length])
+                at += length
+            values: list[bytes | None] = []
+            for length in value_lengths:
+                if length == ABSENT_LENGTH:
+                    values.append(None)
+                else:
+                    values.append(data[at : at + length])
+                    at += length
+            sections[tag] = dict(zip(keys, values, strict=True))
+        if at != len(data):
+            raise ValueError(f"{len(data) - at} bytes follow its last section")
+    except (ValueError, struct.error) as error:
+        raise StateFormatError(f"an undo log is in no format drpc reads: {error}") from None
+    return committed_at, sections
 
 
 def encode_plain(value: object, what: str) -> bytes:

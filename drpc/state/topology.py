@@ -33,6 +33,9 @@ from drpc.state.maps import MapHandle, Updater
 
 STATE_SERVICE = "drpc.state"
 STATE_DIR_CONF = "drpc.state.dir"
+PINNED_READS_CONF = "drpc.state.pinned.reads"
+"""Whether a DRPC request reads one committed version of ``drpc.state.dir`` (default
+True; False reads each key at whatever was committed last, as Storm's Trident does)."""
 
 _scope = threading.local()
 

@@ -2,7 +2,9 @@
 
 Contract:
 
-- A read transaction (``env.read()``) sees a snapshot of committed data.
+- A read transaction (``env.read()``) sees a snapshot of committed data: the
+  latest, or an earlier committed version (``drpc.state.versions``): then an
+  overlay of the values that version held is read over the latest snapshot.
 - A write transaction (``env.run_write(fn)``) buffers ``put`` and ``delete``
   in memory; its own ``get`` and ``scan`` see them over the committed data. The
   environment applies the buffered bytes when ``fn`` returns
@@ -12,7 +14,12 @@ Contract:
   limit, raises ``StateKeyError`` at once.
 - A transaction that has ended raises ``StateError`` when used.
 - ``lmdb_id`` is LMDB's id of the transaction (a write's id is the last
-  committed id + 1, so a writer can tell whether anyone committed since).
+  committed id + 1, so a writer can tell whether anyone committed since);
+  ``version`` is the committed version a read sees (``lmdb_id`` but for a read
+  at an earlier version).
+- A write transaction remembers the committed bytes of the keys it read in the
+  versioned databases (``committed_reads``), so the environment's undo log need
+  not read them again.
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ if TYPE_CHECKING:
 Writes = dict[str, dict[bytes, bytes | None]]
 """Buffered writes by database: key -> value, or None for a delete."""
 
+Overlay = Writes
+"""What a transaction sees over LMDB's snapshot, by database: a write's buffered writes,
+or a read's values of an earlier version (key -> value, or None: absent)."""
+
 
 class StateTxn:
     """A read or write transaction of a ``StateEnvironment``, valid until it ends.
@@ -41,16 +52,39 @@ class StateTxn:
     the transaction.
     """
 
-    __slots__ = ("_done", "_env", "_raw", "_writes", "cache", "lmdb_id", "write")
+    __slots__ = (
+        "_done",
+        "_env",
+        "_overlay",
+        "_raw",
+        "cache",
+        "committed_reads",
+        "lmdb_id",
+        "version",
+        "write",
+    )
 
-    def __init__(self, env: StateEnvironment, raw: lmdb.Transaction, write: bool) -> None:
+    def __init__(
+        self,
+        env: StateEnvironment,
+        raw: lmdb.Transaction,
+        write: bool,
+        *,
+        overlay: Overlay | None = None,
+        version: int | None = None,
+        remember: frozenset[str] = frozenset(),
+    ) -> None:
         self._env = env
         self._raw = raw
         self.write = write
         self._done = False
-        self._writes: Writes | None = {} if write else None
+        self._overlay: Overlay | None = {} if write else overlay
         self.cache: dict[object, object] = {}
         self.lmdb_id: int = raw.id()
+        self.version: int = self.lmdb_id if version is None else version
+        self.committed_reads: Writes | None = (
+            {name: {} for name in remember} if write and remember else None
+        )
 
     @property
     def env(self) -> StateEnvironment:
@@ -64,18 +98,27 @@ class StateTxn:
         """The committed value of each key (a write transaction: its own writes over them)."""
         self._check_usable(mutate=False)
         self._check_keys(keys, mutate=False)
-        pending = self._writes.get(db) if self._writes is not None else None
+        pending = self._overlay.get(db) if self._overlay is not None else None
         get = self._raw.get
         handle = self._env._db(db)
         try:
             if not pending:
-                return cast("list[bytes | None]", [get(key, db=handle) for key in keys])
-            return [
-                pending[key] if key in pending else cast("bytes | None", get(key, db=handle))
-                for key in keys
-            ]
+                values = cast("list[bytes | None]", [get(key, db=handle) for key in keys])
+            else:
+                values = [
+                    pending[key] if key in pending else cast("bytes | None", get(key, db=handle))
+                    for key in keys
+                ]
         except lmdb.Error as error:
             raise self._env._wrap(error, "read") from error
+        remembered = self.committed_reads.get(db) if self.committed_reads is not None else None
+        if remembered is not None:
+            if not pending:
+                remembered.update(zip(keys, values, strict=True))
+            else:
+                pairs = zip(keys, values, strict=True)
+                remembered.update((key, value) for key, value in pairs if key not in pending)
+        return values
 
     def put(self, db: str, key: bytes, value: bytes) -> None:
         self.put_many(db, {key: value})
@@ -84,18 +127,18 @@ class StateTxn:
         """Buffer a write of each key and value (see the module doc)."""
         self._check_usable(mutate=True)
         self._check_keys(items, mutate=True)
-        assert self._writes is not None
-        self._writes.setdefault(db, {}).update(
+        assert self._overlay is not None
+        self._overlay.setdefault(db, {}).update(
             (key, value if type(value) is bytes else bytes(value)) for key, value in items.items()
         )
 
     def delete(self, db: str, key: bytes) -> bool:
         """Delete ``key``; True if it was there (committed, or put by this transaction)."""
         self._check(key, mutate=True)
-        assert self._writes is not None
+        assert self._overlay is not None
         existed = self.get(db, key) is not None
         if existed:
-            self._writes.setdefault(db, {})[key] = None
+            self._overlay.setdefault(db, {})[key] = None
         return existed
 
     def scan(
@@ -106,12 +149,12 @@ class StateTxn:
         Forward, from the first key ``>= prefix + start``; reverse (descending),
         from the last key ``< prefix + start`` (or the last key of the prefix).
         In a write transaction the items include its own buffered writes as they
-        were when the scan began. Do not write to ``db`` while iterating;
-        collect first.
+        were when the scan began (a read at an earlier version: that version's
+        items). Do not write to ``db`` while iterating; collect first.
         """
         self._check(prefix)
         committed = self._scan_committed(db, prefix, start, reverse)
-        pending = self._writes.get(db) if self._writes is not None else None
+        pending = self._overlay.get(db) if self._overlay is not None else None
         if not pending:
             yield from committed
             return
@@ -170,7 +213,7 @@ class StateTxn:
     def _take_writes(self) -> Writes:
         """End the transaction for its user and hand over what it wrote."""
         self._done = True
-        writes, self._writes = self._writes or {}, None
+        writes, self._overlay = self._overlay or {}, None
         return writes
 
     def _end(self, commit: bool) -> None:

@@ -20,6 +20,9 @@ Usage: ``python child.py MODE STATE_DIR [ARG]``. Modes:
   until killed (a reader that dies mid-read).
 - ``claim HOLDER``: claim the directory for writes as HOLDER, print ``claimed``, block.
 - ``read KEY``: read map key KEY of ``MAP`` in a new read transaction, print ``read <value>``.
+- ``pin-and-hold``: pin the latest committed version, print ``pinned <version>``, block.
+- ``read-at VERSION``: read every key of ``MAP`` at VERSION, print ``read <sorted items>``,
+  or ``reclaimed`` if that version is gone.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from drpc.errors import VersionReclaimedError
 from drpc.state import CoordinatorState, StateEnvironment, StateTxn, TransactionalMap
 from drpc.state.env import MAPS_DB
 
@@ -116,6 +120,17 @@ def main(mode: str, state_dir: str, arg: str = "0") -> None:
             time.sleep(1)
     elif mode == "read":
         say(f"read {TransactionalMap(env, MAP).get(int(arg))}")
+    elif mode == "pin-and-hold":
+        pin = env.pin()
+        say(f"pinned {pin.version}")
+        while True:
+            time.sleep(1)
+    elif mode == "read-at":
+        try:
+            with env.read(version=int(arg)) as txn:
+                say(f"read {sorted(TransactionalMap(env, MAP).items(txn=txn))}")
+        except VersionReclaimedError:
+            say("reclaimed")
     elif mode == "grow":
         env.run_write(lambda txn: fill(txn, int(arg)))
         say("done")

@@ -14,7 +14,16 @@ from drpc.errors import StateFormatError, StateValueError
 from drpc.state import CommitRecord, CoordinatorState, StateEnvironment
 from drpc.state.codec import encode_name
 from drpc.state.env import COORDINATOR_DB, ROTATING_DB
-from drpc.state.records import decode_commit, decode_plain, encode_commit, encode_plain
+from drpc.state.records import (
+    ABSENT_LENGTH,
+    UNDO_TAG,
+    decode_commit,
+    decode_plain,
+    decode_undo,
+    encode_commit,
+    encode_plain,
+    encode_undo,
+)
 
 
 class Touch:
@@ -40,6 +49,36 @@ def test_commit_records_are_explicit_bytes() -> None:
     data = encode_commit(2**64 - 1, 1700000000.25)
     assert data == b"c1" + struct.pack(">Qd", 2**64 - 1, 1700000000.25)
     assert decode_commit(data) == (2**64 - 1, 1700000000.25)
+
+
+def test_undo_logs_round_trip_absent_and_empty_values_included() -> None:
+    sections = {
+        0: {b"k1": b"old", b"k2": None, b"": b"", b"\xff" * 300: b"v" * 70_000},
+        1: {b"commit": b"c1" + b"\x00" * 16},
+        7: {},
+    }
+    data = encode_undo(1700000000.5, sections)
+    assert data.startswith(UNDO_TAG)
+    assert decode_undo(data) == (1700000000.5, sections)
+    # the layout: tag, time, sections; then per section tag, count, lengths, keys, values
+    assert data[2:10] == struct.pack(">d", 1700000000.5) and data[10] == 3
+    assert data[11:16] == struct.pack(">BI", 0, 4)
+    assert struct.unpack_from("<4I", data, 16 + 16)[1] == ABSENT_LENGTH
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"c1" + b"\x00" * 18,
+        encode_undo(1.0, {0: {b"key": b"value"}})[:-1],  # a value cut short
+        encode_undo(1.0, {0: {b"key": b"value"}}) + b"!",  # bytes after the last section
+        encode_undo(1.0, {0: {b"key": b"value"}})[:14],  # a section header cut short
+    ],
+)
+def test_a_malformed_undo_log_is_refused_typed(data: bytes) -> None:
+    with pytest.raises(StateFormatError, match="undo log"):
+        decode_undo(data)
 
 
 def test_plain_data_round_trips_and_anything_else_is_refused() -> None:
