@@ -182,7 +182,11 @@ def _print_failed_trace(error: Exception) -> None:
     if not isinstance(answer, dict) or "trace" not in answer:
         return
     traced = TracedResult(
-        "", str(answer.get("request_id")), float(answer.get("total_ms", 0.0)), answer["trace"]
+        "",
+        str(answer.get("request_id")),
+        float(answer.get("total_ms", 0.0)),
+        answer["trace"],
+        list(answer.get("reads", [])),
     )
     failed_in = answer.get("failed_in")
     if isinstance(failed_in, dict):

@@ -57,14 +57,24 @@ class TracedResult:
     request_id: str
     total_ms: float
     trace: list[dict[str, Any]] = field(default_factory=list)
+    reads: list[dict[str, Any]] = field(default_factory=list)
+    """The committed version of each state directory the call read
+    (``{"state_dir", "version", "txids"}``), for functions that read state."""
 
     def describe(self) -> str:
-        """One line per entry: step, milliseconds, and its Spark job id if any."""
+        """One line per entry: step, milliseconds, and its Spark job id if any; then a
+        line per state directory read: its version and each topology's txid there."""
         lines = [f"request {self.request_id}: {self.total_ms:.1f} ms"]
         for entry in self.trace:
             job = entry.get("spark_job_id")
             suffix = f"  (Spark job {job})" if job is not None else ""
             lines.append(f"  {entry['step']:<20}{entry['ms']:>10.1f} ms{suffix}")
+        for read in self.reads:
+            txids = ", ".join(f"{name} txid {txid}" for name, txid in read["txids"].items())
+            lines.append(
+                f"  read {read['state_dir']} at version {read['version']}"
+                + (f" ({txids})" if txids else "")
+            )
         return "\n".join(lines)
 
 
@@ -126,6 +136,7 @@ class HTTPDRPCClient:
                 str(answer["request_id"]),
                 float(answer["total_ms"]),
                 list(answer["trace"]),
+                list(answer.get("reads", [])),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ProtocolError(

@@ -26,7 +26,10 @@ Step events (``return_info`` names the request and the server that issued it):
 - ``step_started(return_info, step, now)``: a step began work on the request;
 - ``step_finished(return_info, step, start, end, attrs)``: a step's span for
   the request (``attrs`` e.g. ``{"spark_job_id": 3}``);
-- ``request_failed_in(return_info, step, reason)``: the step where a request failed.
+- ``request_failed_in(return_info, step, reason)``: the step where a request failed;
+- ``state_pinned(return_info, reads)``: the request reads each state directory at one
+  committed version; ``reads`` a list of ``{"state_dir", "version", "txids"}``
+  (``txids``: each transactional topology's last committed txid at that version).
 
 Executor events: ``job_started(function, job, request_count, now)`` and
 ``job_finished(function, job, ok, seconds)`` (a Spark job, ``job`` its tag),
@@ -64,6 +67,9 @@ class Observer:
         pass
 
     def request_failed_in(self, return_info: Any, step: str, reason: str) -> None:
+        pass
+
+    def state_pinned(self, return_info: Any, reads: list[dict[str, Any]]) -> None:
         pass
 
     def job_started(self, function: str, job: str, request_count: int, now: float) -> None:

@@ -23,7 +23,8 @@ the issuer stamps ``submitted``, ``fetched`` (and whether a remote runner
 fetched it) and ``settled`` (its result or failure reached the issuer, the
 end of the request's total time), and ``TraceCollector``, an observer
 (``drpc.observe``) in the runtimes' services, adds each ``step_finished``
-span reported for a watched request id of its origin. ``timeline()`` lays
+span reported for a watched request id of its origin, and the versions of
+state it reads (``state_pinned``: ``reads``). ``timeline()`` lays
 them out as contiguous entries whose ``ms`` sum to ``total`` (settled minus
 submitted):
 
@@ -123,6 +124,7 @@ class RequestTrace:
         "failed_in",
         "fetched",
         "function",
+        "reads",
         "remote",
         "request_id",
         "settled",
@@ -139,6 +141,7 @@ class RequestTrace:
         self.settled: float | None = None
         self.spans: list[Span] = []
         self.failed_in: tuple[str, str] | None = None
+        self.reads: list[dict[str, Any]] = []
 
     def add(self, step: str, start: float, end: float, attrs: dict[str, Any]) -> None:
         self.spans.append(Span(step, start, end, attrs))  # list.append is atomic
@@ -179,13 +182,16 @@ class RequestTrace:
         return entries
 
     def as_json(self) -> dict[str, Any]:
-        """``{"request_id", "function", "total_ms", "trace": [...]}`` (+ ``failed_in``)."""
+        """``{"request_id", "function", "total_ms", "trace": [...]}`` (+ ``reads``,
+        ``failed_in``)."""
         answer: dict[str, Any] = {
             "request_id": self.request_id,
             "function": self.function,
             "total_ms": _ms(self.total),
             "trace": self.timeline(),
         }
+        if self.reads:
+            answer["reads"] = self.reads
         if self.failed_in is not None:
             answer["failed_in"] = {"step": self.failed_in[0], "reason": self.failed_in[1]}
         return answer
@@ -229,6 +235,11 @@ class TraceCollector(Observer):
         trace = self._trace(return_info)
         if trace is not None and trace.failed_in is None:
             trace.failed_in = (step, reason)
+
+    def state_pinned(self, return_info: Any, reads: list[dict[str, Any]]) -> None:
+        trace = self._trace(return_info)
+        if trace is not None:
+            trace.reads = reads
 
 
 @dataclass(slots=True, eq=False)

@@ -7,7 +7,15 @@
 - ``PrepareRequest`` gives each request a coordination id (a small int unique
   within the runtime, distinct from the server's request id) and emits
   ``[request, args]`` (default), ``[request, return-info]`` ("ret") and
-  ``[request]`` ("id").
+  ``[request]`` ("id"). In a topology that reads a state directory
+  (``drpc.state.dir`` in its configuration), unless ``drpc.state.pinned.reads``
+  is False, it also pins the directory's latest committed version and makes
+  the id a ``PinnedRequest`` carrying it, so every state read of the request,
+  in any task, reads that one version (``drpc.state.versions``); the pin is
+  held, by the request's return info, until ``release_request_pins``: the
+  spout's ack or fail of the request, or the executor that ran it. With an
+  observer in the services it reports ``state_pinned`` (the directory, the
+  version and the txid each topology had committed there).
 - ``JoinResult`` is coordinated: once the last step has finished an id it
   joins the first result with the return info and emits ``[str(result),
   return-info]``; a step chain that emitted no result fails the request with a
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -38,7 +47,12 @@ from drpc.model.fields import Fields
 from drpc.model.streams import OutputFieldsDeclarer
 from drpc.model.topology import Topology
 from drpc.model.tuples import Tuple
+from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 from drpc.requests import Invocations, ReturnInfo
+from drpc.state import CoordinatorState, StateEnvironment
+from drpc.state.pins import Pin
+from drpc.state.topology import PINNED_READS_CONF, STATE_DIR_CONF, state_for
+from drpc.state.versions import PinnedRequest
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +115,15 @@ class DRPCSpout(BaseRichSpout):
         if request is not None:
             self._collector.emit([request.args, request.return_info], msg_id=request.return_info)
 
+    def ack(self, msg_id: Any) -> None:
+        release_request_pins(msg_id)
+
     def fail(self, msg_id: Any) -> None:
         self.fail_with(msg_id, Failure(DRPCExceptionType.FAILED_REQUEST, "Request failed"))
 
     def fail_with(self, msg_id: Any, failure: Failure) -> None:
         assert self._invocations is not None
+        release_request_pins(msg_id)
         self._invocations.fail_request(msg_id, failure.to_exception())
 
     def close(self) -> None:
@@ -117,6 +135,8 @@ class DRPCSpout(BaseRichSpout):
 class PrepareRequest(BaseBasicBolt):
     def __init__(self) -> None:
         self._ids: itertools.count[int] | None = None
+        self._state: StateEnvironment | None = None
+        self._observer: Observer = NULL_OBSERVER
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(Fields("request", "args"))
@@ -126,13 +146,76 @@ class PrepareRequest(BaseBasicBolt):
     def prepare(self, conf: Conf, context: TopologyContext) -> None:
         tasks = len(context.this_component_tasks)
         self._ids = itertools.count(context.this_task_index + 1, tasks)
+        if conf.get(STATE_DIR_CONF) and conf.get(PINNED_READS_CONF, True):
+            self._state = state_for(context.services, conf).env
+            self._observer = bus(observer_of(context.services))
 
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
         assert self._ids is not None
-        request = next(self._ids)
+        number = next(self._ids)
+        request: int | PinnedRequest = number
+        env = self._state
+        if env is not None:
+            pin = env.pin()
+            REQUEST_PINS.hold(tuple[1], env, pin)
+            request = PinnedRequest(number, ((env.path, pin.version),))
+            if self._observer is not NULL_OBSERVER:
+                self._observer.state_pinned(tuple[1], [pinned_read(env, pin.version)])
         collector.emit([request, tuple[0]])
         collector.emit([request, tuple[1]], stream=RETURN_STREAM)
         collector.emit([request], stream=ID_STREAM)
+
+
+def pinned_read(env: StateEnvironment, version: int) -> dict[str, Any]:
+    """What a trace says of a read at ``version``: the directory, the version, and the
+    txid each transactional topology had committed there."""
+    with env.read(version=version) as txn:
+        commits = CoordinatorState.topologies(env, txn=txn)
+    return {
+        "state_dir": env.path,
+        "version": version,
+        "txids": {topology: record.txid for topology, record in sorted(commits.items())},
+    }
+
+
+class _RequestPins:
+    """The version pins each request in flight in this process holds, by return info."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[Hashable, list[tuple[StateEnvironment, Pin]]] = {}
+        self._pruned_at = 64
+
+    def hold(self, key: Hashable, env: StateEnvironment, pin: Pin) -> None:
+        with self._lock:
+            self._held.setdefault(key, []).append((env, pin))
+            if len(self._held) >= 2 * self._pruned_at:
+                # Requests whose spout never heard of them again (an executor stopped
+                # with them in flight): their pins expired, so their entries go.
+                self._held = {
+                    key: pins
+                    for key, pins in self._held.items()
+                    if not all(pin.released for _, pin in pins)
+                }
+                self._pruned_at = max(64, len(self._held))
+
+    def release(self, key: Hashable) -> None:
+        with self._lock:
+            held = self._held.pop(key, ())
+        for env, pin in held:
+            if not env.closed:
+                env.release(pin)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+REQUEST_PINS = _RequestPins()
+
+
+def release_request_pins(return_info: Hashable) -> None:
+    """Release the version pins of the request ``return_info`` names (none: nothing)."""
+    REQUEST_PINS.release(return_info)
 
 
 class JoinResult(BaseRichBolt):

@@ -23,6 +23,11 @@ messages, or a whole partition at once) and calls:
   (the runner's ``failed_id`` first for the last two). It returns the
   failure ``trigger`` must carry, if any.
 
+User code run for a request whose id is a ``PinnedRequest`` (``execute`` of a tuple
+whose first value is one, ``execute_id_run`` and the finish of such an id) runs with the
+request's pinned versions as its thread's (``drpc.state.versions``), so every state read
+it makes sees the versions the request entered with.
+
 Acks and fails come through the collector: the core updates the tracker and
 then asks the effects to ``settle`` the tuple (it is done here: acked, or
 failed with a failure). Emits are checked and routed here, counted for the
@@ -72,6 +77,7 @@ from drpc.semantics.coordination import (
 )
 from drpc.semantics.routing import OutputRouter, id_owner_check
 from drpc.semantics.runners import BatchBoltRunner, BoltRunner, instantiate, runner_for
+from drpc.state.versions import PinnedRequest, enter_reads, leave_reads
 
 log = logging.getLogger(__name__)
 _get_ident: Final = threading.get_ident
@@ -299,6 +305,15 @@ class TaskCore:
 
     def execute(self, received: Tuple) -> None:
         previous, self.current = self.current, received
+        values = received.values
+        if values and type(values[0]) is PinnedRequest:
+            restore = enter_reads(values[0].reads)
+            try:
+                self.runner.execute(received)
+            finally:
+                self.current = previous
+                leave_reads(restore)
+            return
         try:
             self.runner.execute(received)
         finally:
@@ -323,6 +338,7 @@ class TaskCore:
         settle = self.effects.settle
         acked = 0
         previous = self.current
+        restore = enter_reads(id.reads) if type(id) is PinnedRequest else None
         try:
             execute = runner.instance(id).execute
             for received in run:
@@ -337,6 +353,8 @@ class TaskCore:
             return
         finally:
             self.current = previous
+            if type(id) is PinnedRequest:
+                leave_reads(restore)
         # The tracker cannot ignore these acks: nothing in a run gives up its id but a raise.
         failure = self.apply(tracker.tuple_acked(id, self.clock(), len(run)), run[-1])
         for done in run[:-1]:
@@ -392,6 +410,7 @@ class TaskCore:
         assert tracker is not None
         done = self.on_finish(id) if self.on_finish is not None else None
         previous, self.current = self.current, trigger
+        restore = enter_reads(id.reads) if type(id) is PinnedRequest else None
         try:
             self.runner.finished_id(id)
         except Exception as error:
@@ -402,6 +421,8 @@ class TaskCore:
             more = tracker.finish_done(id)
         finally:
             self.current = previous
+            if type(id) is PinnedRequest:
+                leave_reads(restore)
             if done is not None:
                 done()
         return self.apply(more, trigger)

@@ -22,6 +22,7 @@ from drpc.model.partitioners import Partitioner
 from drpc.model.streams import StreamInfo
 from drpc.model.topology import Topology
 from drpc.requests import ReturnInfo
+from drpc.state.versions import PinnedRequest
 
 
 class _TaskIds(dict[tuple[int, ...], tuple[int, ...]]):
@@ -145,7 +146,7 @@ class OutputRouter:
 Payload = bytes | tuple[Any, ...]
 """Emitted values for receivers in the same process (``freeze_values``)."""
 
-SHAREABLE: Final = frozenset({str, int, float, bool, bytes, type(None), ReturnInfo})
+SHAREABLE: Final = frozenset({str, int, float, bool, bytes, type(None), ReturnInfo, PinnedRequest})
 """Types whose values no receiver can change: passed as they are, not pickled."""
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, cast
 
 import lmdb
@@ -62,26 +61,37 @@ Reads = tuple[tuple[str, int], ...]
 _MISSING: Any = object()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class PinnedRequest:
+class PinnedRequest(int):
     """A DRPC request's coordination id, with the versions its reads see (module doc).
 
-    Equal, and hashed, by ``number`` alone, as the plain id it stands for."""
+    An ``int``: equal to, hashed and grouped as the plain id it stands for, at the cost
+    of an int wherever the engine keys by id; ``reads`` rides along. Immutable, so the
+    engine passes it between tasks of a process without copying it."""
 
-    number: int
     reads: Reads
 
-    def __eq__(self, other: object) -> bool:
-        return type(other) is PinnedRequest and other.number == self.number
+    def __new__(cls, number: int, reads: Reads) -> PinnedRequest:
+        self = super().__new__(cls, number)
+        object.__setattr__(self, "reads", reads)
+        return self
 
-    def __hash__(self) -> int:
-        return hash(self.number)
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a PinnedRequest is immutable (cannot set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a PinnedRequest is immutable (cannot delete {name!r})")
+
+    @property
+    def number(self) -> int:
+        return int(self)
 
     def __reduce__(self) -> tuple[type[PinnedRequest], tuple[int, Reads]]:
-        return (PinnedRequest, (self.number, self.reads))
+        return (PinnedRequest, (int(self), self.reads))
 
-    def __str__(self) -> str:
-        return str(self.number)
+    def __repr__(self) -> str:
+        return f"PinnedRequest({int(self)}, {self.reads!r})"
+
+    __str__ = int.__repr__
 
 
 _scope = threading.local()

@@ -83,6 +83,7 @@ from drpc import config, runtime
 from drpc.builders.drpc_components import (
     INVOCATIONS_SERVICE,
     RETURN_STREAM,
+    release_request_pins,
     required_invocations,
     served_function,
 )
@@ -400,6 +401,8 @@ class SparkExecutor:
             ok = False
             self._fail_job(job, error)
         finally:
+            for request in job.requests:
+                release_request_pins(request.return_info)
             elapsed = time.monotonic() - job.started
             self.stats.jobs += 1
             self.stats.job_seconds.append(elapsed)

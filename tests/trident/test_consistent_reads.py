@@ -1,0 +1,219 @@
+"""Consistent reads: every DRPC answer reads one committed version of its state directory,
+on every executor, while a writer commits batches that each change every key.
+
+Each batch counts every word of a 200-word vocabulary once, so after txid n every count
+is n (and every double 2n): an answer whose counts differ mixed two commits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drpc.errors import DRPCExceptionType, DRPCExecutionException
+from drpc.state import StateEnvironment
+from drpc.testing import LocalDRPC
+from drpc.transactional import CommitInfo
+from drpc.trident import run
+from tests.trident.consistent import QUERY, VOCABULARY, counts_of, query_topology, word_counts
+
+ROOT = Path(__file__).resolve().parents[2]
+ENOUGH = {"local": 1000, "spark": 200, "spark-batch": 12}
+"""Answers each executor gives in a few seconds."""
+
+
+@contextmanager
+def writer(state_dir: Path, doubles: bool = False, **state_options: Any) -> Iterator[list[int]]:
+    """A Trident run committing batches without end in a thread (``doubles``: into the
+    second map too); yields the txids its ``on_commit`` reported, in order."""
+    stop, reported = threading.Event(), []
+
+    def on_commit(info: CommitInfo) -> None:
+        reported.append(info.txid)
+
+    thread = threading.Thread(
+        target=run,
+        args=(word_counts(10**6, doubles=doubles),),
+        kwargs={
+            "state_dir": str(state_dir),
+            "executor": "local",
+            "stop": stop,
+            "on_commit": on_commit,
+            "state_options": state_options or None,
+        },
+    )
+    thread.start()
+    try:
+        while not reported:
+            time.sleep(0.01)
+        yield reported
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+
+
+def check_whole(answer: str, doubles: bool = False) -> int:
+    """The one txid every count of ``answer`` was committed at; fails on a mixed answer."""
+    counts = counts_of(answer)
+    assert sorted(counts) == VOCABULARY
+    values = {tuple(value) for value in counts.values()}
+    assert len(values) == 1, f"an answer mixed commits: {sorted(values)}"
+    [value] = values
+    if doubles:
+        assert value[1] == 2 * value[0]
+    return int(value[0])
+
+
+def test_no_answer_mixes_two_commits_and_each_reads_its_commits(
+    executor: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    with writer(state) as reported, LocalDRPC(executor=executor, timeout=60.0) as drpc:
+        drpc.register(query_topology(str(state)))
+        seen: list[int] = []
+        while len(seen) < ENOUGH[executor]:
+            committed_before = reported[-1]
+            txid = check_whole(drpc.execute("counts", QUERY))
+            assert txid >= committed_before  # read your commits
+            seen.append(txid)
+    assert len(set(seen)) >= 3, "commits should have landed between the queries"
+    assert seen == sorted(seen)
+
+
+def test_two_maps_of_one_directory_are_read_at_one_version(executor: str, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with writer(state, doubles=True), LocalDRPC(executor=executor, timeout=60.0) as drpc:
+        drpc.register(query_topology(str(state), doubles=True))
+        seen = {check_whole(drpc.execute("counts", QUERY), doubles=True) for _ in range(10)}
+    assert len(seen) >= 2
+
+
+@pytest.mark.parametrize("past_retention", [False, True])
+def test_a_request_reads_its_version_for_version_retention_seconds(
+    executor: str, tmp_path: Path, past_retention: bool
+) -> None:
+    state = tmp_path / "state"
+    retention = 0.5
+    env = StateEnvironment.open(state, version_retention=retention)
+    try:
+        with (
+            writer(state, version_retention=retention),
+            LocalDRPC(executor=executor, timeout=60.0) as drpc,
+        ):
+            drpc.register(query_topology(str(state), sleep=1.0 if past_retention else 0.05))
+            if past_retention:
+                with pytest.raises(DRPCExecutionException) as failed:
+                    drpc.execute("counts", QUERY)
+                assert failed.value.type is DRPCExceptionType.FAILED_REQUEST
+                assert "VersionReclaimedError" in failed.value.msg
+                assert "was reclaimed; the oldest version still readable is" in failed.value.msg
+            else:
+                for _ in range(3):
+                    check_whole(drpc.execute("counts", QUERY))
+    finally:
+        env.close()
+
+
+def start_writer(state: Path, batches: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.trident.consistent", str(state), str(batches)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def wait_for_line(process: subprocess.Popen[str], prefix: str) -> str:
+    assert process.stdout is not None
+    while True:
+        line = process.stdout.readline()
+        assert line, f"the writer exited ({process.wait()}) before printing {prefix!r}"
+        if line.startswith(prefix):
+            return line.strip()
+
+
+def test_a_writer_killed_mid_commit_leaves_whole_answers_and_a_restart_counts_exactly(
+    executor: str, tmp_path: Path
+) -> None:
+    state, batches = tmp_path / "state", 60
+    process = start_writer(state, batches)
+    try:
+        wait_for_line(process, "committed 3")
+        with LocalDRPC(executor=executor, timeout=60.0) as drpc:
+            drpc.register(query_topology(str(state)))
+            before = [check_whole(drpc.execute("counts", QUERY)) for _ in range(3)]
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=30)
+            after = [check_whole(drpc.execute("counts", QUERY)) for _ in range(3)]
+            assert before == sorted(before) and after[0] >= before[-1]
+            assert len(set(after)) == 1  # nobody commits any more
+            assert after[0] < batches
+            restarted = start_writer(state, batches)
+            try:
+                assert wait_for_line(restarted, "done") == "done"
+            finally:
+                restarted.wait(timeout=60)
+            assert check_whole(drpc.execute("counts", QUERY)) == batches
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("spark_session")
+def test_a_resident_worker_killed_mid_query_gives_whole_answers_or_typed_errors(
+    tmp_path: Path,
+) -> None:
+    state, pids = tmp_path / "state", tmp_path / "pids"
+    pids.mkdir()
+    outcomes: list[int | DRPCExceptionType] = []
+    with writer(state), LocalDRPC(executor="spark", timeout=120.0) as drpc:
+        drpc.register(query_topology(str(state), pid_dir=str(pids)))
+        check_whole(drpc.execute("counts", QUERY))
+        [victim, *_] = sorted(int(name) for name in os.listdir(pids))
+        stop = threading.Event()
+
+        def query() -> None:
+            while not stop.is_set():
+                try:
+                    outcomes.append(check_whole(drpc.execute("counts", QUERY)))
+                except DRPCExecutionException as error:
+                    outcomes.append(error.type)
+
+        callers = [threading.Thread(target=query) for _ in range(3)]
+        for caller in callers:
+            caller.start()
+        while len(outcomes) < 10:
+            time.sleep(0.01)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while not any(isinstance(o, DRPCExceptionType) for o in outcomes) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        served = len(outcomes)
+        while len(outcomes) < served + 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        for caller in callers:
+            caller.join(timeout=120)
+        after = check_whole(drpc.execute("counts", QUERY))
+    errors = [o for o in outcomes if isinstance(o, DRPCExceptionType)]
+    assert errors and set(errors) <= {DRPCExceptionType.INTERNAL_ERROR}
+    answers = [o for o in outcomes if isinstance(o, int)]
+    assert len(answers) >= 20 and after >= max(answers)
