@@ -347,6 +347,14 @@ class StateEnvironment:
             return None
         return env
 
+    @staticmethod
+    def open_environments() -> list[StateEnvironment]:
+        """Every environment open in this process, by path."""
+        pid = os.getpid()
+        with _registry_lock:
+            envs = [env for _, env in sorted(_registry.items())]
+        return [env for env in envs if not env._closed and env._pid == pid]
+
     def __reduce__(self) -> tuple[object, ...]:
         return (_reopen, (self.path, asdict(self.options)))
 

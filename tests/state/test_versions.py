@@ -327,3 +327,15 @@ def test_pinned_reads_stay_whole_while_another_process_commits_and_is_killed_mid
         assert set(TransactionalMap(reopened, MAP).multi_get(range(keys))) == {latest.txid}
     finally:
         reopened.close()
+
+
+def test_open_environments_lists_the_directories_this_process_has_open(tmp_path: Path) -> None:
+    first = StateEnvironment.open(tmp_path / "b")
+    second = StateEnvironment.open(tmp_path / "a")
+    try:
+        opened = StateEnvironment.open_environments()
+        assert [env for env in opened if env in (first, second)] == [second, first]
+        first.close()
+        assert first not in StateEnvironment.open_environments()
+    finally:
+        second.close()
