@@ -135,8 +135,11 @@ class DRPCSpout(BaseRichSpout):
 class PrepareRequest(BaseBasicBolt):
     def __init__(self) -> None:
         self._ids: itertools.count[int] | None = None
+        self._pinning = False
         self._state: StateEnvironment | None = None
         self._observer: Observer = NULL_OBSERVER
+        self._conf: Conf = {}
+        self._services: dict[str, Any] = {}
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(Fields("request", "args"))
@@ -147,15 +150,20 @@ class PrepareRequest(BaseBasicBolt):
         tasks = len(context.this_component_tasks)
         self._ids = itertools.count(context.this_task_index + 1, tasks)
         if conf.get(STATE_DIR_CONF) and conf.get(PINNED_READS_CONF, True):
-            self._state = state_for(context.services, conf).env
+            self._pinning = True
+            self._conf, self._services = conf, context.services
             self._observer = bus(observer_of(context.services))
 
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
         assert self._ids is not None
         number = next(self._ids)
         request: int | PinnedRequest = number
-        env = self._state
-        if env is not None:
+        if self._pinning:
+            # Opened at the first request, not in prepare: a run hosted beside this
+            # function opens the directory with its own options first.
+            env = self._state
+            if env is None or env.closed:
+                env = self._state = state_for(self._services, self._conf).env
             pin = env.pin()
             REQUEST_PINS.hold(tuple[1], env, pin)
             request = PinnedRequest(number, ((env.path, pin.version),))

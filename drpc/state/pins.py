@@ -106,7 +106,9 @@ class PinTable:
     def oldest(self, now: float) -> tuple[int, float] | None:
         """The oldest version any live process pins (its slot not expired), and when."""
         with self._lock:
-            fd = self._open()
+            fd = self._open(create=False)
+            if fd is None:
+                return None  # no process ever pinned a version here
             data = os.pread(fd, os.fstat(fd).st_size, 0)
             found: tuple[int, float] | None = None
             for slot in range(len(data) // SLOT_SIZE):
@@ -150,7 +152,8 @@ class PinTable:
             state = (0, 0.0, 0.0)
         if state == self._published:
             return
-        fd = self._open()
+        fd = self._open(create=True)
+        assert fd is not None
         if self._slot < 0:
             if not self._counts:
                 return
@@ -158,9 +161,13 @@ class PinTable:
         os.pwrite(fd, _SLOT.pack(os.getpid(), 0, *state), self._slot * SLOT_SIZE)
         self._published = state
 
-    def _open(self) -> int:
+    def _open(self, create: bool) -> int | None:
         if self._fd is None:
-            self._fd = os.open(os.path.join(self.path, PINS_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+            flags = os.O_RDWR | (os.O_CREAT if create else 0)
+            try:
+                self._fd = os.open(os.path.join(self.path, PINS_FILE), flags, 0o644)
+            except FileNotFoundError:
+                return None
         return self._fd
 
 

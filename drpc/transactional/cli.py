@@ -47,6 +47,7 @@ from drpc.state.env import (
     CATALOG_DB,
     DEFAULT_MAP_SIZE,
     DEFAULT_MAX_MAP_SIZE,
+    DEFAULT_VERSION_RETENTION,
     MAPS_DB,
     MIN_MAP_SIZE,
     parse_size,
@@ -64,8 +65,19 @@ def _size(text: str) -> int:
     return size
 
 
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return seconds
+
+
 def add_state_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--map-size`` and ``--max-map-size`` of the LMDB state directory."""
+    """``--map-size``, ``--max-map-size`` and ``--version-retention`` of the LMDB state
+    directory."""
     parser.add_argument(
         "--map-size",
         type=_size,
@@ -81,14 +93,27 @@ def add_state_arguments(parser: argparse.ArgumentParser) -> None:
         help="the map never grows past this, e.g. 16GiB (default 16GiB); a commit that "
         "does not fit stops the run with nothing of it committed",
     )
+    parser.add_argument(
+        "--version-retention",
+        type=_seconds,
+        default=DEFAULT_VERSION_RETENTION,
+        metavar="SECONDS",
+        help="a DRPC query reads one committed version of the state for at least this "
+        "long after it started; older versions are reclaimed and a query still reading "
+        "one fails (default %(default)g)",
+    )
 
 
-def state_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, int]:
+def state_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
     if args.max_map_size < args.map_size:
         parser.error(
             f"--max-map-size ({args.max_map_size}) must be at least --map-size ({args.map_size})"
         )
-    return {"map_size": args.map_size, "max_map_size": args.max_map_size}
+    return {
+        "map_size": args.map_size,
+        "max_map_size": args.max_map_size,
+        "version_retention": args.version_retention,
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -222,7 +247,19 @@ def status(state_dir: str) -> dict[str, Any]:
             [name], _ = decode_names(key, 1)
             keys = sum(1 for _ in txn.scan(MAPS_DB, key))
             maps[name] = {"kind": kind.decode(), "keys": keys}
-    return {"state_dir": state_dir, "topologies": topologies, "maps": maps}
+    versions = env.version_status()
+    return {
+        "state_dir": state_dir,
+        "topologies": topologies,
+        "maps": maps,
+        "versions": {
+            "latest": versions.latest,
+            "oldest_readable": versions.horizon,
+            "undo_logs": versions.undo_logs,
+            "oldest_pinned": versions.oldest_pinned,
+            "oldest_pin_age": versions.oldest_pin_age,
+        },
+    }
 
 
 def _status(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -244,6 +281,13 @@ def _status(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print("  no commits yet")
     for name, info in sorted(report["maps"].items()):
         print(f"  map {name} ({info['kind']}): {info['keys']} keys")
+    versions = report["versions"]
+    pinned = (
+        f"oldest pinned {versions['oldest_pinned']} ({versions['oldest_pin_age']:.1f} s ago)"
+        if versions["oldest_pinned"] is not None
+        else "nothing pinned"
+    )
+    print(f"  version {versions['latest']}: {pinned}, {versions['undo_logs']} undo log(s) kept")
     return 0
 
 

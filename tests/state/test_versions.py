@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -339,3 +340,35 @@ def test_open_environments_lists_the_directories_this_process_has_open(tmp_path:
         assert first not in StateEnvironment.open_environments()
     finally:
         second.close()
+
+
+def test_drpc_transactional_status_says_where_the_versions_stand(
+    directory: Directory, state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from drpc.transactional.cli import main
+
+    directory.commit({"a": 1})
+    pin = directory.env.pin()
+    directory.commit({"a": 2})
+    assert main(["status", "--state-dir", str(state_dir), "--json"]) == 0
+    versions = json.loads(capsys.readouterr().out)["versions"]
+    assert versions["latest"] == directory.env.latest_version()
+    assert versions["oldest_pinned"] == pin.version and versions["undo_logs"] == 1
+    assert versions["oldest_readable"] <= pin.version and versions["oldest_pin_age"] >= 0
+    assert main(["status", "--state-dir", str(state_dir)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith(f"  version {directory.env.latest_version()}: oldest pinned ")
+    assert line.endswith("s ago), 1 undo log(s) kept")
+    directory.env.release(pin)
+    assert main(["status", "--state-dir", str(state_dir)]) == 0
+    assert "nothing pinned" in capsys.readouterr().out
+
+
+def test_a_directory_nobody_pinned_gets_no_pins_file_from_a_status_read(state_dir: Path) -> None:
+    env = StateEnvironment.open(state_dir)
+    try:
+        Directory(env).commit({"a": 1})
+        assert env.version_status().oldest_pinned is None
+        assert not (state_dir / PINS_FILE).exists()
+    finally:
+        env.close()
