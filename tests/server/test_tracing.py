@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +21,11 @@ from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCExceptionType
 from drpc.examples.reach import build_reach
 from drpc.runner import RemoteRunner
+from drpc.state import CoordinatorState, StateEnvironment
+from drpc.trident import run
 from tests.server.helpers import HOST, exclamation, failing_topology, running_server, wait_until
 from tests.topologies.bolts import FailOn, SleepThenEcho
+from tests.trident.consistent import QUERY, TXID, VOCABULARY, counts_of, query_topology, word_counts
 from tests.waiting import SLACK
 
 pytestmark = pytest.mark.timeout(120)
@@ -198,3 +202,34 @@ def test_the_client_cli_prints_the_timings(capsys: pytest.CaptureFixture[str]) -
     assert [line.split()[0] for line in out[2:]] == ["queue", *REACH_STEPS, "return"]
     assert 'failing "bad" failed: FAILED_REQUEST' in err
     assert "failed in bolt0" in err and "prepare-request" in err
+
+
+def test_a_traced_state_query_reports_the_version_and_txid_it_read_at(
+    executor: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    run(word_counts(3), state_dir=str(state), executor="local")
+    with (
+        running_server(query_topology(str(state)), executor=executor) as server,
+        HTTPDRPCClient(f"http://{HOST}:{server.http_port}") as client,
+    ):
+        status, _, answer = traced_get(server, f"/drpc/counts/{VOCABULARY[0]}?trace=1")
+        traced = client.execute_traced("counts", QUERY)
+        url = f"http://{HOST}:{server.http_port}"
+        assert client_main(["--http", url, "--trace", "counts", VOCABULARY[1]]) == 0
+        printed = capsys.readouterr().out.splitlines()
+    env = StateEnvironment.open(state)
+    latest, committed = env.latest_version(), CoordinatorState(env, TXID).last_commit()
+    assert committed is not None  # the 3 batches, then the empty one that found nothing new
+    [read] = answer["reads"]
+    assert status == 200 and json.loads(answer["result"]) == [[VOCABULARY[0], 3]]
+    assert read == {"state_dir": env.path, "version": latest, "txids": {TXID: committed.txid}}
+    assert traced.reads == [read]
+    assert {tuple(value) for value in counts_of(traced.result).values()} == {(3,)}
+    assert printed[-1] == f"  read {env.path} at version {latest} ({TXID} txid {committed.txid})"
+
+
+def test_a_function_without_state_reports_no_reads() -> None:
+    with running_server(exclamation()) as server:
+        _, _, answer = traced_get(server, "/drpc/exclamation/x?trace=1")
+    assert answer["result"] == "x!" and "reads" not in answer
