@@ -27,7 +27,18 @@ topology):
 - ``drpc_tx_last_committed_txid{topology}``, ``drpc_tx_batches_in_flight
   {topology}``, ``drpc_tx_commits_total{topology}``, ``drpc_tx_replays_total
   {topology,cause}``, ``drpc_tx_commit_duration_seconds{topology}``,
-  ``drpc_tx_tuples_total{topology}`` (``rate()`` of it is tuples per second).
+  ``drpc_tx_tuples_total{topology}`` (``rate()`` of it is tuples per second);
+- per state directory open in this process (``StateEnvironment.open_environments``;
+  ``state_dir`` is its path), read at each scrape with one ``version_status()`` and
+  one ``CoordinatorState.topologies`` each: ``drpc_state_version{state_dir}`` (its
+  latest committed version), ``drpc_state_committed_txid{state_dir,topology}``
+  (each topology's last committed txid there; past ``max_topologies`` left out),
+  ``drpc_state_oldest_pin_age_seconds{state_dir}`` (how long ago the oldest version
+  a live process still pins was pinned: how far behind the slowest DRPC request in
+  flight reads; 0 with no pin), ``drpc_state_pins{state_dir}`` (pins this process
+  holds) and ``drpc_state_undo_logs{state_dir}`` (undo logs kept for older
+  versions). A directory that cannot be read at the scrape (closed meanwhile) is
+  left out.
 
 Label cardinality is bounded: a function name gets a label value of its own
 only if the function is served or its call was queued, and at most
@@ -36,7 +47,11 @@ only if the function is served or its call was queued, and at most
 serves, names past the bound) is counted under ``function="__other__"``, so
 callers sending random names add one series, not one each. Steps
 (``max_steps``, default 256), topologies (``max_topologies``, default 64) and
-replay causes (``max_causes``, default 32) are bounded the same way. A label
+replay causes (``max_causes``, default 32) are bounded the same way, and so are
+state directories (``max_state_dirs``, default 16), except that a directory past the
+bound is left out rather than counted under ``__other__`` (a version or a pin age of
+several directories together means nothing): the first directories a scrape sees, in
+path order, keep their label for the life of the metrics, closed or not. A label
 value is at most ``max_label_length`` characters (default 128, the server
 passes ``Limits.max_label_length``): a longer name is cut and ends with
 ``~`` and 8 hex digits of its SHA-256, so two long names keep two values. A step
@@ -47,19 +62,26 @@ requests fetched (default 4096), then the service's table of held requests.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from drpc.server.service import OUTCOMES, PendingRequest, outcome_of
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from drpc.errors import StateError
 from drpc.observe import Observer
+from drpc.state.coordinator import CoordinatorState
+from drpc.state.env import StateEnvironment, VersionStatus
 
 if TYPE_CHECKING:
     from drpc.server.service import DRPCService
+
+log = logging.getLogger(__name__)
 
 OTHER = "__other__"
 """The label value of every name past a label bound."""
@@ -92,6 +114,7 @@ DEFAULT_MAX_FUNCTIONS = 1024
 DEFAULT_MAX_STEPS = 256
 DEFAULT_MAX_TOPOLOGIES = 64
 DEFAULT_MAX_CAUSES = 32
+DEFAULT_MAX_STATE_DIRS = 16
 DEFAULT_MAX_RECENT = 4096
 DEFAULT_MAX_LABEL_LENGTH = 128
 _DIGEST_TAG = 9  # "~" and 8 hex digits
@@ -168,6 +191,29 @@ class RecentRequests:
         return len(self._functions)
 
 
+@dataclass(frozen=True, slots=True)
+class StateDirStatus:
+    """One open state directory at one look (``state_dir_status``)."""
+
+    path: str
+    versions: VersionStatus
+    """Where its versions stand: latest, horizon, undo logs, oldest pin, this process's pins."""
+    txids: dict[str, int]
+    """The last committed txid of each topology with a commit record in it."""
+
+
+def state_dir_status(env: StateEnvironment) -> StateDirStatus | None:
+    """``env``'s status from one ``version_status()`` and one ``CoordinatorState.topologies``
+    read; None (logged at debug) when it cannot be read, as when it closed meanwhile."""
+    try:
+        versions = env.version_status()
+        records = CoordinatorState.topologies(env)
+    except (StateError, OSError) as error:  # OSError: the pins file of a directory removed
+        log.debug("state directory %r left out of the status: %s", env.path, error)
+        return None
+    return StateDirStatus(env.path, versions, {name: r.txid for name, r in records.items()})
+
+
 class ServerMetrics(Observer):
     def __init__(
         self,
@@ -178,6 +224,7 @@ class ServerMetrics(Observer):
         max_causes: int = DEFAULT_MAX_CAUSES,
         max_recent: int = DEFAULT_MAX_RECENT,
         max_label_length: int = DEFAULT_MAX_LABEL_LENGTH,
+        max_state_dirs: int = DEFAULT_MAX_STATE_DIRS,
     ) -> None:
         """
         :param max_functions: most function names with label values of their own
@@ -188,11 +235,14 @@ class ServerMetrics(Observer):
         :param max_recent: fetched requests remembered to attribute step spans to
             their function without the service's lock (default 4096).
         :param max_label_length: longest label value in characters (default 128).
+        :param max_state_dirs: most state directories shown (default 16); the first a
+            scrape sees, in path order, keep theirs; the rest are left out.
         """
         self.functions = BoundedLabels(max_functions, max_label_length)
         self.steps = BoundedLabels(max_steps, max_label_length)
         self.topologies = BoundedLabels(max_topologies, max_label_length)
         self.causes = BoundedLabels(max_causes, max_label_length)
+        self.state_dirs = BoundedLabels(max_state_dirs, max_label_length)
         self.recent = RecentRequests(max_recent)
         self._service: DRPCService | None = None
         registry = self.registry = CollectorRegistry(auto_describe=True)
@@ -293,6 +343,7 @@ class ServerMetrics(Observer):
         self._tx_lock = threading.Lock()
         self._tx_active: dict[str, set[int]] = {}
         registry.register(_ServiceCollector(self))
+        registry.register(_StateCollector(self))
 
     def bind(self, service: DRPCService) -> None:
         """Read queue depths, in-flight counts and late results from ``service`` at scrape."""
@@ -382,14 +433,18 @@ class ServerMetrics(Observer):
         self.tx_replays.labels(self.topologies(topology), self.causes(cause)).inc()
 
 
-class _ServiceCollector:
-    """Gauges and counters read from the service at each scrape."""
+class _Collector:
+    """Metrics read at each scrape (prometheus-client's custom collector protocol)."""
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self._metrics = metrics
 
     def describe(self) -> list[Metric]:
         return []
+
+
+class _ServiceCollector(_Collector):
+    """Gauges and counters read from the service at each scrape."""
 
     def collect(self) -> Iterator[Metric]:
         service = self._metrics._service
@@ -419,4 +474,59 @@ class _ServiceCollector:
         yield late
 
 
-__all__ = ["OTHER", "OUTCOMES", "BoundedLabels", "RecentRequests", "ServerMetrics"]
+class _StateCollector(_Collector):
+    """Gauges of every state directory open in this process, read at each scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        state_dirs, topologies = self._metrics.state_dirs, self._metrics.topologies
+        version = GaugeMetricFamily(
+            "drpc_state_version",
+            "Latest committed version of the state directory.",
+            labels=["state_dir"],
+        )
+        txid = GaugeMetricFamily(
+            "drpc_state_committed_txid",
+            "Last committed transaction id of each topology in the state directory.",
+            labels=["state_dir", "topology"],
+        )
+        pin_age = GaugeMetricFamily(
+            "drpc_state_oldest_pin_age_seconds",
+            "Seconds since the oldest version pinned by a live process was pinned (0: none).",
+            labels=["state_dir"],
+        )
+        pins = GaugeMetricFamily(
+            "drpc_state_pins",
+            "Pins this process holds (DRPC requests reading the directory).",
+            labels=["state_dir"],
+        )
+        undo_logs = GaugeMetricFamily(
+            "drpc_state_undo_logs", "Undo logs kept for older versions.", labels=["state_dir"]
+        )
+        for env in StateEnvironment.open_environments():
+            label = state_dirs(env.path)
+            if label == OTHER:
+                continue
+            state = state_dir_status(env)
+            if state is None:
+                continue
+            versions = state.versions
+            version.add_metric([label], versions.latest)
+            pin_age.add_metric([label], versions.oldest_pin_age or 0.0)
+            pins.add_metric([label], versions.local_pins)
+            undo_logs.add_metric([label], versions.undo_logs)
+            for name, committed in sorted(state.txids.items()):
+                topology = topologies(name)
+                if topology != OTHER:  # past the bound: one txid of several means nothing
+                    txid.add_metric([label, topology], committed)
+        yield from (version, txid, pin_age, pins, undo_logs)
+
+
+__all__ = [
+    "OTHER",
+    "OUTCOMES",
+    "BoundedLabels",
+    "RecentRequests",
+    "ServerMetrics",
+    "StateDirStatus",
+    "state_dir_status",
+]

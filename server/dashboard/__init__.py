@@ -26,15 +26,25 @@ runtimes); it keeps, in memory and bounded:
   most ``max_tx_in_flight`` listed, default 256), replays by cause (at most
   ``max_causes``, default 32) and the last ``max_replays_shown`` replays
   (default 20); with ``watch_transactional(hosted)``, whether each hosted run
-  is running and its last error.
+  is running and its last error;
+- per state directory open in this process (``state``; at most
+  ``max_state_dirs``, default 16, the first by path; ``state_total`` counts them
+  all), read at each ``status()`` (``drpc.server.metrics.state_dir_status``): its
+  latest committed version, the oldest version still readable (``horizon``), the
+  last committed txid of each topology with a commit record there (at most
+  ``max_topologies``, by name), the oldest version a live process pins and how
+  long ago it was pinned (how far behind the slowest DRPC request in flight
+  reads), the pins this process holds and the undo logs kept. A directory that
+  cannot be read (closed meanwhile) is left out.
 
-Names shown (functions, steps, topologies) are cut to ``max_name`` characters
-(default 200); the served functions listed are at most the server's
-``Limits.max_listed_functions`` (``served_total`` counts them all). With
+Names shown (functions, steps, topologies, state directories) are cut to
+``max_name`` characters (default 200); the served functions listed are at most
+the server's ``Limits.max_listed_functions`` (``served_total`` counts them all). With
 ``watch_spark_ui(url)`` the page links the Spark UI of the server's session
 (``spark_ui`` in the JSON; only an http(s) URL is shown).
 
-``status(service)`` is the JSON the page polls every second; the page
+``status(service)`` is the JSON the page polls every second (``/api/status``
+builds it in a worker thread: it reads state directories); the page
 (``static/index.html``, ``dashboard.js``, ``dashboard.css``: plain files, no
 build step, nothing fetched from elsewhere, charts drawn as inline SVG) is
 served with a Content-Security-Policy that allows only this origin, and it
@@ -45,6 +55,7 @@ writes every server-supplied string as text, never as markup.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import itertools
 import math
@@ -57,12 +68,13 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from drpc.server.metrics import OTHER, BoundedLabels
+from drpc.server.metrics import OTHER, BoundedLabels, StateDirStatus, state_dir_status
 from drpc.server.service import TIMEOUT, PendingRequest, outcome_of
 
 from drpc.builders.linear_drpc import JOIN_ID
 from drpc.errors import AuthorizationException, DRPCExecutionException
 from drpc.observe import Observer
+from drpc.state.env import StateEnvironment
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -82,6 +94,7 @@ DEFAULT_MAX_TX_IN_FLIGHT = 256
 DEFAULT_MAX_REPLAYS_SHOWN = 20
 DEFAULT_MAX_CAUSES = 32
 DEFAULT_MAX_NAME = 200
+DEFAULT_MAX_STATE_DIRS = 16
 
 LATENCY_BASE = 1e-4
 LATENCY_RATIO = 1.1
@@ -209,6 +222,7 @@ class Dashboard(Observer):
         max_replays_shown: int = DEFAULT_MAX_REPLAYS_SHOWN,
         max_causes: int = DEFAULT_MAX_CAUSES,
         max_name: int = DEFAULT_MAX_NAME,
+        max_state_dirs: int = DEFAULT_MAX_STATE_DIRS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """
@@ -227,6 +241,7 @@ class Dashboard(Observer):
             rest count as ``"__other__"``.
         :param max_name: characters of a function, step or topology name shown (default
             200: names can be as long as a Thrift string).
+        :param max_state_dirs: open state directories shown, the first by path (default 16).
         :param clock: monotonic seconds (tests pass a fake one).
         """
         for name, value in {
@@ -240,6 +255,7 @@ class Dashboard(Observer):
             "max_tx_in_flight": max_tx_in_flight,
             "max_replays_shown": max_replays_shown,
             "max_name": max_name,
+            "max_state_dirs": max_state_dirs,
         }.items():
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value!r}")
@@ -253,6 +269,8 @@ class Dashboard(Observer):
         self.max_tx_in_flight = max_tx_in_flight
         self.max_replays_shown = max_replays_shown
         self.max_name = max_name
+        self.max_topologies = max_topologies
+        self.max_state_dirs = max_state_dirs
         self.clock = clock
         self.started = clock()
         self.untracked = 0
@@ -471,6 +489,7 @@ class Dashboard(Observer):
                 ],
             }
         self._add_hosted(status["transactional"])
+        status["state"], status["state_total"] = self.state_status()
         status["spark_ui"] = self.spark_ui()
         if service is not None:
             listed, total = service.served_summary()
@@ -499,6 +518,33 @@ class Dashboard(Observer):
             error = run.get("error")
             entry["error"] = None if error is None else _clip(str(error), self.max_message)
         topologies.sort(key=lambda entry: entry["topology"])
+
+    def state_status(self) -> tuple[list[dict[str, Any]], int]:
+        """The first ``max_state_dirs`` readable state directories open in this process, by
+        path, and how many are open."""
+        envs = StateEnvironment.open_environments()
+        shown: list[dict[str, Any]] = []
+        for env in envs:
+            if len(shown) == self.max_state_dirs:
+                break
+            state = state_dir_status(env)
+            if state is not None:
+                shown.append(self._state_dir_status(state))
+        return shown, len(envs)
+
+    def _state_dir_status(self, state: StateDirStatus) -> dict[str, Any]:
+        versions = state.versions
+        txids = sorted(state.txids.items())[: self.max_topologies]
+        return {
+            "state_dir": _clip(state.path, self.max_name),
+            "version": versions.latest,
+            "horizon": versions.horizon,
+            "txids": {_clip(name, self.max_name): txid for name, txid in txids},
+            "oldest_pinned": versions.oldest_pinned,
+            "oldest_pin_age": versions.oldest_pin_age,
+            "pins": versions.local_pins,
+            "undo_logs": versions.undo_logs,
+        }
 
     def _summary_span(self, now: float) -> float:
         """Seconds the summary columns cover: ``summary``, or less just after start."""
@@ -611,7 +657,9 @@ def add_routes(app: web.Application, dashboard: Dashboard, service: DRPCService)
         return _file(request, name)
 
     async def api_status(request: web.Request) -> web.Response:
-        response = web.json_response(request.app[_DASHBOARD].status(service))
+        # Off the event loop: reading a state directory can wait for a map resize.
+        status = await asyncio.to_thread(request.app[_DASHBOARD].status, service)
+        response = web.json_response(status)
         response.headers["Cache-Control"] = "no-store"
         return response
 

@@ -1,5 +1,6 @@
 """The dashboard in a real headless Chromium against a real server: it loads without console
-errors and shows the calls the test sent; the run leaves a screenshot in
+errors and shows the calls the test sent and the hosted run's state directory; the run
+leaves a screenshot in
 ``test-artifacts/dashboard.png`` (and in the test's tmp dir)."""
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ def _topology_cell(selector: str) -> str:
     return (
         f"(document.querySelector('#transactional tr[data-topology=\"{TOPOLOGY}\"] {selector}')"
         " || {}).textContent"
+    )
+
+
+def _state_row() -> str:
+    """The cells of the State row that lists ``TOPOLOGY``'s committed txid, or null."""
+    return (
+        "(cell => cell && [cell.querySelector('b').textContent]"
+        ".concat(['.version', '.pins', '.undo-logs']"
+        ".map(selector => cell.closest('tr').querySelector(selector).textContent)))"
+        f"(document.querySelector('#state tbody .txid[data-topology=\"{TOPOLOGY}\"]'))"
     )
 
 
@@ -106,6 +117,9 @@ async def _look(executable: str, url: str, profile: Path, shot: Path) -> list[st
         replays = await page.evaluate(_topology_cell(".replays"))
         assert "processing" in replays or "commit" in replays
         assert await page.evaluate(_topology_cell(".run-state")) == "running"
+        txid, version, pins, undo_logs = await page.wait_for(_state_row())
+        assert int(txid) > 0 and int(version) > 0
+        assert int(pins) >= 0 and int(undo_logs) >= 0
         updates = int(await page.evaluate("document.body.dataset.updates"))
         await page.wait_for(f"Number(document.body.dataset.updates) >= {updates + 2}")
         await page.screenshot(shot, WIDTH)

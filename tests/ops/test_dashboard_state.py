@@ -1,5 +1,6 @@
 """``Dashboard`` fed events directly on a fake clock: what the page is given, and every
-buffer on both sides of its bound. ``/api/status`` over a real server at the end."""
+buffer on both sides of its bound; the state directories over real LMDB directories,
+commits and pins. ``/api/status`` over a real server at the end."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import urllib.error
 import urllib.request
 from array import array
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,8 @@ from drpc.server.metrics import OTHER
 
 from drpc.errors import AuthorizationException, DRPCExceptionType, ServerBusyError
 from drpc.requests import PendingRequest, ReturnInfo
+from drpc.state import StateEnvironment
+from tests.ops.test_metrics import commit, commit_around_a_pin
 from tests.server.helpers import HOST, exclamation, failing_topology, running_server
 
 FAILED = DRPCExceptionType.FAILED_REQUEST
@@ -294,7 +298,85 @@ def test_hosted_runs_show_their_state_even_before_their_first_event() -> None:
     assert words["executor"] == "spark"
 
 
-@pytest.mark.parametrize("name", ["window", "resolution", "max_failures", "max_tracked"])
+def state_status(board: Dashboard, env: StateEnvironment) -> dict[str, Any] | None:
+    """``env``'s entry in the page's state list, None when it is not shown."""
+    found = [entry for entry in board.status()["state"] if entry["state_dir"] == env.path]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def test_state_directories_show_versions_txids_and_the_oldest_pin(tmp_path: Path) -> None:
+    board = dashboard(Clock(), max_name=4096)  # whole paths
+    env = StateEnvironment.open(tmp_path / "state")
+    try:
+        pin = commit_around_a_pin(env)
+        held, status = state_status(board, env), env.version_status()
+        assert held is not None and held.pop("oldest_pin_age") > 0
+        assert held == {
+            "state_dir": env.path,
+            "version": env.latest_version(),
+            "horizon": status.horizon,
+            "txids": {"counts": 1, "words": 2},
+            "oldest_pinned": pin.version,
+            "pins": 1,
+            "undo_logs": status.undo_logs,
+        }
+        assert status.undo_logs == 2 and status.horizon is not None
+        env.release(pin)
+        commit(env, "words", 3)
+        released, status = state_status(board, env), env.version_status()
+        assert released == {
+            "state_dir": env.path,
+            "version": env.latest_version(),
+            "horizon": status.horizon,
+            "txids": {"counts": 1, "words": 3},
+            "oldest_pinned": None,
+            "oldest_pin_age": None,
+            "pins": 0,
+            "undo_logs": status.undo_logs,
+        }
+        assert status.undo_logs == 1
+    finally:
+        env.close()
+    assert state_status(board, env) is None  # closed: gone
+
+
+def test_state_directories_past_the_bound_are_left_out(tmp_path: Path) -> None:
+    board = dashboard(Clock(), max_state_dirs=1, max_name=4096, max_topologies=1)
+    first, second = (StateEnvironment.open(tmp_path / name) for name in ("a", "b"))
+    try:
+        for env in (first, second):
+            commit(env, "words", 1)
+            commit(env, "counts", 1)
+        status = board.status()
+        # the first open directory by path
+        open_now = StateEnvironment.open_environments()
+        assert [entry["state_dir"] for entry in status["state"]] == [open_now[0].path]
+        assert status["state_total"] == len(open_now) >= 2
+        assert state_status(board, second) is None
+        if open_now[0] is first:  # no other test left a directory open before ours
+            assert status["state"][0]["txids"] == {"counts": 1}  # max_topologies, by name
+    finally:
+        first.close()
+        second.close()
+
+
+def test_state_names_are_cut_at_max_name(tmp_path: Path) -> None:
+    board = dashboard(Clock(), max_name=12)
+    env = StateEnvironment.open(tmp_path / "state")
+    try:
+        commit(env, "a-topology-named-at-length", 1)
+        shown = [entry for entry in board.status()["state"] if "a-topology-…" in entry["txids"]]
+        assert [(entry["state_dir"], entry["txids"]) for entry in shown] == [
+            (env.path[:11] + "…", {"a-topology-…": 1})
+        ]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    "name", ["window", "resolution", "max_failures", "max_tracked", "max_state_dirs"]
+)
 def test_limits_must_be_positive(name: str) -> None:
     with pytest.raises(ValueError, match=name):
         Dashboard(**{name: 0})
@@ -325,5 +407,6 @@ def test_api_status_over_a_real_server() -> None:
     assert failure["function"] == "failing"
     assert failure["type"] == "FAILED_REQUEST"
     assert "cannot handle 'bad'" in failure["message"]
+    assert isinstance(status["state"], list) and status["state_total"] >= len(status["state"])
     assert "default-src 'none'" in csp and "script-src 'self'" in csp
     assert '<script src="/ui/dashboard.js"' in html

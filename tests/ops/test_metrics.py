@@ -1,12 +1,15 @@
 """``GET /metrics`` end to end: a real server, real sockets and the real clients; the
 Prometheus text parses with prometheus-client's parser and its counters match, outcome by
-outcome, the calls this test made."""
+outcome, the calls this test made. The state gauges over real LMDB directories, commits
+and pins."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import urllib.request
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -25,6 +28,8 @@ from drpc.server.service import PendingRequest
 from prometheus_client.parser import text_string_to_metric_families
 
 from drpc.errors import DRPCExceptionType
+from drpc.state import CoordinatorState, StateEnvironment, StateTxn, TransactionalMap
+from drpc.state.pins import Pin
 from tests.server.helpers import HOST, exclamation, failing_topology, running_server, wait_until
 
 ALICE_TOKEN = "alice-token-0123456789"
@@ -252,3 +257,115 @@ def test_step_spans_are_attributed_through_fetched_requests_only() -> None:
     metrics.request_fetched(fetched, 1.0)
     assert metrics.recent.get(abandoned.id) is None
     assert metrics.recent.get(fetched.id) == "f"
+
+
+def commit(env: StateEnvironment, topology: str, txid: int) -> None:
+    """One real commit of ``topology``'s ``txid``: an update of its map and its commit record."""
+    counts = TransactionalMap(env, f"{topology}-counts", default=0)
+    coordinator = CoordinatorState(env, topology)
+
+    def write(txn: StateTxn) -> None:
+        counts.handle(txn, txid).update("word", lambda n: n + 1)
+        coordinator.record_commit(txn, txid)
+
+    env.run_write(write)
+
+
+def commit_around_a_pin(env: StateEnvironment) -> Pin:
+    """words commits 1, its version is pinned, then words 2 and counts 1 commit: the pin
+    keeps the undo logs of both."""
+    commit(env, "words", 1)
+    pin = env.pin()
+    commit(env, "words", 2)
+    commit(env, "counts", 1)
+    return pin
+
+
+def state_samples(metrics: ServerMetrics, env: StateEnvironment) -> dict[str, float]:
+    """``env``'s ``drpc_state_*`` samples by name (with ``:topology`` for txids)."""
+    found: dict[str, float] = {}
+    for (name, items), sample in parse(metrics.exposition().decode("utf-8")).items():
+        labels = dict(items)
+        if name.startswith("drpc_state_") and labels["state_dir"] == env.path:
+            found[name + (f":{labels['topology']}" if "topology" in labels else "")] = sample
+    return found
+
+
+def test_state_gauges_follow_commits_and_pins(tmp_path: Path) -> None:
+    metrics = ServerMetrics(max_label_length=4096)  # whole paths as label values
+    env = StateEnvironment.open(tmp_path / "state")
+    try:
+        pin = commit_around_a_pin(env)
+        held, status = state_samples(metrics, env), env.version_status()
+        assert held.pop("drpc_state_oldest_pin_age_seconds") > 0
+        assert held == {
+            "drpc_state_version": env.latest_version(),
+            "drpc_state_committed_txid:words": 2,
+            "drpc_state_committed_txid:counts": 1,
+            "drpc_state_pins": 1,
+            "drpc_state_undo_logs": status.undo_logs,
+        }
+        assert status.undo_logs == 2  # the pinned version needs both writes since undone
+        env.release(pin)
+        commit(env, "words", 3)
+        released, status = state_samples(metrics, env), env.version_status()
+        assert released == {
+            "drpc_state_version": env.latest_version(),
+            "drpc_state_committed_txid:words": 3,
+            "drpc_state_committed_txid:counts": 1,
+            "drpc_state_oldest_pin_age_seconds": 0,
+            "drpc_state_pins": 0,
+            "drpc_state_undo_logs": status.undo_logs,
+        }
+        assert status.undo_logs == 1
+    finally:
+        env.close()
+    assert state_samples(metrics, env) == {}  # closed: gone, and the scrape still works
+
+
+def test_state_directories_past_the_bound_are_left_out(tmp_path: Path) -> None:
+    metrics = ServerMetrics(max_state_dirs=1, max_label_length=4096)
+    first, second = (StateEnvironment.open(tmp_path / name) for name in ("a", "b"))
+    try:
+        for env in (first, second):
+            commit(env, "words", 1)
+        # The first directory open at the first scrape, by path, keeps the one label.
+        expected = StateEnvironment.open_environments()[0].path
+        shown = {
+            dict(labels)["state_dir"]
+            for (name, labels), _ in parse(metrics.exposition().decode("utf-8")).items()
+            if name == "drpc_state_version"
+        }
+        assert shown == {expected}
+        assert state_samples(metrics, second) == {}
+        if expected == first.path:  # no other test left a directory open before ours
+            assert state_samples(metrics, first)["drpc_state_committed_txid:words"] == 1
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_directory_closed_during_the_scrape_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    metrics = ServerMetrics(max_label_length=4096, max_topologies=1)
+    closed, live = (StateEnvironment.open(tmp_path / name) for name in ("closed", "live"))
+    try:
+        closed.close()
+        commit(live, "words", 1)
+        commit(live, "counts", 1)  # past max_topologies: no txid series of its own
+        metrics.topologies("words")
+        # as if it closed between the listing and its read
+        monkeypatch.setattr(StateEnvironment, "open_environments", lambda: [closed, live])
+        with caplog.at_level(logging.DEBUG, logger="drpc.server.metrics"):
+            assert state_samples(metrics, closed) == {}
+        assert f"state directory {closed.path!r} left out of the status" in caplog.text
+        assert state_samples(metrics, live) == {
+            "drpc_state_version": live.latest_version(),
+            "drpc_state_committed_txid:words": 1,
+            "drpc_state_oldest_pin_age_seconds": 0,
+            "drpc_state_pins": 0,
+            "drpc_state_undo_logs": live.version_status().undo_logs,
+        }
+    finally:
+        live.close()

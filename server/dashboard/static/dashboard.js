@@ -296,12 +296,44 @@ function renderTransactional(status) {
   fill("transactional", rows);
 }
 
+function renderState(status) {
+  const dirs = status.state || [];
+  const total = status.state_total ?? dirs.length;
+  document.getElementById("state-note").textContent =
+    total > dirs.length ? `first ${dirs.length} of ${total} by path` : "";
+  const rows = dirs.map((dir) => {
+    const names = Object.keys(dir.txids);
+    const txids = names.length
+      ? names.map((name) =>
+          el("div", { class: "txid", "data-topology": name }, name, " ", el("b", {}, dir.txids[name])),
+        )
+      : [el("span", { class: "muted" }, "none")];
+    const version = el("td", { class: "num version" }, dir.version);
+    if (dir.horizon !== null && dir.horizon !== undefined) version.title = `readable from version ${dir.horizon}`;
+    const pinned = dir.oldest_pinned === null || dir.oldest_pinned === undefined
+      ? el("span", { class: "muted" }, "none")
+      : `${age(dir.oldest_pin_age)} (version ${dir.oldest_pinned})`;
+    return el(
+      "tr",
+      { "data-state-dir": dir.state_dir },
+      el("td", { class: "mono path" }, dir.state_dir),
+      version,
+      el("td", { class: "mono txids" }, ...txids),
+      el("td", { class: "num pin-age" }, pinned),
+      el("td", { class: "num pins" }, dir.pins),
+      el("td", { class: "num undo-logs" }, dir.undo_logs),
+    );
+  });
+  fill("state", rows);
+}
+
 function render(status) {
   renderSummary(status);
   renderFunctions(status);
   renderInFlight(status);
   renderFailures(status);
   renderTransactional(status);
+  renderState(status);
   lastUpdate = Date.now();
   document.getElementById("updated").textContent = clock(status.time);
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
