@@ -13,9 +13,10 @@ DRPC functions (``drpc-server --topology drpc.examples.reach:topology``):
 Transactional topologies (``drpc-transactional run MODULE:topology``):
 ``transactional_global_count`` and ``transactional_words`` (whose
 ``words_query`` is a DRPC function answering from the committed counts);
-Trident: ``trident_words`` (``words_query``) and ``trident_reach``
-(``reach_query``). These read their state directory from ``DRPC_STATE_DIR``
-(``state_dir()``, default ``state``).
+Trident: ``trident_words`` (``words_query``), ``trident_reach``
+(``reach_query``) and ``vocabulary_counts`` (``counts_query``: consistent reads,
+every answer from one committed version). These read their state directory
+from ``DRPC_STATE_DIR`` (``state_dir()``, default ``state``).
 """
 
 from __future__ import annotations

@@ -20,12 +20,19 @@ from drpc.server import DRPCServer
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCExceptionType
 from drpc.examples.reach import build_reach
+from drpc.examples.vocabulary_counts import (
+    QUERY,
+    TXID,
+    VOCABULARY,
+    build_vocabulary_counts,
+    counts_function,
+    counts_of,
+)
 from drpc.runner import RemoteRunner
 from drpc.state import CoordinatorState, StateEnvironment
 from drpc.trident import run
 from tests.server.helpers import HOST, exclamation, failing_topology, running_server, wait_until
 from tests.topologies.bolts import FailOn, SleepThenEcho
-from tests.trident.consistent import QUERY, TXID, VOCABULARY, counts_of, query_topology, word_counts
 from tests.waiting import SLACK
 
 pytestmark = pytest.mark.timeout(120)
@@ -208,9 +215,9 @@ def test_a_traced_state_query_reports_the_version_and_txid_it_read_at(
     executor: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = tmp_path / "state"
-    run(word_counts(3), state_dir=str(state), executor="local")
+    run(build_vocabulary_counts(3), state_dir=str(state), executor="local")
     with (
-        running_server(query_topology(str(state)), executor=executor) as server,
+        running_server(counts_function(str(state)), executor=executor) as server,
         HTTPDRPCClient(f"http://{HOST}:{server.http_port}") as client,
     ):
         status, _, answer = traced_get(server, f"/drpc/counts/{VOCABULARY[0]}?trace=1")

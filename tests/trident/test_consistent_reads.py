@@ -21,11 +21,18 @@ from typing import Any
 import pytest
 
 from drpc.errors import DRPCExceptionType, DRPCExecutionException
+from drpc.examples.vocabulary_counts import (
+    QUERY,
+    VOCABULARY,
+    build_vocabulary_counts,
+    counts_function,
+    counts_of,
+)
 from drpc.state import StateEnvironment
 from drpc.testing import LocalDRPC
 from drpc.transactional import CommitInfo
 from drpc.trident import run
-from tests.trident.consistent import QUERY, VOCABULARY, counts_of, query_topology, word_counts
+from tests.trident.consistent import RecordPid, Sleep
 
 ROOT = Path(__file__).resolve().parents[2]
 ENOUGH = {"local": 1000, "spark": 200, "spark-batch": 12}
@@ -43,7 +50,7 @@ def writer(state_dir: Path, doubles: bool = False, **state_options: Any) -> Iter
 
     thread = threading.Thread(
         target=run,
-        args=(word_counts(10**6, doubles=doubles),),
+        args=(build_vocabulary_counts(10**6, doubles=doubles),),
         kwargs={
             "state_dir": str(state_dir),
             "executor": "local",
@@ -80,7 +87,7 @@ def test_no_answer_mixes_two_commits_and_each_reads_its_commits(
 ) -> None:
     state = tmp_path / "state"
     with writer(state) as reported, LocalDRPC(executor=executor, timeout=60.0) as drpc:
-        drpc.register(query_topology(str(state)))
+        drpc.register(counts_function(str(state)))
         seen: list[int] = []
         while len(seen) < ENOUGH[executor]:
             committed_before = reported[-1]
@@ -94,7 +101,7 @@ def test_no_answer_mixes_two_commits_and_each_reads_its_commits(
 def test_two_maps_of_one_directory_are_read_at_one_version(executor: str, tmp_path: Path) -> None:
     state = tmp_path / "state"
     with writer(state, doubles=True), LocalDRPC(executor=executor, timeout=60.0) as drpc:
-        drpc.register(query_topology(str(state), doubles=True))
+        drpc.register(counts_function(str(state), doubles=True))
         seen = {check_whole(drpc.execute("counts", QUERY), doubles=True) for _ in range(10)}
     assert len(seen) >= 2
 
@@ -111,7 +118,9 @@ def test_a_request_reads_its_version_for_version_retention_seconds(
             writer(state, version_retention=retention),
             LocalDRPC(executor=executor, timeout=60.0) as drpc,
         ):
-            drpc.register(query_topology(str(state), sleep=1.0 if past_retention else 0.05))
+            drpc.register(
+                counts_function(str(state), before_split=[Sleep(1.0 if past_retention else 0.05)])
+            )
             if past_retention:
                 with pytest.raises(DRPCExecutionException) as failed:
                     drpc.execute("counts", QUERY)
@@ -152,7 +161,7 @@ def test_a_writer_killed_mid_commit_leaves_whole_answers_and_a_restart_counts_ex
     try:
         wait_for_line(process, "committed 3")
         with LocalDRPC(executor=executor, timeout=60.0) as drpc:
-            drpc.register(query_topology(str(state)))
+            drpc.register(counts_function(str(state)))
             before = [check_whole(drpc.execute("counts", QUERY)) for _ in range(3)]
             process.send_signal(signal.SIGKILL)
             process.wait(timeout=30)
@@ -183,7 +192,7 @@ def test_a_resident_worker_killed_mid_query_gives_whole_answers_or_typed_errors(
     pids.mkdir()
     outcomes: list[int | DRPCExceptionType] = []
     with writer(state), LocalDRPC(executor="spark", timeout=120.0) as drpc:
-        drpc.register(query_topology(str(state), pid_dir=str(pids)))
+        drpc.register(counts_function(str(state), after_split=[RecordPid(str(pids))]))
         check_whole(drpc.execute("counts", QUERY))
         [victim, *_] = sorted(int(name) for name in os.listdir(pids))
         stop = threading.Event()
