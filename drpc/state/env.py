@@ -424,12 +424,12 @@ class StateEnvironment:
         """The latest version, the commit records there, the oldest pin and the undo logs."""
         now = time.time()
         self._check()
-        with self._snapshot(None) as txn:
+        with self._snapshot(None) as txn:  # an open read holds off close()
             latest = txn.lmdb_id
             horizon = self.versions.horizon(txn._raw, VERSIONS_DB)
             undo_logs = self.versions.undo_logs(txn._raw, VERSIONS_DB)
-        oldest = self.pins.oldest(now)
-        local = self.pins.local()
+            oldest = self.pins.oldest(now)
+            local = self.pins.local()
         return VersionStatus(
             latest=latest,
             horizon=horizon,

@@ -39,6 +39,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+from drpc.errors import StateClosedError
+
 PINS_FILE = "drpc-pins"
 _SLOT = struct.Struct("<IIQdd")  # pid, 0, oldest version, pinned_at of it, expires_at
 SLOT_SIZE = _SLOT.size
@@ -74,6 +76,7 @@ class PinTable:
         self._counts: dict[int, int] = {}  # version -> pins held
         self._order: deque[Pin] = deque()  # every pin held, oldest first
         self._fd: int | None = None
+        self._closed = False
         self._slot = -1
         self._published: tuple[int, float, float] | None = None
 
@@ -122,7 +125,9 @@ class PinTable:
             return found
 
     def close(self) -> None:
+        """Drop this process's slot; using the table afterwards raises ``StateClosedError``."""
         with self._lock:
+            self._closed = True
             if self._fd is not None:
                 fd, self._fd = self._fd, None
                 os.close(fd)  # drops this process's slot lock
@@ -162,6 +167,8 @@ class PinTable:
         self._published = state
 
     def _open(self, create: bool) -> int | None:
+        if self._closed:
+            raise StateClosedError(f"the pins of state directory {self.path!r} are closed")
         if self._fd is None:
             flags = os.O_RDWR | (os.O_CREAT if create else 0)
             try:

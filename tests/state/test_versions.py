@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from drpc.errors import StateError, VersionReclaimedError
+from drpc.errors import StateClosedError, StateError, VersionReclaimedError
 from drpc.state import CoordinatorState, OpaqueMap, StateEnvironment, StateTxn, TransactionalMap
 from drpc.state.env import MAPS_DB
 from drpc.state.pins import PINS_FILE
@@ -372,3 +372,14 @@ def test_a_directory_nobody_pinned_gets_no_pins_file_from_a_status_read(state_di
         assert not (state_dir / PINS_FILE).exists()
     finally:
         env.close()
+
+
+def test_a_closed_pin_table_refuses_use_instead_of_reopening_its_file(tmp_path: Path) -> None:
+    env = StateEnvironment.open(tmp_path / "state")
+    Directory(env).commit({"a": 1})
+    pins = env.pins
+    env.close()
+    with pytest.raises(StateClosedError):
+        pins.oldest(time.time())
+    with pytest.raises(StateClosedError):
+        pins.pin(1, time.time())
