@@ -48,7 +48,8 @@ Contract:
   down"`` after shutdown began;
 - with ``metrics`` (``drpc.server.metrics.ServerMetrics``), ``GET /metrics``
   answers the Prometheus text format (requests by function and outcome,
-  latencies, queues, jobs, transactional progress: see that module), rendered
+  latencies, queues, jobs, transactional progress, the versions of the open
+  state directories: see that module), rendered
   in a worker thread, one rendering at a time shared by the scrapes that
   arrive meanwhile, so a large one never stalls the event loop;
 - with ``dashboard`` (``drpc.server.dashboard.Dashboard``), ``GET /`` is a live
@@ -56,7 +57,8 @@ Contract:
   transactional topologies), ``GET /api/status`` the JSON it polls and
   ``GET /ui/{file}`` its script and style sheet. These operations endpoints,
   like ``/health``, need no token: they show function names, counts, request
-  ids and failure messages, never call arguments or results; keep the HTTP
+  ids, failure messages and state directory paths, never call arguments or
+  results; keep the HTTP
   port on a trusted network if failure messages are sensitive.
 """
 
