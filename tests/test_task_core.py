@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from drpc import (
+    BaseBatchBolt,
     BaseRichSpout,
     Fields,
     LinearDRPCTopologyBuilder,
@@ -23,7 +24,7 @@ from drpc import (
     TopologyBuilder,
     config,
 )
-from drpc.errors import DRPCExceptionType, Failure, InvalidTupleError
+from drpc.errors import DRPCExceptionType, Failure, InvalidTopologyError, InvalidTupleError
 from drpc.examples.transactional_global_count import build_global_count
 from drpc.executors.task import (
     EMIT_CHUNK,
@@ -36,6 +37,7 @@ from drpc.model.components import CURRENT_ANCHOR
 from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
 from drpc.semantics.coordination import CoordinationConfig, Failed, Ignored
+from drpc.state.versions import PinnedRequest, pinned_version
 from drpc.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder
 
 from .topologies import bolts
@@ -872,3 +874,67 @@ def test_emit_many_counts_a_task_each_row_reaches_whatever_route_it_took() -> No
     assert all(counts.get(task, 0) > 0 for task in b_tasks)  # both routes to "b" were taken
     assert sum(counts.get(task, 0) for task in b_tasks) == len(words)
     assert counts[c_task] == len(words)
+
+
+PINNED_DIR = "/pinned/state"
+SEEN_VERSIONS: list[tuple[str, int | None]] = []
+
+
+class ReadsAnywhere(BaseBatchBolt):
+    """Notes the version its thread reads ``PINNED_DIR`` at, in execute and in finish."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any, id: Any) -> None:
+        self.collector, self.id = collector, id
+
+    def execute(self, tuple: Tuple) -> None:
+        SEEN_VERSIONS.append(("execute", pinned_version(PINNED_DIR)))
+
+    def finish_batch(self) -> None:
+        SEEN_VERSIONS.append(("finish", pinned_version(PINNED_DIR)))
+        self.collector.emit([self.id, 0])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "count"))
+
+
+class ReadsInFinish(ReadsAnywhere):
+    state_reads = "finish"
+
+
+class ReadsNowhere(ReadsAnywhere):
+    state_reads = "nowhere"
+
+
+@pytest.mark.parametrize(
+    ("bolt", "expected"),
+    [
+        (ReadsAnywhere, [("execute", 41), ("execute", 41), ("execute", 41), ("finish", 41)]),
+        (ReadsInFinish, [("execute", None), ("execute", None), ("execute", None), ("finish", 41)]),
+        (ReadsNowhere, [("execute", None)] * 3 + [("finish", None)]),
+    ],
+)
+def test_a_pinned_request_s_versions_are_the_thread_s_where_the_bolt_reads_state(
+    bolt: type[ReadsAnywhere], expected: list[tuple[str, int | None]]
+) -> None:
+    core, _ = core_of(drpc(bolts.RichUpper(), bolt()), "bolt1", 2)
+    assert core.tracker is not None
+    request = PinnedRequest(7, ((PINNED_DIR, 41),))
+    SEEN_VERSIONS.clear()
+    data = [core.make_tuple("bolt0", "default", 1, [request, word]) for word in "abc"]
+    core.tracker.tuple_received(request, 0)
+    core.execute_data(data[0])
+    for _ in data[1:]:
+        core.tracker.tuple_received(request, 0)
+    core.execute_id_run(request, data[1:])
+    report = core.make_tuple("bolt0", "__coord", 1, [request, 3])
+    core.apply(core.tracker.report_received(request, 3, 0), report)
+    assert expected == SEEN_VERSIONS
+    assert pinned_version(PINNED_DIR) is None  # restored after each
+
+
+def test_a_bolt_s_state_reads_must_be_one_of_the_three() -> None:
+    class ReadsSometimes(ReadsAnywhere):
+        state_reads = "sometimes"
+
+    with pytest.raises(InvalidTopologyError, match="state_reads must be one of anywhere, finish"):
+        core_of(drpc(bolts.RichUpper(), ReadsSometimes()), "bolt1", 2)

@@ -133,6 +133,8 @@ class DRPCSpout(BaseRichSpout):
 
 
 class PrepareRequest(BaseBasicBolt):
+    state_reads = "nowhere"
+
     def __init__(self) -> None:
         self._ids: itertools.count[int] | None = None
         self._pinning = False
@@ -229,6 +231,8 @@ def release_request_pins(return_info: Hashable) -> None:
 class JoinResult(BaseRichBolt):
     """Coordinated join of the last step's result with the request's return info."""
 
+    state_reads = "nowhere"
+
     def __init__(self, return_component: str, last_step: str) -> None:
         self.return_component = return_component
         self.last_step = last_step
@@ -279,6 +283,8 @@ class JoinResult(BaseRichBolt):
 
 
 class ReturnResults(BaseBasicBolt):
+    state_reads = "nowhere"
+
     def __init__(self) -> None:
         self._invocations: Invocations | None = None
 

@@ -35,6 +35,7 @@ from drpc.trident import (
     Function,
     LMDBMapState,
     MapGet,
+    QueryFunction,
     Sum,
     TridentCollector,
     TridentTopology,
@@ -93,8 +94,10 @@ def build_vocabulary_counts(
     doubles: bool = False,
     before_split: Sequence[Function] = (),
     after_split: Sequence[Function] = (),
+    query_function: QueryFunction | None = None,
 ) -> TridentTopology:
-    """The writer's stream and the ``counts`` query (see the module doc)."""
+    """The writer's stream and the ``counts`` query (see the module doc); the query reads
+    the counts with ``query_function`` (default ``MapGet()``)."""
     topology = TridentTopology()
     spout = MemoryTransactionalSpout(
         {0: Repeated(VOCABULARY, batches)}, Fields("word"), len(VOCABULARY)
@@ -109,7 +112,9 @@ def build_vocabulary_counts(
     query = query.each(["args"], Split(), ["word"])
     for function in after_split:
         query = query.each(["word"], function, [])
-    query = query.group_by(["word"]).state_query(counts, ["word"], MapGet(), ["count"])
+    query = query.group_by(["word"]).state_query(
+        counts, ["word"], query_function or MapGet(), ["count"]
+    )
     fields = ["word", "count"]
     if doubles:
         twice = (

@@ -26,7 +26,8 @@ messages, or a whole partition at once) and calls:
 User code run for a request whose id is a ``PinnedRequest`` (``execute`` of a tuple
 whose first value is one, ``execute_id_run`` and the finish of such an id) runs with the
 request's pinned versions as its thread's (``drpc.state.versions``), so every state read
-it makes sees the versions the request entered with.
+it makes sees the versions the request entered with: where the bolt's ``state_reads``
+says it reads (``drpc.model.components``; executes only for "anywhere").
 
 Acks and fails come through the collector: the core updates the tracker and
 then asks the effects to ``settle`` the tuple (it is done here: acked, or
@@ -52,13 +53,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from mypy_extensions import mypyc_attr
 
 from drpc import config
-from drpc.errors import Failure, InvalidTupleError
-from drpc.model.components import OutputCollector, _CurrentAnchor
+from drpc.errors import Failure, InvalidTopologyError, InvalidTupleError
+from drpc.model.components import STATE_READS, OutputCollector, _CurrentAnchor
 from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
 from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
@@ -77,7 +78,7 @@ from drpc.semantics.coordination import (
 )
 from drpc.semantics.routing import OutputRouter, id_owner_check
 from drpc.semantics.runners import BatchBoltRunner, BoltRunner, instantiate, runner_for
-from drpc.state.versions import PinnedRequest, enter_reads, leave_reads
+from drpc.state.versions import READS, PinnedRequest
 
 log = logging.getLogger(__name__)
 _get_ident: Final = threading.get_ident
@@ -226,6 +227,16 @@ class TaskCore:
                 id_owner_check(topology, component_id, self.index),
             )
         self.acks_in_bulk = type(self.runner) is BatchBoltRunner and self.tracker is not None
+        reads = getattr(spec.user_component, "state_reads", "anywhere")
+        if reads not in STATE_READS:
+            raise InvalidTopologyError(
+                f"state_reads must be one of {', '.join(STATE_READS)}, got {reads!r}",
+                component_id,
+            )
+        self.pinned_execute = reads == "anywhere"
+        """Executes of a pinned request's tuples run with its versions as the thread's."""
+        self.pinned_finish = reads != "nowhere"
+        """So do finishes of a pinned request."""
         """A batch bolt, which its runner acks after each execute: a run of one id's data
         tuples may go through ``execute_id_run``, acked with one tracker event."""
         self.unacked: dict[int, Tuple] | None = {} if track_unacked else None
@@ -306,13 +317,15 @@ class TaskCore:
     def execute(self, received: Tuple) -> None:
         previous, self.current = self.current, received
         values = received.values
-        if values and type(values[0]) is PinnedRequest:
-            restore = enter_reads(values[0].reads)
+        if self.pinned_execute and values and type(values[0]) is PinnedRequest:
+            scope = READS
+            restore = scope.reads
+            scope.reads = values[0].reads
             try:
                 self.runner.execute(received)
             finally:
                 self.current = previous
-                leave_reads(restore)
+                scope.reads = restore
             return
         try:
             self.runner.execute(received)
@@ -338,7 +351,10 @@ class TaskCore:
         settle = self.effects.settle
         acked = 0
         previous = self.current
-        restore = enter_reads(id.reads) if type(id) is PinnedRequest else None
+        pinned = self.pinned_execute and type(id) is PinnedRequest
+        restore = READS.reads if pinned else None
+        if pinned:
+            READS.reads = cast(PinnedRequest, id).reads
         try:
             execute = runner.instance(id).execute
             for received in run:
@@ -353,8 +369,8 @@ class TaskCore:
             return
         finally:
             self.current = previous
-            if type(id) is PinnedRequest:
-                leave_reads(restore)
+            if pinned:
+                READS.reads = restore
         # The tracker cannot ignore these acks: nothing in a run gives up its id but a raise.
         failure = self.apply(tracker.tuple_acked(id, self.clock(), len(run)), run[-1])
         for done in run[:-1]:
@@ -410,7 +426,10 @@ class TaskCore:
         assert tracker is not None
         done = self.on_finish(id) if self.on_finish is not None else None
         previous, self.current = self.current, trigger
-        restore = enter_reads(id.reads) if type(id) is PinnedRequest else None
+        pinned = self.pinned_finish and type(id) is PinnedRequest
+        restore = READS.reads if pinned else None
+        if pinned:
+            READS.reads = cast(PinnedRequest, id).reads
         try:
             self.runner.finished_id(id)
         except Exception as error:
@@ -421,8 +440,8 @@ class TaskCore:
             more = tracker.finish_done(id)
         finally:
             self.current = previous
-            if type(id) is PinnedRequest:
-                leave_reads(restore)
+            if pinned:
+                READS.reads = restore
             if done is not None:
                 done()
         return self.apply(more, trigger)

@@ -54,8 +54,19 @@ class _CurrentAnchor:
 CURRENT_ANCHOR = _CurrentAnchor()
 
 
+STATE_READS = ("anywhere", "finish", "nowhere")
+
+
 class IComponent:
     """Anything placed in a topology."""
+
+    state_reads: str = "anywhere"
+    """Where this component's code may read state while it works on a DRPC request that
+    pinned a version (``drpc.state.versions``): "anywhere" (the default), "finish" (only
+    in ``finish_batch`` or ``finished_id``) or "nowhere". The engine makes the request's
+    versions its thread's only there, so a tuple of a step that reads nothing costs
+    nothing more; drpc's own steps declare it. A step that reads where it said it would
+    not reads the latest commit there."""
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """Declare the streams this component emits (none by default)."""

@@ -26,6 +26,7 @@ from typing import Any, Final
 from mypy_extensions import i64
 
 from drpc.errors import UnhashableGroupingValueError
+from drpc.state.versions import PinnedRequest
 
 # Final: the compiled build inlines them (a plain module global is a dict look-up per use)
 _MASK: Final = 0xFFFFFFFF
@@ -77,7 +78,7 @@ def _hash_value(value: Any) -> int:
     kind = type(value)
     if kind is str:
         return _crc32(value.encode("utf-8", "surrogatepass"))
-    if kind is int or kind is bool:
+    if kind is int or kind is bool or kind is PinnedRequest:  # a pinned request: its number
         return _hash_int(int(value))
     if value is None:
         return _NONE_HASH

@@ -34,6 +34,7 @@ import io
 import json
 import pickle
 import struct
+from itertools import accumulate
 from typing import Any
 
 from drpc.errors import StateFormatError, StateValueError
@@ -103,19 +104,25 @@ def decode_undo(data: bytes) -> tuple[float, Undo]:
             at += _UNDO_SECTION.size
             key_lengths = struct.unpack_from(f"<{count}I", data, at)
             value_lengths = struct.unpack_from(f"<{count}I", data, at + 4 * count)
-            at += 8 * count
-            keys = []
-            for length in key_lengths:
-                keys.append(data[at : at + length])
-                at += length
-            values: list[bytes | None] = []
-            for length in value_lengths:
-                if length == ABSENT_LENGTH:
-                    values.append(None)
-                else:
-                    values.append(data[at : at + length])
-                    at += length
-            sections[tag] = dict(zip(keys, values, strict=True))
+            key_ends = list(accumulate(key_lengths, initial=at + 8 * count))
+            value_ends = list(
+                accumulate(
+                    (0 if length == ABSENT_LENGTH else length for length in value_lengths),
+                    initial=key_ends[-1],
+                )
+            )
+            sections[tag] = {
+                data[start:end]: None if length == ABSENT_LENGTH else data[value_start:value_end]
+                for start, end, length, value_start, value_end in zip(
+                    key_ends[:-1],
+                    key_ends[1:],
+                    value_lengths,
+                    value_ends[:-1],
+                    value_ends[1:],
+                    strict=True,
+                )
+            }
+            at = value_ends[-1]
         if at != len(data):
             raise ValueError(f"{len(data) - at} bytes follow its last section")
     except (ValueError, struct.error) as error:

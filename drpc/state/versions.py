@@ -29,8 +29,9 @@ environment (``drpc.state.env``) use this module; nothing else writes its record
   so what the pin needs stays until it is released or ``retention`` passes.
 - **Requests.** ``PinnedRequest(number, reads)`` is a DRPC request's coordination id
   carrying the ``(state directory, version)`` pairs it reads at.
-  ``enter_reads(reads)`` / ``leave_reads(previous)`` make them this thread's
-  (the task core does so around the user code it runs for such an id), and a read
+  ``enter_reads(reads)`` / ``leave_reads(previous)`` (or ``READS.reads`` itself)
+  make them this thread's (the task core does so around the user code it runs for
+  such an id), and a read
   transaction begun without an explicit version reads at this thread's version of
   its directory (``pinned_version``).
 """
@@ -94,23 +95,31 @@ class PinnedRequest(int):
     __str__ = int.__repr__
 
 
-_scope = threading.local()
+class ReadScope(threading.local):
+    """Per thread: the ``reads`` of the request whose user code runs on it, if any. The
+    task core sets ``READS.reads`` around that code and restores it after (an attribute,
+    not a call: it is done for every tuple of a pinned request)."""
+
+    reads: Reads | None = None
+
+
+READS = ReadScope()
 
 
 def enter_reads(reads: Reads) -> Reads | None:
     """Make ``reads`` this thread's versions; returns what to restore with ``leave_reads``."""
-    previous: Reads | None = getattr(_scope, "reads", None)
-    _scope.reads = reads
+    previous = READS.reads
+    READS.reads = reads
     return previous
 
 
 def leave_reads(previous: Reads | None) -> None:
-    _scope.reads = previous
+    READS.reads = previous
 
 
 def pinned_version(path: str) -> int | None:
     """The version this thread reads ``path`` at, if its current request pinned one."""
-    reads: Reads | None = getattr(_scope, "reads", None)
+    reads = READS.reads
     if reads:
         for directory, version in reads:
             if directory == path:

@@ -6,7 +6,8 @@ Contract.
   id: a transaction attempt, or a DRPC request) running one segment's
   processor tree (``drpc.trident.processors``) over the values after field
   0 (the batch id) of every input tuple; it emits ``[batch id, *values]`` on
-  the streams ``streams`` declares (stream id -> field names).
+  the streams ``streams`` declares (stream id -> field names). Its
+  ``state_reads`` is what its tree reads (``processors.state_reads``).
 - ``PersistBolt(state, group, input, aggregator)``: the committer of
   ``persistent_aggregate``. Its input is each task's per-group aggregate of
   the batch (a ``CombinerAggregator``'s partials) or the group's raw tuples
@@ -42,7 +43,7 @@ from drpc.model.tuples import Tuple
 from drpc.state.topology import current_commit, state_for
 from drpc.trident.builtins import key_of
 from drpc.trident.operations import CombinerAggregator, StateUpdater
-from drpc.trident.processors import BatchContext, Root, Selection, Values
+from drpc.trident.processors import BatchContext, Root, Selection, Values, state_reads
 from drpc.trident.state import CommitMapState, MapStateFactory
 from drpc.trident.tuples import TridentCollector, TridentTuple
 
@@ -62,6 +63,7 @@ class SegmentBolt(BaseBatchBolt):
     def __init__(self, root: Root, streams: dict[str, tuple[str, ...]]) -> None:
         self.root = root
         self.streams = streams
+        self.state_reads = state_reads(root)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         for stream, fields in self.streams.items():
@@ -212,6 +214,8 @@ class _Dropped(TridentCollector):
 
 class ReturnTuples(BaseBatchBolt):
     """Answers a Trident DRPC request with the JSON of its result tuples (see module doc)."""
+
+    state_reads = "nowhere"
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(Fields("id", "result"))

@@ -19,7 +19,8 @@ collector on a stream.
   tuple with its stream id (``Root.receive``); a ``JoinRoot`` holds both
   sides of the batch partition and outputs the inner join when it finishes.
 - ``StateQuery`` retrieves once per batch partition (``batch_retrieve`` over
-  every key), reading the state's committed values.
+  every key), reading the state's committed values. ``state_reads(root)`` says
+  where a tree reads state, for the engine's pinned reads.
 """
 
 from __future__ import annotations
@@ -350,6 +351,36 @@ class PartitionAggregateProcessor(Processor):
             else:
                 self.push((*key, state))
         super().finish()
+
+
+def state_reads(root: Processor) -> str:
+    """Where the tree under ``root`` reads state (``IComponent.state_reads``): "anywhere"
+    when it runs an operation of the user's (which may read a map whenever it runs),
+    else "finish" when it queries state (a ``StateQueryProcessor`` runs its query
+    function, built-in or the user's, as the batch partition finishes), else
+    "nowhere". drpc's built-ins (``drpc.trident.builtins``) read nothing but through a
+    state query."""
+    queries = False
+    pending = [root]
+    while pending:
+        processor = pending.pop()
+        pending.extend(processor.children)
+        if isinstance(processor, StateQueryProcessor):
+            queries = True  # its query function, the user's too, runs as it finishes
+            continue
+        operation = (
+            processor.operation
+            if isinstance(processor, Applies)
+            else processor.aggregator
+            if isinstance(processor, PartitionAggregateProcessor)
+            else None
+        )
+        if operation is not None and type(operation).__module__ != BUILTINS:
+            return "anywhere"
+    return "finish" if queries else "nowhere"
+
+
+BUILTINS = Count.__module__
 
 
 class _Nothing:

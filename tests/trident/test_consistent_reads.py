@@ -7,6 +7,7 @@ is n (and every double 2n): an answer whose counts differ mixed two commits.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -32,7 +33,7 @@ from drpc.state import StateEnvironment
 from drpc.testing import LocalDRPC
 from drpc.transactional import CommitInfo
 from drpc.trident import run
-from tests.trident.consistent import RecordPid, Sleep
+from tests.trident.consistent import CountsOneByOne, RecordPid, Sleep, linear_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 ENOUGH = {"local": 1000, "spark": 200, "spark-batch": 12}
@@ -96,6 +97,29 @@ def test_no_answer_mixes_two_commits_and_each_reads_its_commits(
             seen.append(txid)
     assert len(set(seen)) >= 3, "commits should have landed between the queries"
     assert seen == sorted(seen)
+
+
+def test_user_bolts_reading_context_state_read_their_request_s_version(
+    executor: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    with writer(state), LocalDRPC(executor=executor, timeout=60.0) as drpc:
+        # reads 0.3 ms apart: unpinned, nearly every answer would mix commits
+        drpc.register(linear_counts(str(state), pause=0.0003))
+        seen = set()
+        for _ in range(8 if executor == "spark-batch" else 30):
+            counts = json.loads(drpc.execute("counts", QUERY))
+            assert len(counts) == 1, f"an answer mixed commits: {counts}"
+            seen.add(counts[0])
+    assert len(seen) >= 2
+
+
+def test_a_user_query_function_reads_its_request_s_version(executor: str, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with writer(state), LocalDRPC(executor=executor, timeout=60.0) as drpc:
+        drpc.register(counts_function(str(state), query_function=CountsOneByOne()))
+        seen = {check_whole(drpc.execute("counts", QUERY)) for _ in range(ENOUGH[executor] // 4)}
+    assert len(seen) >= 2
 
 
 def test_two_maps_of_one_directory_are_read_at_one_version(executor: str, tmp_path: Path) -> None:

@@ -9,23 +9,29 @@ import pytest
 
 from drpc import Fields
 from drpc.errors import InvalidTupleError
+from drpc.examples.vocabulary_counts import Split
 from drpc.model.tuples import Tuple
 from drpc.transactional.filelog import FileLogMeta
-from drpc.trident import Count, Sum
-from drpc.trident.bolts import KeyedPartials, PersistBolt
+from drpc.trident import Count, MapGet, Sum
+from drpc.trident.bolts import KeyedPartials, PersistBolt, SegmentBolt
 from drpc.trident.fused import RangeTask, _shares
 from drpc.trident.operations import ReducerAggregator
 from drpc.trident.processors import (
     BatchContext,
+    EachProcessor,
     Emit,
     PartitionAggregateProcessor,
+    Processor,
     ProjectProcessor,
     Root,
     Selection,
+    StateQueryProcessor,
     Values,
+    state_reads,
 )
 from drpc.trident.state import LMDBMapState
 from drpc.trident.tuples import TridentTuple
+from tests.trident.consistent import CountsOneByOne
 
 FIELDS = ("word", "n")
 ROWS: list[Values] = [("cat", 2), ("dog", 5), ("cat", 1), ("eel", 4), ("dog", 3), ("cat", 7)]
@@ -129,3 +135,32 @@ def test_a_committer_takes_a_batch_of_partials_in_one_piece() -> None:
         reducer.execute(
             Tuple(["batch", KeyedPartials({"cat": 1})], Fields("$batch", "p"), "s", "s", 1)
         )
+
+
+def test_a_segment_reads_state_where_its_operations_can() -> None:
+    def tree(*processors: Processor) -> Root:
+        root = Root()
+        parent: Processor = root
+        for processor in processors:
+            parent.children.append(processor)
+            parent = processor
+        return root
+
+    state = LMDBMapState.transactional("counts")
+    words, nothing = Selection(FIELDS, ("word",)), Selection(FIELDS, ())
+
+    def query() -> StateQueryProcessor:
+        return StateQueryProcessor(state, words, MapGet(), 1)
+
+    def count() -> PartitionAggregateProcessor:
+        return PartitionAggregateProcessor(nothing, nothing, Count(), 1)
+
+    user_query = StateQueryProcessor(state, words, CountsOneByOne(), 1)
+    mine = PartitionAggregateProcessor(nothing, nothing, CountTooMuch(), 1)
+    assert state_reads(tree(ProjectProcessor(words), count(), Emit("s"))) == "nowhere"
+    assert state_reads(tree(query(), ProjectProcessor(words), count(), Emit("s"))) == "finish"
+    assert state_reads(tree(user_query, Emit("s"))) == "finish"  # a query runs as it finishes
+    split = EachProcessor(words, Split(), 1)
+    assert state_reads(tree(query(), split)) == "anywhere"  # the user's Split may read a map
+    assert state_reads(tree(mine)) == "anywhere"
+    assert SegmentBolt(tree(query()), {}).state_reads == "finish"
