@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from drpc.builders.drpc_components import REQUEST_PINS
 from drpc.errors import DRPCExceptionType, DRPCExecutionException
 from drpc.examples.vocabulary_counts import (
     QUERY,
@@ -34,6 +35,7 @@ from drpc.testing import LocalDRPC
 from drpc.transactional import CommitInfo
 from drpc.trident import run
 from tests.trident.consistent import CountsOneByOne, RecordPid, Sleep, linear_counts
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 ENOUGH = {"local": 1000, "spark": 200, "spark-batch": 12}
@@ -95,6 +97,11 @@ def test_no_answer_mixes_two_commits_and_each_reads_its_commits(
             txid = check_whole(drpc.execute("counts", QUERY))
             assert txid >= committed_before  # read your commits
             seen.append(txid)
+        env = StateEnvironment.opened(state)
+        assert env is not None
+        # every request released its pin (at its spout's ack, or its Spark job's end)
+        wait_until(lambda: env.version_status().local_pins == 0, what="the pins released")
+        assert len(REQUEST_PINS) == 0
     assert len(set(seen)) >= 3, "commits should have landed between the queries"
     assert seen == sorted(seen)
 
