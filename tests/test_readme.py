@@ -88,6 +88,7 @@ PYTHON_BLOCKS: dict[str, Run] = {
     'LocalDRPC(executor="spark"': Run("spark", ["16", "16"]),
     'TransactionalTopologyBuilder("global-count"': Run("spark", ["[9, 16, 19]"]),
     "TridentTopology()": Run("nothing", ["[3, 2, 0]", "[[6]]", "[[0]]"]),
+    "build_vocabulary_counts(10**6)": Run("nothing", ["True"]),
     'DRPCClient("localhost", 3772)': Run(
         "a reach server",
         ["16", "FAILED_REQUEST function 'no-such-function' is not served: ..."],

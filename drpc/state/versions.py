@@ -22,7 +22,10 @@ environment (``drpc.state.env``) use this module; nothing else writes its record
   that bound (the **horizon**): a read at ``R`` below it raises
   ``VersionReclaimedError`` naming ``R``, the horizon and the latest version, and
   never answers from a mix. Readers never block the writer: the writer reads the
-  pins file and moves on.
+  pins file and moves on. Before the first write that keeps an undo log there is
+  no horizon and nothing to undo; that write starts it at 0 in a directory that
+  held no versioned data yet, else at the version before it (older values of a
+  directory written without undo logs are unknown).
 - **Pinning** (``StateEnvironment.pin``): pin the latest version, then look again;
   if a write landed meanwhile, pin the newer one instead. Once the latest version is
   still the pinned one after the pin was published, every later write sees the pin,
@@ -31,9 +34,8 @@ environment (``drpc.state.env``) use this module; nothing else writes its record
   carrying the ``(state directory, version)`` pairs it reads at.
   ``enter_reads(reads)`` / ``leave_reads(previous)`` (or ``READS.reads`` itself)
   make them this thread's (the task core does so around the user code it runs for
-  such an id), and a read
-  transaction begun without an explicit version reads at this thread's version of
-  its directory (``pinned_version``).
+  such an id), and a read transaction begun without an explicit version reads at
+  this thread's version of its directory (``pinned_version``).
 """
 
 from __future__ import annotations
