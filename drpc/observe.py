@@ -28,8 +28,7 @@ Step events (``return_info`` names the request and the server that issued it):
   the request (``attrs`` e.g. ``{"spark_job_id": 3}``);
 - ``request_failed_in(return_info, step, reason)``: the step where a request failed;
 - ``state_pinned(return_info, reads)``: the request reads each state directory at one
-  committed version; ``reads`` a list of ``{"state_dir", "version", "txids"}``
-  (``txids``: each transactional topology's last committed txid at that version).
+  committed version; ``reads`` its ``(state directory, version)`` pairs.
 
 Executor events: ``job_started(function, job, request_count, now)`` and
 ``job_finished(function, job, ok, seconds)`` (a Spark job, ``job`` its tag),
@@ -69,7 +68,7 @@ class Observer:
     def request_failed_in(self, return_info: Any, step: str, reason: str) -> None:
         pass
 
-    def state_pinned(self, return_info: Any, reads: list[dict[str, Any]]) -> None:
+    def state_pinned(self, return_info: Any, reads: tuple[tuple[str, int], ...]) -> None:
         pass
 
     def job_started(self, function: str, job: str, request_count: int, now: float) -> None:

@@ -24,7 +24,7 @@ fetched it) and ``settled`` (its result or failure reached the issuer, the
 end of the request's total time), and ``TraceCollector``, an observer
 (``drpc.observe``) in the runtimes' services, adds each ``step_finished``
 span reported for a watched request id of its origin, and the versions of
-state it reads (``state_pinned``: ``reads``). ``timeline()`` lays
+state it reads (``state_pinned``: ``reads``, with the txids committed there). ``timeline()`` lays
 them out as contiguous entries whose ``ms`` sum to ``total`` (settled minus
 submitted):
 
@@ -55,6 +55,7 @@ from typing import Any, Protocol
 
 from drpc.errors import DRPCExceptionType, DRPCExecutionException
 from drpc.observe import Observer
+from drpc.state import CoordinatorState, StateEnvironment
 
 DEFAULT_REQUEST_TIMEOUT = 600.0
 LOCAL_ORIGIN = "local"
@@ -236,10 +237,23 @@ class TraceCollector(Observer):
         if trace is not None and trace.failed_in is None:
             trace.failed_in = (step, reason)
 
-    def state_pinned(self, return_info: Any, reads: list[dict[str, Any]]) -> None:
+    def state_pinned(self, return_info: Any, reads: tuple[tuple[str, int], ...]) -> None:
         trace = self._trace(return_info)
         if trace is not None:
-            trace.reads = reads
+            trace.reads = [described_read(path, version) for path, version in reads]
+
+
+def described_read(path: str, version: int) -> dict[str, Any]:
+    """What a trace says of a read of state directory ``path`` at ``version``: the
+    directory, the version, and the txid each transactional topology had committed
+    there (none when the directory is not open in this process)."""
+    env = StateEnvironment.opened(path)
+    txids: dict[str, int] = {}
+    if env is not None:
+        with env.read(version=version) as txn:
+            commits = CoordinatorState.topologies(env, txn=txn)
+        txids = {topology: record.txid for topology, record in sorted(commits.items())}
+    return {"state_dir": path, "version": version, "txids": txids}
 
 
 @dataclass(slots=True, eq=False)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from drpc.requests import LOCAL_ORIGIN, RequestTrace, ReturnInfo, Span, TraceCollector
+from drpc.state import CoordinatorState, StateEnvironment
 
 SUBMITTED = 1000.0
 """The monotonic clock at submission: every time below is relative to it."""
@@ -120,3 +123,26 @@ def test_the_collector_keeps_each_span_whole_and_ignores_what_it_cannot_place() 
     collector.step_finished(ReturnInfo("1", LOCAL_ORIGIN), "a", 1.5, 2.5, {"busy_ms": 0.5})
     assert trace.spans == [Span("a", 1.5, 2.5, {"busy_ms": 0.5})]
     assert collector.watching == 1
+
+
+def test_the_collector_describes_the_reads_of_watched_requests_only(tmp_path: Path) -> None:
+    env = StateEnvironment.open(tmp_path / "state")
+    try:
+        coordinator = CoordinatorState(env, "words")
+        for txid in (1, 2, 3):
+            env.run_write(lambda txn, txid=txid: coordinator.record_commit(txn, txid))
+            if txid == 1:
+                pin = env.pin()
+        collector, trace = TraceCollector(), RequestTrace("f")
+        collector.watch("1", trace)
+        reads = ((env.path, pin.version), (str(tmp_path / "not-open"), 7))
+        collector.state_pinned(ReturnInfo("1", LOCAL_ORIGIN), reads)
+        assert trace.reads == [
+            {"state_dir": env.path, "version": pin.version, "txids": {"words": 1}},
+            {"state_dir": str(tmp_path / "not-open"), "version": 7, "txids": {}},
+        ]
+        assert trace.as_json()["reads"] == trace.reads
+        # an unwatched request's reads are not looked at: this version is long reclaimed
+        collector.state_pinned(ReturnInfo("2", LOCAL_ORIGIN), ((env.path, 1),))
+    finally:
+        env.close()

@@ -14,8 +14,8 @@
   in any task, reads that one version (``drpc.state.versions``); the pin is
   held, by the request's return info, until ``release_request_pins``: the
   spout's ack or fail of the request, or the executor that ran it. With an
-  observer in the services it reports ``state_pinned`` (the directory, the
-  version and the txid each topology had committed there).
+  observer in the services it reports ``state_pinned`` (the directory and the
+  version).
 - ``JoinResult`` is coordinated: once the last step has finished an id it
   joins the first result with the return info and emits ``[str(result),
   return-info]``; a step chain that emitted no result fails the request with a
@@ -49,7 +49,7 @@ from drpc.model.topology import Topology
 from drpc.model.tuples import Tuple
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 from drpc.requests import Invocations, ReturnInfo
-from drpc.state import CoordinatorState, StateEnvironment
+from drpc.state import StateEnvironment
 from drpc.state.pins import Pin
 from drpc.state.topology import PINNED_READS_CONF, STATE_DIR_CONF, state_for
 from drpc.state.versions import PinnedRequest
@@ -170,22 +170,10 @@ class PrepareRequest(BaseBasicBolt):
             REQUEST_PINS.hold(tuple[1], env, pin)
             request = PinnedRequest(number, ((env.path, pin.version),))
             if self._observer is not NULL_OBSERVER:
-                self._observer.state_pinned(tuple[1], [pinned_read(env, pin.version)])
+                self._observer.state_pinned(tuple[1], request.reads)
         collector.emit([request, tuple[0]])
         collector.emit([request, tuple[1]], stream=RETURN_STREAM)
         collector.emit([request], stream=ID_STREAM)
-
-
-def pinned_read(env: StateEnvironment, version: int) -> dict[str, Any]:
-    """What a trace says of a read at ``version``: the directory, the version, and the
-    txid each transactional topology had committed there."""
-    with env.read(version=version) as txn:
-        commits = CoordinatorState.topologies(env, txn=txn)
-    return {
-        "state_dir": env.path,
-        "version": version,
-        "txids": {topology: record.txid for topology, record in sorted(commits.items())},
-    }
 
 
 class _RequestPins:
