@@ -114,7 +114,7 @@ def test_user_bolts_reading_context_state_read_their_request_s_version(
         # reads 0.3 ms apart: unpinned, nearly every answer would mix commits
         drpc.register(linear_counts(str(state), pause=0.0003))
         seen = set()
-        for _ in range(8 if executor == "spark-batch" else 30):
+        for _ in range(5 if executor == "spark-batch" else 12):
             counts = json.loads(drpc.execute("counts", QUERY))
             assert len(counts) == 1, f"an answer mixed commits: {counts}"
             seen.add(counts[0])
