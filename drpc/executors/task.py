@@ -227,6 +227,8 @@ class TaskCore:
                 id_owner_check(topology, component_id, self.index),
             )
         self.acks_in_bulk = type(self.runner) is BatchBoltRunner and self.tracker is not None
+        """A batch bolt, which its runner acks after each execute: a run of one id's data
+        tuples may go through ``execute_id_run``, acked with one tracker event."""
         reads = getattr(spec.user_component, "state_reads", "anywhere")
         if reads not in STATE_READS:
             raise InvalidTopologyError(
@@ -237,8 +239,6 @@ class TaskCore:
         """Executes of a pinned request's tuples run with its versions as the thread's."""
         self.pinned_finish = reads != "nowhere"
         """So do finishes of a pinned request."""
-        """A batch bolt, which its runner acks after each execute: a run of one id's data
-        tuples may go through ``execute_id_run``, acked with one tracker event."""
         self.unacked: dict[int, Tuple] | None = {} if track_unacked else None
         self._settled = threading.Condition(self.lock)
         # memos by source component, then stream: two look-ups by string cost less than

@@ -421,7 +421,8 @@ class StateEnvironment:
         self.pins.release(pin)
 
     def version_status(self) -> VersionStatus:
-        """The latest version, the commit records there, the oldest pin and the undo logs."""
+        """The latest version, the oldest one still readable, the undo logs kept and the
+        oldest pin of any live process (with its age) and this process's pins."""
         now = time.time()
         self._check()
         with self._snapshot(None) as txn:  # an open read holds off close()
@@ -627,7 +628,7 @@ class StateEnvironment:
             writes = txn._take_writes()
             if any(writes.get(name) for name in VERSIONED_DBS):
                 now = time.time()
-                oldest = self.pins.oldest(now)
+                oldest = self._oldest_pin(now)
                 self.versions.capture(
                     raw, writes, committed, VERSIONS_DB, now, None if oldest is None else oldest[0]
                 )
@@ -672,6 +673,15 @@ class StateEnvironment:
                     "waited for the map to grow; nothing of it was applied (one process "
                     "should write to a state directory)"
                 )
+
+    def _oldest_pin(self, now: float) -> tuple[int, float] | None:
+        """The oldest live pin, for reclaiming; a pins file that cannot be read leaves the
+        write going as if nothing were pinned (a pinned read then fails typed), logged."""
+        try:
+            return self.pins.oldest(now)
+        except StateError as error:
+            log.warning("%s; reclaiming old versions as if none were pinned", error)
+            return None
 
     def _grow(self) -> None:
         current = int(self._lmdb.info()["map_size"])

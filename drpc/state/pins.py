@@ -39,7 +39,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from drpc.errors import StateClosedError
+from drpc.errors import StateClosedError, StateError
 
 PINS_FILE = "drpc-pins"
 _SLOT = struct.Struct("<IIQdd")  # pid, 0, oldest version, pinned_at of it, expires_at
@@ -86,7 +86,12 @@ class PinTable:
             self._expire(now)
             self._counts[version] = self._counts.get(version, 0) + 1
             self._order.append(pin)
-            self._publish()
+            try:
+                self._publish()
+            except BaseException:  # not published: not held
+                self._order.pop()
+                self._drop(pin)
+                raise
         return pin
 
     def release(self, pin: Pin) -> None:
@@ -171,10 +176,15 @@ class PinTable:
             raise StateClosedError(f"the pins of state directory {self.path!r} are closed")
         if self._fd is None:
             flags = os.O_RDWR | (os.O_CREAT if create else 0)
+            path = os.path.join(self.path, PINS_FILE)
             try:
-                self._fd = os.open(os.path.join(self.path, PINS_FILE), flags, 0o644)
+                self._fd = os.open(path, flags, 0o644)
             except FileNotFoundError:
+                if create:
+                    raise StateError(f"cannot create the pins file {path!r}") from None
                 return None
+            except OSError as error:
+                raise StateError(f"cannot open the pins file {path!r}: {error}") from error
         return self._fd
 
 

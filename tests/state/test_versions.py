@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 import threading
 import time
@@ -383,3 +384,24 @@ def test_a_closed_pin_table_refuses_use_instead_of_reopening_its_file(tmp_path: 
         pins.oldest(time.time())
     with pytest.raises(StateClosedError):
         pins.pin(1, time.time())
+
+
+def test_a_pins_file_that_cannot_be_opened_is_a_typed_error_naming_it(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = StateEnvironment.open(state_dir)
+    try:
+        (state_dir / PINS_FILE).mkdir()  # in the way: no file can be opened there
+        with pytest.raises(StateError, match=f"cannot open the pins file .*{PINS_FILE}"):
+            env.pin()
+        assert env.pins.local().count == 0  # a pin that could not be published is not held
+        with pytest.raises(StateError, match="cannot open the pins file"):
+            env.version_status()
+        directory = Directory(env)
+        with caplog.at_level(logging.WARNING, "drpc.state.env"):
+            directory.commit({"a": 1})  # the writer goes on, reclaiming as if nothing pinned
+            directory.commit({"a": 2})
+        assert "reclaiming old versions as if none were pinned" in caplog.text
+        assert directory.counts.get("a") == 2
+    finally:
+        env.close()
