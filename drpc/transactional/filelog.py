@@ -8,7 +8,10 @@ metadata is the byte range it read (``FileLogMeta(start, end, lines)``).
 
 - ``FileLogTransactionalSpout`` (partitioned): a new batch starts where the
   previous one ended; a replay re-reads exactly the stored byte range, so
-  the same txid always emits the same tuples.
+  the same txid always emits the same tuples. It is a ``RangeSpout``
+  (``drpc.transactional.ranges``): its coordinator's ``next_range`` decides
+  a byte range by scanning for line ends, so on Spark its lines are read on
+  the executors.
 - ``OpaqueFileLogTransactionalSpout``: a batch starts where the last
   committed (or, pipelined, the previous emitted) one ended; a replay may read
   more lines than the first attempt did if more were appended.
@@ -40,10 +43,8 @@ from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
 from drpc.model.streams import OutputFieldsDeclarer
 from drpc.transactional.attempt import TransactionAttempt
-from drpc.transactional.spouts import (
-    BaseOpaquePartitionedTransactionalSpout,
-    BasePartitionedTransactionalSpout,
-)
+from drpc.transactional.ranges import RangeSpout
+from drpc.transactional.spouts import BaseOpaquePartitionedTransactionalSpout
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,10 @@ class FileLogMeta:
     start: int
     end: int
     lines: int
+
+    @property
+    def tuples(self) -> int:
+        return self.lines
 
 
 def partition_files(
@@ -300,7 +305,7 @@ class _FileLogSpout:
         return kind(self.directory, self.pattern, self.fields, self.take_per_batch, self.invalid)
 
 
-class FileLogTransactionalSpout(_FileLogSpout, BasePartitionedTransactionalSpout):
+class FileLogTransactionalSpout(_FileLogSpout, RangeSpout):
     def get_coordinator(self, conf: Conf, context: TopologyContext) -> Any:
         return self._reader(_TransactionalEmitter)
 

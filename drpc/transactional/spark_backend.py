@@ -6,9 +6,10 @@ commit-phase bolt on the driver and the rest as Spark stages
 (``drpc.executors.plan``). ``submit`` runs the emitters on the calling thread
 (the run loop's), so batches are emitted in txid order, then the attempt's
 Spark job on a pool of ``max_jobs`` threads (tagged, so ``stop`` cancels
-it). A file log spout's emitter is the exception: the driver only decides
-and stores the batch's ranges and the emitter bolt reads them in the job
-(``drpc.transactional.ranges``), so no tuple passes through the driver.
+it). A ``RangeSpout``'s emitter (the file log, Redis Streams, JetStream) is
+the exception: the driver only decides and stores the batch's ranges and the
+emitter bolt reads them in the job (``drpc.transactional.ranges``), so no
+tuple passes through the driver.
 What the job and the emitters sent commit-phase bolts is reported as
 ``Processed.captured``; a failure notice among it, an emitter failure, a
 failure to decide the ranges or a Spark failure reports
@@ -156,12 +157,12 @@ class SparkBackend:
         last_committed: int | None,
         coordinator_task: int,
     ) -> None:
-        """Decide the batch's file log ranges here; its Spark job reads them (``ranges``)."""
+        """Decide the batch's ranges here; its Spark job reads them (``ranges``)."""
         assert self._report is not None and self._planner is not None
         try:
             metas = self._planner.metas(attempt.txid, partitions, last_committed)
         except Exception as error:
-            message = f"deciding the file log ranges of batch {attempt} failed: {error}"
+            message = f"deciding the ranges of batch {attempt} failed: {error}"
             self._report(
                 ProcessingFailed(attempt, Failure(DRPCExceptionType.FAILED_REQUEST, message))
             )
@@ -171,8 +172,8 @@ class SparkBackend:
             task: [Shipment(self.info.coordinator_id, coordinator_task, list(batch))]
             for task in self.topology.component_task_ids[self.info.spout_id]
         }
-        lines = sum(meta.lines for meta in metas.values())
-        self._pool.submit(self._process, attempt, shipments, lines)
+        tuples = sum(meta.tuples for meta in metas.values())
+        self._pool.submit(self._process, attempt, shipments, tuples)
 
     def _process(
         self, attempt: TransactionAttempt, driver_shipments: dict[int, list[Shipment]], tuples: int

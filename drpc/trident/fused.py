@@ -2,7 +2,8 @@
 
 Contract. ``fused_plan(topology)`` says whether a compiled Trident topology
 (``drpc.trident.compiler``) can take this path: its spout is a
-``FileLogTransactionalSpout`` (not opaque, not several spouts), one segment
+``RangeSpout`` (``drpc.transactional.ranges``: the file log, Redis Streams,
+JetStream; not opaque, not several spouts), one segment
 reads it (``each``, ``filter``, ``map``, ``flat_map``, ``project`` and a
 ``CombinerAggregator``'s partial aggregate of ``group_by`` +
 ``persistent_aggregate``), and everything that segment emits goes to
@@ -13,10 +14,11 @@ queries, reducers and plain aggregators, a step after a repartition,
 
 ``FusedBackend`` (a ``ProcessingBackend`` with ``SparkBackend``'s
 constructor) processes a batch attempt as follows. On the run loop's
-thread, in txid order, the driver decides and stores each partition's byte
-range (``drpc.transactional.ranges.RangePlanner``: it scans for line ends
-and never parses a tuple), so a replay, on this path or the general one,
-reads the same lines. Then one Spark job (up to ``max_jobs`` in flight)
+thread, in txid order, the driver decides and stores each partition's
+range (``drpc.transactional.ranges.RangePlanner``: the spout's coordinator
+decides it without reading a tuple: the file log scans for line ends, Redis
+and JetStream ask for ids or sequences), so a replay, on this path or the
+general one, reads the same tuples. Then one Spark job (up to ``max_jobs`` in flight)
 of one task per emitter task of the spout (its parallelism; partition p
 goes to task p mod parallelism, as in Storm): read the ranges, run the
 segment's steps (``execute_many`` over each range's tuples) and
@@ -50,9 +52,8 @@ from drpc.semantics.runners import freeze
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.builder import TransactionalInfo
-from drpc.transactional.filelog import FileLogMeta, FileLogTransactionalSpout
 from drpc.transactional.processing import Event, Processed, ProcessingFailed
-from drpc.transactional.ranges import RangePlanner, owned_by
+from drpc.transactional.ranges import RangePlanner, RangeSpout, owned_by, reads_on_executors
 from drpc.transactional.spouts import TransactionalServices
 from drpc.trident.bolts import KeyedPartials, PersistBolt, SegmentBolt
 from drpc.trident.builtins import key_of
@@ -85,7 +86,7 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class FusedPlan:
-    spout: FileLogTransactionalSpout
+    spout: RangeSpout
     emitter_tasks: int  # the spout's parallelism: Spark tasks per batch
     segment: str  # the segment bolt's component id
     segment_task: int
@@ -95,10 +96,10 @@ class FusedPlan:
 
 @dataclass(frozen=True, slots=True)
 class RangeTask:
-    """One Spark task of a batch: a partition's byte range."""
+    """One Spark task of a batch: a partition's range."""
 
     partition: int
-    meta: FileLogMeta
+    meta: Any  # the spout's RangeMeta
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,7 @@ def _emits(processor: Processor) -> Iterator[Emit]:
 def fused_plan(topology: Topology) -> FusedPlan | None:
     """The compiled path's plan of ``topology``, or None when it needs the general path."""
     info = topology.transactional
-    if info is None or type(info.spout) is not FileLogTransactionalSpout:
+    if info is None or not reads_on_executors(info.spout):
         return None
     driver = {info.spout_id, info.coordinator_id, *info.commit_components}
     middle = [spec for id, spec in topology.components.items() if id not in driver]
@@ -294,7 +295,7 @@ class FusedBackend:
         try:
             metas = self._planner.metas(attempt.txid, int(metadata), last_committed)
         except Exception as error:
-            message = f"deciding the file log ranges of batch {attempt} failed: {error}"
+            message = f"deciding the ranges of batch {attempt} failed: {error}"
             self._fail(attempt, DRPCExceptionType.FAILED_REQUEST, message)
             return
         ranges = [RangeTask(partition, meta) for partition, meta in metas.items()]
