@@ -310,3 +310,42 @@ class SparkStartError(DRPCError):
     """The Spark session could not start serving: no executor registered in time, the
     master gave up, or the executors cannot run drpc's code. The message names the master,
     the driver address the executors were given and the likely cause."""
+
+
+class MissingExtraError(DRPCError, ImportError):
+    """An optional feature needs a package that is not installed; the message names the
+    extra that installs it (``pip install 'drpc[EXTRA]'``)."""
+
+
+class BrokerError(DRPCError):
+    """A log broker (Redis Streams, NATS JetStream) refused what a spout asked: bad
+    credentials, a missing permission, an answer in no form the spout reads. The message
+    names the broker as ``KIND at HOST:PORT``, never its credentials."""
+
+
+class BrokerUnavailableError(BrokerError):
+    """A broker could not be reached (refused, reset, timed out) for as long as the spout
+    retries (``retry_for`` seconds, with backoff); meanwhile the run's status says
+    ``waiting for KIND at HOST:PORT``."""
+
+
+class RangeTrimmedError(BrokerError, FailedException):
+    """A transactional spout cannot replay a batch: the broker no longer holds every entry
+    of the range the batch was first emitted from (trimmed or deleted since). The batch
+    fails (it would otherwise commit different tuples under the same txid); ``source``
+    names the stream key or JetStream stream, ``first``/``last`` the range."""
+
+    def __init__(self, source: str, first: str, last: str, detail: str) -> None:
+        super().__init__(
+            f"{source}: entries {first}..{last} can no longer be replayed ({detail}): they "
+            "were trimmed or deleted since the batch was first emitted; a transactional "
+            "spout emits exactly the same batch or none (an opaque spout goes on from what "
+            "exists)"
+        )
+        self.source = source
+        self.first = first
+        self.last = last
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.source, self.first, self.last, self.detail))
