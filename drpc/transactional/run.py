@@ -45,7 +45,8 @@ until its source runs dry (a committed batch emitted nothing) or
 - events go to the ``drpc.observe`` observer given as ``observer``
   (``tx_started``, ``tx_committed``, ``tx_replayed`` with cause
   "processing" or "commit"); ``status()`` is a snapshot for dashboards,
-  safe from any thread.
+  safe from any thread (``waiting`` in it: what the spout's coordinator
+  waits for, e.g. ``"waiting for redis at HOST:PORT"``).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ from drpc.transactional.spouts import (
     TransactionalServices,
     drpc_owns_batch_meta,
     spout_coordinator,
+    waiting_of,
 )
 
 log = logging.getLogger(__name__)
@@ -306,9 +308,12 @@ class TransactionalRunner:
             close()
 
     def status(self) -> dict[str, Any]:
-        """Last committed txid, batches in flight, commits, tuples and replays of this run."""
+        """Last committed txid, batches in flight, commits, tuples and replays of this run,
+        and what its spout's coordinator waits for (``waiting``: ``"waiting for redis at
+        HOST:PORT"`` while a broker is away, else None)."""
+        waiting = waiting_of(self.spout_coordinator)
         with self._status_lock:
-            return {**self._status, "replays": dict(self._status["replays"])}
+            return {**self._status, "replays": dict(self._status["replays"]), "waiting": waiting}
 
     def _update_status(self, **changes: Any) -> None:
         with self._status_lock:

@@ -21,6 +21,11 @@ Three kinds, as in Storm (snake_case):
   starts from the last committed meta and may emit a different batch; use
   ``OpaqueMap`` state with it.
 
+A coordinator may also have ``waiting_for() -> str | None``: what it waits
+for while it is not ready (a broker spout: ``"waiting for redis at
+HOST:PORT"``); ``waiting_of(coordinator)`` asks it through drpc's wrappers,
+and the transactional runner's ``status()`` shows it as ``waiting``.
+
 Every tuple emitted carries the attempt as field 0. Emitter tasks own
 partitions ``index, index + tasks, ...``. ``MemoryTransactionalSpout`` and
 ``OpaqueMemoryTransactionalSpout`` read partitions of in-memory lists
@@ -172,6 +177,9 @@ class _PartitionedCoordinator:
     def initialize_transaction(self, txid: int, prev_metadata: Any) -> int:
         return int(self.coordinator.number_of_partitions())
 
+    def waiting_for(self) -> str | None:
+        return waiting_of(self.coordinator)
+
     def close(self) -> None:
         _close(self.coordinator)
 
@@ -224,6 +232,9 @@ class _OpaqueCoordinator:
     def initialize_transaction(self, txid: int, prev_metadata: Any) -> None:
         return None
 
+    def waiting_for(self) -> str | None:
+        return waiting_of(self.coordinator)
+
     def close(self) -> None:
         _close(self.coordinator)
 
@@ -266,6 +277,13 @@ def commit_opaque_metas(services: TransactionalServices, txid: int, txn: Any) ->
         state = services.coordinator_state.partition_state(partition)
         state.override_state(txid, meta, txn=txn)
         state.cleanup_before(txid, txn=txn)
+
+
+def waiting_of(coordinator: Any) -> str | None:
+    """What ``coordinator`` says it waits for (``waiting_for()``), None if nothing or it
+    does not say."""
+    waiting = getattr(coordinator, "waiting_for", None)
+    return None if waiting is None else waiting()
 
 
 def _close(component: Any) -> None:

@@ -23,6 +23,7 @@ from drpc.model.streams import DEFAULT_STREAM_ID, OutputFieldsDeclarer
 from drpc.transactional.spouts import (
     BaseOpaquePartitionedTransactionalSpout,
     BasePartitionedTransactionalSpout,
+    waiting_of,
 )
 
 
@@ -71,6 +72,10 @@ class _Coordinator:
 
     def number_of_partitions(self) -> int:
         return len(self.coordinators) * max(self.counts())
+
+    def waiting_for(self) -> str | None:
+        waiting = [waiting_of(coordinator) for coordinator in self.coordinators]
+        return "; ".join(w for w in waiting if w) or None
 
     def close(self) -> None:
         _close_all(self.coordinators)

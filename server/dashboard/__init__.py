@@ -26,7 +26,8 @@ runtimes); it keeps, in memory and bounded:
   most ``max_tx_in_flight`` listed, default 256), replays by cause (at most
   ``max_causes``, default 32) and the last ``max_replays_shown`` replays
   (default 20); with ``watch_transactional(hosted)``, whether each hosted run
-  is running and its last error;
+  is running, its last error, and what it waits for (``waiting``: "waiting for
+  redis at HOST:PORT" while its broker is away);
 - per state directory open in this process (``state``; at most
   ``max_state_dirs``, default 16, the first by path; ``state_total`` counts them
   all), read at each ``status()`` (``drpc.server.metrics.state_dir_status``): its
@@ -517,6 +518,8 @@ class Dashboard(Observer):
             entry["executor"] = run.get("executor")
             error = run.get("error")
             entry["error"] = None if error is None else _clip(str(error), self.max_message)
+            waiting = run.get("waiting")
+            entry["waiting"] = None if waiting is None else _clip(str(waiting), self.max_message)
         topologies.sort(key=lambda entry: entry["topology"])
 
     def state_status(self) -> tuple[list[dict[str, Any]], int]:

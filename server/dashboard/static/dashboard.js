@@ -279,6 +279,7 @@ function renderTransactional(status) {
       const state = tx.error ? "stopped" : tx.running ? "running" : "not running";
       name.append(el("div", { class: `run-state run-${state.replace(" ", "-")}` }, state));
       if (tx.error) name.append(el("div", { class: "run-error" }, tx.error));
+      if (tx.waiting) name.append(el("div", { class: "run-waiting" }, tx.waiting));
     }
     return el(
       "tr",
