@@ -8,6 +8,8 @@ shut down after the test. Tests on Spark share one SparkSession
 ``spark`` marker: those fixtures mark their Spark params, and
 ``tests.spark_marker`` marks every test that uses ``spark_session`` and
 proves that a run without spark tests (``pytest -m "not spark"``) starts no JVM.
+``tests.brokers`` adds the real brokers (``redis_server``, ``nats_server``,
+``broker``: each in turn), started on first use.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from drpc.testing import LocalDRPC
 
-pytest_plugins = ["tests.spark_marker"]
+pytest_plugins = ["tests.spark_marker", "tests.brokers"]
 
 EXECUTORS = [
     "local",

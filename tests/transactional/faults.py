@@ -43,10 +43,16 @@ def word_count(
     log_dir: str, markers: str | None = None, opaque: bool = False, take: int = TAKE_PER_BATCH
 ) -> TransactionalTopologyBuilder:
     kind = OpaqueFileLogTransactionalSpout if opaque else FileLogTransactionalSpout
-    builder = TransactionalTopologyBuilder(
-        "fault-words", "spout", kind(log_dir, Fields("word"), take), 2
-    )
-    builder.set_bolt("partial", bolts.PartialWordCount(markers), 3).fields_grouping(
+    return count_words(kind(log_dir, Fields("word"), take), "fault-words", markers, opaque)
+
+
+def count_words(
+    spout: Any, topology_id: str, markers: str | None, opaque: bool, percent: int = 20
+) -> TransactionalTopologyBuilder:
+    """The fault word count over any spout of a ``word`` field; ``percent`` of the first
+    processing and commit attempts fail where ``markers`` says."""
+    builder = TransactionalTopologyBuilder(topology_id, "spout", spout, 2)
+    builder.set_bolt("partial", bolts.PartialWordCount(markers, percent), 3).fields_grouping(
         "spout", Fields("word")
     )
     builder.set_bolt(
