@@ -15,6 +15,7 @@ from drpc.examples.exclamation import build_exclamation
 from drpc.runtime import _prepare_environment
 from drpc.sparkconf import resolve
 from drpc.testing import LocalDRPC
+from drpc.transactional.resident_backend import ResidentBackend
 from drpc.transactional.run import TransactionalRunner
 from drpc.transactional.spark_backend import SparkBackend
 from tests.transactional.faults import word_count
@@ -55,23 +56,27 @@ def test_spark_keywords_reach_spark_runtimes_only() -> None:
         assert drpc.execute("exclamation", "hi") == "hi!"
 
 
-def test_a_transactional_run_passes_its_spark_settings_to_its_backend(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("executor", "backend"), [("spark", ResidentBackend), ("spark-batch", SparkBackend)]
+)
+def test_a_transactional_run_passes_its_spark_settings_to_its_backend(
+    tmp_path: Path, executor: str, backend: type
+) -> None:
     write_words(tmp_path / "log", seed=1, count=40)
     runner = TransactionalRunner(  # not started: no session needed to see what it would ask
         word_count(str(tmp_path / "log")),
         state_dir=str(tmp_path / "state"),
-        executor="spark",
+        executor=executor,
         master="local[1]",
         spark_conf={"spark.executor.memory": "700m"},
         start_timeout=7.0,
     )
     try:
-        backend = runner.backend
-        assert isinstance(backend, SparkBackend)
-        assert (backend.master, backend.spark_conf, backend.start_timeout) == (
-            "local[1]",
-            {"spark.executor.memory": "700m"},
-            7.0,
-        )
+        assert type(runner.backend) is backend
+        assert (
+            runner.backend.master,  # type: ignore[attr-defined]
+            runner.backend.spark_conf,  # type: ignore[attr-defined]
+            runner.backend.start_timeout,  # type: ignore[attr-defined]
+        ) == ("local[1]", {"spark.executor.memory": "700m"}, 7.0)
     finally:
         runner.close()

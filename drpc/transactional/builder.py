@@ -69,8 +69,10 @@ class TransactionalInfo:
     spout: IComponent
     committers: frozenset[str]
     commit_components: tuple[str, ...]  # in topological order
-    # The processing backend of executor="spark" (SparkBackend's arguments); None: SparkBackend.
+    # The processing backend of executor="spark-batch" (SparkBackend's arguments); None:
+    # SparkBackend. Of executor="spark" (the same arguments): None, ResidentBackend.
     spark_backend: Callable[..., Any] | None = None
+    resident_backend: Callable[..., Any] | None = None
 
 
 class TransactionalSpoutCoordinator(BaseRichSpout):

@@ -86,6 +86,7 @@ from drpc.transactional.processing import (
     ProcessingBackend,
     batch_log_fields,
 )
+from drpc.transactional.resident_backend import ResidentBackend
 from drpc.transactional.spark_backend import SparkBackend
 from drpc.transactional.spouts import (
     TRANSACTIONAL_SERVICE,
@@ -183,10 +184,11 @@ class TransactionalRunner:
         :param state_options: options of ``StateEnvironment.open`` for ``state_dir``
             (e.g. ``map_size``, ``max_map_size``, ``sync``); defaults otherwise.
         :param observer: receives ``tx_*`` events (``drpc.observe``).
-        :param spark_backend: the processing backend of ``executor="spark"`` (called with
-            ``SparkBackend``'s arguments); None: the topology's own
+        :param spark_backend: the processing backend of ``executor="spark-batch"`` (called
+            with ``SparkBackend``'s arguments); None: the topology's own
             (``TransactionalInfo.spark_backend``, Trident's compiled path sets it), else
-            ``SparkBackend``.
+            ``SparkBackend``. ``executor="spark"`` takes the topology's
+            ``resident_backend``, else ``ResidentBackend``.
         """
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be None or >= 1, got {max_attempts}")
@@ -239,7 +241,10 @@ class TransactionalRunner:
                 topology, info, self.conf, self.services, self.transactional, threads
             )
         else:
-            make = spark_backend or info.spark_backend or SparkBackend
+            if executor == "spark":
+                make = info.resident_backend or ResidentBackend
+            else:
+                make = spark_backend or info.spark_backend or SparkBackend
             self.backend = make(
                 topology,
                 info,

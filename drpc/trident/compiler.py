@@ -49,7 +49,7 @@ from drpc.trident.bolts import (
     ReturnTuples,
     SegmentBolt,
 )
-from drpc.trident.fused import FusedBackend, fused_plan
+from drpc.trident.fused import FusedBackend, ResidentFusedBackend, fused_plan
 from drpc.trident.plan import (
     DRPCSource,
     Each,
@@ -344,7 +344,9 @@ def transactional_topology(
     compiled = builder.create_topology(_conf(state_dir, conf))
     if fused and fused_plan(compiled) is not None:
         compiled.transactional = dataclasses.replace(
-            compiled.transactional, spark_backend=FusedBackend
+            compiled.transactional,
+            spark_backend=FusedBackend,
+            resident_backend=ResidentFusedBackend,
         )
     return compiled
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import pickle
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +43,8 @@ from typing import Any
 from drpc import runtime
 from drpc.errors import DRPCExceptionType, Failure, InvalidTopologyError
 from drpc.executors.records import Shipment
-from drpc.executors.spark.stages import load_topology, tagged_job
+from drpc.executors.resident.executor import resident_cluster_of
+from drpc.executors.spark.stages import load_topology, loaded_topology, tagged_job
 from drpc.gcpolicy import collected_less_often
 from drpc.model.context import TopologyContext
 from drpc.model.streams import COORDINATED_STREAM_ID
@@ -179,6 +180,44 @@ def fused_plan(topology: Topology) -> FusedPlan | None:
     )
 
 
+def range_partials(
+    topology: Topology,
+    plan: FusedPlan,
+    conf: dict[str, Any],
+    attempt: TransactionAttempt,
+    ranges: Iterable[RangeTask],
+) -> TaskOutput:
+    """What one emitter task of a batch computes: read its ranges, run the segment's steps
+    and combine per key (see the module doc)."""
+    bolt = topology.components[plan.segment].user_component
+    assert isinstance(bolt, SegmentBolt)
+    root = pickle.loads(freeze(bolt.root))
+    combiners = {target.stream: target.persist for target in plan.targets}
+    partials: dict[str, dict[Any, Any]] = {stream: {} for stream in combiners}
+
+    def output(stream: str, values: Values) -> None:
+        persist = combiners[stream]
+        key = key_of(persist.group.values(values))
+        partial = persist.input.values(values)[0]
+        seen = partials[stream]
+        seen[key] = persist.aggregator.combine(seen[key], partial) if key in seen else partial
+
+    context = TopologyContext(topology, plan.segment, plan.segment_task, conf=conf)
+    with collected_less_often():
+        root.prepare(BatchContext(conf, context, attempt, output))
+        reader: Any = plan.spout.get_emitter(conf, context)
+        tuples = 0
+        try:
+            for task in ranges:
+                rows = list(map(tuple, reader.values_in(task.partition, task.meta)))
+                tuples += len(rows)
+                root.receive_many(plan.spout_stream, rows)
+        finally:
+            reader.close()
+        root.finish()
+    return TaskOutput(partials, tuples)
+
+
 def _run_ranges(
     token: str,
     frozen: Any,
@@ -186,43 +225,26 @@ def _run_ranges(
     conf: dict[str, Any],
     attempt: TransactionAttempt,
 ) -> Callable[[Iterator[list[RangeTask]]], Iterator[TaskOutput]]:
-    """The function each Spark task runs over its ranges (see the module doc)."""
+    """The function each Spark task runs over its ranges (a broadcast topology)."""
 
     def run(tasks: Iterator[list[RangeTask]]) -> Iterator[TaskOutput]:
-        with collected_less_often():
-            output = partials_of(tasks)
-        yield output
-
-    def partials_of(tasks: Iterator[list[RangeTask]]) -> TaskOutput:
         topology = load_topology(token, frozen)
-        bolt = topology.components[plan.segment].user_component
-        assert isinstance(bolt, SegmentBolt)
-        root = pickle.loads(freeze(bolt.root))
-        combiners = {target.stream: target.persist for target in plan.targets}
-        partials: dict[str, dict[Any, Any]] = {stream: {} for stream in combiners}
-
-        def output(stream: str, values: Values) -> None:
-            persist = combiners[stream]
-            key = key_of(persist.group.values(values))
-            partial = persist.input.values(values)[0]
-            seen = partials[stream]
-            seen[key] = persist.aggregator.combine(seen[key], partial) if key in seen else partial
-
-        context = TopologyContext(topology, plan.segment, plan.segment_task, conf=conf)
-        root.prepare(BatchContext(conf, context, attempt, output))
-        reader: Any = plan.spout.get_emitter(conf, context)
-        tuples = 0
-        try:
-            for task in (task for share in tasks for task in share):
-                rows = list(map(tuple, reader.values_in(task.partition, task.meta)))
-                tuples += len(rows)
-                root.receive_many(plan.spout_stream, rows)
-        finally:
-            reader.close()
-        root.finish()
-        return TaskOutput(partials, tuples)
+        yield range_partials(topology, plan, conf, attempt, (t for share in tasks for t in share))
 
     return run
+
+
+def resident_ranges(
+    token: str,
+    frozen: bytes,
+    plan: FusedPlan,
+    conf: dict[str, Any],
+    attempt: TransactionAttempt,
+    ranges: list[RangeTask],
+) -> TaskOutput:
+    """What a resident task runs for its ranges of a batch (a call; the topology is
+    unpickled once per process)."""
+    return range_partials(loaded_topology(token, frozen), plan, conf, attempt, ranges)
 
 
 def _shares(ranges: list[RangeTask], tasks: int) -> list[list[RangeTask]]:
@@ -235,8 +257,12 @@ def _shares(ranges: list[RangeTask], tasks: int) -> list[list[RangeTask]]:
     return [share for share in shares if share]
 
 
-class FusedBackend:
-    """One Spark job per batch over the file log's byte ranges (see the module doc)."""
+class _FusedBatches:
+    """What both compiled backends share: the driver decides each batch's ranges in txid
+    order, ``_outputs`` computes the emitter tasks' partials somewhere, and the driver
+    combines them per key for the committers (see the module doc)."""
+
+    where = "the executors"
 
     def __init__(
         self,
@@ -268,26 +294,14 @@ class FusedBackend:
         self._planner = RangePlanner(plan.spout, conf, context, transactional.coordinator_state)
         self._pool = ThreadPoolExecutor(max_jobs, thread_name_prefix=f"drpc-fused-{info.id}")
         self._report: Callable[[Event], None] | None = None
-        self._sc: Any = None
-        self._broadcast: Any = None
-        self._tags: set[str] = set()
         self._token = uuid.uuid4().hex[:8]
 
     def start(self, report: Callable[[Event], None]) -> None:
         self._report = report
-        session = runtime.get_session(
-            self.master, self.spark_conf, start_timeout=self.start_timeout
-        )
-        self._sc = session.sparkContext
-        self._broadcast = self._sc.broadcast(freeze(self.topology))
 
     def stop(self) -> None:
-        for tag in list(self._tags):
-            self._sc.cancelJobsWithTag(tag)
         self._pool.shutdown(wait=True)
         self._planner.close()
-        if self._broadcast is not None:
-            self._broadcast.unpersist()
 
     def submit(
         self, attempt: TransactionAttempt, metadata: Any, last_committed: int | None
@@ -307,29 +321,25 @@ class FusedBackend:
 
     def _process(self, attempt: TransactionAttempt, ranges: list[RangeTask]) -> None:
         assert self._report is not None
-        tag = f"drpc-fused-{self._token}-{attempt.txid}-{attempt.attempt_id}"
-        self._tags.add(tag)
         try:
             outputs: list[TaskOutput] = []
             if ranges:
-                shares = _shares(ranges, self.plan.emitter_tasks)
-                with tagged_job(self._sc, tag, f"drpc Trident {self.info.id}: batch {attempt}"):
-                    job = self._sc.parallelize(shares, len(shares)).mapPartitions(
-                        _run_ranges(self._token, self._broadcast, self.plan, self.conf, attempt)
-                    )
-                    with collected_less_often():
-                        outputs = job.collect()
+                outputs = self._outputs(attempt, _shares(ranges, self.plan.emitter_tasks))
         except Exception as error:
             message = (
-                f"the Spark job of batch {attempt} failed: {runtime.describe_spark_error(error)}"
+                f"processing batch {attempt} on {self.where} failed: "
+                f"{runtime.describe_spark_error(error)}"
             )
             self._fail(attempt, DRPCExceptionType.INTERNAL_ERROR, message)
             return
-        finally:
-            self._tags.discard(tag)
         self._report(
             Processed(attempt, self._captured(attempt, outputs), sum(o.tuples for o in outputs))
         )
+
+    def _outputs(
+        self, attempt: TransactionAttempt, shares: list[list[RangeTask]]
+    ) -> list[TaskOutput]:
+        raise NotImplementedError
 
     def _captured(
         self, attempt: TransactionAttempt, outputs: list[TaskOutput]
@@ -347,3 +357,85 @@ class FusedBackend:
             shipment.reports[attempt] = len(runs)
             captured.setdefault(target.task, []).append(shipment)
         return captured
+
+
+class FusedBackend(_FusedBatches):
+    """One Spark job per batch over the file log's byte ranges (``executor="spark-batch"``)."""
+
+    where = "Spark"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sc: Any = None
+        self._broadcast: Any = None
+        self._tags: set[str] = set()
+
+    def start(self, report: Callable[[Event], None]) -> None:
+        super().start(report)
+        session = runtime.get_session(
+            self.master, self.spark_conf, start_timeout=self.start_timeout
+        )
+        self._sc = session.sparkContext
+        self._broadcast = self._sc.broadcast(freeze(self.topology))
+
+    def stop(self) -> None:
+        for tag in list(self._tags):
+            self._sc.cancelJobsWithTag(tag)
+        super().stop()
+        if self._broadcast is not None:
+            self._broadcast.unpersist()
+
+    def _outputs(
+        self, attempt: TransactionAttempt, shares: list[list[RangeTask]]
+    ) -> list[TaskOutput]:
+        tag = f"drpc-fused-{self._token}-{attempt.txid}-{attempt.attempt_id}"
+        self._tags.add(tag)
+        try:
+            with tagged_job(self._sc, tag, f"drpc Trident {self.info.id}: batch {attempt}"):
+                job = self._sc.parallelize(shares, len(shares)).mapPartitions(
+                    _run_ranges(self._token, self._broadcast, self.plan, self.conf, attempt)
+                )
+                with collected_less_often():
+                    return list(job.collect())
+        finally:
+            self._tags.discard(tag)
+
+
+class ResidentFusedBackend(_FusedBatches):
+    """The same batches as calls on the resident Spark tasks (``executor="spark"``): no
+    Spark job per batch. Emitter task i's ranges go to resident task i mod slots."""
+
+    where = "the resident Spark tasks"
+
+    def __init__(self, *args: Any, slots: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = slots
+        self._cluster: Any = None
+        self._frozen = freeze(self.topology)
+
+    def start(self, report: Callable[[Event], None]) -> None:
+        super().start(report)
+        self._cluster = resident_cluster_of(
+            self.master, self.spark_conf, self.start_timeout, self.slots
+        )
+
+    def _outputs(
+        self, attempt: TransactionAttempt, shares: list[list[RangeTask]]
+    ) -> list[TaskOutput]:
+        cluster = self._cluster
+        workers = cluster.workers
+        calls = [
+            cluster.call(
+                workers[index % len(workers)],
+                resident_ranges,
+                self._token,
+                self._frozen,
+                self.plan,
+                self.conf,
+                attempt,
+                share,
+            )
+            for index, share in enumerate(shares)
+        ]
+        with collected_less_often():
+            return [call.result() for call in calls]

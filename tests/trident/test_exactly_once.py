@@ -39,15 +39,22 @@ from .test_word_count import committed
 
 SIGKILL_CASES = [
     # (executor, opaque, words, txids killed after, flaky): each Spark run starts a JVM (40-100
-    # s on the loaded 2-core machine), so one kill there. The transactional file log on Spark
-    # takes Trident's compiled path (drpc.trident.fused); flaky: its killed runs fail the first
-    # attempt of every Spark task midway under local[2,2], so Spark retries each task and a
-    # partial count that doubled would show in the final counts.
+    # s on the loaded 2-core machine), so one kill there. The opaque file log on the resident
+    # tasks takes the general path; the transactional one as Spark jobs Trident's compiled
+    # path (drpc.trident.fused); flaky: its killed runs fail the first attempt of every Spark
+    # task midway under local[2,2], so Spark retries each task and a partial count that
+    # doubled would show in the final counts.
     pytest.param("local", False, 20_000, (3, 9, 17, 28), False, id="local-transactional"),
     pytest.param("local", True, 20_000, (4, 11, 20, 30), False, id="local-opaque"),
     pytest.param("spark", True, 6_000, (2,), False, id="spark-opaque", marks=pytest.mark.spark),
     pytest.param(
-        "spark", False, 6_000, (2,), True, id="spark-fused-retried", marks=pytest.mark.spark
+        "spark-batch",
+        False,
+        6_000,
+        (2,),
+        True,
+        id="spark-batch-fused-retried",
+        marks=pytest.mark.spark,
     ),
 ]
 RETRYING_MASTER = "local[2,2]"  # two attempts per Spark task
@@ -82,11 +89,11 @@ def test_sigkill_at_random_points_then_restart(
         sys.executable, "-m", "drpc.transactional.cli", "run", "tests.trident.faults:topology",
         "--state-dir", str(state_dir), "--max-spout-pending", "3", "--executor", executor,
     ]  # fmt: skip
-    if executor == "spark":
+    if executor != "local":
         command += ["--master", RETRYING_MASTER if flaky else SPARK_TEST_MASTER]
     kills = kill_after_commits(command, env, state_dir, TXID, list(targets), random.Random(5))
     assert kills == len(targets), "a run finished before it was killed; make the input larger"
-    if executor == "spark":
+    if executor != "local":
         request.getfixturevalue("spark_session")
     topology = word_count(str(tmp_path / "log"), opaque, TAKE)
     final = run(topology, state_dir=str(state_dir), executor=executor, max_spout_pending=3)

@@ -16,7 +16,7 @@ from drpc.transactional.filelog import (
     append_lines,
 )
 from drpc.trident import Count, LMDBMapState, runner, transactional_topology
-from drpc.trident.fused import FusedBackend, fused_plan
+from drpc.trident.fused import FusedBackend, ResidentFusedBackend, fused_plan
 
 from .ops import Concat, CountFailingCommits, Split, SplitFailingOnce
 from .test_word_count import SENTENCES, committed, word_count
@@ -33,9 +33,13 @@ def test_the_compiled_path_takes_a_file_log_word_count_and_leaves_the_rest(
         compiled = transactional_topology(
             word_count(spout, STATE, Split(), count or Count()), str(tmp_path), fused=fused
         )
-        if compiled.transactional.spark_backend is not None:
-            assert compiled.transactional.spark_backend is FusedBackend
-        return fused_plan(compiled), compiled.transactional.spark_backend
+        info = compiled.transactional
+        if info.spark_backend is not None:
+            assert (info.spark_backend, info.resident_backend) == (
+                FusedBackend,
+                ResidentFusedBackend,
+            )
+        return fused_plan(compiled), info.spark_backend
 
     accepted, backend = plan(log)
     assert accepted is not None and backend is FusedBackend
@@ -55,9 +59,13 @@ def write_sentences(log_dir: Path, rounds: int, offset: int = 0) -> Counter[str]
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize(
+    ("executor", "backend"), [("spark", ResidentFusedBackend), ("spark-batch", FusedBackend)]
+)
 def test_the_compiled_word_count_is_exact_under_replays_and_over_a_growing_log(
-    spark_session: object, tmp_path: Path
+    spark_session: object, tmp_path: Path, executor: str, backend: type
 ) -> None:
+    """On the resident tasks (a call per emitter task and batch) and as Spark jobs."""
     log_dir, state_dir, markers = tmp_path / "log", tmp_path / "state", tmp_path / "markers"
     markers.mkdir()
     expected = write_sentences(log_dir, 12)
@@ -65,13 +73,13 @@ def test_the_compiled_word_count_is_exact_under_replays_and_over_a_growing_log(
     topology = word_count(
         spout, STATE, SplitFailingOnce(str(markers)), CountFailingCommits(str(markers))
     )
-    with runner(topology, state_dir=str(state_dir), executor="spark", max_spout_pending=3) as r:
-        assert isinstance(r.backend, FusedBackend)
+    with runner(topology, state_dir=str(state_dir), executor=executor, max_spout_pending=3) as r:
+        assert type(r.backend) is backend
         first = r.run()
     assert first.replays["processing"] > 0 and first.replays["commit"] > 0
     assert committed(state_dir, STATE) == dict(expected)
     expected += write_sentences(log_dir, 5, offset=2)  # the next run reads only the new lines
-    with runner(topology, state_dir=str(state_dir), executor="spark", max_spout_pending=3) as r:
+    with runner(topology, state_dir=str(state_dir), executor=executor, max_spout_pending=3) as r:
         second = r.run()
     assert second.commits and second.commits[0].txid > first.commits[-1].txid
     assert committed(state_dir, STATE) == dict(expected)

@@ -22,6 +22,11 @@ every resident function of the process is deployed on it:
   request table. A job that does not get all its tasks connected within
   ``start_timeout`` seconds fails ``deploy`` with ``DRPCError`` naming the
   master and the slots it asked for.
+- ``call(node, function, *args)`` runs ``function(*args)`` on resident task
+  ``node`` (1..``slots``) and returns a ``Future`` of its result: it waits (up to
+  ``start_timeout``) for the job to have every task connected, and a call in
+  flight when the job breaks fails with ``DRPCError`` naming why. No Spark job
+  runs per call.
 - ``stop()`` ends the job (the tasks return) and closes the node.
 
 The wire is ``drpc.executors.resident.transport`` (node 0 here, listening on
@@ -32,9 +37,12 @@ from __future__ import annotations
 
 import itertools
 import logging
+import pickle
 import secrets
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -43,6 +51,8 @@ from drpc.compiled import engine_build
 from drpc.errors import DRPCError, DRPCExceptionType, Failure
 from drpc.executors.local.executor import LocalExecutor
 from drpc.executors.resident.control import (
+    Call,
+    CallDone,
     Deploy,
     Deployed,
     DeployFailed,
@@ -138,6 +148,8 @@ class ResidentCluster:
         self._ready: set[int] = set()
         self.engine_builds: dict[int, str] = {}  # each resident task's, as it said Ready
         self._deployments: dict[str, Deployment] = {}
+        self._calls: dict[int, Future[Any]] = {}
+        self._call_ids = itertools.count(1)
         self._job: threading.Thread | None = None
         self._job_error: BaseException | None = None
         self._tag = ""
@@ -210,8 +222,10 @@ class ResidentCluster:
         services: dict[str, Any],
         *,
         threads: int = DEFAULT_WORKER_THREADS,
+        on_driver: frozenset[str] = frozenset(),
     ) -> Deployment:
-        """Run ``topology`` on the resident tasks and its driver share here."""
+        """Run ``topology`` on the resident tasks and its driver share here (``on_driver``:
+        components kept on the driver besides the spouts and the DRPC scaffolding)."""
         self.start()
         deployment = Deployment(
             key=f"{topology.name}#{next(_keys)}",
@@ -220,7 +234,7 @@ class ResidentCluster:
             conf=dict(conf),
             services=services,
             threads=threads,
-            node_of=place(topology, self.slots),
+            node_of=place(topology, self.slots, on_driver),
             observed=observer_of(services) is not NULL_OBSERVER,
         )
         if not self.wait_ready(self.start_timeout):
@@ -298,6 +312,41 @@ class ResidentCluster:
         with self._cond:
             return list(self._deployments.values())
 
+    # -- calls -------------------------------------------------------------------------------
+
+    def call(self, node: int, function: Callable[..., Any], *args: Any) -> Future[Any]:
+        """``function(*args)`` on resident task ``node`` (see the module doc)."""
+        self.start()
+        if not self.wait_ready(self.start_timeout):
+            raise DRPCError(self._not_ready_message())
+        future: Future[Any] = Future()
+        work = freeze((function, args))
+        with self._cond:
+            if self._broken:
+                raise DRPCError(f"the resident Spark tasks are restarting: {self.last_failure}")
+            call_id = next(self._call_ids)
+            self._calls[call_id] = future
+        self.node.send(node, (None, CONTROL, Call(call_id, work)))
+        return future
+
+    def _call_done(self, done: CallDone) -> None:
+        with self._cond:
+            future = self._calls.pop(done.call_id, None)
+        if future is None:
+            return
+        if done.error is not None or done.result is None:
+            future.set_exception(
+                DRPCError(f"a call on resident task {done.node} raised {done.error}")
+            )
+        else:
+            future.set_result(pickle.loads(done.result))
+
+    def _fail_calls(self, reason: str) -> None:
+        with self._cond:
+            calls, self._calls = self._calls, {}
+        for future in calls.values():
+            future.set_exception(DRPCError(f"the resident Spark tasks broke: {reason}"))
+
     # -- what arrives ----------------------------------------------------------------------
 
     def _on_items(self, peer: int, items: list[Any]) -> None:
@@ -308,6 +357,9 @@ class ResidentCluster:
         return deployment.engine if deployment is not None else None
 
     def _control(self, message: Any) -> None:
+        if isinstance(message, CallDone):
+            self._call_done(message)
+            return
         with self._cond:
             if isinstance(message, Ready):
                 self._ready.add(message.node)
@@ -345,6 +397,7 @@ class ResidentCluster:
             self._broken = True
             self._cond.notify_all()
             job, tag = self._job, self._tag
+        self._fail_calls(reason)
         threading.Thread(
             target=self._recover, args=(reason, job, tag), name="drpc-resident-recover", daemon=True
         ).start()
@@ -423,6 +476,7 @@ class ResidentCluster:
             self._cond.notify_all()
         for deployment in deployments:
             self.undeploy(deployment)
+        self._fail_calls("the resident job was stopped")
         self.node.broadcast((None, CONTROL, Stop()))
         if job is not None:
             job.join(timeout)

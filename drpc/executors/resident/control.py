@@ -11,7 +11,12 @@ Control items travel as wire items ``(None, CONTROL, message)``
   worker answers ``Deployed(key, node)`` once its share runs, or
   ``DeployFailed(key, node, reason)``;
 - ``Undeploy(key)`` stops a worker's share; ``Stop()`` ends the worker, and
-  with it its Spark task.
+  with it its Spark task;
+- ``Call(call_id, work)`` runs a function on a worker (``work``: the function and
+  its arguments frozen with cloudpickle) on a thread of its own, and the worker
+  answers ``CallDone(call_id, node, result, error)``: what it returned (pickled),
+  or why it raised (``error``, then ``result`` is None). Transactional runs on the resident
+  tasks process their batches through calls.
 """
 
 from __future__ import annotations
@@ -51,4 +56,16 @@ class Stop(NamedTuple):
     pass
 
 
-Control = Ready | Deploy | Deployed | DeployFailed | Undeploy | Stop
+class Call(NamedTuple):
+    call_id: int
+    work: bytes  # freeze((function, args))
+
+
+class CallDone(NamedTuple):
+    call_id: int
+    node: int
+    result: bytes | None  # pickled
+    error: str | None
+
+
+Control = Ready | Deploy | Deployed | DeployFailed | Undeploy | Stop | Call | CallDone

@@ -33,6 +33,7 @@ from typing import Any
 
 from drpc import config, runtime
 from drpc.builders.drpc_components import required_invocations, served_function
+from drpc.errors import DRPCError
 from drpc.executors.resident.cluster import (
     DEFAULT_START_TIMEOUT,
     DEFAULT_WORKER_THREADS,
@@ -65,6 +66,22 @@ def resident_cluster(
         cluster = ResidentCluster(sc, slots=slots or default_slots(sc), start_timeout=start_timeout)
         _cluster = cluster
     runtime.before_stop(lambda: _stop_cluster(cluster))
+    return cluster
+
+
+def resident_cluster_of(
+    master: str | None,
+    spark_conf: dict[str, Any] | None,
+    start_timeout: float,
+    slots: int | None = None,
+) -> ResidentCluster:
+    """This process's resident job on its SparkSession (``drpc.runtime``), started and with
+    every task connected (``DRPCError`` saying why not, after ``start_timeout``)."""
+    session = runtime.get_session(master, spark_conf, start_timeout=start_timeout)
+    cluster = resident_cluster(session.sparkContext, slots=slots, start_timeout=start_timeout)
+    cluster.start()
+    if not cluster.wait_ready(start_timeout):
+        raise DRPCError(cluster._not_ready_message())
     return cluster
 
 

@@ -14,6 +14,8 @@ the driver sends ``Stop`` or its connection to the driver breaks:
   ``Route``, shipping its step spans to the driver when observed) and answer
   ``Deployed``, or ``DeployFailed`` naming why;
 - ``Undeploy``: stop that share;
+- ``Call``: run the function on a thread of the worker's call pool (``threads``
+  of them) and answer ``CallDone`` with what it returned or why it raised;
 - a deployment's items go to its share (``routing.dispatch``); items for a
   deployment this worker does not run (an undeployed one) are dropped.
 
@@ -28,12 +30,15 @@ import logging
 import pickle
 import threading
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from drpc.compiled import engine_build
 from drpc.executors.local.executor import LocalExecutor
 from drpc.executors.local.spans import ShippedSpans
 from drpc.executors.resident.control import (
+    Call,
+    CallDone,
     Deploy,
     Deployed,
     DeployFailed,
@@ -59,6 +64,7 @@ class ResidentWorker:
         self.threads = threads
         self.node = Node(node_index, token, self._on_items, self._on_lost)
         self.engines: dict[str, LocalExecutor] = {}
+        self.calls = ThreadPoolExecutor(threads, thread_name_prefix=f"drpc-calls-{node_index}")
         self._lock = threading.Lock()
         self._done = threading.Event()
         self.reason = ""
@@ -71,6 +77,7 @@ class ResidentWorker:
             self.engines.clear()
         for engine in engines:
             engine.stop()
+        self.calls.shutdown(wait=False, cancel_futures=True)
         self.node.close()
         return self.reason
 
@@ -94,8 +101,20 @@ class ResidentWorker:
                 engine = self.engines.pop(message.key, None)
             if engine is not None:
                 engine.stop()
+        elif isinstance(message, Call):
+            self.calls.submit(self._call, message)
         elif isinstance(message, Stop):
             self._finish("stopped by the driver")
+
+    def _call(self, message: Call) -> None:
+        try:
+            function, args = pickle.loads(message.work)
+            result = pickle.dumps(function(*args), protocol=pickle.HIGHEST_PROTOCOL)
+            done = CallDone(message.call_id, self.index, result, None)
+        except BaseException as error:
+            log.exception("resident task %d: call %d raised", self.index, message.call_id)
+            done = CallDone(message.call_id, self.index, None, f"{type(error).__name__}: {error}")
+        self.node.send(DRIVER, (None, CONTROL, done))
 
     def _deploy(self, message: Deploy) -> None:
         try:

@@ -81,7 +81,16 @@ def load_topology(token: str, broadcast: Any) -> Topology:
     """The topology in ``broadcast``, unpickled once per Python worker (keyed by ``token``)."""
     topology = _topologies.get(token)
     if topology is None:
-        topology = pickle.loads(broadcast.value)
+        topology = loaded_topology(token, broadcast.value)
+    return topology
+
+
+def loaded_topology(token: str, frozen: bytes) -> Topology:
+    """The topology ``frozen`` holds, unpickled once per process (keyed by ``token``): what
+    a resident task is sent with each call instead of a broadcast."""
+    topology = _topologies.get(token)
+    if topology is None:
+        topology = pickle.loads(frozen)
         _topologies[token] = topology
         _freeze_long_lived()
     return topology
