@@ -41,8 +41,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import random
 import shutil
 import sys
@@ -54,6 +52,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+import transactional as baseline  # noqa: E402  (bench/transactional.py)
 
 from drpc import Fields, runtime  # noqa: E402
 from drpc.progress import Progress  # noqa: E402
@@ -275,13 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             nats.start()
             load_nats(nats, "WORDS", words)
         session = runtime.get_session()
-        results["environment"] = {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "spark": session.version,
-            "master": session.sparkContext.master,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }
+        results["environment"] = baseline.spark_environment(session)
         results.update(words=args.words, batch=args.batch, warm_up_words=args.warm_up_words)
         if args.warm_up_words:
             warm = draw(args.warm_up_words, 7)

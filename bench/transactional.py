@@ -250,6 +250,17 @@ def warm_up(
         )
 
 
+def spark_environment(session: Any) -> dict[str, Any]:
+    """The machine and Spark session a bench measured on (its JSON's ``environment``)."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "spark": session.version,
+        "master": session.sparkContext.master,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
 def print_table(results: dict[str, Any], rows: tuple[tuple[str, str], ...]) -> None:
     """One line per run measured: seconds, batches and words/s, labelled as ``rows`` says."""
     width = max(len(label) for _, label in rows) + 2
@@ -286,13 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         drpc_log, stream_dir, expected = generate(work, words)
         session = runtime.get_session()
         results: dict[str, Any] = {
-            "environment": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "spark": session.version,
-                "master": session.sparkContext.master,
-                "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            },
+            "environment": spark_environment(session),
             "words": words,
             "batch": BATCH,
             "distinct_words": len(expected),

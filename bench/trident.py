@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -138,13 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generating {args.words} words ...", flush=True)
         log_dir, stream_dir, expected = baseline.generate(work, args.words)
         session = runtime.get_session()
-        results["environment"] = {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "spark": session.version,
-            "master": session.sparkContext.master,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }
+        results["environment"] = baseline.spark_environment(session)
         results.update(
             words=args.words,
             batch=args.batch,

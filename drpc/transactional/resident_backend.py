@@ -9,9 +9,10 @@ for the commit phase stay on the driver (they use the driver's state and
 capture store), every other bolt runs on the resident tasks, and batches stream
 through them as messages, up to ``max_spout_pending`` at once, with the local
 engine's rules (acking, coordination, timeouts). A spout whose batches are
-decided on the driver (``drpc.transactional.ranges.reads_on_executors``: the
-file log) has its ranges decided here, in txid order, and read by a
-``RangeReader`` on the resident tasks, so no tuple passes through the driver.
+decided on the driver (``drpc.transactional.ranges.reads_on_executors``: a
+``RangeSpout``: the file log, Redis Streams, JetStream) has its ranges
+decided here, in txid order, and read by a ``RangeReader`` on the resident
+tasks, so no tuple passes through the driver.
 
 A resident task that dies fails the attempts in flight (``ProcessingFailed``,
 INTERNAL_ERROR naming the cause); the job restarts and they are replayed with
@@ -107,7 +108,7 @@ class ResidentBackend(StreamedBatches):
                 ProcessingFailed(attempt, Failure(DRPCExceptionType.FAILED_REQUEST, message))
             )
             return
-        self._lines[attempt] = sum(meta.lines for meta in metas.values())
+        self._lines[attempt] = sum(meta.tuples for meta in metas.values())
         super().submit(attempt, metas, last_committed)
 
     def tuples_of(self, attempt: TransactionAttempt) -> int:
