@@ -9,9 +9,10 @@ input:
 
 - ``trident_redis``: ``new_stream(RedisStreamsTransactionalSpout).group_by(
   word).persistent_aggregate(LMDBMapState.transactional, Count())`` on Spark
-  with defaults (Trident's compiled path: the driver decides each
-  partition's id range, the executors read the entries; 3 batches in
-  flight), ``--batch`` entries a batch (100 000: 25 000 per partition);
+  with defaults (``executor="spark"``: Trident's compiled path on the
+  resident tasks; the driver decides each partition's id range, the
+  executors read the entries; 3 batches in flight), ``--batch`` entries a
+  batch (100 000: 25 000 per partition);
 - ``plain_redis``, its baseline and the limit: one consumer loop as a
   competent user writes it: redis-py ``XREAD COUNT`` over the 4 streams
   (``--batch`` entries a round), a ``Counter`` a batch and one durable LMDB
