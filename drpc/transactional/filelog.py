@@ -16,7 +16,9 @@ metadata is the byte range it read (``FileLogMeta(start, end, lines)``).
   committed (or, pipelined, the previous emitted) one ended; a replay may read
   more lines than the first attempt did if more were appended.
 - Lines appended later are picked up by later batches; a partly written last
-  line is left until its newline arrives. A line that is not valid JSON (or
+  line is left until its newline arrives. The coordinator watches the directory
+  (``watch``, ``drpc.transactional.watching``), so an idle run starts its next
+  batch as soon as a partition file grows. A line that is not valid JSON (or
   has the wrong number of values) is skipped and logged, or fails the batch
   with ``invalid="fail"``.
 
@@ -45,6 +47,7 @@ from drpc.model.streams import OutputFieldsDeclarer
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.ranges import RangeSpout
 from drpc.transactional.spouts import BaseOpaquePartitionedTransactionalSpout
+from drpc.transactional.watching import watch_files
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +130,10 @@ class _Reader:
 
     def is_ready(self) -> bool:
         return True
+
+    def watch(self, wakeup: Callable[[], None]) -> Callable[[], None]:
+        """Wake the run when a partition file grows (``drpc.transactional.watching``)."""
+        return watch_files(self.directory, self.pattern, wakeup)
 
     def _file(self, partition: int) -> BinaryIO:
         handle = self._files.get(partition)

@@ -94,6 +94,7 @@ from drpc.transactional.spouts import (
     drpc_owns_batch_meta,
     spout_coordinator,
     waiting_of,
+    watch_of,
 )
 
 log = logging.getLogger(__name__)
@@ -131,14 +132,48 @@ class RunResult:
         return [values for commit in self.commits for values in commit.outputs.get(component, [])]
 
 
+MIN_IDLE_WAIT = 0.001
+"""The first wait of an idle source its coordinator does not watch; each empty batch after
+doubles it, up to ``idle_interval``."""
+
+
+class _Woken:
+    """The event of a wakeup from the spout's coordinator."""
+
+
+WOKEN = _Woken()
+
+
 class _Metadata:
-    """The coordinator's ``MetadataSource``: durable per-txid metadata from the spout."""
+    """The coordinator's ``MetadataSource``: durable per-txid metadata from the spout, and
+    when the source is idle (see ``TransactionalRunner.run``)."""
 
     def __init__(self, state: CoordinatorState, coordinator: Any) -> None:
         self.state = state
         self.coordinator = coordinator
         self.stopped = False
         self.resume_at = 0.0  # no new transaction before this time.monotonic() (idle source)
+        self.watching = False  # the coordinator wakes the run when input may have arrived
+        self.wakes = 0  # wakeups so far
+        self.backoff = MIN_IDLE_WAIT
+
+    def woken(self) -> None:
+        self.wakes += 1
+        self.resume_at = 0.0
+
+    def went_idle(self, woken_since: bool, idle_interval: float) -> None:
+        """A batch came back empty: wait for a wakeup (at most ``idle_interval``), or poll
+        after a backoff; not at all when a wakeup came after the batch was emitted."""
+        if woken_since:
+            return
+        if self.watching:
+            self.resume_at = time.monotonic() + idle_interval
+        else:
+            self.resume_at = time.monotonic() + self.backoff
+            self.backoff = min(self.backoff * 2, idle_interval)
+
+    def got_input(self) -> None:
+        self.backoff = MIN_IDLE_WAIT
 
     def has_cache(self, txid: int) -> bool:
         return self.state.batch_meta.has_cache(txid)
@@ -260,7 +295,9 @@ class TransactionalRunner:
         self.max_timeouts = max_timeouts
         self._failures: collections.Counter[int] = collections.Counter()
         self._timeouts: collections.Counter[int] = collections.Counter()
-        self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._events: queue.SimpleQueue[Event | _Woken] = queue.SimpleQueue()
+        self._unwatch: Callable[[], None] | None = None
+        self._wakes_at_emit: dict[int, int] = {}
         self._captured: dict[TransactionAttempt, Processed] = {}
         self._started = False
         self._status_lock = threading.Lock()
@@ -296,10 +333,19 @@ class TransactionalRunner:
         if not self._started:
             self.backend.start(self._events.put)
             self._started = True
+            self._unwatch = watch_of(self.spout_coordinator, self._wake)
+            self.metadata.watching = self._unwatch is not None
+
+    def _wake(self) -> None:
+        """The spout's coordinator says input may have arrived (from its watcher's thread)."""
+        self._events.put(WOKEN)
 
     def close(self) -> None:
         """Stop the backend, close the spout's emitters and coordinator, and release the
         state directory for other writers."""
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         if self._started:
             self._started = False
             self.backend.stop()
@@ -345,11 +391,17 @@ class TransactionalRunner:
         """Process and commit batches until idle (``until_idle``), ``max_batches``
         commits, or ``stop`` is set (then the batches in flight finish first).
 
-        Without ``until_idle`` the source is polled forever; after a committed batch
-        that was empty, the next transaction opens ``idle_interval`` seconds later
-        (default 0.5), so an idle source costs a commit every that often, not a
-        busy loop of empty commits. ``poll_interval`` (0.05 s) bounds how long a
-        stop or a new transaction waits for the loop to notice it.
+        Without ``until_idle`` the run goes on forever, and batches follow each other as
+        fast as they commit while the source has input (each takes what has arrived, up
+        to the spout's batch size: small batches while input trickles, full ones under a
+        flood). After a committed batch that was empty the source is idle: a spout whose
+        coordinator watches its source (``watch``, the file log does) opens the next
+        transaction when it wakes the run, so new input starts a batch within
+        milliseconds, and at the latest after ``idle_interval`` seconds (default 0.5);
+        any other is polled again after 1 ms, then twice as long after each empty batch,
+        up to ``idle_interval``: an idle source costs a commit every that often, not a
+        busy loop of empty commits. ``poll_interval`` (0.05 s) bounds how long a stop
+        waits for the loop to notice it.
         """
         self.start()
         result = RunResult(self.info.id)
@@ -402,6 +454,7 @@ class TransactionalRunner:
                 decision = pending.popleft()
                 if isinstance(decision, EmitBatch):
                     attempt = decision.attempt
+                    self._wakes_at_emit[attempt.txid] = self.metadata.wakes
                     self._update_status()
                     self.observer.tx_started(
                         self.info.id,
@@ -425,11 +478,20 @@ class TransactionalRunner:
                 self.metadata.stopped = True
             if self.metadata.stopped and not self.coordinator.active:
                 break
+            wait = poll_interval
+            idle_for = self.metadata.resume_at - time.monotonic()
+            if 0 < idle_for < wait:  # an idle source looks again sooner than the poll
+                wait = idle_for
             try:
-                event = self._events.get(timeout=poll_interval)
+                event = self._events.get(timeout=wait)
             except queue.Empty:
                 pending.extend(self.coordinator.next_tuple(self.metadata))
                 continue
+            if event is WOKEN:
+                self.metadata.woken()
+                pending.extend(self.coordinator.next_tuple(self.metadata))
+                continue
+            assert not isinstance(event, _Woken)
             pending.extend(self._on_event(event, result))
 
     def _on_event(self, event: Event, result: RunResult) -> list[Decision]:
@@ -550,12 +612,15 @@ class TransactionalRunner:
         self.observer.tx_committed(self.info.id, info.txid, info.seconds, info.tuples)
         if on_commit is not None:
             on_commit(info)
+        woken_since = self.metadata.wakes != self._wakes_at_emit.pop(attempt.txid, -1)
         if (until_idle and info.tuples == 0) or (
             max_batches is not None and len(result.commits) >= max_batches
         ):
             self.metadata.stopped = True  # before the coordinator opens the next transaction
         elif info.tuples == 0:
-            self.metadata.resume_at = time.monotonic() + idle_interval
+            self.metadata.went_idle(woken_since, idle_interval)
+        else:
+            self.metadata.got_input()
         return self.coordinator.ack(attempt, self.metadata)
 
 

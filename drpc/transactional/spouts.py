@@ -21,6 +21,12 @@ Three kinds, as in Storm (snake_case):
   starts from the last committed meta and may emit a different batch; use
   ``OpaqueMap`` state with it.
 
+A coordinator may watch its source: ``watch(wakeup) -> stop`` calls
+``wakeup()`` whenever input may have arrived, until ``stop()`` (the file log
+watches its directory); ``watch_of(coordinator, wakeup)`` asks it through
+drpc's wrappers. A run over a watching spout opens its next batch when woken
+after an empty one; over any other it polls with a growing backoff.
+
 A coordinator may also have ``waiting_for() -> str | None``: what it waits
 for while it is not ready (a broker spout: ``"waiting for redis at
 HOST:PORT"``); ``waiting_of(coordinator)`` asks it through drpc's wrappers,
@@ -36,7 +42,7 @@ partitions ``index, index + tasks, ...``. ``MemoryTransactionalSpout`` and
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,6 +186,9 @@ class _PartitionedCoordinator:
     def waiting_for(self) -> str | None:
         return waiting_of(self.coordinator)
 
+    def watch(self, wakeup: Callable[[], None]) -> Callable[[], None] | None:
+        return watch_of(self.coordinator, wakeup)
+
     def close(self) -> None:
         _close(self.coordinator)
 
@@ -235,6 +244,9 @@ class _OpaqueCoordinator:
     def waiting_for(self) -> str | None:
         return waiting_of(self.coordinator)
 
+    def watch(self, wakeup: Callable[[], None]) -> Callable[[], None] | None:
+        return watch_of(self.coordinator, wakeup)
+
     def close(self) -> None:
         _close(self.coordinator)
 
@@ -277,6 +289,13 @@ def commit_opaque_metas(services: TransactionalServices, txid: int, txn: Any) ->
         state = services.coordinator_state.partition_state(partition)
         state.override_state(txid, meta, txn=txn)
         state.cleanup_before(txid, txn=txn)
+
+
+def watch_of(coordinator: Any, wakeup: Callable[[], None]) -> Callable[[], None] | None:
+    """Ask ``coordinator`` to call ``wakeup`` when input may have arrived (``watch``);
+    returns what stops it, or None when the coordinator does not watch (the run polls)."""
+    watch = getattr(coordinator, "watch", None)
+    return None if watch is None else watch(wakeup)
 
 
 def waiting_of(coordinator: Any) -> str | None:

@@ -14,7 +14,7 @@ with the fields it declares on its default stream.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from drpc.model.components import BatchOutputCollector, Conf
@@ -24,6 +24,7 @@ from drpc.transactional.spouts import (
     BaseOpaquePartitionedTransactionalSpout,
     BasePartitionedTransactionalSpout,
     waiting_of,
+    watch_of,
 )
 
 
@@ -76,6 +77,22 @@ class _Coordinator:
     def waiting_for(self) -> str | None:
         waiting = [waiting_of(coordinator) for coordinator in self.coordinators]
         return "; ".join(w for w in waiting if w) or None
+
+    def watch(self, wakeup: Callable[[], None]) -> Callable[[], None] | None:
+        """Watches when every spout does; else None, and the run polls them all."""
+        stops = [watch_of(coordinator, wakeup) for coordinator in self.coordinators]
+        if any(stop is None for stop in stops):
+            for stop in stops:
+                if stop is not None:
+                    stop()
+            return None
+
+        def stop_all() -> None:
+            for stop in stops:
+                assert stop is not None
+                stop()
+
+        return stop_all
 
     def close(self) -> None:
         _close_all(self.coordinators)
