@@ -100,13 +100,17 @@ class _Server:
 class RedisServer(_Server):
     binary = "redis-server"
 
-    def __init__(self, directory: Path, durable: bool = False) -> None:
+    def __init__(self, directory: Path, durable: bool = False, tls: bool = False) -> None:
         super().__init__(directory)
         self.durable = durable
+        self.certificate = self.directory / "server.crt" if tls else None
+        if self.certificate is not None:
+            self_signed(self.certificate, self.directory / "server.key")
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+        scheme = "rediss" if self.certificate is not None else "redis"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
         persistence = (
@@ -114,15 +118,26 @@ class RedisServer(_Server):
             if self.durable
             else ["--appendonly", "no"]
         )
+        ports = ["--port", str(self.port)]
+        if self.certificate is not None:  # TLS only, no client certificate asked for
+            ports = [
+                "--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no",
+                "--tls-cert-file", str(self.certificate),
+                "--tls-key-file", str(self.directory / "server.key"),
+                "--tls-ca-cert-file", str(self.certificate),
+            ]  # fmt: skip
         return [
-            self.path, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            self.path, *ports, "--bind", "127.0.0.1", "--save", "",
             *persistence, "--dir", str(self.directory), "--requirepass", self.password,
         ]  # fmt: skip
 
     def client(self) -> Any:
         import redis
 
-        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
+        tls: dict[str, Any] = {}
+        if self.certificate is not None:
+            tls = {"ssl": True, "ssl_ca_certs": str(self.certificate)}
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, **tls)
 
     def ready(self) -> bool:
         if not _listening(self.port):
@@ -132,6 +147,19 @@ class RedisServer(_Server):
                 return bool(client.ping())
         except Exception:  # loading its data, or not answering yet
             return False
+
+
+def self_signed(certificate: Path, key: Path) -> None:
+    """A certificate for 127.0.0.1 signed by its own key (openssl), or skip saying why."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed here: no certificate for the TLS test")
+    command = [
+        openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        "-keyout", str(key), "-out", str(certificate), "-subj", "/CN=127.0.0.1",
+        "-addext", "subjectAltName=IP:127.0.0.1",
+    ]  # fmt: skip
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
 
 
 def add_words(client: Any, key: str, words: Iterable[str], field: str = "word") -> None:

@@ -3,6 +3,7 @@ partition added mid-run, trimmed entries, a broker restarted mid-run and runs SI
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import subprocess
@@ -22,6 +23,7 @@ from drpc.observe import Observer
 from drpc.state import CoordinatorState, StateEnvironment
 from drpc.state.topology import TopologyState
 from drpc.transactional import run
+from drpc.transactional.brokers import TLS
 from drpc.transactional.ranges import reads_on_executors
 from drpc.transactional.run import CommitInfo, TransactionalRunner
 from tests.brokers import Broker, NatsServer, RedisServer, make_broker
@@ -174,8 +176,9 @@ def wait_until(condition: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 @pytest.mark.parametrize("kind", ["redis", "nats"])
 def test_a_broker_restarted_mid_run_is_waited_for_and_counted_exactly_once(
-    kind: str, tmp_path: Path
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     server: RedisServer | NatsServer = (
         RedisServer(tmp_path / "redis", durable=True)
         if kind == "redis"
@@ -214,6 +217,8 @@ def test_a_broker_restarted_mid_run_is_waited_for_and_counted_exactly_once(
             thread.join(60)
             runner.close()
         assert not thread.is_alive()
+        assert f"waiting for {kind} at 127.0.0.1:{server.port}" in caplog.text
+        assert server.password not in caplog.text  # nor in any log line of the outage
     finally:
         server.stop()
 
@@ -235,3 +240,18 @@ def test_runs_sigkilled_at_random_points_then_restarted_count_exactly_once(
     final = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert final.returncode == 0, final.stderr[-2000:]
     assert committed(state_dir, False) == expected
+
+
+def test_redis_over_tls_verified_with_a_ca_file(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis", tls=True)
+    server.start()
+    try:
+        broker = make_broker("redis", server)
+        expected = fill(broker, 1, 50, seed=12)
+        assert server.certificate is not None
+        spout = broker.spout(20, tls=TLS(ca_file=str(server.certificate)))
+        assert spout.options.settings.tls == TLS(ca_file=str(server.certificate))
+        result = run(word_count(spout), state_dir=str(tmp_path / "state"))
+        assert committed(tmp_path / "state", False) == expected and result.tuples == 50
+    finally:
+        server.stop()
