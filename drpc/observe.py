@@ -38,7 +38,8 @@ Transactional events (``topology`` is the transactional topology id):
 ``tx_started(topology, txid, attempt_id, now)``, ``tx_committed(topology,
 txid, commit_seconds, tuples)``, ``tx_replayed(topology, txid, cause)``
 (``cause``: "failed", "timeout", "commit-failed", "after-earlier-failure",
-"state-full", "restart").
+"state-full", "restart"), ``tx_phases(topology, txid, phases)`` (a committed
+batch's seconds by phase: "emit", "process", "wait", "commit").
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ class Observer:
         pass
 
     def tx_replayed(self, topology: str, txid: int, cause: str) -> None:
+        pass
+
+    def tx_phases(self, topology: str, txid: int, phases: dict[str, float]) -> None:
         pass
 
     def request_submitted(self, request: PendingRequest) -> None:

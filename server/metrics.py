@@ -334,6 +334,13 @@ class ServerMetrics(Observer):
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.tx_phase_duration = Histogram(
+            "drpc_tx_phase_seconds",
+            "Seconds each committed batch spent in each phase (emit, process, wait, commit).",
+            ["topology", "phase"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.tx_tuples = Counter(
             "drpc_tx_tuples",
             "Tuples of committed transactions; rate() gives tuples per second.",
@@ -428,6 +435,11 @@ class ServerMetrics(Observer):
         self.tx_commits.labels(label).inc()
         self.tx_commit_duration.labels(label).observe(commit_seconds)
         self.tx_tuples.labels(label).inc(tuples)
+
+    def tx_phases(self, topology: str, txid: int, phases: dict[str, float]) -> None:
+        label = self.topologies(topology)
+        for phase, seconds in phases.items():
+            self.tx_phase_duration.labels(label, phase).observe(seconds)
 
     def tx_replayed(self, topology: str, txid: int, cause: str) -> None:
         self.tx_replays.labels(self.topologies(topology), self.causes(cause)).inc()

@@ -1,8 +1,9 @@
 """Shared fixtures: every topology test runs once per executor.
 
 ``executor`` is parametrized over the DRPC executors (local, spark: resident
-tasks, spark-batch: a job per batch), ``tx_executor`` over the executors of
-transactional runs (local, spark); ``drpc`` is a LocalDRPC on ``executor``,
+tasks, spark-batch: a job per batch), ``tx_executor`` over the continuous executors of
+transactional runs (local, spark: resident tasks), ``every_tx_executor`` over those and
+spark-batch (a Spark job per batch); ``drpc`` is a LocalDRPC on ``executor``,
 shut down after the test. Tests on Spark share one SparkSession
 (``local[2]``) for the whole run, started on first use, and carry the
 ``spark`` marker: those fixtures mark their Spark params, and
@@ -35,7 +36,12 @@ EXECUTORS = [
 ]
 """DRPC executors: the in-process engine, resident Spark tasks, a Spark job per batch."""
 TRANSACTIONAL_EXECUTORS = ["local", pytest.param("spark", marks=pytest.mark.spark)]
-"""Transactional runs: the in-process engine, or a Spark job per batch attempt."""
+"""Transactional runs: the in-process engine, or streamed through the resident Spark tasks."""
+EVERY_TRANSACTIONAL_EXECUTOR = [
+    *TRANSACTIONAL_EXECUTORS,
+    pytest.param("spark-batch", marks=pytest.mark.spark),
+]
+"""And a Spark job per batch attempt (``every_tx_executor``: the core exactly-once tests)."""
 SPARK_TEST_MASTER = "local[2]"
 
 
@@ -58,7 +64,15 @@ def executor(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(params=TRANSACTIONAL_EXECUTORS)
 def tx_executor(request: pytest.FixtureRequest) -> str:
-    """Each executor of transactional runs in turn."""
+    """Each continuous executor of transactional runs in turn."""
+    if request.param != "local":
+        request.getfixturevalue("spark_session")
+    return str(request.param)
+
+
+@pytest.fixture(params=EVERY_TRANSACTIONAL_EXECUTOR)
+def every_tx_executor(request: pytest.FixtureRequest) -> str:
+    """Each executor of transactional runs in turn, a Spark job per batch included."""
     if request.param != "local":
         request.getfixturevalue("spark_session")
     return str(request.param)

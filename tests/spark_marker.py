@@ -3,11 +3,12 @@
 Contract:
 
 - Every test that uses the ``spark_session`` fixture, directly or through another
-  fixture, carries the ``spark`` marker (the ``executor`` and ``tx_executor``
-  fixtures mark their Spark params themselves, since they ask for the session at
-  run time), and so does every test whose ``executor`` or ``tx_executor`` argument
-  is a Spark executor (``spark``, ``spark-batch``), fixture or own parametrization
-  (a test that runs a Spark cluster of its own in a child process). So
+  fixture, carries the ``spark`` marker (the ``executor``, ``tx_executor`` and
+  ``every_tx_executor`` fixtures mark their Spark params themselves, since they ask
+  for the session at run time), and so does every test whose ``executor``,
+  ``tx_executor`` or ``every_tx_executor`` argument is a Spark executor (``spark``,
+  ``spark-batch``), fixture or own parametrization (a test that runs a Spark
+  cluster of its own in a child process). So
   ``pytest -m "not spark"`` deselects every test that starts Spark.
 - A run whose selected tests carry no ``spark`` marker (``-m "not spark"``, or a
   subset such as ``tests/semantics``) puts a tripwire ``java`` first: ``JAVA_HOME``
@@ -29,7 +30,7 @@ from pathlib import Path
 import pytest
 
 SPARK_FIXTURE = "spark_session"
-EXECUTOR_ARGUMENTS = ("executor", "tx_executor")
+EXECUTOR_ARGUMENTS = ("executor", "tx_executor", "every_tx_executor")
 SPARK_EXECUTORS = frozenset({"spark", "spark-batch"})
 _TRIPWIRE = pytest.StashKey["JvmTripwire"]()
 

@@ -44,7 +44,10 @@ until its source runs dry (a committed batch emitted nothing) or
 - restarting with the same state directory resumes after the last commit;
 - events go to the ``drpc.observe`` observer given as ``observer``
   (``tx_started``, ``tx_committed``, ``tx_replayed`` with cause
-  "processing" or "commit"); ``status()`` is a snapshot for dashboards,
+  "processing" or "commit", and ``tx_phases`` with each committed batch's
+  ``BatchPhases``); ``status()`` is a snapshot for dashboards (with the last
+  batch's phases and the slowest of the last ``SLOWEST_OF`` with its phases, so a
+  slow batch names where its time went),
   safe from any thread (``waiting`` in it: what the spout's coordinator
   waits for, e.g. ``"waiting for redis at HOST:PORT"``).
 """
@@ -110,6 +113,45 @@ class CommitInfo:
     tuples: int  # emitted by the spout for this batch
     outputs: dict[str, list[list[Any]]]  # what commit-phase bolts emitted to no one
     seconds: float  # commit phase duration
+    phases: BatchPhases | None = None  # where the batch's time went
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPhases:
+    """Where one committed batch's time went, in seconds, from the transaction's start:
+    ``emit`` (its batch decided and handed to the backend: the emitters, or the ranges),
+    ``process`` (the processing phase), ``wait`` (processed, waiting for the batches
+    before it to commit) and ``commit``."""
+
+    emit: float
+    process: float
+    wait: float
+    commit: float
+
+    @property
+    def total(self) -> float:
+        return self.emit + self.process + self.wait + self.commit
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "emit": self.emit,
+            "process": self.process,
+            "wait": self.wait,
+            "commit": self.commit,
+        }
+
+
+@dataclass(slots=True)
+class _Clock:
+    """When a batch attempt started, was handed over and came back processed."""
+
+    started: float
+    submitted: float = 0.0
+    processed: float = 0.0
+
+
+SLOWEST_OF = 100
+"""Committed batches ``status()`` looks back over for the slowest."""
 
 
 @dataclass
@@ -298,6 +340,10 @@ class TransactionalRunner:
         self._events: queue.SimpleQueue[Event | _Woken] = queue.SimpleQueue()
         self._unwatch: Callable[[], None] | None = None
         self._wakes_at_emit: dict[int, int] = {}
+        self._clocks: dict[int, _Clock] = {}
+        self._recent: collections.deque[tuple[float, int, BatchPhases]] = collections.deque(
+            maxlen=SLOWEST_OF
+        )
         self._captured: dict[TransactionAttempt, Processed] = {}
         self._started = False
         self._status_lock = threading.Lock()
@@ -311,6 +357,8 @@ class TransactionalRunner:
             "tuples": 0,
             "replays": {},
             "last_commit_seconds": None,
+            "last_phases": None,
+            "slowest": None,
             "error": None,
         }
         # Last: nothing after it may fail, and close() releases it.
@@ -456,13 +504,12 @@ class TransactionalRunner:
                     attempt = decision.attempt
                     self._wakes_at_emit[attempt.txid] = self.metadata.wakes
                     self._update_status()
+                    clock = self._clocks[attempt.txid] = _Clock(time.monotonic())
                     self.observer.tx_started(
-                        self.info.id,
-                        attempt.txid,
-                        attempt.attempt_id,
-                        time.monotonic(),
+                        self.info.id, attempt.txid, attempt.attempt_id, clock.started
                     )
                     self.backend.submit(attempt, decision.metadata, decision.last_committed)
+                    clock.submitted = time.monotonic()
                 elif isinstance(decision, EmitCommit):
                     pending.extend(
                         self._commit(
@@ -500,6 +547,9 @@ class TransactionalRunner:
         if isinstance(event, Processed):
             if current:
                 self._captured[attempt] = event
+                clock = self._clocks.get(attempt.txid)
+                if clock is not None:
+                    clock.processed = time.monotonic()
             return self.coordinator.ack(attempt, self.metadata)
         if current:
             self._replayed(result, attempt.txid, "processing")
@@ -592,10 +642,17 @@ class TransactionalRunner:
             decisions = self.coordinator.fail(attempt, self.metadata)
             self._forget_inactive()
             return decisions
-        info = CommitInfo(
-            attempt.txid, attempt, processed.tuples, outputs, time.monotonic() - started
+        ended = time.monotonic()
+        clock = self._clocks.pop(attempt.txid, None) or _Clock(started, started, started)
+        phases = BatchPhases(
+            emit=clock.submitted - clock.started,
+            process=clock.processed - clock.submitted,
+            wait=started - clock.processed,
+            commit=ended - started,
         )
+        info = CommitInfo(attempt.txid, attempt, processed.tuples, outputs, ended - started, phases)
         result.commits.append(info)
+        self._recent.append((phases.total, info.txid, phases))
         log.debug(
             "committed batch %s: %d tuple(s) in %.1f ms",
             attempt,
@@ -603,13 +660,17 @@ class TransactionalRunner:
             info.seconds * 1000,
             extra=self._log_fields(attempt, "commit"),
         )
+        slowest_total, slowest_txid, slowest_phases = max(self._recent, key=lambda r: r[0])
         self._update_status(
             last_txid=info.txid,
             batches=len(result.commits),
             tuples=self._status["tuples"] + info.tuples,
             last_commit_seconds=info.seconds,
+            last_phases=phases.as_dict(),
+            slowest={"txid": slowest_txid, "seconds": slowest_total, **slowest_phases.as_dict()},
         )
         self.observer.tx_committed(self.info.id, info.txid, info.seconds, info.tuples)
+        self.observer.tx_phases(self.info.id, info.txid, phases.as_dict())
         if on_commit is not None:
             on_commit(info)
         woken_since = self.metadata.wakes != self._wakes_at_emit.pop(attempt.txid, -1)

@@ -22,7 +22,9 @@ runtimes); it keeps, in memory and bounded:
   default 500) and the step that failed (``request_failed_in``; for a timeout
   the step it was in or "queued"; a refused call "refused"; else "unknown");
 - per transactional topology (at most ``max_topologies``, default 16):
-  last committed txid, commits, tuples, commit latency, batches in flight (at
+  last committed txid, commits, tuples, commit latency, the last batch's phase
+  times (``tx_phases``: emit, process, wait, commit) and the slowest of the last
+  ``SLOWEST_OF`` batches with its longest phase, batches in flight (at
   most ``max_tx_in_flight`` listed, default 256), replays by cause (at most
   ``max_causes``, default 32) and the last ``max_replays_shown`` replays
   (default 20); with ``watch_transactional(hosted)``, whether each hosted run
@@ -76,6 +78,7 @@ from drpc.builders.linear_drpc import JOIN_ID
 from drpc.errors import AuthorizationException, DRPCExecutionException
 from drpc.observe import Observer
 from drpc.state.env import StateEnvironment
+from drpc.transactional.run import SLOWEST_OF
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -201,6 +204,10 @@ class _Topology:
     commits: int = 0
     tuples: int = 0
     last_commit_seconds: float | None = None
+    last_phases: dict[str, float] | None = None
+    recent_phases: deque[tuple[float, int, dict[str, float]]] = field(
+        default_factory=lambda: deque(maxlen=SLOWEST_OF)
+    )
     active: dict[int, tuple[int, float]] = field(default_factory=dict)
     replays: Counter[str] = field(default_factory=Counter)
     recent_replays: deque[dict[str, Any]] = field(default_factory=deque)
@@ -424,6 +431,12 @@ class Dashboard(Observer):
             slot.outcomes["tuples"] += tuples
             slot.add_latency(commit_seconds)
 
+    def tx_phases(self, topology: str, txid: int, phases: dict[str, float]) -> None:
+        with self._lock:
+            entry = self._topology(topology)
+            entry.last_phases = dict(phases)
+            entry.recent_phases.append((sum(phases.values()), txid, entry.last_phases))
+
     def tx_replayed(self, topology: str, txid: int, cause: str) -> None:
         with self._lock:
             entry = self._topology(topology)
@@ -592,6 +605,8 @@ class Dashboard(Observer):
             "commit_p50": percentile(merged[1], 0.5),
             "commit_p99": percentile(merged[1], 0.99),
             "last_commit_seconds": entry.last_commit_seconds,
+            "last_phases": entry.last_phases,
+            "slowest": _slowest(entry.recent_phases),
             "in_flight": [
                 {"txid": txid, "attempt": attempt, "age": now - since}
                 for txid, (attempt, since) in sorted(entry.active.items())
@@ -602,6 +617,19 @@ class Dashboard(Observer):
                 None if slot is None else dict(slot.outcomes) for slot in entry.series.aligned(now)
             ],
         }
+
+
+def _slowest(recent: deque[tuple[float, int, dict[str, float]]]) -> dict[str, Any] | None:
+    """The slowest of the recent batches: its txid, seconds, phases and the longest phase."""
+    if not recent:
+        return None
+    seconds, txid, phases = max(recent, key=lambda batch: batch[0])
+    return {
+        "txid": txid,
+        "seconds": seconds,
+        "phases": phases,
+        "phase": max(phases, key=lambda phase: phases[phase]),
+    }
 
 
 def _slot_status(slot: _Slot) -> dict[str, Any]:

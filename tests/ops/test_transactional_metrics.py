@@ -57,3 +57,19 @@ def test_commits_tuples_and_replays_of_a_hosted_run(tmp_path: Path) -> None:
     assert board["tuples"] == words
     assert board["replays"] == status["replays"]
     assert len(board["recent_replays"]) == min(20, sum(replays.values()))
+    # every committed batch's phases: one observation per phase and batch, and the status,
+    # the dashboard and the metrics agree on the slowest recent batch
+    for phase in ("emit", "process", "wait", "commit"):
+        count = value(samples, "drpc_tx_phase_seconds_count", topology=TOPOLOGY, phase=phase)
+        assert count == status["batches"], phase
+    assert set(status["last_phases"]) == {"emit", "process", "wait", "commit"}
+    assert all(seconds >= 0 for seconds in status["last_phases"].values())
+    slowest = status["slowest"]
+    assert slowest["seconds"] == pytest.approx(
+        sum(slowest[phase] for phase in ("emit", "process", "wait", "commit"))
+    )
+    assert board["slowest"]["txid"] == slowest["txid"]
+    assert board["slowest"]["phase"] == max(
+        ("emit", "process", "wait", "commit"), key=lambda phase: slowest[phase]
+    )
+    assert board["last_phases"] == status["last_phases"]

@@ -42,14 +42,14 @@ def committed(state_dir: Path, opaque: bool) -> Counter[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("opaque", [False, True])
 def test_20_percent_of_first_attempts_failing_in_both_phases(
-    tx_executor: str, opaque: bool, tmp_path: Path
+    every_tx_executor: str, opaque: bool, tmp_path: Path
 ) -> None:
     expected = write_words(tmp_path / "log", seed=7)
     markers = tmp_path / "markers"
     markers.mkdir()
     topology = word_count(str(tmp_path / "log"), str(markers), opaque)
     result = run(
-        topology, state_dir=str(tmp_path / "state"), executor=tx_executor, max_spout_pending=3
+        topology, state_dir=str(tmp_path / "state"), executor=every_tx_executor, max_spout_pending=3
     )
     assert committed(tmp_path / "state", opaque) == expected
     assert result.tuples == WORDS

@@ -43,11 +43,11 @@ def words_topology(spout: Any, **committer: Any) -> TransactionalTopologyBuilder
 
 
 @pytest.mark.parametrize("pending", [1, 3])
-def test_global_count_commits_9_16_19(tx_executor: str, pending: int, tmp_path: Path) -> None:
+def test_global_count_commits_9_16_19(every_tx_executor: str, pending: int, tmp_path: Path) -> None:
     result = run(
         build_global_count(),
         state_dir=str(tmp_path),
-        executor=tx_executor,
+        executor=every_tx_executor,
         max_spout_pending=pending,
     )
     totals = [values[1] for values in result.outputs("sum")]

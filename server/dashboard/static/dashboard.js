@@ -281,11 +281,21 @@ function renderTransactional(status) {
       if (tx.error) name.append(el("div", { class: "run-error" }, tx.error));
       if (tx.waiting) name.append(el("div", { class: "run-waiting" }, tx.waiting));
     }
+    const committed = el("td", { class: "num last-committed" }, tx.last_committed ?? "—");
+    if (tx.slowest) {
+      committed.append(
+        el(
+          "div",
+          { class: "slowest muted" },
+          `slowest ${tx.slowest.txid}: ${seconds(tx.slowest.seconds)} (${tx.slowest.phase})`,
+        ),
+      );
+    }
     return el(
       "tr",
       { "data-topology": tx.topology },
       name,
-      el("td", { class: "num last-committed" }, tx.last_committed ?? "—"),
+      committed,
       el("td", { class: "num commits" }, tx.commits),
       el("td", { class: "num" }, rate(tx.tuples_per_second)),
       el("td", { class: "num" }, seconds(tx.commit_p50)),
