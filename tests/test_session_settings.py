@@ -15,9 +15,8 @@ from drpc.examples.exclamation import build_exclamation
 from drpc.runtime import _prepare_environment
 from drpc.sparkconf import resolve
 from drpc.testing import LocalDRPC
-from drpc.transactional.resident_backend import ResidentBackend
 from drpc.transactional.run import TransactionalRunner
-from drpc.transactional.spark_backend import SparkBackend
+from drpc.transactional.spark_backend import ResidentBackend, SparkBackend
 from tests.transactional.faults import word_count
 from tests.transactional.test_faults import write_words
 

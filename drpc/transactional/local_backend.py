@@ -3,9 +3,7 @@
 Contract. ``LocalBackend`` (a ``ProcessingBackend``, ``drpc.transactional.
 processing``) runs the processing topology (``processing_topology``: the full
 topology with every commit-phase bolt replaced by a ``CaptureBolt``) on a
-``LocalExecutor``; ``StreamedBatches`` is what it shares with the resident
-backend (``drpc.transactional.resident_backend``), which runs the same topology
-over the resident Spark tasks. The coordinator spout pulls submitted attempts
+``LocalExecutor``. The coordinator spout pulls submitted attempts
 (``next_batch``, woken through ``attach``) and tells the backend when an
 attempt's tuple tree completed (``processed``) or failed (``failed``); what the
 capture bolts received for it is reported as ``Processed.captured``.
@@ -90,11 +88,8 @@ class Captures:
         return {target: list(by_source.values()) for target, by_source in taken.items()}
 
 
-class StreamedBatches:
-    """What the streaming backends share: the processing topology, its coordinator spout's
-    queue of batch tuples, and what the capture bolts kept, reported per attempt. A
-    subclass runs ``self.processing`` on an engine (``start``/``stop``) with the services
-    ``self.engine_services``."""
+class LocalBackend:
+    """Processes attempts on the in-process engine; commit-phase bolts are captured."""
 
     def __init__(
         self,
@@ -103,23 +98,31 @@ class StreamedBatches:
         conf: dict[str, Any],
         services: dict[str, Any],
         transactional: TransactionalServices,
-        processing: Topology | None = None,
+        threads: int = 4,
     ) -> None:
         self.info = info
         self.transactional = transactional
-        self.processing = processing or processing_topology(topology, info)
+        self.processing = processing_topology(topology, info)
         self.captures = Captures(self.processing, topology)
-        self.engine_conf = {**conf, config.TOPOLOGY_MAX_SPOUT_PENDING: None}
-        self.engine_services = {**services, CAPTURE_SERVICE: self.captures}
         self._queue: collections.deque[tuple[TransactionAttempt, Any, int | None]] = (
             collections.deque()
         )
         self._wakeup: Callable[[], None] | None = None
         self._report: Callable[[Event], None] | None = None
         transactional.batches = self
+        self.executor = LocalExecutor(
+            self.processing,
+            conf={**conf, config.TOPOLOGY_MAX_SPOUT_PENDING: None},
+            services={**services, CAPTURE_SERVICE: self.captures},
+            threads=threads,
+        )
 
     def start(self, report: Callable[[Event], None]) -> None:
         self._report = report
+        self.executor.start()
+
+    def stop(self) -> None:
+        self.executor.stop()
 
     def submit(
         self, attempt: TransactionAttempt, metadata: Any, last_committed: int | None
@@ -141,47 +144,19 @@ class StreamedBatches:
     def processed(self, attempt: TransactionAttempt) -> None:
         assert self._report is not None
         captured = self.captures.take(attempt)
-        self._report(Processed(attempt, captured, self.tuples_of(attempt)))
-
-    def tuples_of(self, attempt: TransactionAttempt) -> int:
-        """How many tuples the spout emitted for ``attempt`` (once: it forgets them)."""
-        return self.transactional.take_emitted(attempt)
+        tuples = self.transactional.take_emitted(attempt)
+        self._report(Processed(attempt, captured, tuples))
 
     def failed(self, attempt: TransactionAttempt, failure: Failure | None) -> None:
         assert self._report is not None
         self.captures.take(attempt)
-        self.tuples_of(attempt)
+        self.transactional.take_emitted(attempt)
         self._report(
             ProcessingFailed(
                 attempt,
                 failure or Failure(DRPCExceptionType.FAILED_REQUEST, f"batch {attempt} failed"),
             )
         )
-
-
-class LocalBackend(StreamedBatches):
-    """Processes attempts on the in-process engine; commit-phase bolts are captured."""
-
-    def __init__(
-        self,
-        topology: Topology,
-        info: TransactionalInfo,
-        conf: dict[str, Any],
-        services: dict[str, Any],
-        transactional: TransactionalServices,
-        threads: int = 4,
-    ) -> None:
-        super().__init__(topology, info, conf, services, transactional)
-        self.executor = LocalExecutor(
-            self.processing, conf=self.engine_conf, services=self.engine_services, threads=threads
-        )
-
-    def start(self, report: Callable[[Event], None]) -> None:
-        super().start(report)
-        self.executor.start()
-
-    def stop(self) -> None:
-        self.executor.stop()
 
 
 def processing_topology(topology: Topology, info: TransactionalInfo) -> Topology:

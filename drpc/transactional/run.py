@@ -89,8 +89,7 @@ from drpc.transactional.processing import (
     ProcessingBackend,
     batch_log_fields,
 )
-from drpc.transactional.resident_backend import ResidentBackend
-from drpc.transactional.spark_backend import SparkBackend
+from drpc.transactional.spark_backend import ResidentBackend, SparkBackend
 from drpc.transactional.spouts import (
     TRANSACTIONAL_SERVICE,
     TransactionalServices,

@@ -1,13 +1,16 @@
 """The processing phase as one Spark job per batch attempt.
 
 Contract. ``SparkBackend`` (a ``ProcessingBackend``, ``drpc.transactional.
-processing``) compiles the topology with the spout's emitter and every
-commit-phase bolt on the driver and the rest as Spark stages
-(``drpc.executors.plan``). ``submit`` runs the emitters on the calling thread
-(the run loop's), so batches are emitted in txid order, then the attempt's
-Spark job on a pool of ``max_jobs`` threads (tagged, so ``stop`` cancels
-it). A ``RangeSpout``'s emitter (the file log, Redis Streams, JetStream) is
-the exception: the driver only decides and stores the batch's ranges and the
+processing``; ``executor="spark-batch"``) compiles the topology with the spout's
+emitter and every commit-phase bolt on the driver and the rest as Spark stages
+(``drpc.executors.plan``). ``ResidentBackend`` (``executor="spark"``) is the same
+but runs each batch's stages as calls on the resident Spark tasks
+(``drpc.executors.resident.stages``): no Spark job, no job tag, the same work.
+``submit`` runs the emitters on the calling thread (the run loop's), so batches
+are emitted in txid order, then the attempt's Spark job (or calls) on a pool of
+``max_jobs`` threads (a job is tagged, so ``stop`` cancels it). A
+``RangeSpout``'s emitter (the file log, Redis Streams, JetStream) is the
+exception: the driver only decides and stores the batch's ranges and the
 emitter bolt reads them in the job (``drpc.transactional.ranges``), so no
 tuple passes through the driver.
 What the job and the emitters sent commit-phase bolts is reported as
@@ -22,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Any
 
 from drpc import config, runtime
@@ -29,6 +33,8 @@ from drpc.errors import DRPCExceptionType, Failure
 from drpc.executors.batch import TaskRun, gather_shipments
 from drpc.executors.plan import DRIVER, SPARK, compile_plan
 from drpc.executors.records import Shipment, first_failure
+from drpc.executors.resident.executor import resident_cluster_of
+from drpc.executors.resident.stages import ResidentStages
 from drpc.executors.spark.stages import JobSpec, SparkStages, tagged_job
 from drpc.gcpolicy import collected_less_often
 from drpc.logs import worker_settings
@@ -50,6 +56,9 @@ from drpc.transactional.spouts import BATCH_STREAM, TransactionalServices
 
 class SparkBackend:
     """Processes each attempt as one Spark job; emitters and commit-phase bolts on the driver."""
+
+    resident = False
+    """Run the stages as calls on the resident Spark tasks instead (``ResidentBackend``)."""
 
     def __init__(
         self,
@@ -92,7 +101,7 @@ class SparkBackend:
         self.plan = compile_plan(run_topology, placement)
         self._pool = ThreadPoolExecutor(max_jobs, thread_name_prefix=f"drpc-tx-{info.id}")
         self._report: Callable[[Event], None] | None = None
-        self._stages: SparkStages | None = None
+        self._stages: SparkStages | ResidentStages | None = None
         self._sc: Any = None
         self._broadcast: Any = None
         self._tags: set[str] = set()
@@ -100,6 +109,11 @@ class SparkBackend:
 
     def start(self, report: Callable[[Event], None]) -> None:
         self._report = report
+        if self.resident:
+            cluster = resident_cluster_of(self.master, self.spark_conf, self.start_timeout)
+            frozen = freeze(self.plan.topology)
+            self._stages = ResidentStages(cluster, self.plan, self._token, frozen)
+            return
         session = runtime.get_session(
             self.master, self.spark_conf, start_timeout=self.start_timeout
         )
@@ -108,8 +122,9 @@ class SparkBackend:
         self._stages = SparkStages(self._sc, self.plan, self._token, self._broadcast)
 
     def stop(self) -> None:
-        for tag in list(self._tags):
-            self._sc.cancelJobsWithTag(tag)
+        if self._sc is not None:
+            for tag in list(self._tags):
+                self._sc.cancelJobsWithTag(tag)
         self._pool.shutdown(wait=True)
         if self._planner is not None:
             self._planner.close()
@@ -181,8 +196,9 @@ class SparkBackend:
         assert self._report is not None and self._stages is not None
         tag = f"drpc-tx-{self._token[:8]}-{attempt.txid}-{attempt.attempt_id}"
         self._tags.add(tag)
+        description = f"drpc transactional {self.info.id}: batch {attempt}"
         try:
-            with tagged_job(self._sc, tag, f"drpc transactional {self.info.id}: batch {attempt}"):
+            with nullcontext() if self.resident else tagged_job(self._sc, tag, description):
                 spec = JobSpec(
                     (attempt,),
                     self.conf,
@@ -198,7 +214,8 @@ class SparkBackend:
                     attempt,
                     Failure(
                         DRPCExceptionType.INTERNAL_ERROR,
-                        f"the Spark job of batch {attempt} failed: "
+                        f"processing batch {attempt} on "
+                        f"{'the resident Spark tasks' if self.resident else 'Spark'} failed: "
                         f"{runtime.describe_spark_error(error)}",
                     ),
                 )
@@ -219,3 +236,10 @@ class SparkBackend:
             self._report(ProcessingFailed(attempt, failure))
         else:
             self._report(Processed(attempt, captured, tuples))
+
+
+class ResidentBackend(SparkBackend):
+    """``SparkBackend``'s batches with its stages run as calls on the resident Spark tasks
+    (``drpc.executors.resident.stages``): no Spark job per batch (``executor="spark"``)."""
+
+    resident = True

@@ -292,7 +292,8 @@ def state_samples(metrics: ServerMetrics, env: StateEnvironment) -> dict[str, fl
 
 
 def test_state_gauges_follow_commits_and_pins(tmp_path: Path) -> None:
-    metrics = ServerMetrics(max_label_length=4096)  # whole paths as label values
+    # whole paths as label values; room for every directory earlier tests left open
+    metrics = ServerMetrics(max_label_length=4096, max_state_dirs=100_000)
     env = StateEnvironment.open(tmp_path / "state")
     try:
         pin = commit_around_a_pin(env)

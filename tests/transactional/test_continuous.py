@@ -3,8 +3,6 @@ an idle stream costs next to nothing, and every committed batch says where its t
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from collections import Counter
@@ -14,15 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from drpc import Fields
 from drpc.executors.resident.executor import resident_cluster_of
 from drpc.transactional import CommitInfo, TransactionalRunner
-from drpc.transactional.filelog import append_lines
+from drpc.transactional.filelog import FileLogTransactionalSpout, append_lines
 from drpc.transactional.run import MIN_IDLE_WAIT, _Metadata
+from drpc.trident import Count, TridentTopology
 from drpc.trident import run as trident_run
 from tests.transactional.faults import word_count
 from tests.transactional.test_faults import committed, write_words
-from tests.trident.faults import counts_state
-from tests.trident.faults import word_count as trident_word_count
+from tests.trident.faults import TXID, counts_state
+from tests.trident.ops import KillsItsProcessOnce
 from tests.trident.test_word_count import committed as committed_map
 from tests.waiting import wait_until
 
@@ -156,35 +156,33 @@ def test_an_unwatched_source_is_polled_with_a_doubling_backoff() -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.usefixtures("spark_session")
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "general"])
-def test_a_resident_worker_killed_mid_run_loses_nothing_and_counts_nothing_twice(
+def test_a_resident_worker_killed_mid_batch_loses_nothing_and_counts_nothing_twice(
     fused: bool, tmp_path: Path
 ) -> None:
-    """Trident's compiled path (a call per batch) and the general one (the processing
-    topology deployed on the resident tasks): the batches in flight fail, the resident job
-    comes back, they are replayed, and a run reopening the directory adds nothing."""
+    """Trident's compiled path (a call per emitter task and batch) and the general one (the
+    plan's stages as calls): the resident task running a batch SIGKILLs itself midway, the
+    batch fails, the resident job comes back, the batch is replayed, and a run reopening
+    the directory adds nothing."""
     expected = write_words(tmp_path / "log", seed=41, count=8_000)
-    topology = trident_word_count(str(tmp_path / "log"), False, 200)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    topology = TridentTopology()
+    (
+        topology.new_stream(
+            TXID, FileLogTransactionalSpout(tmp_path / "log", Fields("word"), 200), 2
+        )
+        .each(["word"], KillsItsProcessOnce(str(markers), "word7"))
+        .group_by(["word"])
+        .persistent_aggregate(counts_state(False), Count(), ["count"])
+    )
     state = tmp_path / "state"
     cluster = resident_cluster_of(None, None, 120.0)
-    killed: list[int] = []
-
-    def kill_a_worker(info: CommitInfo) -> None:
-        if info.txid == 3:
-            pid = cluster.call(cluster.workers[0], os.getpid).result(60)
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-
     restarts = cluster.restarts
     result = trident_run(
-        topology,
-        state_dir=str(state),
-        executor="spark",
-        fused=fused,
-        max_spout_pending=2,
-        on_commit=kill_a_worker,
+        topology, state_dir=str(state), executor="spark", fused=fused, max_spout_pending=2
     )
-    assert killed and cluster.restarts > restarts
-    assert result.replays["processing"] >= 1  # what was in flight on the killed task
+    assert (markers / "kill-word7").exists() and cluster.restarts > restarts
+    assert result.replays["processing"] >= 1  # the batch the task died in
     assert committed_words(state) == expected
     again = trident_run(topology, state_dir=str(state), executor="spark", fused=fused)
     assert [commit.tuples for commit in again.commits] == [0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -155,4 +157,17 @@ class FailsFirstTaskAttempt(Filter):
         self.seen += 1
         if context is not None and context.attemptNumber() == 0 and self.seen == self.after:
             raise RuntimeError("injected: the first attempt of this Spark task fails")
+        return True
+
+
+class KillsItsProcessOnce(Filter):
+    """Keeps every tuple, but SIGKILLs the process running it at the first sight of ``word``
+    (once across processes: a marker in ``marker_dir``): a resident worker dying mid-batch."""
+
+    def __init__(self, marker_dir: str, word: str) -> None:
+        self.marker_dir, self.word = marker_dir, word
+
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        if tuple.get_value(0) == self.word and first_time(self.marker_dir, f"kill-{self.word}"):
+            os.kill(os.getpid(), signal.SIGKILL)
         return True

@@ -222,10 +222,8 @@ class ResidentCluster:
         services: dict[str, Any],
         *,
         threads: int = DEFAULT_WORKER_THREADS,
-        on_driver: frozenset[str] = frozenset(),
     ) -> Deployment:
-        """Run ``topology`` on the resident tasks and its driver share here (``on_driver``:
-        components kept on the driver besides the spouts and the DRPC scaffolding)."""
+        """Run ``topology`` on the resident tasks and its driver share here."""
         self.start()
         deployment = Deployment(
             key=f"{topology.name}#{next(_keys)}",
@@ -234,7 +232,7 @@ class ResidentCluster:
             conf=dict(conf),
             services=services,
             threads=threads,
-            node_of=place(topology, self.slots, on_driver),
+            node_of=place(topology, self.slots),
             observed=observer_of(services) is not NULL_OBSERVER,
         )
         if not self.wait_ready(self.start_timeout):

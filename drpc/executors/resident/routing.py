@@ -7,9 +7,8 @@ Contract.
   (``prepare-request``, ``join-result``, ``return-results``: they talk to the
   request table, which lives with the driver), 1..``workers`` for the user's
   bolt tasks, dealt round-robin in component order so every step is spread
-  over every worker; ``on_driver`` keeps more components there (a transactional
-  run's emitters and commit-phase stand-ins, which use the driver's state). The
-  ackers run on the driver, beside the spouts whose roots they track.
+  over every worker. The ackers run on the driver, beside the spouts whose
+  roots they track.
 - ``Route`` is the ``Remote`` (``drpc.executors.local.executor``) of one
   process's share of one deployment: a message for a task elsewhere goes to
   that task's node, an acker message to the driver, a failed root's
@@ -52,20 +51,16 @@ FIELDS = -5
 DRIVER_COMPONENTS = frozenset({PREPARE_ID, JOIN_ID, RETURN_ID})
 
 
-def place(
-    topology: Topology, workers: int, on_driver: frozenset[str] = frozenset()
-) -> dict[int, int]:
-    """The node of every task (see the module doc); ``on_driver`` names more components
-    whose tasks stay on the driver."""
+def place(topology: Topology, workers: int) -> dict[int, int]:
+    """The node of every task (see the module doc)."""
     if workers < 1:
         raise ValueError(f"a resident deployment needs at least one worker, got {workers}")
     node_of: dict[int, int] = {}
     dealt = 0
-    driver_components = DRIVER_COMPONENTS | on_driver
     for component_id, spec in topology.components.items():
-        on_driver_here = spec.kind == "spout" or component_id in driver_components
+        on_driver = spec.kind == "spout" or component_id in DRIVER_COMPONENTS
         for task_id in topology.component_task_ids[component_id]:
-            if on_driver_here:
+            if on_driver:
                 node_of[task_id] = DRIVER
             else:
                 node_of[task_id] = 1 + dealt % workers

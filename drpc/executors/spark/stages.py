@@ -182,6 +182,20 @@ def _run_stage(
     yield from output
 
 
+class Frozen:
+    """A frozen topology where ``_run_stage`` expects a broadcast: what a resident task is
+    sent with each call (unpickled once per process all the same, by token)."""
+
+    def __init__(self, value: bytes) -> None:
+        self.value = value
+
+
+def run_stage_here(*args: Any, **kwargs: Any) -> list[tuple[str, int, bytes]]:
+    """``_run_stage`` in this process (a resident task, a ``Frozen`` topology for its
+    broadcast): what it yields, as a list."""
+    return list(_run_stage(*args, **kwargs))
+
+
 def _for_component(component: str, item: tuple[str, int, bytes]) -> bool:
     return item[0] == component
 
@@ -218,26 +232,13 @@ class SparkStages:
         With ``job.timed`` the tasks' timings are appended to ``timings``."""
         sc = self.sc
         plan = self.plan
-        topology = plan.topology
         if not plan.stages:
             return {}
         rdds: dict[int, Any] = {}
         persisted: list[Any] = []
         for stage in plan.stages:
             head = stage.head
-            head_tasks = topology.component_task_ids[head]
-            fed: dict[int, list[Shipment]] = {}
-            for index, task in enumerate(head_tasks):
-                kept = [
-                    shipment
-                    for shipment in (
-                        _without_synthesized(s, plan.synthesized_streams)
-                        for s in driver_shipments.pop(task, [])
-                    )
-                    if shipment
-                ]
-                if kept:
-                    fed[index] = kept
+            fed = head_shipments(plan, stage, driver_shipments)
             run = partial(
                 _run_stage,
                 token=self.token,
@@ -282,18 +283,47 @@ class SparkStages:
         finally:
             for rdd in persisted:
                 rdd.unpersist()
-        collected: dict[int, list[Shipment]] = {}
-        for component, index, blob in result:
-            if plan.placement.get(component) != DRIVER:
-                continue
-            task = topology.component_task_ids[component][index]
-            for item in pickle.loads(blob):
-                if type(item) is Timing:
-                    if timings is not None:
-                        timings.append(item)
-                else:
-                    collected.setdefault(task, []).append(item)
-        return collected
+        return collect_for_driver(plan, result, timings)
+
+
+def head_shipments(
+    plan: SparkPlan, stage: StagePlan, driver_shipments: dict[int, list[Shipment]]
+) -> dict[int, list[Shipment]]:
+    """What driver-side components sent ``stage``'s head, by task index (taken out of
+    ``driver_shipments``; tuples on streams the compiler synthesizes are dropped)."""
+    fed: dict[int, list[Shipment]] = {}
+    for index, task in enumerate(plan.topology.component_task_ids[stage.head]):
+        kept = [
+            shipment
+            for shipment in (
+                _without_synthesized(s, plan.synthesized_streams)
+                for s in driver_shipments.pop(task, [])
+            )
+            if shipment
+        ]
+        if kept:
+            fed[index] = kept
+    return fed
+
+
+def collect_for_driver(
+    plan: SparkPlan, result: Iterable[tuple[str, int, bytes]], timings: list[Timing] | None
+) -> dict[int, list[Shipment]]:
+    """What the stages' outputs ``result`` hold for driver-side components, by task (and the
+    timings among them, appended to ``timings``)."""
+    topology = plan.topology
+    collected: dict[int, list[Shipment]] = {}
+    for component, index, blob in result:
+        if plan.placement.get(component) != DRIVER:
+            continue
+        task = topology.component_task_ids[component][index]
+        for item in pickle.loads(blob):
+            if type(item) is Timing:
+                if timings is not None:
+                    timings.append(item)
+            else:
+                collected.setdefault(task, []).append(item)
+    return collected
 
 
 def _without_synthesized(shipment: Shipment, synthesized: set[GlobalStreamId]) -> Shipment:
