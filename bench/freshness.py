@@ -127,10 +127,12 @@ def scenario(executor: str, rate: float, seconds: float, warm_up: float) -> dict
             cpu = time.process_time() - cpu_at
             elapsed = time.monotonic() - measured_at
             batches = len(commits) - commits_at
+            stop.set()  # the run ends before its runner closes
+            hosted.join(timeout=120)
     finally:
         stop.set()
-        writer.join()
-        hosted.join(timeout=120)
+        if writer.is_alive():
+            writer.join()
         shutil.rmtree(work, ignore_errors=True)
     ordered = sorted(freshness)
 
