@@ -41,6 +41,10 @@ stream, never the entries after an id. A server that refuses scripts
 once in the log. The script blocks the server for its run, like any command:
 keep ``take_per_batch`` to what one batch should hold.
 
+Watching. The coordinator watches its streams (``watch``: ``XREAD BLOCK`` on a
+connection of its own), so an idle run starts its next batch as soon as an
+entry is added to a partition it knows.
+
 Connections. ``url`` is ``redis://[USER:PASSWORD@]HOST[:PORT][/DB]`` or
 ``rediss://`` for TLS; ``username``, ``password`` and ``tls`` (a
 ``drpc.transactional.brokers.TLS``) may be given beside it and win. The
@@ -54,7 +58,8 @@ HOST:PORT``. Needs the ``redis`` package: ``pip install 'drpc[redis]'``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +83,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 6379
 READ_CHUNK = 10_000
 """Entries one ``XRANGE`` call returns at most: a long range is read in chunks."""
+WATCH_BLOCK_MS = 1000
+"""How long the watcher's ``XREAD`` blocks before it looks at the partitions again."""
 
 _BOUNDS = """
 local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
@@ -197,6 +204,49 @@ class _Reader(BrokerReader[Any]):
 
     def _exists(self, client: Any, name: str) -> bool:
         return bool(client.exists(name))
+
+    def watch(self, wakeup: Callable[[], None]) -> Callable[[], None]:
+        """Wake the run when an entry is added to a partition's stream: a thread of its own
+        blocks in ``XREAD`` on every partition known (on a connection of its own; after an
+        error it tries again a second later, the run's status saying what it waits for)."""
+        stopped = threading.Event()
+
+        def watching() -> None:
+            last: dict[str, str] = {}
+            client = None
+            while not stopped.is_set():
+                try:
+                    if client is None:
+                        client = connect(self.settings)
+                    streams = {
+                        key: last.get(key, "$")
+                        for key in (self.name(p) for p in range(max(1, self._partitions)))
+                    }
+                    found = client.xread(streams, count=1, block=WATCH_BLOCK_MS)
+                    for key, _ in found or ():
+                        # on from the newest entry: a flood wakes the run once, not per entry
+                        [(newest, _)] = client.xrevrange(key, count=1)
+                        last[_id(key)] = _id(newest)
+                except Exception as error:  # the broker away: the coordinator's retries say so
+                    log.debug("watching %s: %s", self.settings.description, error)
+                    if client is not None:
+                        client.close()
+                        client = None
+                    stopped.wait(1.0)
+                    continue
+                if found:
+                    wakeup()
+            if client is not None:
+                client.close()
+
+        thread = threading.Thread(target=watching, name="drpc-redis-watch", daemon=True)
+        thread.start()
+
+        def stop() -> None:
+            stopped.set()
+            thread.join(timeout=WATCH_BLOCK_MS / 1000 + 5)
+
+        return stop
 
     # -- ranges --------------------------------------------------------------------------
 

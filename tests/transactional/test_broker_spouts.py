@@ -255,3 +255,64 @@ def test_redis_over_tls_verified_with_a_ca_file(tmp_path: Path) -> None:
         assert committed(tmp_path / "state", False) == expected and result.tuples == 50
     finally:
         server.stop()
+
+
+def test_an_idle_redis_stream_wakes_its_run_when_an_entry_is_added(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Idle, the run looks again only after an hour (idle_interval): what counts each added
+    entry is the coordinator's XREAD watch waking it."""
+    broker = make_broker("redis", redis_server)
+    broker.create(0)
+    stop, commits = threading.Event(), []
+    runner = TransactionalRunner(
+        word_count(broker.spout(100), None, False), state_dir=str(tmp_path / "state")
+    )
+    loop = threading.Thread(
+        target=runner.run,
+        kwargs={
+            "until_idle": False,
+            "stop": stop,
+            "on_commit": commits.append,
+            "idle_interval": 3600.0,
+        },
+    )
+    with runner:
+        loop.start()
+        assert runner.metadata.watching  # idle, it waits to be woken: an hour at most
+        try:
+            for round in range(1, 4):
+                wait_until(lambda: bool(commits) and commits[-1].tuples == 0, 60)  # idle
+                broker.append(0, ["cat"] * round)
+                wait_until(
+                    lambda round=round: (
+                        committed(tmp_path / "state", False)["cat"] == round * (round + 1) // 2
+                    ),
+                    60,
+                )
+        finally:
+            stop.set()
+            loop.join(timeout=60)
+
+
+def test_the_redis_coordinator_wakes_its_run_for_each_entry_added_not_each_read(
+    redis_server: RedisServer,
+) -> None:
+    broker = make_broker("redis", redis_server)
+    broker.create(0)
+    coordinator = broker.spout(100).get_coordinator({}, None)
+    assert coordinator.number_of_partitions() == 1
+    wakes: list[float] = []
+    stop = coordinator.watch(lambda: wakes.append(time.monotonic()))
+    try:
+        time.sleep(0.2)  # the watcher is blocked in XREAD, from the newest entry on
+        assert wakes == []
+        broker.append(0, ["cat"])
+        wait_until(lambda: len(wakes) == 1, 10)
+        broker.append(0, ["dog"] * 500)  # a flood: a few wakeups, not one per entry
+        wait_until(lambda: len(wakes) >= 2, 10)
+        time.sleep(0.2)
+        assert len(wakes) < 50
+    finally:
+        stop()
+        coordinator.close()
