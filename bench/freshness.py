@@ -82,7 +82,9 @@ def background(log_dir: Path, rate: float, stop: threading.Event) -> None:
             append_lines(log_dir, next(partitions), rng.choices(VOCABULARY, k=lines))
 
 
-def scenario(executor: str, rate: float, seconds: float, warm_up: float) -> dict[str, Any]:
+def scenario(
+    executor: str, rate: float, seconds: float, warm_up: float, query_executor: str = "local"
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="drpc-freshness-"))
     log_dir, state_dir = work / "log", work / "state"
     for partition in range(PARTITIONS):
@@ -99,7 +101,7 @@ def scenario(executor: str, rate: float, seconds: float, warm_up: float) -> dict
     writer = threading.Thread(target=background, args=(log_dir, rate, stop))
     freshness: list[float] = []
     try:
-        with run, LocalDRPC(executor="local", timeout=60.0) as drpc:
+        with run, LocalDRPC(executor=query_executor, timeout=60.0) as drpc:
             [query] = drpc_topologies(topology, str(state_dir))
             drpc.register(query)
             hosted.start()
@@ -159,6 +161,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warm-up", type=float, default=5.0)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--query-executor", default="local", help="where the count query runs (default local)"
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "freshness.json")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -168,7 +173,7 @@ def main() -> None:
     try:
         for rate in (float(r) for r in args.rates.split(",")):
             for executor in args.executors.split(","):
-                row = scenario(executor, rate, args.seconds, args.warm_up)
+                row = scenario(executor, rate, args.seconds, args.warm_up, args.query_executor)
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     finally:
