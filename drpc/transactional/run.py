@@ -1,6 +1,6 @@
 """Running a transactional topology: coordinator loop, processing backends, ordered commits.
 
-Contract. ``run(topology, state_dir=..., executor="local"|"spark",
+Contract. ``run(topology, state_dir=..., executor="local"|"spark"|"spark-batch",
 max_spout_pending=None, until_idle=True, master=None, spark_conf=None)`` (the
 last two for the Spark session, ``drpc.runtime``) drives one transactional topology
 until its source runs dry (a committed batch emitted nothing) or
@@ -14,7 +14,9 @@ until its source runs dry (a committed batch emitted nothing) or
   not a committer nor after one) runs on a backend
   (``drpc.transactional.processing``): on ``"local"`` through the in-process
   streaming engine (a batch is processed when its tuple tree completes), on
-  ``"spark"`` as one Spark job per attempt with the emitters on the driver;
+  ``"spark"`` as calls on the resident Spark tasks (``ResidentBackend``, or the
+  topology's ``resident_backend``: Trident's compiled path), on
+  ``"spark-batch"`` as one Spark job per attempt, the emitters on the driver;
   up to ``max_spout_pending`` attempts at once (None: the topology's
   ``topology.max.spout.pending``, else 1, as Storm's coordinator reads it).
   What the processing phase sends to commit-phase bolts is captured;
