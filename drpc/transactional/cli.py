@@ -131,7 +131,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--state-dir", required=True, help="LMDB state directory (created if missing)")
     run.add_argument(
-        "--executor", choices=EXECUTORS, default="local", help="(default: %(default)s)"
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="local (in this process), spark (the batches on resident Spark tasks, no "
+        "Spark job per batch) or spark-batch (a Spark job per batch, for backfills) "
+        "(default: %(default)s)",
     )
     run.add_argument(
         "--max-spout-pending",
