@@ -8,7 +8,8 @@ whenever a file whose name matches ``pattern`` is created, written, closed after
 writing or moved in. It returns a function that stops watching (calling it again
 does nothing). ``wakeup`` must be cheap and must not raise; it may be called for a
 change that brought no complete line, and a burst of writes may wake it once or
-many times.
+many times. ``watchdog`` is imported only when a watch starts: a process that only
+reads a file log's ranges (a Spark executor) does not need it.
 """
 
 from __future__ import annotations
@@ -18,42 +19,38 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-
-from watchdog.events import (
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
+from typing import Any
 
 log = logging.getLogger(__name__)
-
-_GROWS = (FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent)
-
-
-class _Handler(FileSystemEventHandler):
-    def __init__(self, pattern: str, wakeup: Callable[[], None]) -> None:
-        self.pattern = pattern
-        self.wakeup = wakeup
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if not isinstance(event, _GROWS):
-            return
-        path = event.dest_path if isinstance(event, FileMovedEvent) else event.src_path
-        name = os.path.basename(os.fsdecode(path))
-        if fnmatch.fnmatch(name, self.pattern):
-            self.wakeup()
 
 
 def watch_files(directory: str, pattern: str, wakeup: Callable[[], None]) -> Callable[[], None]:
     """Call ``wakeup`` when a partition file changes (see the module doc); returns ``stop``."""
+    # Imported here: only the process that runs a coordinator watches, so Spark executors
+    # that read a file log's ranges need no watchdog.
+    from watchdog.events import (
+        FileClosedEvent,
+        FileCreatedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+        FileSystemEventHandler,
+    )
+    from watchdog.observers import Observer
+
+    grows = (FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent)
+
+    class Handler(FileSystemEventHandler):
+        def on_any_event(self, event: Any) -> None:
+            if not isinstance(event, grows):
+                return
+            path = event.dest_path if isinstance(event, FileMovedEvent) else event.src_path
+            if fnmatch.fnmatch(os.path.basename(os.fsdecode(path)), pattern):
+                wakeup()
+
     os.makedirs(directory, exist_ok=True)
     observer = Observer()
     observer.daemon = True
-    observer.schedule(_Handler(pattern, wakeup), directory, recursive=False)
+    observer.schedule(Handler(), directory, recursive=False)
     observer.start()
     lock = threading.Lock()
     stopped = False

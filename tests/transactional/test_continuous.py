@@ -3,6 +3,8 @@ an idle stream costs next to nothing, and every committed batch says where its t
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -187,3 +189,17 @@ def test_a_resident_worker_killed_mid_batch_loses_nothing_and_counts_nothing_twi
     again = trident_run(topology, state_dir=str(state), executor="spark", fused=fused)
     assert [commit.tuples for commit in again.commits] == [0]
     assert committed_words(state) == expected
+
+
+def test_reading_a_file_log_s_ranges_needs_no_watchdog() -> None:
+    """What a Spark executor imports to read ranges: the watcher's library only where a
+    coordinator watches (executors shipped without it still run the batches)."""
+    code = (
+        "import sys; import drpc.transactional.filelog, drpc.trident.fused, "
+        "drpc.transactional.spark_backend, drpc.executors.resident.stages; "
+        "print('watchdog' in sys.modules)"
+    )
+    imported = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert imported.stdout.strip() == "False"
