@@ -17,8 +17,8 @@ In order, on one cluster:
    client, the resident tasks serve on the cluster host's address, the dashboard links the
    Spark UI, a transactional run commits exactly once, and a worker JVM SIGKILLed under
    load leaves only right answers or typed errors, then serving resumes on the one worker
-   left. That worker's one core then holds the resident task, so the transactional run's
-   jobs wait for the killed worker to be started again, as its supervisor would.
+   left. The transactional run's batches run on the resident tasks too, so they go on
+   there; the killed worker is started again, as its supervisor would.
 
 Nothing is written inside the installed pyspark, and everything is torn down afterwards.
 """
@@ -223,7 +223,7 @@ def test_serving_and_a_transactional_run_on_two_hosts_through_a_worker_kill(
         out, err = loading.communicate(timeout=600)
         assert loading.returncode == 0, err[-3000:]
         load = json.loads(out.splitlines()[-1])
-        spark_cluster.start_worker(1)  # its supervisor's restart: cores for the batch jobs
+        spark_cluster.start_worker(1)  # its supervisor's restart
         wait_for(lambda: committed(state, opaque=False) == expected, 300, "the run committing")
         time.sleep(1.0)  # it goes on polling the source: nothing more may be counted
     finally:
