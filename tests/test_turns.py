@@ -316,8 +316,10 @@ def test_actors_made_ready_while_a_worker_is_awake_wait_for_it_not_for_a_second_
         scheduler.post(fanning, Tick(0.0))
         wait_until(lambda: all(target.seen for target in targets), what="every target handled")
     finally:
-        scheduler.stop(5.0)
+        scheduler.stop(60.0)
     assert {thread for target in targets for _, thread in target.seen} == {fanning.thread}
+    # The watchdog was timing the ready queue for up to an hour: stop woke it, not a timeout.
+    assert not scheduler._watchdog.is_alive()
 
 
 def test_a_blocked_turn_holds_the_others_up_only_for_the_handoff() -> None:

@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from contextlib import suppress
 from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
@@ -443,11 +444,12 @@ class Scheduler:
             self._stopped = True
             sleepers, self._sleepers = self._sleepers, []
             self._awake += len(sleepers)
-            wake_watchdog = not self._watching
             self._watching = True
         for sleeper in sleepers:
             sleeper.release()
-        if wake_watchdog:
+        # Idle, or timing the ready queue for up to `handoff`, the watchdog waits on its
+        # lock: wake it either way (a poster may have released the lock already).
+        with suppress(RuntimeError):
             self._watch_wakeup.release()
         deadline = time.monotonic() + timeout
         for thread in (*self._threads, self._watchdog):
