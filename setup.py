@@ -3,7 +3,8 @@
 The modules are listed once, in drpc/compiled.py, which also decides at import time whether
 the compiled extensions may be used (see its docstring). `make compile` runs
 `DRPC_COMPILE=1 python setup.py build_ext --inplace` in the virtualenv; a wheel built with
-DRPC_COMPILE=1 (and mypy installed: `pip wheel --no-build-isolation .`) carries them too.
+DRPC_COMPILE=1 (and mypy installed: `pip wheel --no-build-isolation .`) carries them too:
+the in-place build's when its manifest shows it current, else compiled for the wheel.
 Everything else about the package lives in pyproject.toml.
 """
 
@@ -12,9 +13,11 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import shutil
+import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
@@ -26,12 +29,16 @@ class BuildCompiledEngine(build_ext):
 
     The manifest is removed first and written last, so a failed build never leaves
     extensions that look current; so are the extensions of an earlier build, so none of
-    a module no longer compiled is left to shadow its source.
+    a module no longer compiled is left to shadow its source. A build that is not in
+    place (a wheel) copies the in-place build's extensions when its manifest shows them
+    current (``REUSED``): the files a compile would make, without its minute of mypyc.
     """
 
     def run(self) -> None:
         if not self.extensions:  # a pure-Python build leaves any compiled build as it is
             super().run()
+            return
+        if REUSED and self.inplace:  # e.g. an editable install: the build is current
             return
         package_dir = ROOT / "drpc" if self.inplace else Path(self.build_lib) / "drpc"
         manifest = package_dir / compiled["MANIFEST_NAME"]
@@ -39,20 +46,44 @@ class BuildCompiledEngine(build_ext):
         if package_dir.is_dir():
             for stale in compiled["extension_files"](package_dir):
                 stale.unlink()
-        super().run()
+        if REUSED:
+            self._copy_in_place_build(package_dir)
+        else:
+            super().run()
         package_dir.mkdir(parents=True, exist_ok=True)
         digests = compiled["manifest_for"](ROOT / "drpc")
         manifest.write_text(json.dumps(digests, indent=2, sort_keys=True) + "\n")
 
+    def _copy_in_place_build(self, package_dir: Path) -> None:
+        source_dir = ROOT / "drpc"
+        for extension in compiled["extension_files"](source_dir):
+            target = package_dir / extension.relative_to(source_dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(extension, target)
+        print("drpc: the wheel carries the engine compiled in place (its sources are unchanged)")
 
-ext_modules = []
+
+def _in_place_build_is_current() -> bool:
+    """Whether ``drpc/`` holds a compiled build of its current sources for this
+    interpreter, and this is not ``build_ext --inplace`` (``make compile`` compiles)."""
+    in_place = any(arg in ("--inplace", "-i") for arg in sys.argv[1:])
+    return not in_place and compiled["unusable_reason"](ROOT / "drpc") is None
+
+
+ext_modules: list[Extension] = []
+REUSED = False
 if os.environ.get("DRPC_COMPILE") == "1":
-    from mypyc.build import mypycify
+    REUSED = _in_place_build_is_current()
+    if REUSED:  # named as mypyc names them, so the wheel is tagged for this platform
+        names = [compiled["GROUP"] + "__mypyc", *compiled["COMPILED_MODULES"]]
+        ext_modules = [Extension(name, sources=[]) for name in names]
+    else:
+        from mypyc.build import mypycify
 
-    sources = [
-        str(compiled["source_path"](module, ROOT / "drpc").relative_to(ROOT))
-        for module in compiled["COMPILED_MODULES"]
-    ]
-    ext_modules = mypycify(sources, opt_level="3", group_name=compiled["GROUP"])
+        sources = [
+            str(compiled["source_path"](module, ROOT / "drpc").relative_to(ROOT))
+            for module in compiled["COMPILED_MODULES"]
+        ]
+        ext_modules = mypycify(sources, opt_level="3", group_name=compiled["GROUP"])
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildCompiledEngine})
