@@ -1,13 +1,16 @@
-"""Run as ``python -m tests.fault.kill_executor WORKDIR EXECUTOR``: a DRPC server on a Spark
-standalone cluster (master + two workers on 127.0.0.1) with reach on EXECUTOR ("spark":
-resident tasks on both executors; "spark-batch": jobs), 100 reach calls in flight, one
-executor JVM SIGKILLed meanwhile; on resident tasks it then waits until the resident job
-broke and is back; then 20 more calls, then it waits until the driver has removed the
-killed executor (so Spark's "Lost executor" line is in its stderr: under load the
-Master's report of the exit can come seconds after the calls have all ended). Prints one
-JSON line: ``{"answers": {...}, "errors": {...}, "wrong": [...], "after": [...],
-"after_errors": {...}, "killed": pid, "in_flight_at_kill": n, "removed_after_s": s}``.
-Its own SparkSession: one per process, so it cannot share the test run's."""
+"""Run as ``python -m tests.fault.kill_executor WORKDIR EXECUTOR [EXECUTOR ...]``: on one
+Spark standalone cluster (master + two workers on 127.0.0.1), for each EXECUTOR in turn
+("spark": resident tasks on both executors; "spark-batch": jobs), a DRPC server with reach
+on it, 100 reach calls in flight, one executor JVM SIGKILLed meanwhile; on resident tasks
+it then waits until the resident job broke and is back; then 20 more calls, then it waits
+until the driver has removed the killed executor (so Spark's "Lost executor" line is in
+its stderr: under load the Master's report of the exit can come seconds after the calls
+have all ended), and until the cluster's replacement executor runs, for the next
+EXECUTOR (stderr marks where each run begins: ``SCENARIO_MARK``). Prints one JSON line
+per EXECUTOR: ``{"executor": ..., "answers": {...},
+"errors": {...}, "wrong": [...], "after": [...], "after_errors": {...}, "killed": pid,
+"in_flight_at_kill": n, "removed_after_s": s}``. Its own SparkSession (one per process,
+so it cannot share the test run's), shared by the EXECUTORs as their cluster is."""
 
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from drpc.examples.reach import EXPECTED_REACH, build_reach
 from tests.fault.processes import HOST, kill, standalone_cluster
 
 CALLS = 100
+SCENARIO_MARK = "kill_executor scenario: "
+"""Written to stderr before each EXECUTOR's run: what Spark logs after it is that run's."""
 REMOVAL_TIMEOUT = 120.0
 
 
@@ -73,45 +78,43 @@ async def _calls(port: int, count: int, offset: int) -> list[tuple[str, str, str
         return await asyncio.gather(*(one(i) for i in range(count)))
 
 
-def main(workdir: Path, executor: str) -> None:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    with standalone_cluster(workdir) as cluster:
-        server = DRPCServer(host=HOST, port=0, invocations_port=0, http_port=None, timeout=200)
-        if executor == "spark":  # a resident task on each executor: either kill hits one
-            options: dict[str, object] = {"slots": 2}
-        else:
-            options = {"max_batch_size": 5, "max_jobs_in_flight": 2}
-        deadline = time.monotonic() + 120
-        runtime = server.register(
-            build_reach(), executor=executor, master=cluster.master_url, **options
-        )
-        while len(cluster.executor_pids()) < 2:
-            assert time.monotonic() < deadline, "two executors did not start"
-            time.sleep(0.5)
-        with ServerThread(server) as running:
-            asyncio.run(_calls(running.port, 4, 0))  # warm: every executor has run tasks
+def _scenario(cluster: Any, executor: str) -> dict[str, Any]:
+    server = DRPCServer(host=HOST, port=0, invocations_port=0, http_port=None, timeout=200)
+    if executor == "spark":  # a resident task on each executor: either kill hits one
+        options: dict[str, object] = {"slots": 2}
+    else:
+        options = {"max_batch_size": 5, "max_jobs_in_flight": 2}
+    deadline = time.monotonic() + 120
+    runtime = server.register(
+        build_reach(), executor=executor, master=cluster.master_url, **options
+    )
+    while len(cluster.executor_pids()) < 2:
+        assert time.monotonic() < deadline, "two executors did not start"
+        time.sleep(0.5)
+    with ServerThread(server) as running:
+        asyncio.run(_calls(running.port, 4, 0))  # warm: every executor has run tasks
 
-            live = _executor_endpoints()
+        live = _executor_endpoints()
 
-            # Looked up before the calls: 100 reach calls on resident tasks take tens of
-            # milliseconds, less than listing the processes.
-            victim = cluster.executor_pids()[0]
+        # Looked up before the calls: 100 reach calls on resident tasks take tens of
+        # milliseconds, less than listing the processes.
+        victim = cluster.executor_pids()[0]
 
-            async def load_and_kill() -> tuple[list[tuple[str, str, str]], int, int, float]:
-                calls = asyncio.ensure_future(_calls(running.port, CALLS, 0))
-                while running.service.outstanding() < CALLS // 2:
-                    await asyncio.sleep(0.001)
-                if executor == "spark-batch":
-                    await asyncio.sleep(0.5)  # the jobs are running on both executors
-                in_flight = running.service.outstanding()
-                kill(victim)
-                return await calls, victim, in_flight, time.monotonic()
+        async def load_and_kill() -> tuple[list[tuple[str, str, str]], int, int, float]:
+            calls = asyncio.ensure_future(_calls(running.port, CALLS, 0))
+            while running.service.outstanding() < CALLS // 2:
+                await asyncio.sleep(0.001)
+            if executor == "spark-batch":
+                await asyncio.sleep(0.5)  # the jobs are running on both executors
+            in_flight = running.service.outstanding()
+            kill(victim)
+            return await calls, victim, in_flight, time.monotonic()
 
-            during, victim, in_flight, killed_at = asyncio.run(load_and_kill())
-            if executor == "spark":
-                _await_resident_recovery(runtime, killed_at)
-            after = asyncio.run(_calls(running.port, 20, 1))
-            removed_after = _await_removal(live, killed_at)
+        during, victim, in_flight, killed_at = asyncio.run(load_and_kill())
+        if executor == "spark":
+            _await_resident_recovery(runtime, killed_at)
+        after = asyncio.run(_calls(running.port, 20, 1))
+        removed_after = _await_removal(live, killed_at)
     answers = collections.Counter(outcome for _, outcome, _ in during)
     wrong = [
         (url, result)
@@ -124,15 +127,23 @@ def main(workdir: Path, executor: str) -> None:
     after_errors = collections.Counter(
         f"{outcome}: {msg[:300]}" for _, outcome, msg in after if outcome != "ok"
     )
-    print(json.dumps({
-        "answers": dict(answers), "errors": dict(errors), "wrong": wrong,
-        "after": [outcome for _, outcome, _ in after], "after_errors": dict(after_errors),
-        "killed": victim,
+    return {
+        "executor": executor, "answers": dict(answers), "errors": dict(errors),
+        "wrong": wrong, "after": [outcome for _, outcome, _ in after],
+        "after_errors": dict(after_errors), "killed": victim,
         "in_flight_at_kill": in_flight, "removed_after_s": removed_after,
-    }))  # fmt: skip
+    }  # fmt: skip
+
+
+def main(workdir: Path, executors: list[str]) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with standalone_cluster(workdir) as cluster:
+        for executor in executors:
+            print(f"{SCENARIO_MARK}{executor}", file=sys.stderr, flush=True)
+            print(json.dumps(_scenario(cluster, executor)), flush=True)
 
 
 if __name__ == "__main__":
     # A SIGTERM (the test gave up waiting) unwinds, so the cluster's JVMs are torn down.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    main(Path(sys.argv[1]), sys.argv[2])
+    main(Path(sys.argv[1]), sys.argv[2:])

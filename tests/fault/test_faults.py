@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from drpc.client import AsyncDRPCClient, DRPCClient, DRPCConnectionError, DRPCExecutionException
@@ -32,6 +33,7 @@ from drpc.errors import DRPCError, DRPCExceptionType
 from drpc.examples.exclamation import build_exclamation
 from drpc.state import CoordinatorState
 from drpc.state.topology import TopologyState
+from tests.fault.kill_executor import SCENARIO_MARK
 from tests.fault.processes import free_port, kill
 from tests.server.helpers import HOST, server_options, wait_until
 from tests.spark.workload import CrashOn
@@ -42,13 +44,16 @@ pytestmark = [pytest.mark.fault, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(480)  # 400 s for the run, then its teardown
-@pytest.mark.parametrize("executor", ["spark", "spark-batch"])
-def test_sigkill_of_an_executor_jvm_with_100_reach_calls_in_flight(
-    executor: str, tmp_path: Path
-) -> None:
+KILLED_EXECUTORS = ("spark-batch", "spark")  # one cluster: the batch jobs' kill first
+
+
+@pytest.fixture(scope="module")
+def executor_kill_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Each executor's report from ``tests.fault.kill_executor``, run once on one cluster
+    for both (a cluster and its session take half a minute to start)."""
+    workdir = tmp_path_factory.mktemp("kill-executor")
     run = subprocess.Popen(
-        [sys.executable, "-m", "tests.fault.kill_executor", str(tmp_path), executor],
+        [sys.executable, "-m", "tests.fault.kill_executor", str(workdir), *KILLED_EXECUTORS],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -66,7 +71,20 @@ def test_sigkill_of_an_executor_jvm_with_100_reach_calls_in_flight(
             f"no report within 400 s; its output ended:\n{stderr[-4000:]}"
         ) from None
     assert run.returncode == 0, stderr[-4000:]
-    report = json.loads(stdout.strip().splitlines()[-1])
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    reports = {report["executor"]: report for report in map(json.loads, lines)}
+    assert set(reports) == set(KILLED_EXECUTORS), stdout
+    return {"reports": reports, "stderr": stderr}
+
+
+@pytest.mark.timeout(480)  # 400 s for both runs, then their teardown
+@pytest.mark.parametrize("executor", KILLED_EXECUTORS)
+def test_sigkill_of_an_executor_jvm_with_100_reach_calls_in_flight(
+    executor: str, executor_kill_reports: dict[str, Any]
+) -> None:
+    report = executor_kill_reports["reports"][executor]
+    stderr = executor_kill_reports["stderr"].partition(f"{SCENARIO_MARK}{executor}\n")[2]
+    stderr = stderr.partition(SCENARIO_MARK)[0]  # this run's part of the log
     assert report["in_flight_at_kill"] > 0  # the kill landed while calls were in flight
     assert report["wrong"] == []  # never a wrong answer
     assert sum(report["answers"].values()) == 100  # every call ended...
