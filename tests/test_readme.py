@@ -1,16 +1,22 @@
-"""The README as a new user meets it, so that it stays true.
+"""The README and every page of docs/ as a new user meets them, so that they stay true.
+
+The pages are README.md and docs/**/*.md. Fenced blocks are found at any indentation
+(inside admonitions and content tabs too) and with or without attributes
+(```python title="x.py"); a block is named by its file and the line of its first line of
+code, e.g. ``docs/tutorials/drpc.md:line-12``, and only ``python``, ``sh`` and ``yaml``
+blocks run (text, mermaid and the other languages of ``NOT_RUN`` are shown, not run).
 
 - Every Python block runs as written and prints what its ``# ...`` comments
   say. Blocks that call a server get one on 127.0.0.1 and have its ports put
-  in for the README's (3772, 3773, 3774) and its address for ``drpc.example``;
+  in for the shown ones (3772, 3773, 3774) and its address for ``drpc.example``;
   blocks on Spark share the suite's session (its master put in for
-  ``local[*]``). A new block fails here until ``PYTHON_BLOCKS`` says how to run
-  it.
+  ``local[*]``). A new block fails here until ``PYTHON_BLOCKS`` (one table for
+  every page) says how to run it.
 - Every command of a ``sh`` block is written in a form that runs from a fresh
   clone (``make``, ``curl``, or a program of ``.venv/bin``: the virtual
   environment is not on ``PATH``), and the transcripts' ``drpc-client`` and
-  ``curl`` calls print what the README shows.
-- The ACL example is a valid ACL.
+  ``curl`` calls print what the page shows.
+- Every ``yaml`` block is YAML, and the ACL example is a valid ACL.
 """
 
 from __future__ import annotations
@@ -44,34 +50,69 @@ from tests.server.certs import make_pki
 from tests.server.helpers import HOST, free_port, running_server, server_options, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 VENV_BIN = f"{Path(sys.executable).parent}/"
 TOKEN = "alice-token-0123456789"
+
+RUN = {"python", "sh", "yaml"}
+NOT_RUN = {"", "text", "mermaid", "json", "toml", "ini", "java", "clojure", "properties", "diff"}
+"""Fence languages shown but not run; any other (``bash``, ``py``, ``console``) is refused
+below, so that no block a reader copies escapes the test by its spelling."""
 
 
 @dataclass(frozen=True)
 class Block:
+    page: str  # relative to the repository, e.g. "docs/tutorials/drpc.md"
     language: str
     line: int  # of the block's first line of code, 1-based
     text: str
 
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
-def readme_blocks(language: str) -> list[Block]:
+    @property
+    def id(self) -> str:
+        return f"{self.page}:line-{self.line}"
+
+
+FENCE = re.compile(
+    r"(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<language>[\w+-]*)(?P<rest>.*)"
+)
+
+
+def page_blocks(page: Path) -> list[Block]:
+    """Every fenced block of a page, dedented by its fence's indentation."""
     found: list[Block] = []
-    lines = README.read_text().splitlines()
+    name = page.relative_to(ROOT).as_posix()
+    lines = page.read_text().splitlines()
     index = 0
     while index < len(lines):
-        opening = re.fullmatch(r"```(\w*)", lines[index])
+        opening = FENCE.fullmatch(lines[index])
         index += 1
         if opening is None:
             continue
+        indent, fence = opening["indent"], opening["fence"]
         start = index
-        while lines[index] != "```":
+        while index < len(lines) and lines[index].strip() != fence:
             index += 1
-        if opening[1] == language:
-            found.append(Block(language, start + 1, "\n".join(lines[start:index]) + "\n"))
+        assert index < len(lines), f"{name}:{start}: a fence that never closes"
+        code = [line.removeprefix(indent) for line in lines[start:index]]
+        found.append(Block(name, opening["language"], start + 1, "\n".join(code) + "\n"))
         index += 1
     return found
+
+
+ALL_BLOCKS = [block for page in PAGES for block in page_blocks(page)]
+
+
+def blocks(language: str) -> list[Block]:
+    return [block for block in ALL_BLOCKS if block.language == language]
+
+
+def test_every_block_is_in_a_language_that_runs_or_is_only_shown() -> None:
+    unknown = [f"{b.where} ```{b.language}" for b in ALL_BLOCKS if b.language not in RUN | NOT_RUN]
+    assert not unknown, f"write python, sh or yaml (run), or one of {sorted(NOT_RUN)}: {unknown}"
 
 
 @dataclass(frozen=True)
@@ -99,13 +140,14 @@ PYTHON_BLOCKS: dict[str, Run] = {
     # tests/cluster/serve.py is it under spark-submit on the two-host cluster.
     "class Shout(BaseBasicBolt)": Run("nothing"),
 }
-"""A distinctive piece of each Python block of the README, and how it runs."""
+"""A distinctive piece of each Python block of README.md and docs/**/*.md (one table for
+all pages: a marker names one block wherever it is), and how the block runs."""
 
 
 def _run_of(block: Block) -> Run:
     matching = [run for marker, run in PYTHON_BLOCKS.items() if marker in block.text]
     assert len(matching) == 1, (
-        f"README.md:{block.line}: a Python block {PYTHON_BLOCKS} does not describe "
+        f"{block.where}: a Python block PYTHON_BLOCKS does not describe "
         f"(or describes twice); add its marker and what it prints:\n{block.text}"
     )
     return matching[0]
@@ -120,7 +162,7 @@ def _substituted(text: str, replacements: dict[str, str]) -> str:
 
 def _exec(block: Block, replacements: dict[str, str]) -> list[str]:
     """Run the block in this process (so Spark blocks share the session); its output lines."""
-    code = compile(_substituted(block.text, replacements), f"README.md:{block.line}", "exec")
+    code = compile(_substituted(block.text, replacements), block.where, "exec")
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         exec(code, {"__name__": "readme_block"})
@@ -176,7 +218,7 @@ def _its_own_process(block: Block, request: pytest.FixtureRequest) -> list[str]:
         wait_until(lambda: _accepts(port) or process.poll() is not None, 60)
         if process.poll() is not None:
             output, _ = process.communicate()
-            pytest.fail(f"README.md:{block.line} exited before serving:\n{output}")
+            pytest.fail(f"{block.where} exited before serving:\n{output}")
         with DRPCClient(HOST, port, timeout=30) as client:
             assert client.execute("reach", "foo.com/blog/1") == "16"
         process.send_signal(signal.SIGINT)
@@ -203,7 +245,7 @@ SETUPS: dict[str, Callable[[Block, pytest.FixtureRequest], list[str]]] = {
     "its own process": _its_own_process,
 }
 
-PYTHON = readme_blocks("python")
+PYTHON = blocks("python")
 
 
 def _marks_of(block: Block) -> list[pytest.MarkDecorator]:
@@ -214,14 +256,14 @@ def _marks_of(block: Block) -> list[pytest.MarkDecorator]:
 
 @pytest.mark.parametrize(
     "block",
-    [pytest.param(block, id=f"line-{block.line}", marks=_marks_of(block)) for block in PYTHON],
+    [pytest.param(block, id=block.id, marks=_marks_of(block)) for block in PYTHON],
 )
 def test_every_python_block_runs_as_written(
     block: Block, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = _run_of(block)
-    for expected in run.prints:  # the README says what the block prints
-        assert f"# {expected}" in block.text, f"README.md:{block.line} no longer shows {expected!r}"
+    for expected in run.prints:  # the page says what the block prints
+        assert f"# {expected}" in block.text, f"{block.where} no longer shows {expected!r}"
     monkeypatch.chdir(tmp_path)
     printed = SETUPS[run.needs](block, request)
     assert len(printed) == len(run.prints), printed
@@ -234,7 +276,8 @@ def test_every_python_block_runs_as_written(
 
 def test_every_python_block_is_run() -> None:
     described = {marker for block in PYTHON for marker in PYTHON_BLOCKS if marker in block.text}
-    assert described == set(PYTHON_BLOCKS), "PYTHON_BLOCKS names a block the README lost"
+    lost = set(PYTHON_BLOCKS) - described
+    assert not lost, f"PYTHON_BLOCKS names blocks no page shows any more: {sorted(lost)}"
     assert len(PYTHON) >= len(PYTHON_BLOCKS)
 
 
@@ -243,14 +286,19 @@ def test_every_python_block_is_run() -> None:
 
 @dataclass(frozen=True)
 class Command:
+    page: str
     line: int
     text: str  # continuation lines joined, without the "$ " prompt
     output: list[str]  # the lines a transcript shows under it
 
+    @property
+    def id(self) -> str:
+        return f"{self.page}:line-{self.line}"
 
-def readme_commands() -> list[Command]:
+
+def page_commands() -> list[Command]:
     commands: list[Command] = []
-    for block in readme_blocks("sh"):
+    for block in blocks("sh"):
         transcript = block.text.startswith("$ ")
         pending, first = "", 0
         for offset, raw in enumerate(block.text.splitlines()):
@@ -264,23 +312,23 @@ def readme_commands() -> list[Command]:
                 first = block.line + offset
             pending += text.rstrip("\\").rstrip() + " " if text.endswith("\\") else text
             if not text.endswith("\\"):
-                commands.append(Command(first, " ".join(pending.split()), []))
+                commands.append(Command(block.page, first, " ".join(pending.split()), []))
                 pending = ""
     return commands
 
 
-COMMANDS = readme_commands()
+COMMANDS = page_commands()
 PROGRAMS_ON_PATH = {"make", "curl"}
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=[f"line-{c.line}" for c in COMMANDS])
+@pytest.mark.parametrize("command", COMMANDS, ids=[c.id for c in COMMANDS])
 def test_every_command_runs_from_a_fresh_clone(command: Command) -> None:
     words = shlex.split(command.text.split("#")[0].replace("...", "x"))
     while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VARIABLE=value before a command
         words.pop(0)
     program = words[0]
     assert program in PROGRAMS_ON_PATH or program.startswith(".venv/bin/"), (
-        f"README.md:{command.line}: {program!r} is not on a fresh clone's PATH; "
+        f"{command.page}:{command.line}: {program!r} is not on a fresh clone's PATH; "
         f"write .venv/bin/{program}"
     )
     if program.startswith(".venv/bin/"):
@@ -303,7 +351,7 @@ def examples_server() -> Iterator[DRPCServer]:
         yield server
 
 
-@pytest.mark.parametrize("command", TRANSCRIPTS, ids=[f"line-{c.line}" for c in TRANSCRIPTS])
+@pytest.mark.parametrize("command", TRANSCRIPTS, ids=[c.id for c in TRANSCRIPTS])
 def test_the_transcripts_print_what_they_show(
     command: Command, examples_server: DRPCServer
 ) -> None:
@@ -315,15 +363,21 @@ def test_the_transcripts_print_what_they_show(
         words, capture_output=True, text=True, timeout=60, env={**os.environ, "NO_PROXY": "*"}
     )
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.splitlines() == command.output
+    assert ran.stdout.splitlines() == command.output, f"{command.page}:{command.line}"
 
 
 def test_the_transcripts_that_run_are_the_ones_meant() -> None:
-    assert len(TRANSCRIPTS) == 4  # drpc-client, curl GET, curl POST, curl exclamation
+    in_readme = [c.text.split()[0:2] for c in TRANSCRIPTS if c.page == "README.md"]
+    assert len(in_readme) == 4, in_readme  # drpc-client, curl GET, curl POST, curl exclamation
+
+
+@pytest.mark.parametrize("block", blocks("yaml"), ids=[b.id for b in blocks("yaml")])
+def test_every_yaml_block_is_yaml(block: Block) -> None:
+    assert isinstance(yaml.safe_load(block.text), dict | list), block.where
 
 
 def test_the_acl_example_is_a_valid_acl() -> None:
-    [block] = readme_blocks("yaml")
+    [block] = [b for b in blocks("yaml") if "drpc.authorizer.acl:" in b.text]
     acl = ACL.from_mapping(yaml.safe_load(block.text))
     assert acl.entries["reach"].client_users == {"alice", "bob"}
     assert acl.entries["reach"].invocation_user == "runner"
