@@ -18,6 +18,7 @@ import subprocess
 import sys
 import venv
 import zipfile
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +273,7 @@ def test_a_wheel_built_compiled_installs_an_engine_that_runs_compiled(tmp_path: 
     environment = {**os.environ, "DRPC_COMPILE": "1"}
     wheel = [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", "dist", "."]
     subprocess.run(wheel, cwd=source, env=environment, check=True, timeout=540)
-    [built] = (source / "dist").glob("drpc-*.whl")
+    [built] = (source / "dist").glob("drpc_spark-*.whl")  # the distribution drpc-spark
     if compiled.unusable_reason() is None:  # carried over, byte for byte, not compiled
         library = compiled.extension_path("drpc.semantics.acker")
         assert library is not None
@@ -288,7 +289,7 @@ def test_a_wheel_built_compiled_installs_an_engine_that_runs_compiled(tmp_path: 
     subprocess.run(install, check=True, timeout=120)
     site_packages = [p for p in sys.path if p.endswith("site-packages")]
     call = (
-        "import sys, drpc, drpc.semantics.acker as acker\n"
+        "import sys, importlib.metadata, drpc, drpc.semantics.acker as acker\n"
         "from drpc.examples.reach import build_reach\n"
         "from drpc.testing import LocalDRPC\n"
         "with LocalDRPC() as server:\n"
@@ -296,6 +297,8 @@ def test_a_wheel_built_compiled_installs_an_engine_that_runs_compiled(tmp_path: 
         "    answer = server.execute('reach', 'foo.com/blog/1')\n"
         "installed = acker.__file__.startswith(sys.prefix) and acker.__file__.endswith('.so')\n"
         "print(drpc.compiled.engine_build(), installed, answer)\n"
+        "print(importlib.metadata.metadata('drpc-spark')['Name'], drpc.__version__)\n"
+        "print(importlib.metadata.distribution('drpc-spark').read_text('top_level.txt'))\n"
     )
     ran = subprocess.run(
         [str(python), "-W", "error::RuntimeWarning", "-c", call],
@@ -306,4 +309,7 @@ def test_a_wheel_built_compiled_installs_an_engine_that_runs_compiled(tmp_path: 
         timeout=120,
         check=True,
     )
-    assert ran.stdout.split() == ["compiled", "True", "16"], ran.stderr
+    # installed under its distribution name (PyPI's "drpc" is another project), importing
+    # as drpc, at the version drpc reports
+    named = ["drpc-spark", metadata.version("drpc-spark"), "drpc"]
+    assert ran.stdout.split() == ["compiled", "True", "16", *named], ran.stderr

@@ -1,10 +1,12 @@
-"""What the package declares: its licence (the text shipped beside it), in the current
-pyproject form, so that building it warns about nothing of ours."""
+"""What the package declares: its distribution name (drpc-spark: PyPI's "drpc" is an
+unrelated project) under which the import name drpc installs, its licence (the text
+shipped beside it), in the current pyproject form, so that building it warns about
+nothing of ours."""
 
 from __future__ import annotations
 
 import tomllib
-from importlib.metadata import metadata
+from importlib.metadata import metadata, packages_distributions
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,9 +18,16 @@ def test_the_licence_is_declared_as_spdx_and_shipped() -> None:
     assert project["project"]["license-files"] == ["LICENSE"]
     # license-files and SPDX strings need setuptools 77 (older ones warn or refuse)
     assert "setuptools>=77" in project["build-system"]["requires"]
-    installed = metadata("drpc")
+    installed = metadata("drpc-spark")
     assert installed["License-Expression"] == "Apache-2.0"
     assert installed.get_all("License-File") == ["LICENSE"]
+
+
+def test_the_distribution_is_drpc_spark_and_installs_the_import_name_drpc() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "drpc-spark"
+    assert metadata("drpc-spark")["Name"] == "drpc-spark"
+    assert set(packages_distributions()["drpc"]) == {"drpc-spark"}  # no stale "drpc" beside it
 
 
 def test_the_licence_file_is_the_apache_license_2_0() -> None:
