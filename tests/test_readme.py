@@ -128,7 +128,7 @@ PYTHON_BLOCKS: dict[str, Run] = {
     'LinearDRPCTopologyBuilder("exclamation")': Run("nothing", ["hello!"]),
     'LocalDRPC(executor="spark"': Run("spark", ["16", "16"]),
     'TransactionalTopologyBuilder("global-count"': Run("spark", ["[9, 16, 19]"]),
-    "TridentTopology()": Run("nothing", ["[3, 2, 0]", "[[6]]", "[[0]]"]),
+    'topology.new_drpc_stream("words")': Run("nothing", ["[3, 2, 0]", "[[6]]", "[[0]]"]),
     "build_vocabulary_counts(10**6)": Run("nothing", ["True"]),
     'DRPCClient("localhost", 3772)': Run(
         "a reach server",
@@ -139,6 +139,15 @@ PYTHON_BLOCKS: dict[str, Run] = {
     # The spark-submit script: run here it only defines its topology (not __main__);
     # tests/cluster/serve.py is it under spark-submit on the two-host cluster.
     "class Shout(BaseBasicBolt)": Run("nothing"),
+    # docs/tutorials/drpc.md
+    'LinearDRPCTopologyBuilder("upper")': Run("nothing", ["HELLO!!!", "DRPC!!!"]),
+    "class PartialUniquer(BaseBatchBolt):": Run(
+        "nothing",
+        ["foo.com/blog/1 16", "tech.backtype.com/blog/123 7", "notaurl.com 0"],
+    ),
+    'LinearDRPCTopologyBuilder("inverse")': Run("nothing", ["0.25", "FAILED_REQUEST"]),
+    'AsyncDRPCClient("localhost", 3772, timeout=30)': Run("a reach server", ["['16', '14', '7']"]),
+    'HTTPDRPCClient("http://localhost:3774")': Run("a reach server", ["7"]),
 }
 """A distinctive piece of each Python block of README.md and docs/**/*.md (one table for
 all pages: a marker names one block wherever it is), and how the block runs."""
@@ -185,7 +194,7 @@ def _spark(block: Block, request: pytest.FixtureRequest) -> list[str]:
 
 def _reach_server(block: Block, request: pytest.FixtureRequest) -> list[str]:
     with running_server(build_reach()) as server:
-        return _exec(block, {"3772": str(server.port)})
+        return _exec(block, {k: v for k, v in _ports(server).items() if k in block.text})
 
 
 def _tls_reach_server(block: Block, request: pytest.FixtureRequest) -> list[str]:
