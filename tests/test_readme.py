@@ -148,6 +148,11 @@ PYTHON_BLOCKS: dict[str, Run] = {
     'LinearDRPCTopologyBuilder("inverse")': Run("nothing", ["0.25", "FAILED_REQUEST"]),
     'AsyncDRPCClient("localhost", 3772, timeout=30)': Run("a reach server", ["['16', '14', '7']"]),
     'HTTPDRPCClient("http://localhost:3774")': Run("a reach server", ["7"]),
+    # docs/tutorials/trident.md
+    'new_drpc_stream("count-words")': Run("nothing", ["[4, 0]", "[[7]]"]),
+    'new_drpc_stream("letters")': Run("nothing", ["[[14]]"]),
+    "class Longest(CombinerAggregator)": Run("nothing", ['[["jumped"]]']),
+    'LMDBMapState.opaque("totals")': Run("nothing", ["[[7]]", "[[null]]"]),
 }
 """A distinctive piece of each Python block of README.md and docs/**/*.md (one table for
 all pages: a marker names one block wherever it is), and how the block runs."""
