@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint format bench clean thrift mutation compile clean-compiled
+.PHONY: serve test lint format bench clean thrift mutation compile clean-compiled docs plots
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,17 @@ mutation: $(STAMP)
 	DRPC_PURE_PYTHON=1 $(PY) -m mutmut run --max-children $$(nproc) $(MUTMUT_ARGS)
 	$(PY) tests/mutation/score.py
 
+# The documentation site (mkdocs.yml) into site/: offline, and --strict fails it on any
+# warning (a broken link or anchor, a page left out of the nav, an unresolved API
+# reference). docs/hooks.py generates the command-line and configuration references.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# The performance page's plots: docs/images/*.png (and their captions, plots.json) from
+# bench/results/*.json. Run the benchmarks first, on a quiet machine (docs/performance.md).
+plots: $(STAMP)
+	$(PY) bench/plots.py
+
 # Style and types: ruff's lint and format checks, and mypy over drpc/ (pyproject.toml).
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -84,4 +95,4 @@ thrift:
 	rm -rf "$$generated"
 
 clean: clean-compiled
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache mutants
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache .mypy_cache mutants
