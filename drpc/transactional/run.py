@@ -256,9 +256,10 @@ class TransactionalRunner:
         """
         :param max_spout_pending: batches processed at once; None (default) takes the
             topology's ``topology.max.spout.pending`` (``conf`` overrides it), else 1.
-        :param master, spark_conf, start_timeout: the Spark session of ``executor="spark"``
-            (``drpc.runtime.get_session``; defaults: Spark's resolution of the master, no
-            settings of your own, 120 s for an executor to register).
+        :param master: the master of ``executor="spark"``'s Spark session
+            (``drpc.runtime.get_session``; default: Spark's resolution of the master).
+        :param spark_conf: that session's settings (default: none of your own).
+        :param start_timeout: seconds for an executor to register (default 120).
         :param state_options: options of ``StateEnvironment.open`` for ``state_dir``
             (e.g. ``map_size``, ``max_map_size``, ``sync``); defaults otherwise.
         :param observer: receives ``tx_*`` events (``drpc.observe``).
