@@ -105,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
         "--max-connections",
         type=int,
         default=DEFAULT_MAX_CONNECTIONS,
-        help="most open connections per Thrift port (default %(default)s)",
+        help="most open connections per Thrift port; at it, the oldest idle one is closed to "
+        "make room, or, with none idle, the new one (default %(default)s)",
     )
     security = parser.add_argument_group("security")
     security.add_argument(
@@ -225,18 +226,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     security = _security(parser, args)
     transactional = _transactional(parser, args)
     options = state_options(parser, args)
-    server = DRPCServer(
-        host=args.host,
-        port=args.port,
-        invocations_port=args.invocations_port,
-        http_port=None if args.http_port < 0 else args.http_port,
-        timeout=args.timeout,
-        max_connections=args.max_connections,
-        runner_liveness=args.runner_liveness,
-        wait_for_unserved=args.wait_for_unserved,
-        executor=args.executor,
-        **security,
-    )
+    try:
+        server = DRPCServer(
+            host=args.host,
+            port=args.port,
+            invocations_port=args.invocations_port,
+            http_port=None if args.http_port < 0 else args.http_port,
+            timeout=args.timeout,
+            max_connections=args.max_connections,
+            runner_liveness=args.runner_liveness,
+            wait_for_unserved=args.wait_for_unserved,
+            executor=args.executor,
+            **security,
+        )
+    except ValueError as error:  # limits that contradict each other, a non-positive one
+        parser.error(str(error))
     try:
         for topology in topologies:
             server.register(topology, **executor_options)

@@ -27,8 +27,9 @@ PARKED_COST = 64
 """Bytes a parked Thrift frame holds beyond its own (its bytes object and queue slot)."""
 
 
-def _limit(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
+def _limit(default: Any, help: str, kind: type | None = None) -> Any:
+    """A limit field; ``kind`` is its type when its default is None (derived elsewhere)."""
+    return field(default=default, metadata={"help": help, "kind": kind or type(default)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +108,12 @@ class Limits:
         "most requests one caller holds (queued or running): the user, or the client address "
         "when anonymous; past it its calls are refused like max_outstanding",
     )
-    max_connections_per_address: int = _limit(
-        256,
-        "most open connections from one client address per Thrift port; past it a new one "
-        "from that address is closed at once",
+    max_connections_per_address: int | None = _limit(
+        None,
+        "most open connections from one client address per Thrift port, below "
+        "--max-connections (default: half of it, at most 256); past it the address's "
+        "oldest idle connection is closed to make room, or, with none idle, the new one",
+        kind=int,
     )
     idle_timeout: float = _limit(
         120.0,
@@ -140,6 +143,8 @@ class Limits:
     def __post_init__(self) -> None:
         for item in fields(self):
             value = getattr(self, item.name)
+            if value is None and item.default is None:
+                continue  # derived from another setting (its help says how)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"limit {item.name} must be a positive number, got {value!r}")
 
@@ -151,12 +156,13 @@ def _flag(name: str) -> str:
 def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("limits")
     for item in fields(Limits):
+        kind = item.metadata["kind"]
         group.add_argument(
             _flag(item.name),
-            type=type(item.default),
+            type=kind,
             default=item.default,
-            metavar="SECONDS" if isinstance(item.default, float) else "N",
-            help=f"{item.metadata['help']} (default %(default)s)",
+            metavar="SECONDS" if kind is float else "N",
+            help=item.metadata["help"] + ("" if item.default is None else " (default %(default)s)"),
         )
 
 

@@ -29,7 +29,10 @@ Contract:
   seconds for its next frame, then it is closed (a multiplexing client waiting
   for long calls is not idle);
 - at ``max_connections`` open connections, or ``limits.max_connections_per_address``
-  from one client address, a new one (from that address) is closed at once;
+  from one client address (default: half of ``max_connections``, at most 256; see
+  ``drpc.server.admission``), the oldest idle connection (of that address, or of any)
+  is closed to make room for a new one; only when none is idle is the new one closed at
+  once, so sockets that do nothing never lock out a caller that works;
 - with an ``ssl`` context the connection is TLS; a verified client
   certificate's subject CN is the caller's identity (``Peer.identity``),
   otherwise the identity is None (anonymous);
@@ -59,6 +62,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from drpc.server.admission import ConnectionTable, default_per_address
 from drpc.server.limits import CALL_COST, PARKED_COST, Limits
 from drpc.server.refusals import RefusalLog
 from thrift.Thrift import TApplicationException
@@ -99,8 +103,13 @@ class _Connection:
     """One client connection: its streams, who it is, and its calls in flight."""
 
     def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Peer
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: Peer,
+        task: asyncio.Task[None],
     ) -> None:
+        self.task = task  # its key in the listener's ConnectionTable
         self.reader = reader
         self.writer = writer
         self.peer = peer
@@ -127,11 +136,15 @@ class _Connection:
         self.parked.clear()
         self.held_bytes = sum(self.calls.values())
 
-    def call_done(self, call: asyncio.Task[None], idle_timeout: float) -> None:
+    def call_done(self, call: asyncio.Task[None], idle_timeout: float) -> bool:
+        """Forget a finished call; True when the connection became idle by it (it waits
+        for its next frame with nothing in flight: its idle deadline starts)."""
         self.held_bytes -= self.calls.pop(call, 0)
         waiting = self.waiting
         if not self.calls and not self.parked and waiting is not None and waiting.when() is None:
             waiting.reschedule(asyncio.get_running_loop().time() + idle_timeout)
+            return True
+        return False
 
 
 FRAMES_PER_TURN = 64
@@ -168,13 +181,19 @@ class ThriftListener:
         )
         self._ssl = ssl_context
         self.max_connections = max_connections
+        self.max_connections_per_address = (
+            self.limits.max_connections_per_address or default_per_address(max_connections)
+        )
+        self._table: ConnectionTable[asyncio.Task[None]] = ConnectionTable(
+            max_connections, self.max_connections_per_address
+        )
         self.refusals = refusals or RefusalLog(self.limits.refusal_logs_per_second)
         self.refused_connections = 0
+        self.reclaimed_connections = 0  # idle ones closed to make room for a new one
         self.idle_closed = 0
         self.write_timeouts = 0
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
-        self._per_host: dict[str, int] = {}
         self._calls: set[asyncio.Task[None]] = set()
         self.port: int | None = None
 
@@ -203,43 +222,41 @@ class ThriftListener:
 
     def connections_from(self, host: str) -> int:
         """Open connections from the client address ``host``."""
-        return self._per_host.get(host, 0)
+        return self._table.connections_from(host)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         peername = writer.get_extra_info("peername")
         host = _host(peername)
-        from_host = self._per_host.get(host, 0)
-        reason = None
-        if len(self._connections) >= self.max_connections:
-            reason = f"{len(self._connections)} connections open"
-        elif from_host >= self.limits.max_connections_per_address:
-            reason = f"{from_host} connections open from {host} (max_connections_per_address)"
-        if reason is not None:
+        admission = self._table.open(task, host, asyncio.get_running_loop().time())
+        if not admission.admitted:
             self.refused_connections += 1
             self.refusals.refuse(
                 "%s: refused a connection from %s: %s",
                 self.service_name,
                 _format_address(peername),
-                reason,
+                admission.reason,
             )
             writer.close()
             return
+        for idle in admission.reclaim:
+            self.reclaimed_connections += 1
+            log.info(
+                "%s: closed an idle connection to make room for one from %s",
+                self.service_name,
+                _format_address(peername),
+            )
+            idle.cancel()
         self._connections.add(task)
-        self._per_host[host] = from_host + 1
         peer = Peer(_format_address(peername), common_name(writer.get_extra_info("peercert")), host)
         try:
-            await self._serve(_Connection(reader, writer, peer))
+            await self._serve(_Connection(reader, writer, peer, task))
         except asyncio.CancelledError:
-            pass  # close() cancelled this connection: it is closed, nothing to report
+            pass  # close() or a reclaim cancelled this connection: it is closed
         finally:
             self._connections.discard(task)
-            left = self._per_host[host] - 1
-            if left:
-                self._per_host[host] = left
-            else:
-                del self._per_host[host]
+            self._table.closed(task)
 
     async def _serve(self, connection: _Connection) -> None:
         writer, peer, calls = connection.writer, connection.peer, connection.calls
@@ -293,6 +310,7 @@ class ThriftListener:
                 await writer.wait_closed()
 
     def _start(self, connection: _Connection, handler: MethodHandler, message: Message) -> None:
+        self._table.busy(connection.task)
         call = asyncio.create_task(self._call(handler, message, connection))
         connection.calls[call] = message.size + FRAME_HEADER_SIZE + CALL_COST
         connection.held_bytes += message.size + FRAME_HEADER_SIZE + CALL_COST
@@ -301,7 +319,8 @@ class ThriftListener:
 
     def _call_done(self, connection: _Connection, call: asyncio.Task[None]) -> None:
         self._calls.discard(call)
-        connection.call_done(call, self.limits.idle_timeout)
+        if connection.call_done(call, self.limits.idle_timeout):
+            self._table.idle(connection.task, asyncio.get_running_loop().time())
         payload = connection.unpark()
         if payload is not None:  # checked when read: within the limits, its method exists
             message = decode_message(payload)
@@ -380,10 +399,14 @@ class ThriftListener:
         ``read_timeout``."""
         reader, peer = connection.reader, connection.peer
         idle_timeout = self.limits.idle_timeout
+        idle = not connection.calls and not connection.parked
+        if idle:
+            self._table.idle(connection.task, asyncio.get_running_loop().time())
         try:
-            async with asyncio.timeout(None if connection.calls else idle_timeout) as waiting:
+            async with asyncio.timeout(idle_timeout if idle else None) as waiting:
                 connection.waiting = waiting
                 first = await reader.read(1)
+            self._table.busy(connection.task)
         except TimeoutError:
             self.idle_closed += 1
             log.debug(

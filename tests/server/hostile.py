@@ -4,9 +4,11 @@ lists, deep nesting and long strings, raw HTTP requests, and the open-fd count."
 from __future__ import annotations
 
 import os
+import socket
 import struct
 
-from drpc.protocol.wire import frame
+from drpc.protocol.gen import DistributedRPC
+from drpc.protocol.wire import decode_message, frame, read_struct
 
 _VERSION_CALL = 0x80010001
 STRING, STRUCT, LIST, I32, STOP = 11, 12, 15, 8, 0
@@ -53,3 +55,17 @@ def execute_frame(function: str, args: str, extra: bytes = b"") -> bytes:
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+def read_reply(connection: socket.socket) -> DistributedRPC.execute_result:
+    payload = receive(connection, int.from_bytes(receive(connection, 4), "big"))
+    return read_struct(decode_message(payload), DistributedRPC.execute_result)
+
+
+def receive(connection: socket.socket, size: int) -> bytes:
+    received = bytearray()
+    while len(received) < size:
+        chunk = connection.recv(size - len(received))
+        assert chunk, "the server closed the connection"
+        received += chunk
+    return bytes(received)

@@ -26,8 +26,6 @@ from drpc.client import DRPCClient, DRPCExecutionException, DRPCInvocationsClien
 from drpc.server.limits import CALL_COST
 
 from drpc.errors import DRPCExceptionType
-from drpc.protocol.gen import DistributedRPC
-from drpc.protocol.wire import decode_message, read_struct
 from drpc.requests import DRPCRequest
 from tests.ops.test_metrics import parse, requests_by_outcome
 from tests.server.helpers import (
@@ -40,7 +38,7 @@ from tests.server.helpers import (
     server_process,
     wait_until,
 )
-from tests.server.hostile import execute_frame
+from tests.server.hostile import execute_frame, read_reply
 
 NAME_LIMIT = 64
 LISTED = 4
@@ -105,20 +103,6 @@ def health(server: ServerProcess) -> dict[str, Any]:
     assert status == 200, body
     answer: dict[str, Any] = json.loads(body)
     return answer
-
-
-def read_reply(connection: socket.socket) -> DistributedRPC.execute_result:
-    payload = receive(connection, int.from_bytes(receive(connection, 4), "big"))
-    return read_struct(decode_message(payload), DistributedRPC.execute_result)
-
-
-def receive(connection: socket.socket, size: int) -> bytes:
-    received = bytearray()
-    while len(received) < size:
-        chunk = connection.recv(size - len(received))
-        assert chunk, "the server closed the connection"
-        received += chunk
-    return bytes(received)
 
 
 def fetch(runner: DRPCInvocationsClient, function: str) -> DRPCRequest:

@@ -296,6 +296,12 @@ def _as_a_user(directory: Path) -> dict[str, str]:
         ),
         ("drpc-server", ["--topology", "mytopos:needs"], "mytopos:needs needs arguments (count)"),
         ("drpc-server", ["--log-level", "verbose"], "unknown log level 'verbose'"),
+        (
+            "drpc-server",
+            ["--max-connections", "64", "--max-connections-per-address", "64"],
+            "max_connections_per_address (64) must be below max_connections (64)",
+        ),
+        ("drpc-server", ["--max-connections", "0"], "max_connections must be positive, got 0"),
         ("drpc-client", ["--log-level", "verbose", "f", "x"], "unknown log level 'verbose'"),
         (
             "drpc-runner",

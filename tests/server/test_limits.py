@@ -28,8 +28,15 @@ from drpc.server.thrift_listener import FRAMES_PER_TURN
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExceptionType
 from drpc.examples.exclamation import ExclaimBolt, build_exclamation
-from tests.server.helpers import HOST, closed_by_server, raw_connection, server_options, wait_until
-from tests.server.hostile import execute_frame
+from tests.server.helpers import (
+    HOST,
+    closed_by_server,
+    connect_from,
+    raw_connection,
+    server_options,
+    wait_until,
+)
+from tests.server.hostile import execute_frame, read_reply
 from tests.waiting import SLACK
 
 
@@ -269,24 +276,65 @@ async def test_each_running_call_counts_a_fixed_cost_against_the_pending_bytes()
             assert await asyncio.gather(*calls) == [f"{i}!" for i in range(10)]
 
 
-def test_connections_per_port() -> None:
-    thread = ServerThread(DRPCServer(**server_options(), max_connections=2))
-    with thread as server:
-        with raw_connection(server.port) as first, raw_connection(server.port) as second:
-            wait_until(lambda: len(server._execute_listener._connections) == 2)
-            with raw_connection(server.port) as third:
-                assert closed_by_server(third) == b""  # over the limit: closed at once
-            for kept in (first, second):
-                kept.settimeout(0.2)
-                with pytest.raises(socket.timeout):
-                    kept.recv(1)  # at the limit: kept open
-        wait_until(lambda: len(server._execute_listener._connections) == 0)
-        with (
-            DRPCClient(HOST, server.port, timeout=10) as client,
-            pytest.raises(DRPCExecutionException, match="not served"),
-        ):
-            client.execute("f", "x")
-        assert server._execute_listener.refused_connections == 1
+def _still_open(connection: socket.socket) -> bool:
+    connection.settimeout(0.2)
+    try:
+        return connection.recv(1) != b""  # nothing is ever sent unasked: b"" means closed
+    except TimeoutError:
+        return True  # no FIN: open
+    except ConnectionResetError:
+        return False
+
+
+def test_at_the_total_idle_connections_make_room_and_working_ones_are_kept() -> None:
+    """Two loopback addresses: idle sockets of one never lock the other out; the oldest
+    idle one is closed for a newcomer; with every connection working, a newcomer is
+    refused instead, and nothing in flight is lost."""
+    server_thread = ServerThread(
+        DRPCServer(**server_options(wait_for_unserved=True), max_connections=4)
+    )
+    with server_thread as server, ThreadPoolExecutor(4) as pool:
+        listener = server._execute_listener
+        assert listener.max_connections_per_address == 2  # follows the total
+        first, second = (
+            connect_from("127.0.0.2", server.port),
+            connect_from("127.0.0.2", server.port),
+        )
+        wait_until(lambda: listener.connections_from("127.0.0.2") == 2)
+        # one address at its cap: its own oldest idle connection makes room
+        third = connect_from("127.0.0.2", server.port)
+        assert closed_by_server(first) == b""
+        wait_until(lambda: listener.reclaimed_connections == 1)
+        assert listener.connections_from("127.0.0.2") == 2
+        assert _still_open(second) and _still_open(third)
+        # idle sockets of 127.0.0.2 and 127.0.0.3 fill the port; a working caller still gets in
+        others = [connect_from("127.0.0.3", server.port) for _ in range(2)]
+        wait_until(lambda: len(listener._connections) == 4)
+        with DRPCClient(HOST, server.port, timeout=20) as client:
+            calling = pool.submit(client.execute, "f", "x")
+            wait_until(lambda: server.service.queue_depth("f") == 1)
+            assert closed_by_server(second) == b""  # the oldest idle one
+            assert listener.reclaimed_connections == 2
+            _answer_all(server, "f")
+            assert calling.result(10) == "x!"
+        for connection in (third, *others):
+            connection.close()
+        wait_until(lambda: len(listener._connections) == 0)
+        # every connection working: the newcomer is refused, the working ones kept
+        working = [connect_from(f"127.0.0.{2 + i % 2}", server.port) for i in range(4)]
+        for i, connection in enumerate(working):
+            connection.sendall(execute_frame("f", str(i)))
+        wait_until(lambda: server.service.queue_depth("f") == 4)
+        with connect_from("127.0.0.4", server.port) as refused:
+            assert closed_by_server(refused) == b""
+        assert listener.refused_connections == 1
+        _answer_all(server, "f")
+        assert [read_reply(connection).success for connection in working] == [
+            f"{i}!" for i in range(4)
+        ]
+        for connection in working:
+            connection.close()
+        assert listener.reclaimed_connections == 2
 
 
 def test_limits_refuse_non_positive_values() -> None:
