@@ -60,7 +60,7 @@ mutation: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,mutation]'
 	rm -rf mutants
 	DRPC_PURE_PYTHON=1 $(PY) -m mutmut run --max-children $$(nproc) $(MUTMUT_ARGS)
-	$(PY) tests/mutation/score.py
+	$(PY) tests/mutation/score.py $(MUTMUT_ARGS)
 
 # The documentation site (mkdocs.yml) into site/: offline, and --strict fails it on any
 # warning (a broken link or anchor, a page left out of the nav, an unresolved API

@@ -8,11 +8,17 @@ or timed out under it; survivors and mutants no test reaches count against the s
 Prints a table and the survivors that are not listed as equivalent; exits 1 when a
 module scores below ``--target`` percent (default 95), or when SURVIVORS.md lists a
 mutant that does not exist any more or that the tests now kill.
+
+``score.py PATTERN ...`` (what ``make mutation MUTMUT_ARGS=...`` passes, mutmut's own
+mutant-name globs, e.g. ``drpc.semantics.acker*``) judges the mutants those patterns
+name, and only them: a run of one module scores that module alone, and only its listed
+equivalents can be stale. Without patterns every module is judged.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import re
 import sys
@@ -47,14 +53,29 @@ def module_name(path: str) -> str:
     return path.removesuffix(".py").replace("/", ".")
 
 
-def score(mutants: Path, modules: list[str], equivalent: set[str]) -> tuple[list[Score], list[str]]:
+def _named(name: str, patterns: list[str]) -> bool:
+    return not patterns or any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def score(
+    mutants: Path, modules: list[str], equivalent: set[str], patterns: list[str] | None = None
+) -> tuple[list[Score], list[str]]:
+    """Each judged module's score, and the listed equivalents of the judged mutants that
+    are killed or gone. With ``patterns``, only the mutants they name are judged, and a
+    module none of whose mutants they name is left out."""
+    patterns = patterns or []
     scores = []
-    stale = set(equivalent)
+    stale = {name for name in equivalent if _named(name, patterns)}
     for path in modules:
         meta = mutants / f"{path}.meta"
         if not meta.exists():
+            if patterns and not any(_named(module_name(path) + ".", [p]) for p in patterns):
+                continue  # not asked for: mutmut may not even have generated it
             raise SystemExit(f"no results for {path}: run `make mutation` first")
-        results: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+        every: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+        results = {name: code for name, code in every.items() if _named(name, patterns)}
+        if not results:
+            continue
         result = Score(module_name(path))
         for name, code in sorted(results.items(), key=lambda item: _natural(item[0])):
             if code in KILLED:
@@ -80,10 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=float, default=95.0)
     parser.add_argument("--mutants", type=Path, default=ROOT / "mutants")
+    parser.add_argument(
+        "patterns",
+        nargs="*",
+        metavar="PATTERN",
+        help="judge only the mutants these globs name (mutmut's MUTMUT_ARGS); default: all",
+    )
     args = parser.parse_args(argv)
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     equivalent = set(_LISTED.findall(SURVIVORS.read_text()))
-    scores, stale = score(args.mutants, config["only_mutate"], equivalent)
+    scores, stale = score(args.mutants, config["only_mutate"], equivalent, args.patterns)
+    if not scores:
+        print(f"no mutants named by {' '.join(args.patterns)}")
+        return 1
     print(f"{'module':40} {'mutants':>7} {'killed':>7} {'equiv':>6} {'open':>5} {'score':>7}")
     for result in scores:
         total = result.counted + result.equivalent
