@@ -32,9 +32,15 @@ Progress shows on stderr (a live line on a terminal, plain lines every few
 seconds otherwise). Run it on an otherwise idle machine: the absolute figures
 move with load, the ratios much less.
 
-Usage: ``python bench/spark_serving.py [--quick] [--observation] [--master M]
-[--out FILE]``. Prints a table and writes JSON (default
-``bench/results/spark_serving.json``).
+(e) callers sweep (``--callers-sweep 1,4,16,64``): the closed loop of (b) on each drpc
+    executor at each number of callers.
+
+Every latency summary also keeps its percentiles at 1 ... 99 % and 99.9 %
+(``quantiles_ms``), from which bench/plots.py draws the latency CDFs.
+
+Usage: ``python bench/spark_serving.py [--quick] [--observation]
+[--callers-sweep N,N,...] [--master M] [--out FILE]``. Prints a table and writes JSON
+(default ``bench/results/spark_serving.json``).
 """
 
 from __future__ import annotations
@@ -93,12 +99,18 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[index]
 
 
-def summary(samples: list[float]) -> dict[str, float]:
+QUANTILE_LEVELS: list[float] = [*range(1, 100), 99.9]
+"""The percentiles every summary keeps (``quantiles_ms``): what a CDF plot needs."""
+
+
+def summary(samples: list[float]) -> dict[str, Any]:
     return {
         "n": len(samples),
         "p50_ms": 1000 * statistics.median(samples),
         "p99_ms": 1000 * percentile(samples, 99),
         "mean_ms": 1000 * statistics.fmean(samples),
+        # [percent, ms] pairs at QUANTILE_LEVELS (bench/plots.py draws them as a CDF)
+        "quantiles_ms": [[q, 1000 * percentile(samples, q)] for q in QUANTILE_LEVELS],
     }
 
 
@@ -382,6 +394,21 @@ def bench_throughput(sc: Any, callers: int, seconds: float) -> dict[str, Any]:
             results[f"{resident}_to_{baseline}"] = (
                 results[resident]["throughput_rps"] / results[baseline]["throughput_rps"]
             )
+    return results
+
+
+SWEEP_EXECUTORS = (("local", "local"), ("resident", "spark"), ("spark_batch", "spark-batch"))
+
+
+def bench_callers_sweep(counts: list[int], seconds: float) -> dict[str, Any]:
+    """(e) The closed loop of (b) on each drpc executor at each number of callers in
+    ``counts``: throughput (and latency) against concurrency."""
+    results: dict[str, Any] = {"callers": counts, "seconds_each": seconds}
+    for name, executor in SWEEP_EXECUTORS:
+        results[name] = [
+            drpc_closed_loop({"executor": executor}, n, seconds, f"(e) {name}, {n} callers")
+            for n in counts
+        ]
     return results
 
 
@@ -679,6 +706,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--observation", action="store_true", help="also measure what tracing every call costs"
     )
+    parser.add_argument(
+        "--callers-sweep",
+        metavar="N,N,...",
+        default=None,
+        help="also run (b)'s closed loop on each drpc executor at each of these numbers of "
+        "callers, e.g. 1,4,16,64 (the throughput-against-callers plot of bench/plots.py)",
+    )
     parser.add_argument("--master", default=None, help="Spark master (default: local[*])")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "spark_serving.json")
     parser.add_argument("--cache", type=Path, default=HERE / "results" / "cache")
@@ -710,6 +744,10 @@ def main(argv: list[str] | None = None) -> int:
         results["observation"] = bench_observation(
             64, 3.0 if args.quick else 10.0, 2 if args.quick else 3
         )
+    if args.callers_sweep:
+        section("(e) callers sweep ...")
+        counts = [int(n) for n in args.callers_sweep.split(",") if n]
+        results["callers_sweep"] = bench_callers_sweep(counts, 3.0 if args.quick else 10.0)
     PROGRESS.close()
     results["seconds"] = time.monotonic() - started
     results["environment"]["load_average_at_end"] = os.getloadavg()

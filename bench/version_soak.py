@@ -6,8 +6,10 @@ A writer process commits ``--commits`` small commits (each sets the 200 words of
 minutes), while this process asks the ``counts`` query (local executor, pinned reads)
 without pause and checks that every answer reads one commit. Every ``--every`` commits
 it prints, and at the end writes as JSON (default ``bench/results/version_soak.json``):
-commits, seconds, answers, mixed answers (must be 0), the LMDB file's size and the pages
-in use, the undo logs kept, and the RSS of the writer and of the querying process.
+the run's environment (cpus, python, lmdb, date) and one sample every ``--every``
+commits: commits, seconds, answers, mixed answers (must be 0), the LMDB file's size and
+the pages in use, the undo logs kept, and the RSS of the writer and of the querying
+process.
 
 Usage: ``python bench/version_soak.py [--commits N] [--every N] [--out FILE]``
 (``--writer STATE_DIR`` is the writer's own mode).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -26,9 +29,12 @@ import threading
 import time
 from pathlib import Path
 
+import lmdb
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from drpc.compiled import engine_build  # noqa: E402
 from drpc.examples.vocabulary_counts import (  # noqa: E402
     QUERY,
     TXID,
@@ -84,6 +90,13 @@ def main() -> None:
     if args.writer:
         writer(args.writer, args.commits, args.every)
         return
+    environment = {  # the run, for the plots' captions (bench/plots.py)
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "lmdb": ".".join(map(str, lmdb.version())),  # the C library's
+        "engine": engine_build(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     state = tempfile.mkdtemp(prefix="drpc-version-soak-")
     StateEnvironment.open(state).close()  # the directory exists before either process
     process = subprocess.Popen(
@@ -117,7 +130,8 @@ def main() -> None:
         process.wait()
         shutil.rmtree(state, ignore_errors=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"commits": args.commits, "samples": samples}, indent=2))
+    report = {"environment": environment, "commits": args.commits, "samples": samples}
+    args.out.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
