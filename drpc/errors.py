@@ -314,7 +314,7 @@ class SparkStartError(DRPCError):
 
 class MissingExtraError(DRPCError, ImportError):
     """An optional feature needs a package that is not installed; the message names the
-    extra that installs it (``pip install 'drpc[EXTRA]'``)."""
+    extra that installs it (``pip install 'drpc-spark[EXTRA]'``)."""
 
 
 class BrokerError(DRPCError):

@@ -355,5 +355,5 @@ def require(module: str, package: str, extra: str, feature: str) -> Any:
     except ImportError as error:
         raise MissingExtraError(
             f"{feature} needs the {package!r} package, which is not installed: "
-            f"pip install 'drpc[{extra}]'"
+            f"pip install 'drpc-spark[{extra}]'"
         ) from error

@@ -53,7 +53,7 @@ it and win. No secret shows in a repr, a log line or an error. An
 unreachable server is retried with backoff for ``retry_for`` seconds
 (default 30) before the batch fails with ``BrokerUnavailableError``;
 meanwhile the coordinator is not ready and the run's status says ``waiting
-for nats at HOST:PORT``. Needs ``nats-py``: ``pip install 'drpc[nats]'``.
+for nats at HOST:PORT``. Needs ``nats-py``: ``pip install 'drpc-spark[nats]'``.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ password never shows in a repr, a log line or an error. A broker that
 cannot be reached is retried with backoff for ``retry_for`` seconds (default
 30) before the batch fails with ``BrokerUnavailableError``; meanwhile the
 coordinator is not ready and the run's status says ``waiting for redis at
-HOST:PORT``. Needs the ``redis`` package: ``pip install 'drpc[redis]'``.
+HOST:PORT``. Needs the ``redis`` package: ``pip install 'drpc-spark[redis]'``.
 """
 
 from __future__ import annotations

@@ -189,7 +189,7 @@ def test_a_missing_client_library_names_the_extra_to_install(
     reader = spout.get_coordinator({}, None)
     with pytest.raises(MissingExtraError) as caught:
         reader.is_ready()
-    assert f"pip install 'drpc[{extra}]'" in str(caught.value)
+    assert f"pip install 'drpc-spark[{extra}]'" in str(caught.value)
     assert isinstance(caught.value, ImportError)
 
 
