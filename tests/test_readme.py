@@ -153,6 +153,9 @@ PYTHON_BLOCKS: dict[str, Run] = {
     'new_drpc_stream("letters")': Run("nothing", ["[[14]]"]),
     "class Longest(CombinerAggregator)": Run("nothing", ['[["jumped"]]']),
     'LMDBMapState.opaque("totals")': Run("nothing", ["[[7]]", "[[null]]"]),
+    # docs/how-to/writing-a-spout.md: sketches whose classes are defined, never run
+    "class MySpout(BasePartitionedTransactionalSpout)": Run("nothing"),
+    "class KafkaMeta:": Run("nothing"),
 }
 """A distinctive piece of each Python block of README.md and docs/**/*.md (one table for
 all pages: a marker names one block wherever it is), and how the block runs."""
@@ -176,7 +179,9 @@ def _substituted(text: str, replacements: dict[str, str]) -> str:
 
 def _exec(block: Block, replacements: dict[str, str]) -> list[str]:
     """Run the block in this process (so Spark blocks share the session); its output lines."""
-    code = compile(_substituted(block.text, replacements), block.where, "exec")
+    # dont_inherit: a block runs as the file a reader saves it to, without this module's
+    # `from __future__ import annotations` (under which @dataclass looks up the block's module)
+    code = compile(_substituted(block.text, replacements), block.where, "exec", dont_inherit=True)
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         exec(code, {"__name__": "readme_block"})
