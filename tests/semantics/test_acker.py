@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drpc.errors import DRPCExceptionType, Failure
-from drpc.semantics.acker import Acker, RootCompleted, RootFailed, new_edge_id
+from drpc.semantics import acker
+from drpc.semantics.acker import ID_BATCH, Acker, RootCompleted, RootFailed, new_edge_id
 
 FAILURE = Failure(DRPCExceptionType.FAILED_REQUEST, "boom", "bolt1", 3)
 
@@ -128,6 +129,14 @@ def test_new_edge_ids_are_non_zero_64_bit() -> None:
     assert len(ids) == 10_000
     assert all(0 < i < 2**64 for i in ids)
     assert max(ids) >= 2**63  # all 64 bits drawn
+
+
+def test_edge_ids_are_drawn_a_batch_of_id_batch_at_a_time() -> None:
+    """What a refill holds bounds the ids kept drawn in advance (a zero id, which would be
+    skipped, comes once in 2**64 draws)."""
+    acker._drawn.clear()
+    new_edge_id()
+    assert len(acker._drawn) == ID_BATCH - 1  # one refill, one id of it taken
 
 
 def test_a_forked_child_draws_other_edge_ids_than_its_parent() -> None:
