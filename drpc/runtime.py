@@ -317,7 +317,7 @@ def _warm_up_failure(sc: SparkContext, error: BaseException) -> str:
             f"the executors of {sc.master} cannot import drpc ({missing}; Python "
             f"{os.environ.get('PYSPARK_PYTHON')}): ship drpc and your topologies' modules to "
             "them, as a packed environment (spark.archives) or a zip (spark.submit.pyFiles), "
-            "see the README's 'Deploying on a cluster'"
+            "see docs/how-to/cluster.md, 'Getting the code to the executors'"
         )
     return f"the warm-up job on {sc.master} failed: {describe_spark_error(error)}"
 

@@ -21,7 +21,7 @@ Contract:
   either namespace and deletes both (the veth pair goes with them); it runs on
   ``__exit__`` whatever happened.
 - ``SparkCluster(host, workdir, workers=2)`` is a Spark master and workers on
-  ``host``, started with the commands the README documents (the pip wheel's
+  ``host``, started with the commands docs/how-to/cluster.md documents (the pip wheel's
   ``spark-class ... Master``/``Worker``, in the foreground, one core and
   ``memory`` each, work directories and logs under ``workdir``, never inside
   the installed pyspark; fixed ports in a namespace of its own, ``pick_port``

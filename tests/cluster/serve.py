@@ -1,4 +1,4 @@
-"""A DRPC server script for ``spark-submit``, as the README's "Deploying on a cluster" shows:
+"""A DRPC server script for ``spark-submit``, as docs/how-to/spark-submit.md shows:
 its bolt is defined here, in ``__main__``, so it travels to the executors by value.
 
     spark-submit --master spark://HOST:7077 serve.py --topology __main__:shout [drpc-server flags]

@@ -1,6 +1,6 @@
 """drpc on a real two-host Spark cluster: a standalone master and two workers on one host, the
 server on another (network namespaces joined by a veth pair, tests/cluster/harness.py), each
-started with the commands the README documents.
+started with the commands docs/how-to/cluster.md documents.
 
 In order, on one cluster:
 
