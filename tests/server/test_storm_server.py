@@ -197,6 +197,14 @@ def test_a_runner_fetch_serves_a_function_for_runner_liveness_seconds() -> None:
         assert request is not None and request.args == "within"
         invocations.result(request.return_info.request_id, "served")
         assert pending.result(10) == "served"
+    # Past the window (a short one: nothing has to happen within it here) it is not served.
+    liveness = 0.5
+    with (
+        running_server(runner_liveness=liveness) as server,
+        DRPCInvocationsClient(HOST, server.invocations_port) as invocations,
+        DRPCClient(HOST, server.port) as client,
+    ):
+        assert invocations.fetch_request("remote") is None
         time.sleep(liveness + 0.1)
         assert server.functions == []
         with pytest.raises(DRPCExecutionException) as failure:
