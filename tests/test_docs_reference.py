@@ -10,29 +10,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from drpc import config
+from tests.loading import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("drpc_docs_hooks", ROOT / "docs" / "hooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hooks = _load_hooks()
+hooks = load_script("drpc_docs_hooks", "docs/hooks.py")
 
 
 def test_every_command_and_sub_command_is_reached() -> None:

@@ -3,27 +3,18 @@ from small synthetic reports in a temporary directory (no benchmark runs)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.loading import load_script
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def _load_plots() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("drpc_bench_plots", ROOT / "bench" / "plots.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-plots = _load_plots()
+plots = load_script("drpc_bench_plots", "bench/plots.py")
 
 SPARK = {"cpus": 2, "python": "3.11.7", "spark": "4.1.0", "master": "local[*]", "date": "D"}
 
