@@ -67,3 +67,29 @@ def test_the_trident_example_counts_and_answers_from_the_state_directory(
     with LocalDRPC() as drpc:
         drpc.register(query)
         assert drpc.execute("words", "cat the dog jumped") == "[[6]]"
+
+
+def test_the_graph_baselines_read_reach_by_slices_and_deal_urls_by_cost(tmp_path: Path) -> None:
+    """bench/spark_serving.py's competent baselines: one slice per tweeter gives the reach
+    the block-by-block walk gives, and the urls are dealt into hands of about equal cost."""
+    from drpc.examples.reach_graph import (
+        deal_by_cost,
+        exact_reach,
+        generate_graph,
+        load_graph,
+        reach_cost,
+        sliced_reach,
+        top_urls,
+    )
+
+    graph = load_graph(
+        str(generate_graph(tmp_path / "g.bin", users=2_000, edges=20_000, urls=200, tweets=3_000))
+    )
+    urls = [*top_urls(graph, 12), "url/not-tweeted", "no-such-url"]
+    assert [sliced_reach(graph, url) for url in urls] == [exact_reach(graph, url) for url in urls]
+    assert sliced_reach(graph, urls[0]) > 0
+    hands = deal_by_cost(graph, urls, 2)
+    assert sorted(url for hand in hands for url in hand) == sorted(urls)
+    loads = [sum(reach_cost(graph, url) for url in hand) for hand in hands]
+    costliest = max(reach_cost(graph, url) for url in urls)
+    assert abs(loads[0] - loads[1]) <= costliest  # greedy: off by at most one url's cost
