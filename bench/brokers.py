@@ -114,16 +114,7 @@ def bench_trident(
         max_spout_pending=3,
         on_commit=lambda info: progress.update(f"{label}: txid {info.txid}"),
     )
-    elapsed = time.perf_counter() - started
-    progress.close(f"{label}: {result.tuples} words in {elapsed:.1f} s")
-    checked(label, state_dir, expected)
-    return {
-        "seconds": elapsed,
-        "tuples": result.tuples,
-        "batches": len(result.commits),
-        "tuples_per_s": result.tuples / elapsed,
-        "replays": dict(result.replays),
-    }
+    return baseline.checked_run(label, result, started, progress, state_dir, MAP, expected)
 
 
 class _Sink:
