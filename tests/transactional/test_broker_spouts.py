@@ -8,7 +8,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from tests.brokers import Broker, NatsServer, RedisServer, make_broker
 
 from .broker_faults import TOPOLOGY_ID, word_count
 from .faults import kill_after_commits
+from .running import running_forever
 
 VOCABULARY = [f"word{n}" for n in range(40)]
 
@@ -189,17 +189,12 @@ def test_a_broker_restarted_mid_run_is_waited_for_and_counted_exactly_once(
         broker = make_broker(kind, server)
         expected = fill(broker, 2, 200, seed=6)
         board = Dashboard()
-        stop = threading.Event()
         state_dir = tmp_path / "state"
         runner = TransactionalRunner(
             word_count(broker.spout(50)), state_dir=str(state_dir), max_spout_pending=2
         )
         board.watch_transactional(lambda: {TOPOLOGY_ID: runner.status()})
-        thread = threading.Thread(
-            target=runner.run, kwargs={"until_idle": False, "stop": stop, "idle_interval": 0.05}
-        )
-        thread.start()
-        try:
+        with runner, running_forever(runner, idle_interval=0.05):
             wait_until(lambda: committed(state_dir, False) == expected)
             server.stop(kill=kind == "redis")
             waiting = f"waiting for {kind} at 127.0.0.1:{server.port}"
@@ -212,11 +207,6 @@ def test_a_broker_restarted_mid_run_is_waited_for_and_counted_exactly_once(
             expected.update(later)
             wait_until(lambda: committed(state_dir, False) == expected)
             wait_until(lambda: runner.status()["waiting"] is None)  # at its next probe
-        finally:
-            stop.set()
-            thread.join(60)
-            runner.close()
-        assert not thread.is_alive()
         assert f"waiting for {kind} at 127.0.0.1:{server.port}" in caplog.text
         assert server.password not in caplog.text  # nor in any log line of the outage
     finally:
@@ -264,35 +254,20 @@ def test_an_idle_redis_stream_wakes_its_run_when_an_entry_is_added(
     entry is the coordinator's XREAD watch waking it."""
     broker = make_broker("redis", redis_server)
     broker.create(0)
-    stop, commits = threading.Event(), []
     runner = TransactionalRunner(
         word_count(broker.spout(100), None, False), state_dir=str(tmp_path / "state")
     )
-    loop = threading.Thread(
-        target=runner.run,
-        kwargs={
-            "until_idle": False,
-            "stop": stop,
-            "on_commit": commits.append,
-            "idle_interval": 3600.0,
-        },
-    )
-    with runner:
-        loop.start()
+    with runner, running_forever(runner, idle_interval=3600.0) as commits:
         assert runner.metadata.watching  # idle, it waits to be woken: an hour at most
-        try:
-            for round in range(1, 4):
-                wait_until(lambda: bool(commits) and commits[-1].tuples == 0, 60)  # idle
-                broker.append(0, ["cat"] * round)
-                wait_until(
-                    lambda round=round: (
-                        committed(tmp_path / "state", False)["cat"] == round * (round + 1) // 2
-                    ),
-                    60,
-                )
-        finally:
-            stop.set()
-            loop.join(timeout=60)
+        for round in range(1, 4):
+            wait_until(lambda: bool(commits) and commits[-1].tuples == 0, 60)  # idle
+            broker.append(0, ["cat"] * round)
+            wait_until(
+                lambda round=round: (
+                    committed(tmp_path / "state", False)["cat"] == round * (round + 1) // 2
+                ),
+                60,
+            )
 
 
 def test_the_redis_coordinator_wakes_its_run_for_each_entry_added_not_each_read(

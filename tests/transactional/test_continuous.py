@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from drpc.transactional.run import MIN_IDLE_WAIT, _Metadata
 from drpc.trident import Count, TridentTopology
 from drpc.trident import run as trident_run
 from tests.transactional.faults import word_count
+from tests.transactional.running import running_forever
 from tests.transactional.test_faults import committed, write_words
 from tests.trident.faults import TXID, counts_state
 from tests.trident.ops import KillsItsProcessOnce
@@ -37,31 +37,14 @@ def forever(
 ) -> Iterator[list[CommitInfo]]:
     """A run of the fault word count over ``tmp_path/"log"`` that goes on until the block
     ends; yields its commits as they land."""
-    commits: list[CommitInfo] = []
-    stop = threading.Event()
     log_dir = tmp_path / "log"
     for partition in range(2):
         append_lines(log_dir, partition, [])
     runner = TransactionalRunner(
         word_count(str(log_dir), take=take), state_dir=str(tmp_path / "state"), executor=executor
     )
-    thread = threading.Thread(
-        target=runner.run,
-        kwargs={
-            "until_idle": False,
-            "stop": stop,
-            "on_commit": commits.append,
-            "idle_interval": idle_interval,
-        },
-    )
-    with runner:
-        thread.start()
-        try:
-            yield commits
-        finally:
-            stop.set()
-            thread.join(timeout=120)
-    assert not thread.is_alive()
+    with runner, running_forever(runner, idle_interval) as commits:
+        yield commits
 
 
 def committed_words(state: Path) -> Counter[str]:
