@@ -12,6 +12,10 @@ from drpc import compiled as _compiled
 
 _compiled.guard()
 
+from drpc.builders.coordinated_drpc import (
+    CoordinatedDRPCInputDeclarer,
+    CoordinatedDRPCTopologyBuilder,
+)
 from drpc.builders.linear_drpc import LinearDRPCInputDeclarer, LinearDRPCTopologyBuilder
 from drpc.errors import (
     AuthorizationException,
@@ -69,6 +73,8 @@ __all__ = [
     "BasicOutputCollector",
     "BatchOutputCollector",
     "CoordinatedBolt",
+    "CoordinatedDRPCInputDeclarer",
+    "CoordinatedDRPCTopologyBuilder",
     "DRPCError",
     "DRPCExceptionType",
     "DRPCExecutionException",

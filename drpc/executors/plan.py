@@ -149,7 +149,7 @@ def _topological_order(topology: Topology) -> list[str]:
 
 def default_placement(topology: Topology) -> dict[str, str]:
     placement: dict[str, str] = {}
-    steps = set(topology.linear_steps)
+    steps = set(topology.drpc_steps)
     for component_id, spec in topology.components.items():
         if spec.kind == "spout" or (
             topology.drpc_function is not None and component_id not in steps

@@ -273,7 +273,7 @@ class Topology:
         self.name = name
         self.conf = conf
         self.drpc_function: str | None = None
-        self.linear_steps: list[str] = []
+        self.drpc_steps: list[str] = []  # a DRPC topology's own steps, upstream first
         self.transactional: Any = None  # drpc.transactional.builder.TransactionalInfo
         self.components: dict[str, ComponentSpec] = {spec.id: spec for spec in specs}
         for spec in specs:

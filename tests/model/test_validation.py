@@ -190,7 +190,7 @@ def test_linear_drpc_structure_matches_storm() -> None:
     topology.add_bolt(CountAggregator(), 3).fields_grouping(Fields("id"))
     built = topology.create_topology()
     assert built.drpc_function == "reach"
-    assert built.linear_steps == ["bolt0", "bolt1", "bolt2", "bolt3"]
+    assert built.drpc_steps == ["bolt0", "bolt1", "bolt2", "bolt3"]
     assert built.expected_reports("bolt0") == 0
     assert built.expected_reports("bolt1") == 1  # only the bolt0 task that got the request
     assert built.expected_reports("bolt2") == 12

@@ -108,6 +108,24 @@ def test_reports_may_arrive_before_any_data() -> None:
     assert t.tuple_acked(4, 0) == [FinishBatch(4)]
 
 
+def test_a_step_reading_two_branches_waits_for_the_reports_of_both() -> None:
+    # A join point of a DRPC DAG reading a 3-task and a 2-task step expects 3 + 2 reports
+    # (Topology.expected_reports sums them): one complete branch is not enough.
+    t = tracker(5)
+    for count in (1, 0, 2):  # the first branch: every task reported, its 3 tuples acked
+        assert t.report_received(8, count, 0) == []
+    for _ in range(3):
+        assert t.tuple_received(8, 0) == []
+        assert t.tuple_acked(8, 0) == []
+    assert t.status(8) == TrackStatus(3, 5, 3, 3, False, False, 3)
+    assert t.report_received(8, 0, 0) == []  # the second branch's first task: nothing sent
+    assert t.report_received(8, 1, 0) == []  # its second: one tuple, not acked yet
+    assert t.tuple_received(8, 0) == []
+    assert t.tuple_acked(8, 0) == [FinishBatch(8)]
+    assert t.finish_done(8) == [SendReports(8, {5: 0, 6: 0}), Completed(8)]
+    assert len(t) == 0
+
+
 def test_a_last_step_finishes_with_no_reports_to_send() -> None:
     t = tracker(1, downstream=())
     assert t.report_received(4, 0, 0) == [FinishBatch(4)]

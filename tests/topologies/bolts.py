@@ -287,3 +287,16 @@ class AckFromAThread(BaseRichBolt):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(Fields(*self.fields))
+
+
+class Scale(BaseBasicBolt):
+    """[id, i] -> [id, i * factor]."""
+
+    def __init__(self, factor: int) -> None:
+        self.factor = factor
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        collector.emit([tuple[0], tuple[1] * self.factor])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "i"))
