@@ -153,6 +153,7 @@ PYTHON_BLOCKS: dict[str, Run] = {
     'new_drpc_stream("letters")': Run("nothing", ["[[14]]"]),
     "class Longest(CombinerAggregator)": Run("nothing", ['[["jumped"]]']),
     'LMDBMapState.opaque("totals")': Run("nothing", ["[[7]]", "[[null]]"]),
+    'new_drpc_stream("customer")': Run("nothing", ['[["alice", 15, 2], ["bob", 2, 1]]', "[]"]),
     # docs/how-to/writing-a-spout.md: sketches whose classes are defined, never run
     "class MySpout(BasePartitionedTransactionalSpout)": Run("nothing"),
     "class KafkaMeta:": Run("nothing"),

@@ -7,10 +7,15 @@ segment (the steps between two repartitions run fused in one task, batch
 by batch) and one committer ``PersistBolt`` per ``persistent_aggregate``,
 so commits are strictly ordered and exactly once by the transactional
 machinery and the map kinds' txid rules. ``drpc_topology(topology, function,
-state_dir)`` compiles one DRPC stream into a linear DRPC topology: its
-segments in order, then ``ReturnTuples``. ``drpc_topologies`` compiles
-them all. Both carry ``state_dir`` as ``drpc.state.dir`` so state queries
-read that directory's committed state.
+state_dir)`` compiles one DRPC stream into a coordinated DRPC topology
+(``drpc.builders.coordinated_drpc``): its segments as a DAG, each request
+a batch, then ``ReturnTuples`` reading the stream's one final tip. The
+stream may branch, query several states, and merge or join its branches
+again (compiled as for spout streams, below); it may not write state, and
+branches that end apart are an ``InvalidTopologyError`` (Storm would answer
+with whichever node was declared last). ``drpc_topologies`` compiles them
+all. Both carry ``state_dir`` as ``drpc.state.dir`` so state queries read
+that directory's committed state.
 
 Several spout streams run as one ``drpc.trident.spouts`` multi-spout: each
 stream's first segment reads its own stream of the spout component. A
@@ -30,12 +35,13 @@ repartition. Streams between components are named ``s0``, ``s1``, ...
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
+from drpc.builders.coordinated_drpc import REQUEST, CoordinatedDRPCTopologyBuilder
 from drpc.errors import InvalidTopologyError
 from drpc.model.fields import Fields
 from drpc.model.streams import DEFAULT_STREAM_ID
@@ -89,6 +95,7 @@ from drpc.trident.stream import TridentTopology
 
 SPOUT_ID = "spout"
 RESULT_STREAM = "result"
+RETURN_STEP = "return-tuples"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +104,8 @@ class Input:
 
     component: str
     stream: str
-    how: str  # "fields", "global", "all", "shuffle", "local" (stay in the task if possible)
+    how: str  # "fields", "global", "all", "shuffle", "local" (stay in the task if possible),
+    # "none" (the DRPC request, to any one task)
     fields: Names = ()
 
 
@@ -365,6 +373,8 @@ def _subscribe(declarer: Any, input: Input) -> None:
         declarer.all_grouping(input.component, input.stream)
     elif input.how == "local":
         declarer.local_or_shuffle_grouping(input.component, input.stream)
+    elif input.how == "none":
+        declarer.none_grouping(input.component, input.stream)
     else:
         declarer.shuffle_grouping(input.component, input.stream)
 
@@ -375,7 +385,7 @@ def drpc_topology(
     state_dir: str,
     conf: Mapping[str, Any] | None = None,
 ) -> Topology:
-    """The DRPC stream of ``function`` as a linear DRPC topology (see the module doc)."""
+    """The DRPC stream of ``function`` as a coordinated DRPC topology (see the module doc)."""
     sources = [
         node
         for node in topology.sources
@@ -384,40 +394,57 @@ def drpc_topology(
     if not sources:
         raise InvalidTopologyError(f"this Trident topology has no DRPC stream {function!r}")
     source = sources[0]
-    tip = source
-    while tip.children:
-        if len(tip.children) > 1:
-            raise InvalidTopologyError(
-                f"DRPC stream {function!r} branches; a DRPC function's stream is one chain"
-            )
-        tip = tip.children[0]
-        if isinstance(tip.operation, Persist):
-            raise InvalidTopologyError(
-                f"DRPC stream {function!r} writes state; DRPC streams only query state"
-            )
+    tip = _drpc_tip(source, function)
     compiler = _Compiler()
-    first = compiler.segment([Input("", DEFAULT_STREAM_ID, "none")], 1)
+    first = compiler.segment([Input(REQUEST, DEFAULT_STREAM_ID, "none")], 1)
     compiler.place(source, source.children, source.fields, compiler.root_of(first), first)
+    # Every branch leads to the one tip, so the tip's segment is the last one made (a
+    # merge's or join's segment is made once all its inputs are placed) and holds no
+    # branch: the steps from its root to the tip are one chain.
     last = compiler.components[-1]
     _append_to_tip(compiler.root_of(last), Emit(RESULT_STREAM))
     last.streams[RESULT_STREAM] = tip.fields
-    builder = LinearDRPCTopologyBuilder(function)
+    builder = CoordinatedDRPCTopologyBuilder(function)
     for component in compiler.components:
         assert component.root is not None
-        declarer = builder.add_bolt(
-            SegmentBolt(component.root, component.streams), component.parallelism
+        declarer = builder.set_bolt(
+            component.name,
+            SegmentBolt(component.root, component.streams),
+            component.parallelism,
         )
-        input = component.input
-        if input.how == "fields":
-            declarer.fields_grouping(Fields(*input.fields), input.stream)
-        elif input.how == "global":
-            declarer.global_grouping(input.stream)
-        elif input.how == "all":
-            declarer.all_grouping(input.stream)
-        elif input.how == "shuffle":
-            declarer.shuffle_grouping(input.stream)
-    builder.add_bolt(ReturnTuples()).fields_grouping(Fields(BATCH_FIELD), RESULT_STREAM)
+        for input in component.inputs:
+            _subscribe(declarer, input)
+    builder.set_bolt(RETURN_STEP, ReturnTuples()).fields_grouping(
+        last.name, Fields(BATCH_FIELD), RESULT_STREAM
+    )
     return builder.create_topology(_conf(state_dir, conf))
+
+
+def _drpc_tip(source: Node, function: str) -> Node:
+    """The one node ending DRPC stream ``source``; ``InvalidTopologyError`` when the
+    stream writes state or ends in several branches."""
+    tips: list[Node] = []
+    seen: set[int] = set()
+    pending = collections.deque([source])
+    while pending:
+        node = pending.popleft()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node.operation, Persist):
+            raise InvalidTopologyError(
+                f"DRPC stream {function!r} writes state; DRPC streams only query state"
+            )
+        if not node.children:
+            tips.append(node)
+        pending.extend(node.children)
+    if len(tips) > 1:
+        raise InvalidTopologyError(
+            f"DRPC stream {function!r} ends in {len(tips)} branches (fields "
+            f"{', '.join(str(list(tip.fields)) for tip in tips)}); a DRPC function answers "
+            "with its one final stream: merge or join the branches, or drop the extra ones"
+        )
+    return tips[0]
 
 
 def _append_to_tip(processor: Processor, leaf: Processor) -> None:
@@ -429,7 +456,7 @@ def _append_to_tip(processor: Processor, leaf: Processor) -> None:
 def drpc_topologies(
     topology: TridentTopology, state_dir: str, conf: Mapping[str, Any] | None = None
 ) -> list[Topology]:
-    """Every DRPC stream of ``topology``, each as a linear DRPC topology."""
+    """Every DRPC stream of ``topology``, each as a coordinated DRPC topology."""
     return [
         drpc_topology(topology, node.operation.function, state_dir, conf)
         for node in topology.sources

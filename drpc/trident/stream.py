@@ -16,11 +16,15 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
   fields; named as the first's). ``join(stream1, fields1, stream2, fields2,
   out_fields)``: the inner join of the two streams' tuples of each batch on
   the join fields, output as Storm's: the join fields, then the other fields
-  of ``stream1``, then those of ``stream2``, named ``out_fields``. Both work
-  on spout streams only (not DRPC streams) and need distinct streams.
+  of ``stream1``, then those of ``stream2``, named ``out_fields``. Both need
+  distinct streams, all from spout streams or all branches of one DRPC
+  stream (a request is a batch of its own: as in Storm, a DRPC stream meets
+  no spout stream and no other function's stream).
 - ``new_drpc_stream(function)``: a stream of DRPC requests to ``function``,
   one field ``args``; each request is its own batch, answered with the JSON
-  list of the stream's final tuples (``[[5]]``).
+  list of the stream's final tuples (``[[5]]``). It may branch, query several
+  states and merge or join its branches again, but ends in one final stream
+  (checked when compiled, ``drpc.trident.compiler``).
 - ``new_static_state(factory)``: a ``TridentState`` for querying a map state
   another topology (or run) writes.
 - On a ``Stream``: ``each(fields, function, out_fields)`` appends a function's
@@ -192,10 +196,24 @@ class TridentTopology:
         for stream in streams:
             if not isinstance(stream, Stream) or stream.topology is not self:
                 raise InvalidTopologyError(f"{what} takes streams of this topology, got {stream!r}")
-            if any(isinstance(source.operation, DRPCSource) for source in _sources(stream.node)):
-                raise InvalidTopologyError(f"{what} of DRPC streams: drpc takes spout streams only")
         if len({id(stream.node) for stream in streams}) != len(streams):
             raise InvalidTopologyError(f"{what} takes distinct streams, got one twice")
+        sources = {id(source): source for s in streams for source in _sources(s.node)}
+        functions = [
+            source.operation.function
+            for source in sources.values()
+            if isinstance(source.operation, DRPCSource)
+        ]
+        if functions and len(sources) > 1:
+            others = (
+                f"DRPC streams {sorted(functions)}"
+                if len(functions) == len(sources)
+                else f"DRPC stream {functions[0]!r} with a spout stream"
+            )
+            raise InvalidTopologyError(
+                f"{what} of {others}: each DRPC request is a batch of its own, so a DRPC "
+                f"stream may {what} only branches of itself"
+            )
 
     def _from_inputs(self, operation: Merge | Join, fields: Names) -> Stream:
         node = Node(operation, fields, None)

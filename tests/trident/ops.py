@@ -171,3 +171,15 @@ class KillsItsProcessOnce(Filter):
         if tuple.get_value(0) == self.word and first_time(self.marker_dir, f"kill-{self.word}"):
             os.kill(os.getpid(), signal.SIGKILL)
         return True
+
+
+class RefuseWord(Filter):
+    """Keeps every tuple but raises ``ValueError`` on ``word`` in its first input field."""
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+
+    def is_keep(self, tuple: TridentTuple) -> bool:
+        if tuple.get_value(0) == self.word:
+            raise ValueError(f"cannot handle {self.word!r}")
+        return True

@@ -117,7 +117,7 @@ def test_merge_and_join_misuse_is_named_when_declared(tmp_path: Path) -> None:
     topology = TridentTopology()
     cities, purchases = two_spouts(topology)
     query = topology.new_drpc_stream("q")
-    with pytest.raises(InvalidTopologyError, match="DRPC streams"):
+    with pytest.raises(InvalidTopologyError, match="DRPC stream 'q' with a spout stream"):
         topology.merge(cities.project(["user"]), query)
     with pytest.raises(InvalidTopologyError, match="different numbers of fields"):
         topology.merge(cities, purchases.project(["buyer"]))
