@@ -38,6 +38,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from drpc.builders.coordinated_drpc import CoordinatedDRPCTopologyBuilder
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExceptionType, DRPCExecutionException
 from drpc.hosting import Host, Wakeups
@@ -94,7 +95,9 @@ class LocalDRPC:
 
     # -- hosting ------------------------------------------------------------------------
 
-    def register(self, topology: LinearDRPCTopologyBuilder | Topology) -> Any:
+    def register(
+        self, topology: LinearDRPCTopologyBuilder | CoordinatedDRPCTopologyBuilder | Topology
+    ) -> Any:
         """Run a DRPC topology on this LocalDRPC's executor; returns the executor."""
         with self._lock:
             if self._closed:

@@ -146,6 +146,7 @@ PYTHON_BLOCKS: dict[str, Run] = {
         ["foo.com/blog/1 16", "tech.backtype.com/blog/123 7", "notaurl.com 0"],
     ),
     'LinearDRPCTopologyBuilder("inverse")': Run("nothing", ["0.25", "FAILED_REQUEST"]),
+    'CoordinatedDRPCTopologyBuilder("consonants")': Run("nothing", ["7", "0"]),
     'AsyncDRPCClient("localhost", 3772, timeout=30)': Run("a reach server", ["['16', '14', '7']"]),
     'HTTPDRPCClient("http://localhost:3774")': Run("a reach server", ["7"]),
     # docs/tutorials/trident.md

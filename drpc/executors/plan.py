@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drpc.builders.coordinated_drpc import CoordinatedDRPCTopologyBuilder
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.executors.batch import TaskHints
 from drpc.model.streams import COORDINATED_STREAM_ID, GlobalStreamId
@@ -259,9 +260,11 @@ def _fusable_upstream(
     return source
 
 
-def explain(topology: Topology | LinearDRPCTopologyBuilder) -> str:
+def explain(
+    topology: Topology | LinearDRPCTopologyBuilder | CoordinatedDRPCTopologyBuilder,
+) -> str:
     """Print and return the Spark stage plan of a topology or builder."""
-    if isinstance(topology, LinearDRPCTopologyBuilder):
+    if not isinstance(topology, Topology):
         topology = topology.create_topology()
     text = compile_plan(topology).explain()
     print(text)

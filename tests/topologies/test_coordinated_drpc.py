@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from drpc import CoordinatedDRPCTopologyBuilder, InvalidTopologyError
+from drpc.executors.plan import compile_plan
 from drpc.testing import LocalDRPC
 
 from . import bolts
@@ -37,6 +38,19 @@ def test_a_diamond_answers_once_both_branches_have_reported(drpc: LocalDRPC) -> 
     assert drpc.execute("diamond", "4") == str(sum(range(4)) * 11)
     assert drpc.execute("diamond", "0") == "0"  # no step emits anything: still answered
     assert drpc.execute("diamond", "2") == "11"
+
+
+def test_the_spark_plan_of_a_diamond_shuffles_both_branches_into_the_join() -> None:
+    plan = compile_plan(diamond().create_topology())
+    assert [stage.components for stage in plan.stages] == [
+        ("split",),
+        ("left",),
+        ("right",),
+        ("sum",),
+    ]
+    assert plan.stages[3].spark_inputs == (1, 2)
+    assert plan.persisted(plan.stages[0])  # read by both branches: computed once
+    assert plan.placement["join-result"] == plan.placement["prepare-request"] == "driver"
 
 
 def test_steps_reading_the_request_and_a_join_of_three_inputs() -> None:
