@@ -153,6 +153,18 @@ PYTHON_BLOCKS: dict[str, Run] = {
     'new_drpc_stream("letters")': Run("nothing", ["[[14]]"]),
     "class Longest(CombinerAggregator)": Run("nothing", ['[["jumped"]]']),
     'LMDBMapState.opaque("totals")': Run("nothing", ["[[7]]", "[[null]]"]),
+    "class CountPerWord(Aggregator)": Run(
+        "nothing",
+        [
+            "the cow",
+            "the cow jumped over",
+            "jumped over the moon",
+            "the moon and the",
+            "and the dish ran",
+            "[[3]]",
+            "[[null]]",
+        ],
+    ),
     # docs/how-to/writing-a-spout.md: sketches whose classes are defined, never run
     "class MySpout(BasePartitionedTransactionalSpout)": Run("nothing"),
     "class KafkaMeta:": Run("nothing"),

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from drpc import Fields
-from drpc.errors import InvalidTopologyError
+from drpc.errors import InvalidTopologyError, StateOrderError
 from drpc.state import StateEnvironment
 from drpc.state.env import WINDOWS_DB
 from drpc.testing import LocalDRPC
@@ -35,6 +35,7 @@ from drpc.trident import (
     run,
     transactional_topology,
 )
+from drpc.trident.window_store import WindowTaskStore, commit_window
 from drpc.trident.windowing import Chunk, Progress, Window, advance
 
 from .ops import Concat, Split, SplitFailingOnce
@@ -108,6 +109,27 @@ def test_time_windows_fire_at_the_first_commit_after_their_end_and_skip_empty_on
         (Window(0, 10 * SECOND), 2),
     ]
     assert step.progress.chunks == (Chunk(2, 1, 12 * SECOND),)  # the 3 s batch was evicted
+
+
+def test_a_commit_of_the_txid_already_applied_returns_what_it_fired(tmp_path: Path) -> None:
+    """Storm's per-txid trigger records: a batch committed again (never, when the commit
+    is one transaction, but the store does not rely on it) fires nothing new."""
+    env = StateEnvironment.open(tmp_path)
+    config = WindowConfig.tumbling_count(2)
+
+    def commit(txid: int, batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        def write(txn: Any) -> list[tuple[Any, ...]]:
+            store = WindowTaskStore(txn, "topology", "w0", 0)
+            return commit_window(store, config, txid, batch, 0, lambda w, rows: [(w, rows)])
+
+        return env.run_write(write)
+
+    assert commit(1, [("a",), ("b",), ("c",)]) == [(Window(0, 2), [("a",), ("b",)])]
+    assert commit(1, [("x",)] * 5) == [(Window(0, 2), [("a",), ("b",)])]
+    assert commit(2, [("d",)]) == [(Window(2, 4), [("c",), ("d",)])]
+    assert commit(3, []) == []
+    with pytest.raises(StateOrderError, match="txid 2 arrives after txid 3 was applied"):
+        commit(2, [("e",)])
 
 
 # -- runs ----------------------------------------------------------------------------------
