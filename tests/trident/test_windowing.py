@@ -195,7 +195,7 @@ def test_time_windows_fire_on_the_injected_clock(tx_executor: str, tmp_path: Pat
     topology = TridentTopology()
     spout = MemoryTransactionalSpout(LETTERS, Fields("letter"), 2)  # ab cd ef gh ij, nothing
     stream = topology.new_stream("letters", spout)
-    clock = TxidClock(4.0)  # txid T commits at 4T seconds
+    clock = TxidClock(5.0)  # txid T commits at 5T seconds: tuples on the windows' bounds
     stream.tumbling_window(
         timedelta(seconds=10), LMDBWindowsStoreFactory(), ["letter"], Concat(), ["t"], clock=clock
     )
@@ -208,13 +208,14 @@ def test_time_windows_fire_on_the_injected_clock(tx_executor: str, tmp_path: Pat
     )
     result = run(topology, state_dir=str(tmp_path), executor=tx_executor)
     s = SECOND
+    assert [commit.tuples for commit in result.commits] == [2, 2, 2, 2, 2, 0]
     assert window_outputs(result) == [
-        [],  # 4 s: ab
-        [[-5 * s, 5 * s, "ab"]],  # 8 s: cd
-        [["abcd"], [0, 10 * s, "abcd"]],  # 12 s: ef
-        [[5 * s, 15 * s, "cdef"]],  # 16 s: gh
-        [["efgh"], [10 * s, 20 * s, "efgh"]],  # 20 s: ij
-        [],  # 24 s: no batch; [15 s, 25 s) has not ended
+        [],  # 5 s: ab
+        [["ab"], [0, 10 * s, "ab"]],  # 10 s: cd, in [10 s, 20 s) after the window it ends
+        [[5 * s, 15 * s, "abcd"]],  # 15 s: ef
+        [["cdef"], [10 * s, 20 * s, "cdef"]],  # 20 s: gh
+        [[15 * s, 25 * s, "efgh"]],  # 25 s: ij
+        [["ghij"], [20 * s, 30 * s, "ghij"]],  # 30 s: an empty batch fires what ended
     ]
 
 
