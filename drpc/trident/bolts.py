@@ -56,7 +56,7 @@ from drpc.trident.processors import BatchContext, Root, Selection, Values, state
 from drpc.trident.state import CommitMapState, MapStateFactory
 from drpc.trident.tuples import TridentCollector, TridentTuple
 from drpc.trident.window_store import WindowTaskStore, commit_window
-from drpc.trident.windowing import Window
+from drpc.trident.windowing import TIME, Window
 
 BATCH_FIELD = "$batch"
 
@@ -254,7 +254,7 @@ class WindowBolt(BaseBatchBolt, ICommitter):
         txn, txid = commit
         step = self.step
         store = WindowTaskStore(txn, self.topology_id, step.name, self.task)
-        now = round(step.clock() * 1_000_000)
+        now = round(step.clock() * 1_000_000) if step.config.kind == TIME else 0
         for values in commit_window(store, step.config, txid, self.tuples, now, self._aggregate):
             self.collector.emit([self.id, *values], self.stream)
 

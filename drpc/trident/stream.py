@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from drpc.errors import InvalidTopologyError
@@ -374,7 +375,7 @@ class Stream:
 
     def tumbling_window(
         self,
-        window: Any,
+        window: int | timedelta,
         store: LMDBWindowsStoreFactory,
         input_fields: FieldsLike,
         aggregator: AnyAggregator,
@@ -388,8 +389,8 @@ class Stream:
 
     def sliding_window(
         self,
-        window: Any,
-        slide: Any,
+        window: int | timedelta,
+        slide: int | timedelta,
         store: LMDBWindowsStoreFactory,
         input_fields: FieldsLike,
         aggregator: AnyAggregator,
