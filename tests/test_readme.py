@@ -155,6 +155,18 @@ PYTHON_BLOCKS: dict[str, Run] = {
     "class Longest(CombinerAggregator)": Run("nothing", ['[["jumped"]]']),
     'LMDBMapState.opaque("totals")': Run("nothing", ["[[7]]", "[[null]]"]),
     'new_drpc_stream("customer")': Run("nothing", ['[["alice", 15, 2], ["bob", 2, 1]]', "[]"]),
+    "class CountPerWord(Aggregator)": Run(
+        "nothing",
+        [
+            "the cow",
+            "the cow jumped over",
+            "jumped over the moon",
+            "the moon and the",
+            "and the dish ran",
+            "[[3]]",
+            "[[null]]",
+        ],
+    ),
     # docs/how-to/writing-a-spout.md: sketches whose classes are defined, never run
     "class MySpout(BasePartitionedTransactionalSpout)": Run("nothing"),
     "class KafkaMeta:": Run("nothing"),

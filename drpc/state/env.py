@@ -73,7 +73,9 @@ Contract:
   before the write returns; never for an aborted one. Watchers are held
   weakly. How caches of committed data (``drpc.state.cache``) stay true.
 - Sub-databases are fixed: ``COORDINATOR_DB``, ``ROTATING_DB``, ``MAPS_DB``,
-  ``CATALOG_DB``; the state classes own their key layouts (``drpc.state.codec``).
+  ``CATALOG_DB``, ``WINDOWS_DB`` (Trident's window stores,
+  ``drpc.trident.window_store``); the state classes own their key layouts
+  (``drpc.state.codec``).
 - LMDB errors that escape are wrapped in ``StateError`` naming the directory.
 """
 
@@ -119,7 +121,8 @@ ROTATING_DB = "drpc.rotating"
 MAPS_DB = "drpc.maps"
 CATALOG_DB = "drpc.catalog"
 VERSIONS_DB = "drpc.versions"
-_DATABASES = (COORDINATOR_DB, ROTATING_DB, MAPS_DB, CATALOG_DB, VERSIONS_DB)
+WINDOWS_DB = "drpc.windows"
+_DATABASES = (COORDINATOR_DB, ROTATING_DB, MAPS_DB, CATALOG_DB, VERSIONS_DB, WINDOWS_DB)
 VERSIONED_DBS = (MAPS_DB, COORDINATOR_DB)
 """What a read at an earlier version sees as it was: the maps and the commit records."""
 _VERSIONED = frozenset(VERSIONED_DBS)

@@ -2,7 +2,9 @@
 
 Declare with ``TridentTopology`` (``drpc.trident.stream``), using operations
 (``drpc.trident.operations``), the built-ins (``drpc.trident.builtins``) and
-LMDB map states (``drpc.trident.state``); run the spout stream with
+LMDB map states (``drpc.trident.state``), windows (``tumbling_window``,
+``sliding_window``, ``window`` with a ``WindowConfig``: ``drpc.trident.windowing``,
+stored by ``LMDBWindowsStoreFactory``); run the spout stream with
 ``drpc.trident.run`` and serve the DRPC streams with ``drpc_topologies``
 (``drpc.trident.compiler``) on a ``LocalDRPC`` or the server. Storm's word
 count::
@@ -44,6 +46,8 @@ from drpc.trident.run import run, runner
 from drpc.trident.state import LMDBMapState, MapStateFactory
 from drpc.trident.stream import GroupedStream, Stream, TridentState, TridentTopology
 from drpc.trident.tuples import TridentCollector, TridentTuple
+from drpc.trident.window_store import LMDBWindowsStoreFactory
+from drpc.trident.windowing import Window, WindowConfig
 
 __all__ = [
     "Aggregator",
@@ -58,6 +62,7 @@ __all__ = [
     "Function",
     "GroupedStream",
     "LMDBMapState",
+    "LMDBWindowsStoreFactory",
     "MapFunction",
     "MapGet",
     "MapStateFactory",
@@ -70,6 +75,8 @@ __all__ = [
     "TridentState",
     "TridentTopology",
     "TridentTuple",
+    "Window",
+    "WindowConfig",
     "drpc_topologies",
     "drpc_topology",
     "run",

@@ -21,6 +21,14 @@ Contract.
   ``partition_persist``: gathers its task's tuples of the batch and, in the
   batch's commit, calls ``updater.update_state`` once with the map state
   inside the commit and those tuples (none: no call).
+- ``WindowBolt(step, input, topology_id, stream)``: the committer of a
+  window (``drpc.trident.windowing``): gathers its task's batch tuples (the
+  window's input fields) and, in the batch's commit, applies them to the
+  task's window store (``drpc.trident.window_store``) with the time of the
+  step's clock, then runs the aggregator over each window that fires (a
+  combiner from ``zero()``, a reducer from ``init()``, an ``Aggregator``
+  with the ``Window`` as its batch id) and emits the results on ``stream``,
+  in the commit, for the steps after the window.
 - ``ReturnTuples``: the last step of a Trident DRPC function: one task per
   request gathers the request's result tuples and answers with their JSON,
   a list of value lists, as Storm's Trident DRPC does (``[[5]]``).
@@ -42,10 +50,13 @@ from drpc.model.streams import OutputFieldsDeclarer
 from drpc.model.tuples import Tuple
 from drpc.state.topology import current_commit, state_for
 from drpc.trident.builtins import key_of
-from drpc.trident.operations import CombinerAggregator, StateUpdater
+from drpc.trident.operations import Aggregator, CombinerAggregator, StateUpdater
+from drpc.trident.plan import WindowStep
 from drpc.trident.processors import BatchContext, Root, Selection, Values, state_reads
 from drpc.trident.state import CommitMapState, MapStateFactory
 from drpc.trident.tuples import TridentCollector, TridentTuple
+from drpc.trident.window_store import WindowTaskStore, commit_window
+from drpc.trident.windowing import TIME, Window
 
 BATCH_FIELD = "$batch"
 
@@ -210,6 +221,63 @@ class _Dropped(TridentCollector):
 
     def emit(self, values: Sequence[Any]) -> None:
         pass
+
+
+class WindowBolt(BaseBatchBolt, ICommitter):
+    """Applies its task's batch tuples to its windows in the commit (see the module doc)."""
+
+    def __init__(self, step: WindowStep, input: Selection, topology_id: str, stream: str) -> None:
+        self.step = step
+        self.input = input
+        self.topology_id = topology_id
+        self.stream = stream
+        self.tuples: list[Values] = []
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare_stream(self.stream, Fields(BATCH_FIELD, *self.step.output))
+
+    def prepare(
+        self, conf: dict[str, Any], context: Any, collector: BatchOutputCollector, id: Any
+    ) -> None:
+        self.step.aggregator.prepare(conf, context)
+        self.collector = collector
+        self.id = id
+        self.task = context.this_task_index
+
+    def execute(self, tuple: Tuple) -> None:
+        self.tuples.append(self.input.values((*tuple.values[1:],)))
+
+    def finish_batch(self) -> None:
+        commit = current_commit()
+        if commit is None:
+            raise StateError("a Trident window finished outside its commit")
+        txn, txid = commit
+        step = self.step
+        store = WindowTaskStore(txn, self.topology_id, step.name, self.task)
+        now = round(step.clock() * 1_000_000) if step.config.kind == TIME else 0
+        for values in commit_window(store, step.config, txid, self.tuples, now, self._aggregate):
+            self.collector.emit([self.id, *values], self.stream)
+
+    def _aggregate(self, window: Window, rows: list[Values]) -> list[Values]:
+        """The aggregator's output tuples over one window's tuples."""
+        aggregator = self.step.aggregator
+        tuples = [TridentTuple(values, self.input.index) for values in rows]
+        if isinstance(aggregator, CombinerAggregator):
+            value = aggregator.zero()
+            for tuple in tuples:
+                value = aggregator.combine(value, aggregator.init(tuple))
+            return [(value,)]
+        if not isinstance(aggregator, Aggregator):
+            value = aggregator.init()
+            for tuple in tuples:
+                value = aggregator.reduce(value, tuple)
+            return [(value,)]
+        collector = TridentCollector(len(self.step.output), type(aggregator).__name__)
+        state = aggregator.init(window, collector)
+        for tuple in tuples:
+            aggregator.aggregate(state, tuple, collector)
+        aggregator.complete(state, collector)
+        return collector.take()
 
 
 class ReturnTuples(BaseBatchBolt):

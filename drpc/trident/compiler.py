@@ -24,7 +24,10 @@ its own; the merge's (join's) segment subscribes to all of them (a join by
 fields grouping on each side's join fields, so equal keys meet in one task)
 and starts with a ``Root`` (a ``JoinRoot``). A ``partition_persist`` is a
 committer ``PartitionPersistBolt`` fed by its segment's tasks (local or
-shuffle grouping).
+shuffle grouping). A window is a committer ``WindowBolt`` fed the same way,
+whose tasks emit the windows that fire, in the commit, to the segment of
+the steps after it (as many tasks, local grouping); its store is keyed by
+the transactional topology's id.
 
 Segment parallelism: a ``parallelism_hint`` on any step of the segment, else
 that of the segment feeding it (the spout's for the first: its
@@ -54,6 +57,7 @@ from drpc.trident.bolts import (
     PersistBolt,
     ReturnTuples,
     SegmentBolt,
+    WindowBolt,
 )
 from drpc.trident.fused import FusedBackend, ResidentFusedBackend, fused_plan
 from drpc.trident.plan import (
@@ -74,6 +78,7 @@ from drpc.trident.plan import (
     Repartition,
     SpoutSource,
     StateQuery,
+    WindowStep,
 )
 from drpc.trident.processors import (
     EachProcessor,
@@ -115,7 +120,7 @@ class Component:
     inputs: list[Input]
     parallelism: int
     root: Root | None = None  # a segment's processors
-    persist: PersistBolt | PartitionPersistBolt | None = None
+    persist: PersistBolt | PartitionPersistBolt | WindowBolt | None = None
     streams: dict[str, Names] = field(default_factory=dict)
 
     @property
@@ -131,7 +136,8 @@ class _Gathering:
 
 
 class _Compiler:
-    def __init__(self) -> None:
+    def __init__(self, topology_id: str = "") -> None:
+        self.topology_id = topology_id
         self.components: list[Component] = []
         self._streams = 0
         self._gathering: dict[int, _Gathering] = {}
@@ -168,6 +174,9 @@ class _Compiler:
                 continue
             if isinstance(operation, PartitionPersist):
                 self.partition_persist(child, operation, fields, parent, segment)
+                continue
+            if isinstance(operation, WindowStep):
+                self.window(child, operation, fields, parent, segment)
                 continue
             processor = _processor(child, fields)
             parent.children.append(processor)
@@ -237,6 +246,24 @@ class _Compiler:
         self.components.append(
             Component(f"persist{len(self.components)}", [input], segment.parallelism, persist=bolt)
         )
+
+    def window(
+        self,
+        node: Node,
+        operation: WindowStep,
+        fields: Names,
+        parent: Processor,
+        segment: Component,
+    ) -> None:
+        stream = self.emit(parent, segment, fields)
+        output = self.stream_id()
+        bolt = WindowBolt(operation, Selection(fields, operation.input), self.topology_id, output)
+        name = f"window{len(self.components)}"
+        input = Input(segment.name, stream, "local")
+        self.components.append(Component(name, [input], segment.parallelism, persist=bolt))
+        if node.children:
+            after = self.segment([Input(name, output, "local")], segment.parallelism)
+            self.place(node, node.children, node.fields, self.root_of(after), after)
 
     @staticmethod
     def root_of(component: Component) -> Root:
@@ -327,13 +354,13 @@ def transactional_topology(
         source.parallelism or spout.parallelism
         for source, spout in zip(sources, spouts, strict=True)
     )
-    compiler = _Compiler()
+    txid = "+".join(s.txid for s in spouts)
+    compiler = _Compiler(txid)
     for index, source in enumerate(sources):
         stream = DEFAULT_STREAM_ID if len(sources) == 1 else source_stream(index)
         first = compiler.segment([Input(SPOUT_ID, stream, "local")], spout_parallelism)
         compiler.place(source, source.children, source.fields, compiler.root_of(first), first)
     spout = spouts[0].spout if len(spouts) == 1 else multi_spout([s.spout for s in spouts])
-    txid = "+".join(s.txid for s in spouts)
     builder = TransactionalTopologyBuilder(txid, SPOUT_ID, spout, spout_parallelism)
     for component in compiler.components:
         if component.persist is not None:

@@ -6,13 +6,14 @@ source) and its children (a stream used twice has two). Aggregations are
 already expanded here into the steps that run them (``drpc.trident.stream``):
 a combiner's partial aggregate per partition, a ``Repartition``, then the
 combine; so the compiler (``drpc.trident.compiler``) only cuts the graph at
-``Repartition``, ``Persist``, ``PartitionPersist``, ``Merge`` and ``Join``
-nodes. A ``Merge`` or ``Join`` node has no parent: its operation names its
+``Repartition``, ``Persist``, ``PartitionPersist``, ``WindowStep``, ``Merge``
+and ``Join`` nodes. A ``Merge`` or ``Join`` node has no parent: its operation names its
 input nodes, and it is a child of each of them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,8 @@ from drpc.trident.operations import (
     StateUpdater,
 )
 from drpc.trident.state import MapStateFactory
+from drpc.trident.window_store import LMDBWindowsStoreFactory
+from drpc.trident.windowing import WindowConfig
 
 Names = tuple[str, ...]
 
@@ -122,6 +125,20 @@ class PartitionPersist:
     updater: StateUpdater
 
 
+@dataclass(frozen=True, slots=True)
+class WindowStep:
+    """Windows over the stream's tuples, fired in the commits (``drpc.trident.windowing``):
+    ``name`` keys the window's store, ``clock`` gives the time in seconds."""
+
+    config: WindowConfig
+    store: LMDBWindowsStoreFactory
+    name: str
+    input: Names
+    aggregator: AnyAggregator
+    output: Names
+    clock: Callable[[], float]
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Merge:
     """The tuples of every input node, as one stream (the first input's field names)."""
@@ -155,6 +172,7 @@ Operation = (
     | Repartition
     | Persist
     | PartitionPersist
+    | WindowStep
     | Merge
     | Join
 )

@@ -47,6 +47,16 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
 - Combiner aggregators run in two steps: each partition combines its tuples
   per group, then only the partial aggregates cross the repartition. Reducer
   and general aggregators move every tuple to its group's task.
+- Windows (``drpc.trident.windowing``): ``tumbling_window(window, store,
+  input_fields, aggregator, function_fields)`` (``window``: an int count or
+  a ``timedelta``), ``sliding_window(window, slide, store, ...)`` and
+  ``window(config, [store,] input_fields, aggregator, function_fields)``
+  with a ``WindowConfig``; ``clock=`` (keyword, default ``time.time``)
+  gives the time of time windows. The output stream is the aggregator's
+  fields for each window that fires, in the commit that fires it
+  (``drpc.trident.window_store``); each task of the stream's partitioning
+  has its own windows, as in Storm (``global_()`` first for one). Not on
+  DRPC streams.
 - Misuse (unknown or duplicate fields, an aggregator kind a step does not
   take, spout streams of different kinds) raises ``InvalidTopologyError``
   when declared.
@@ -54,7 +64,9 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from drpc.errors import InvalidTopologyError
@@ -97,8 +109,11 @@ from drpc.trident.plan import (
     Repartition,
     SpoutSource,
     StateQuery,
+    WindowStep,
 )
 from drpc.trident.state import MapStateFactory
+from drpc.trident.window_store import LMDBWindowsStoreFactory
+from drpc.trident.windowing import WindowConfig
 
 FieldsLike = Fields | Iterable[str] | str
 PARTIAL_FIELD = "$partial"
@@ -228,6 +243,19 @@ def _sources(node: Node) -> list[Node]:
     if isinstance(operation, Merge | Join):
         return [source for input in operation.inputs for source in _sources(input)]
     return [node] if node.parent is None else _sources(node.parent)
+
+
+def _nodes(topology: TridentTopology) -> list[Node]:
+    """Every node of ``topology``'s graph, once each."""
+    seen: set[int] = set()
+    pending, nodes = list(topology.sources), []
+    while pending:
+        node = pending.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            nodes.append(node)
+            pending.extend(node.children)
+    return nodes
 
 
 def _check_same_kind(first: Any, spout: Any, txid: str) -> None:
@@ -360,6 +388,91 @@ class Stream:
         input = self._check(names(fields), "partition_persist")
         self._then(PartitionPersist(state, input, updater), input)
         return TridentState(self.topology, state)
+
+    # -- windowing (drpc.trident.windowing) ----------------------------------------------
+
+    def tumbling_window(
+        self,
+        window: int | timedelta,
+        store: LMDBWindowsStoreFactory,
+        input_fields: FieldsLike,
+        aggregator: AnyAggregator,
+        function_fields: FieldsLike,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> Stream:
+        """Storm's ``tumblingWindow``: ``window`` is a count (int) or a duration (timedelta)."""
+        config = WindowConfig.tumbling(window)
+        return self.window(config, store, input_fields, aggregator, function_fields, clock=clock)
+
+    def sliding_window(
+        self,
+        window: int | timedelta,
+        slide: int | timedelta,
+        store: LMDBWindowsStoreFactory,
+        input_fields: FieldsLike,
+        aggregator: AnyAggregator,
+        function_fields: FieldsLike,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> Stream:
+        """Storm's ``slidingWindow``: two counts (ints) or two durations (timedeltas)."""
+        config = WindowConfig.sliding(window, slide)
+        return self.window(config, store, input_fields, aggregator, function_fields, clock=clock)
+
+    def window(
+        self, config: WindowConfig, *args: Any, clock: Callable[[], float] = time.time
+    ) -> Stream:
+        """``window(config, [store,] input_fields, aggregator, function_fields)``: Storm's
+        ``window``; without a store, the default ``LMDBWindowsStoreFactory()``."""
+        if len(args) == 3:
+            args = (LMDBWindowsStoreFactory(), *args)
+        if len(args) != 4:
+            raise TypeError(
+                "window takes (config, [store,] input_fields, aggregator, function_fields)"
+            )
+        store, input_fields, aggregator, function_fields = args
+        if not isinstance(config, WindowConfig):
+            raise InvalidTopologyError(f"window takes a WindowConfig, got {config!r}")
+        if not isinstance(store, LMDBWindowsStoreFactory):
+            raise InvalidTopologyError(
+                f"a window's store is an LMDBWindowsStoreFactory, got {store!r}"
+            )
+        if not callable(clock):
+            raise InvalidTopologyError(f"a window's clock is a callable, got {clock!r}")
+        if any(isinstance(source.operation, DRPCSource) for source in _sources(self.node)):
+            raise InvalidTopologyError(
+                "a window on a DRPC stream: windows span batches, and each DRPC request is a "
+                "batch of its own"
+            )
+        try:
+            input, aggregator, output = _aggregation(
+                (input_fields, aggregator, function_fields), self.fields, "window"
+            )
+        except InvalidTopologyError:
+            raise
+        except ValueError as error:  # fields named twice
+            raise InvalidTopologyError(f"window: {error}") from error
+        self._check(input, "window")
+        if not output:
+            raise InvalidTopologyError(
+                f"window: function_fields must name at least one field, got {list(output)}"
+            )
+        if not isinstance(aggregator, Aggregator) and len(output) != 1:
+            raise InvalidTopologyError(
+                f"window: a {type(aggregator).__name__} outputs one value, so one function "
+                f"field; got {list(output)}"
+            )
+        windows = [
+            node.operation.name
+            for node in _nodes(self.topology)
+            if isinstance(node.operation, WindowStep)
+        ]
+        name = store.name or f"w{len(windows)}"
+        if name in windows:
+            raise InvalidTopologyError(f"window: two windows of this topology are named {name!r}")
+        step = WindowStep(config, store, name, input, aggregator, output, clock)
+        return self._then(step, output)
 
     # -- repartitioning ------------------------------------------------------------------
 
