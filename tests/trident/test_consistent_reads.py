@@ -143,7 +143,9 @@ def test_a_request_reads_its_version_for_version_retention_seconds(
     executor: str, tmp_path: Path, past_retention: bool
 ) -> None:
     state = tmp_path / "state"
-    retention = 0.5
+    # Past it: a step sleeps 1 s on a 0.5 s retention. Within it: 10 s, so a spark-batch
+    # job that a loaded machine starts late still reads inside it.
+    retention = 0.5 if past_retention else 10.0
     env = StateEnvironment.open(state, version_retention=retention)
     try:
         with (
