@@ -18,6 +18,10 @@ module never does):
   big-endian), the entries' key lengths and value lengths (4 bytes each,
   little-endian; ``ABSENT_LENGTH`` for a key that did not exist), the keys
   concatenated, then the values concatenated.
+- **key list** (``encode_key_list``/``decode_key_list``): a map's keys removed in
+  one txid, kept until their tombstones are reclaimed (``drpc.state.maps``):
+  ``b"k1"``, the key count (4 bytes big-endian), each key's length (4 bytes
+  little-endian), then the keys concatenated.
 - **earlier records**: drpc wrote both as pickles before these formats. A
   record that starts as a pickle is read by an unpickler that resolves no
   class, function or persistent id, so it can only build plain containers
@@ -34,7 +38,7 @@ import io
 import json
 import pickle
 import struct
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Any
 
 from drpc.errors import StateFormatError, StateValueError
@@ -42,10 +46,12 @@ from drpc.errors import StateFormatError, StateValueError
 COMMIT_TAG = b"c1"
 PLAIN_TAG = b"j1"
 UNDO_TAG = b"u1"
+KEYS_TAG = b"k1"
 ABSENT_LENGTH = 0xFFFFFFFF
 _COMMIT = struct.Struct(">Qd")
 _UNDO_HEADER = struct.Struct(">dB")
 _UNDO_SECTION = struct.Struct(">BI")
+_KEY_COUNT = struct.Struct(">I")
 
 Undo = dict[int, dict[bytes, "bytes | None"]]
 """Replaced values by database tag, then key: the value before, or None (absent)."""
@@ -128,6 +134,29 @@ def decode_undo(data: bytes) -> tuple[float, Undo]:
     except (ValueError, struct.error) as error:
         raise StateFormatError(f"an undo log is in no format drpc reads: {error}") from None
     return committed_at, sections
+
+
+def encode_key_list(keys: list[bytes]) -> bytes:
+    count = len(keys)
+    return b"".join(
+        [KEYS_TAG, _KEY_COUNT.pack(count), struct.pack(f"<{count}I", *map(len, keys)), *keys]
+    )
+
+
+def decode_key_list(data: bytes) -> list[bytes]:
+    """The keys of a key list (``StateFormatError`` if it is none)."""
+    try:
+        if not data.startswith(KEYS_TAG):
+            raise ValueError("it does not start with the key list tag")
+        (count,) = _KEY_COUNT.unpack_from(data, len(KEYS_TAG))
+        at = len(KEYS_TAG) + _KEY_COUNT.size
+        lengths = struct.unpack_from(f"<{count}I", data, at)
+        ends = list(accumulate(lengths, initial=at + 4 * count))
+        if ends[-1] != len(data):
+            raise ValueError(f"its keys take {ends[-1] - ends[0]} bytes, not {len(data) - ends[0]}")
+    except (ValueError, struct.error) as error:
+        raise StateFormatError(f"a removed-key list is in no format drpc reads: {error}") from None
+    return [data[start:end] for start, end in pairwise(ends)]
 
 
 def encode_plain(value: object, what: str) -> bytes:
