@@ -47,7 +47,8 @@ Contract:
   deleted) by the map's first commit handle of a txid above T, as Storm's
   ``MemoryMapState`` drops them at the next ``beginCommit`` of another txid:
   once a later txid commits, T is never applied again. Until then the map
-  lists the keys T removed under its own index record (below).
+  lists the keys of its tombstones in a record of its own (below; a handle
+  of a txid below the list's reclaims nothing).
 
   ``NonTransactionalMap`` deletes the record: no txid, so no replay rule (a
   replay removes again; one that updates the key after it brings it back).
@@ -73,9 +74,10 @@ Contract:
 Records live in ``MAPS_DB`` under ``name(map name) + encode_key(key)`` as a
 pickled ``(value, txid)``, ``(value, prev, txid)`` or ``(value,)``; a tombstone as
 ``(txid,)`` or ``(prev, txid)``. ``CATALOG_DB`` maps ``name(map name)`` to the kind. The
-keys a txid removed are listed under ``b"\\x00" + name(map name) + txid`` in ``MAPS_DB``
-(a key list, ``drpc.state.records``, of the keys without the map's name); no map record
-starts with that byte, which no name length takes.
+keys of a map's tombstones are listed under ``b"\\x00" + name(map name)`` in ``MAPS_DB``
+(removed keys, ``drpc.state.records``: without the map's name, with the last txid that
+removed one): no map record starts with that byte, which no name length takes, and a
+handle finds the list with one read.
 """
 
 from __future__ import annotations
@@ -89,22 +91,20 @@ from drpc.state.cache import MISS, RecordCache
 from drpc.state.codec import (
     StateKey,
     decode_key,
-    decode_txid,
     dumps_many,
     encode_keys,
     encode_name,
-    encode_txid,
     loads,
 )
 from drpc.state.env import CATALOG_DB, MAPS_DB, StateEnvironment, StateTxn
-from drpc.state.records import decode_key_list, encode_key_list
+from drpc.state.records import RemovedKeys, decode_removed, encode_removed
 
 Updater = Callable[[Any], Any]
 S = TypeVar("S", "TransactionalValue", "OpaqueValue", "PlainValue")
 
 _MISSING: Any = object()
 _UNCHANGED: Any = object()
-_REMOVED_LISTS = b"\x00"  # leads the key lists of removed keys; no map name's length byte is 0
+_REMOVED_KEYS = b"\x00"  # leads a map's list of removed keys; no map name's length byte is 0
 
 
 class _Removed:
@@ -226,7 +226,7 @@ class _StateMap(Generic[S]):
         self.default = default
         self.cache = RecordCache(cache_size, env, MAPS_DB) if cache_size else None
         self._prefix = encode_name(name, "map name")
-        self._removed_lists = _REMOVED_LISTS + self._prefix
+        self._removed_keys = _REMOVED_KEYS + self._prefix
         with env.read() as t:
             self._check_kind(t)
 
@@ -386,11 +386,13 @@ class _StateMap(Generic[S]):
         and the changed records, encoded."""
         values: list[Any] = []
         changed: dict[bytes, S] = {}
+        apply, default = self._apply, self.default
         for at, fn, stored in zip(encoded, fns, self._read_many(t, encoded), strict=True):
-            record = self._apply(stored, txid, fn, at in written)
+            record = apply(stored, txid, fn, at in written)
             if record is not stored:
                 changed[at] = record
-            values.append(self._shown(record.value))
+            value = record.value
+            values.append(default if value is REMOVED else value)
         return values, self._encoded(changed)
 
     def _encoded(self, records: Mapping[bytes, S]) -> dict[bytes, bytes]:
@@ -468,7 +470,8 @@ class MapHandle(Generic[S]):
             record = state_map._apply(stored, txid, fn, at in written)
             if record is not stored:
                 changed[at] = record
-            results[key] = state_map._shown(record.value)
+            value = record.value
+            results[key] = state_map.default if value is REMOVED else value
         self._write_many(changed)
         return results
 
@@ -513,36 +516,35 @@ class MapHandle(Generic[S]):
             self._list_removed(tombstones)
 
     def _list_removed(self, encoded: Iterable[bytes]) -> None:
-        """Add ``encoded`` to the keys this txid removed, for ``_reclaim``."""
-        key = self.map._removed_lists + encode_txid(self.txid)
-        listed = self.txn.get(MAPS_DB, key)
-        name = len(self.map._prefix)
-        keys = dict.fromkeys(decode_key_list(listed) if listed is not None else ())
-        keys.update(dict.fromkeys(at[name:] for at in encoded))
-        self.txn.put(MAPS_DB, key, encode_key_list(list(keys)))
+        """Add ``encoded`` to the keys the map holds tombstones for, for ``_reclaim``."""
+        state_map, txn = self.map, self.txn
+        listed = txn.get(MAPS_DB, state_map._removed_keys)
+        name = len(state_map._prefix)
+        removed: RemovedKeys = RemovedKeys(self.txid, [at[name:] for at in encoded])
+        if listed is not None:  # after ``_reclaim``: tombstones of this txid or a later one
+            before: RemovedKeys = decode_removed(listed)
+            keys = dict.fromkeys([*before.keys, *removed.keys])
+            removed = RemovedKeys(max(removed.txid, before.txid), list(keys))
+        txn.put(MAPS_DB, state_map._removed_keys, encode_removed(removed))
 
     def _reclaim(self) -> None:
-        """Delete the tombstones of txids below this one, and their key lists."""
-        lists_prefix, txn = self.map._removed_lists, self.txn
-        lists: list[bytes] = []
-        removed: list[bytes] = []
-        for key, data in txn.scan(MAPS_DB, lists_prefix):
-            if decode_txid(key[len(lists_prefix) :]) >= self.txid:
-                break
-            lists.append(key)
-            removed.extend(self.map._prefix + at for at in decode_key_list(data))
-        if not lists:
+        """Delete the tombstones listed by txids below this one, and the list."""
+        state_map, txn = self.map, self.txn
+        listed = txn.get(MAPS_DB, state_map._removed_keys)
+        if listed is None:
             return
-        removed = list(dict.fromkeys(removed))
+        removed = decode_removed(listed)
+        if removed.txid >= self.txid:
+            return
+        keys = [state_map._prefix + at for at in removed.keys]
         self._delete_many(
             [
                 at
-                for at, stored in zip(removed, self._stored_many(removed), strict=True)
+                for at, stored in zip(keys, self._stored_many(keys), strict=True)
                 if stored is not None and stored.value is REMOVED  # not set again since
             ]
         )
-        for key in lists:
-            txn.delete(MAPS_DB, key)
+        txn.delete(MAPS_DB, state_map._removed_keys)
 
     def _delete_many(self, encoded: list[bytes]) -> None:
         if not encoded:
@@ -595,7 +597,10 @@ class TransactionalMap(_StateMap[TransactionalValue]):
     ) -> TransactionalValue:
         if stored is None:
             return TransactionalValue(fn(self.default), txid)
-        value = _transactional_update(self._shown(stored.value), stored.txid, txid, fn, written)
+        value = stored.value
+        value = _transactional_update(
+            self.default if value is REMOVED else value, stored.txid, txid, fn, written
+        )
         return stored if value is _UNCHANGED else TransactionalValue(value, txid)
 
     def _remove(
@@ -624,7 +629,10 @@ class TransactionalMap(_StateMap[TransactionalValue]):
                 value = fn(default)
             else:
                 stored = loads(data)  # the stored form of ``_encode``
-                stored_value, stored_txid = (default, *stored) if len(stored) == 1 else stored
+                try:
+                    stored_value, stored_txid = stored
+                except ValueError:  # a tombstone, (txid,): no len() call on every key
+                    stored_value, stored_txid = default, stored[0]
                 value = _transactional_update(stored_value, stored_txid, txid, fn, at in written)
                 if value is _UNCHANGED:
                     values.append(stored_value)
@@ -650,9 +658,10 @@ class TransactionalMap(_StateMap[TransactionalValue]):
 
     def _decode(self, data: bytes) -> TransactionalValue:
         stored = loads(data)
-        if len(stored) == 1:
+        try:
+            value, txid = stored
+        except ValueError:  # a tombstone, (txid,)
             return TransactionalValue(REMOVED, stored[0])
-        value, txid = stored
         return TransactionalValue(value, txid)
 
 
@@ -668,7 +677,11 @@ class OpaqueMap(_StateMap[OpaqueValue]):
             return OpaqueValue(fn(self.default), self.default, txid)
         if written:
             return OpaqueValue(fn(self._shown(stored.value)), stored.prev, txid)
-        return self._next(stored, txid, fn(self._shown(stored.get(txid))))
+        value = stored.get(txid)
+        record = stored.update(txid, fn(self.default if value is REMOVED else value))
+        if record.prev is REMOVED:  # inlined ``_next``: this runs for every key of a commit
+            return OpaqueValue(record.value, self.default, txid)
+        return record
 
     def _put(self, stored: OpaqueValue | None, txid: int, value: Any) -> OpaqueValue:
         if stored is None:
@@ -700,9 +713,10 @@ class OpaqueMap(_StateMap[OpaqueValue]):
 
     def _decode(self, data: bytes) -> OpaqueValue:
         stored = loads(data)
-        if len(stored) == 2:
+        try:
+            value, prev, txid = stored
+        except ValueError:  # a tombstone, (prev, txid)
             return OpaqueValue(REMOVED, *stored)
-        value, prev, txid = stored
         return OpaqueValue(value, prev, txid)
 
 

@@ -20,7 +20,7 @@ from drpc.state import (
 )
 from drpc.state.env import MAPS_DB
 from drpc.state.maps import REMOVED, MapPage
-from drpc.state.records import decode_key_list, encode_key_list
+from drpc.state.records import RemovedKeys, decode_removed, encode_removed
 
 TM, OM, NM = TransactionalMap, OpaqueMap, NonTransactionalMap
 
@@ -148,6 +148,19 @@ def test_the_next_txid_reclaims_the_tombstones_a_replay_still_needs(
     assert counts.stored("a") is None
     assert counts.get("b") == 9  # set again after its removal: kept
     assert removed_lists(env) == []
+
+
+def test_a_handle_of_an_older_txid_reclaims_nothing(env: StateEnvironment) -> None:
+    counts = seeded(env, TM)
+    commit(env, counts, 5, lambda h: h.remove("a"))
+    commit(env, counts, 3, lambda h: h.multi_update({"c": add(1), "d": add(1)}))
+    commit(env, counts, 4, lambda h: h.remove("c"))  # listed under txid 5, the later one
+    assert counts.stored("a") == TransactionalValue(REMOVED, 5)
+    commit(env, counts, 5, lambda h: h.remove("d"))
+    assert [counts.stored(k) is not None for k in "acd"] == [True, True, True]
+    commit(env, counts, 6, lambda h: None)
+    assert [counts.stored(k) for k in "acd"] == [None, None, None]
+    assert counts.items() == [("b", 7)]
 
 
 @pytest.mark.parametrize("kind", [TM, OM])
@@ -339,12 +352,13 @@ def test_a_page_needs_a_positive_int_limit(listed: TransactionalMap, limit: Any)
 # -- the stored forms ------------------------------------------------------------------------
 
 
-def test_removed_pickles_as_itself_and_key_lists_round_trip() -> None:
+def test_removed_pickles_as_itself_and_removed_keys_round_trip() -> None:
     assert pickle.loads(pickle.dumps(REMOVED)) is REMOVED
     assert repr(TransactionalValue(REMOVED, 3)) == "TransactionalValue(value=REMOVED, txid=3)"
-    keys = [b"sab", b"", b"t\x00\x02sx" * 40]
-    assert decode_key_list(encode_key_list(keys)) == keys
-    assert decode_key_list(encode_key_list([])) == []
-    for bad in [b"", b"k1\x00", encode_key_list(keys)[:-1], b"x1" + encode_key_list(keys)[2:]]:
-        with pytest.raises(StateFormatError, match="removed-key list"):
-            decode_key_list(bad)
+    removed = RemovedKeys(2**40, [b"sab", b"", b"t\x00\x02sx" * 40])
+    assert decode_removed(encode_removed(removed)) == removed
+    assert decode_removed(encode_removed(RemovedKeys(0, []))) == RemovedKeys(0, [])
+    data = encode_removed(removed)
+    for bad in [b"", b"k1\x00", data[:-1], data + b"x", b"x1" + data[2:]]:
+        with pytest.raises(StateFormatError, match="removed keys record"):
+            decode_removed(bad)
