@@ -297,6 +297,11 @@ class StateValueError(StateError, TypeError):
     """A state value cannot be pickled, so it could not be stored."""
 
 
+class InvalidQueryError(DRPCError, ValueError):
+    """A query of state was asked with an argument it cannot serve: a listing's page (its
+    start, prefix or limit) malformed or over the limit. The message names the argument."""
+
+
 class TransactionalError(DRPCError):
     """A transactional run cannot go on (e.g. one batch kept failing)."""
 

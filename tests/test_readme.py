@@ -167,6 +167,9 @@ PYTHON_BLOCKS: dict[str, Run] = {
             "[[null]]",
         ],
     ),
+    'new_drpc_stream("list-stock")': Run(
+        "nothing", ['[[[["apple", 2], ["fig", 1]], "fig"]]', '[[[["plum", 1]], null]]']
+    ),
     # docs/how-to/writing-a-spout.md: sketches whose classes are defined, never run
     "class MySpout(BasePartitionedTransactionalSpout)": Run("nothing"),
     "class KafkaMeta:": Run("nothing"),

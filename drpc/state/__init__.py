@@ -11,8 +11,8 @@
 - ``TransactionalMap``, ``OpaqueMap`` and ``NonTransactionalMap`` (``maps``):
   user state with Storm's ``{value, txid}``, ``{value, prev, txid}`` and bare
   value rules, written through a committer's handle in the commit's write
-  transaction, with an optional cache of committed records for the writer
-  (``cache``).
+  transaction (removals included), listed a page at a time, with an optional
+  cache of committed records for the writer (``cache``).
 
 One commit is one write transaction::
 
@@ -38,7 +38,9 @@ from drpc.state.env import (
     StateTxn,
 )
 from drpc.state.maps import (
+    REMOVED,
     MapHandle,
+    MapPage,
     NonTransactionalMap,
     OpaqueMap,
     OpaqueValue,
@@ -55,9 +57,11 @@ __all__ = [
     "DEFAULT_RESIZE_TIMEOUT",
     "INIT_TXID",
     "MIN_MAP_SIZE",
+    "REMOVED",
     "CommitRecord",
     "CoordinatorState",
     "MapHandle",
+    "MapPage",
     "NonTransactionalMap",
     "OpaqueMap",
     "OpaqueValue",

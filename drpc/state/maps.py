@@ -9,8 +9,8 @@ Contract:
   transaction, so they only ever see committed data; pass ``txn=`` to read
   several maps in one snapshot. An absent key reads as the map's ``default``.
 - **Writes** only happen in a commit: ``handle = map.handle(txn, txid)`` inside
-  the commit's write transaction, then ``update(key, fn)``, ``put``, their
-  ``multi_`` forms and ``get`` ("as of" txid). Asking twice in one transaction
+  the commit's write transaction, then ``update(key, fn)``, ``put``, ``remove``,
+  their ``multi_`` forms and ``get`` ("as of" txid). Asking twice in one transaction
   gives the same handle. Rules for a commit of txid T (Storm's):
 
   ``TransactionalMap`` (for transactional spouts: a replay of T is the same
@@ -31,6 +31,35 @@ Contract:
   ``NonTransactionalMap`` (Storm's non-transactional state) - stores the bare
   ``PlainValue(value)`` and applies every update, a replay included: at least
   once, not exactly once.
+- **Removing keys** (Storm's ``multiRemove``, which Storm's in-memory test map
+  alone offers): ``handle.remove(key)`` / ``multi_remove(keys)`` in the commit
+  of txid T, by the kind's rules. A key that is absent stays absent.
+
+  ``TransactionalMap`` and ``OpaqueMap`` keep a **tombstone** carrying T, so
+  the txid rules hold through a removal: transactional ``{REMOVED, T}`` (a
+  replay of T finds stored txid == T: its removal and updates are no-ops, so
+  the key is neither removed twice nor resurrected); opaque ``{REMOVED, prev,
+  T}`` (a replay of T recomputes from prev, whatever it does this time). A
+  tombstone reads as absent everywhere (``get``, ``items``, ``page``, a
+  handle's ``get``: the map's ``default``); ``stored`` shows it, its value
+  ``REMOVED``. An update of a tombstoned key in a later txid starts from the
+  default (opaque: prev = default). Tombstones are reclaimed (the record
+  deleted) by the map's first commit handle of a txid above T, as Storm's
+  ``MemoryMapState`` drops them at the next ``beginCommit`` of another txid:
+  once a later txid commits, T is never applied again. Until then the map
+  lists the keys of its tombstones in a record of its own (below; a handle
+  of a txid below the list's reclaims nothing).
+
+  ``NonTransactionalMap`` deletes the record: no txid, so no replay rule (a
+  replay removes again; one that updates the key after it brings it back).
+- **Listing** (``page(limit, after=, prefix=)``): at most ``limit`` (>= 1)
+  present keys and values in key order, starting after the key ``after``
+  (None: from the first) among the keys that start with ``prefix`` (None:
+  every key; a ``str``/``bytes`` prefix: keys of that type that start with
+  it; a tuple: tuple keys whose first elements are these), as a ``MapPage``
+  whose ``next_after`` is the key to start the next page after, None when no
+  key follows. Reads at one committed version like ``multi_get`` (a pinned
+  one inside a DRPC request). A bad limit raises ``InvalidQueryError``.
 - ``cache_size=N`` (default 0: none) keeps up to N committed records in
   memory for the commit handles of this map object (``drpc.state.cache``):
   for the one process writing the map; one operation over more than N keys
@@ -43,8 +72,12 @@ Contract:
   ``OpaqueMap`` under a ``TransactionalMap``'s name raises ``StateError``.
 
 Records live in ``MAPS_DB`` under ``name(map name) + encode_key(key)`` as a
-pickled ``(value, txid)``, ``(value, prev, txid)`` or ``(value,)``; ``CATALOG_DB`` maps
-``name(map name)`` to the kind.
+pickled ``(value, txid)``, ``(value, prev, txid)`` or ``(value,)``; a tombstone as
+``(txid,)`` or ``(prev, txid)``. ``CATALOG_DB`` maps ``name(map name)`` to the kind. The
+keys of a map's tombstones are listed under ``b"\\x00" + name(map name)`` in ``MAPS_DB``
+(removed keys, ``drpc.state.records``: without the map's name, with the last txid that
+removed one): no map record starts with that byte, which no name length takes, and a
+handle finds the list with one read.
 """
 
 from __future__ import annotations
@@ -53,7 +86,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from drpc.errors import StateError, StateKeyError, StateOrderError
+from drpc.errors import InvalidQueryError, StateError, StateKeyError, StateOrderError
 from drpc.state.cache import MISS, RecordCache
 from drpc.state.codec import (
     StateKey,
@@ -64,12 +97,45 @@ from drpc.state.codec import (
     loads,
 )
 from drpc.state.env import CATALOG_DB, MAPS_DB, StateEnvironment, StateTxn
+from drpc.state.records import RemovedKeys, decode_removed, encode_removed
 
 Updater = Callable[[Any], Any]
 S = TypeVar("S", "TransactionalValue", "OpaqueValue", "PlainValue")
 
 _MISSING: Any = object()
 _UNCHANGED: Any = object()
+_REMOVED_KEYS = b"\x00"  # leads a map's list of removed keys; no map name's length byte is 0
+
+
+class _Removed:
+    """The type of ``REMOVED``: one object per process, which pickles as itself."""
+
+    __slots__ = ()
+    _instance: ClassVar[_Removed | None] = None
+
+    def __new__(cls) -> _Removed:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+    def __reduce__(self) -> str:
+        return "REMOVED"
+
+
+REMOVED: Any = _Removed()
+"""The value of a removed key's tombstone (see the module doc)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MapPage:
+    """One page of a map's listing (``page``): ``entries`` are (key, value) pairs in key
+    order; ``next_after`` is the key to start the next page after (None: no key follows)."""
+
+    entries: list[tuple[StateKey, Any]]
+    next_after: StateKey | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +144,11 @@ class TransactionalValue:
 
     value: Any
     txid: int
+
+    @property
+    def removed(self) -> bool:
+        """A tombstone: the key was removed in ``txid``."""
+        return self.value is REMOVED
 
     def update(self, txid: int, fn: Updater) -> TransactionalValue:
         """The value after applying batch ``txid``: unchanged if it already includes it."""
@@ -106,6 +177,11 @@ class OpaqueValue:
     value: Any
     prev: Any
     txid: int
+
+    @property
+    def removed(self) -> bool:
+        """A tombstone: the key was removed in ``txid`` (``prev``: its value before)."""
+        return self.value is REMOVED
 
     def get(self, txid: int | None = None) -> Any:
         """The value as of ``txid``'s commit: ``prev`` if ``txid`` wrote it, else ``value``."""
@@ -139,6 +215,8 @@ class _StateMap(Generic[S]):
     """What both map kinds share; subclasses define the stored form and the rules."""
 
     KIND: ClassVar[bytes]
+    TOMBSTONES: ClassVar[bool] = True
+    """Whether a removal leaves a tombstone (else the record is deleted)."""
 
     def __init__(
         self, env: StateEnvironment, name: str, *, default: Any = None, cache_size: int = 0
@@ -148,6 +226,7 @@ class _StateMap(Generic[S]):
         self.default = default
         self.cache = RecordCache(cache_size, env, MAPS_DB) if cache_size else None
         self._prefix = encode_name(name, "map name")
+        self._removed_keys = _REMOVED_KEYS + self._prefix
         with env.read() as t:
             self._check_kind(t)
 
@@ -172,16 +251,54 @@ class _StateMap(Generic[S]):
         encoded = self._keys(keys)
         with self.env.reading(txn) as t:
             records = self._read_many(t, encoded)
-        return [fallback if record is None else record.value for record in records]
+        return [
+            fallback if record is None or record.value is REMOVED else record.value
+            for record in records
+        ]
 
     def items(self, *, txn: StateTxn | None = None) -> list[tuple[StateKey, Any]]:
         """Every key and committed value, in key order (see ``drpc.state.codec``)."""
         start = len(self._prefix)
         with self.env.reading(txn) as t:
             return [
-                (decode_key(key[start:]), self._decode(value).value)
-                for key, value in t.scan(MAPS_DB, self._prefix)
+                (decode_key(key[start:]), value)
+                for key, data in t.scan(MAPS_DB, self._prefix)
+                if (value := self._decode(data).value) is not REMOVED
             ]
+
+    def page(
+        self,
+        limit: int,
+        *,
+        after: StateKey | None = None,
+        prefix: StateKey | None = None,
+        txn: StateTxn | None = None,
+    ) -> MapPage:
+        """At most ``limit`` keys and values after ``after`` among those starting with
+        ``prefix``, in key order (see the module doc)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidQueryError(f"{self!r}: a page's limit is an int >= 1, got {limit!r}")
+        scanned = self._prefix if prefix is None else self._key(prefix)
+        start = skip = None
+        if after is not None:
+            first = self._key(after)
+            if first.startswith(scanned):
+                start, skip = first[len(scanned) :], first
+            elif first > scanned:  # after every key of the prefix
+                return MapPage([], None)
+        name = len(self._prefix)
+        entries: list[tuple[StateKey, Any]] = []
+        with self.env.reading(txn) as t:
+            for key, data in t.scan(MAPS_DB, scanned, start=start):
+                if key == skip:
+                    continue
+                value = self._decode(data).value
+                if value is REMOVED:
+                    continue
+                if len(entries) == limit:
+                    return MapPage(entries, entries[-1][0])
+                entries.append((decode_key(key[name:]), value))
+        return MapPage(entries, None)
 
     # -- commits ---------------------------------------------------------------------------
 
@@ -210,6 +327,15 @@ class _StateMap(Generic[S]):
 
     def _as_of(self, stored: S, txid: int, written: bool) -> Any:
         raise NotImplementedError
+
+    def _remove(self, stored: S | None, txid: int, written: bool) -> S | None:
+        """The record after removing the key in the commit of ``txid``: ``stored`` itself
+        (no change), None (delete the record) or a tombstone."""
+        raise NotImplementedError
+
+    def _shown(self, value: Any) -> Any:
+        """A stored value as reads see it: a tombstone's is the default."""
+        return self.default if value is REMOVED else value
 
     def _encode(self, record: S) -> tuple[Any, ...]:
         raise NotImplementedError
@@ -260,11 +386,13 @@ class _StateMap(Generic[S]):
         and the changed records, encoded."""
         values: list[Any] = []
         changed: dict[bytes, S] = {}
+        apply, default = self._apply, self.default
         for at, fn, stored in zip(encoded, fns, self._read_many(t, encoded), strict=True):
-            record = self._apply(stored, txid, fn, at in written)
+            record = apply(stored, txid, fn, at in written)
             if record is not stored:
                 changed[at] = record
-            values.append(record.value)
+            value = record.value
+            values.append(default if value is REMOVED else value)
         return values, self._encoded(changed)
 
     def _encoded(self, records: Mapping[bytes, S]) -> dict[bytes, bytes]:
@@ -296,6 +424,8 @@ class MapHandle(Generic[S]):
         self._cache = map.cache
         if self._cache is not None:
             self._cache.open(txn)
+        if map.TOMBSTONES:
+            self._reclaim()
 
     def __repr__(self) -> str:
         return f"<MapHandle {self.map.name!r} txid {self.txid}>"
@@ -309,7 +439,9 @@ class MapHandle(Generic[S]):
         state_map, txid, written = self.map, self.txid, self._written
         encoded = state_map._keys(keys)
         return [
-            state_map.default if stored is None else state_map._as_of(stored, txid, at in written)
+            state_map.default
+            if stored is None
+            else state_map._shown(state_map._as_of(stored, txid, at in written))
             for at, stored in zip(encoded, self._stored_many(encoded), strict=True)
         ]
 
@@ -338,7 +470,8 @@ class MapHandle(Generic[S]):
             record = state_map._apply(stored, txid, fn, at in written)
             if record is not stored:
                 changed[at] = record
-            results[key] = record.value
+            value = record.value
+            results[key] = state_map.default if value is REMOVED else value
         self._write_many(changed)
         return results
 
@@ -357,6 +490,75 @@ class MapHandle(Generic[S]):
                 )
             }
         )
+
+    def remove(self, key: StateKey) -> None:
+        self.multi_remove([key])
+
+    def multi_remove(self, keys: Iterable[StateKey]) -> None:
+        """Remove ``keys`` under the map's rules: a tombstone carrying this txid, or (non-
+        transactional) no record (see the module doc)."""
+        state_map, txid, written = self.map, self.txid, self._written
+        encoded = list(dict.fromkeys(state_map._keys(keys)))
+        tombstones: dict[bytes, S] = {}
+        deleted: list[bytes] = []
+        for at, stored in zip(encoded, self._stored_many(encoded), strict=True):
+            record = state_map._remove(stored, txid, at in written)
+            if record is stored:
+                continue
+            if record is None:
+                deleted.append(at)
+            else:
+                tombstones[at] = record
+        self._write_many(tombstones)
+        self._delete_many(deleted)
+        self._written.update(deleted)
+        if tombstones:
+            self._list_removed(tombstones)
+
+    def _list_removed(self, encoded: Iterable[bytes]) -> None:
+        """Add ``encoded`` to the keys the map holds tombstones for, for ``_reclaim``."""
+        state_map, txn = self.map, self.txn
+        listed = txn.get(MAPS_DB, state_map._removed_keys)
+        name = len(state_map._prefix)
+        removed: RemovedKeys = RemovedKeys(self.txid, [at[name:] for at in encoded])
+        if listed is not None:  # after ``_reclaim``: tombstones of this txid or a later one
+            before: RemovedKeys = decode_removed(listed)
+            keys = dict.fromkeys([*before.keys, *removed.keys])
+            removed = RemovedKeys(max(removed.txid, before.txid), list(keys))
+        txn.put(MAPS_DB, state_map._removed_keys, encode_removed(removed))
+
+    def _reclaim(self) -> None:
+        """Delete the tombstones listed by txids below this one, and the list."""
+        state_map, txn = self.map, self.txn
+        listed = txn.get(MAPS_DB, state_map._removed_keys)
+        if listed is None:
+            return
+        removed = decode_removed(listed)
+        if removed.txid >= self.txid:
+            return
+        keys = [state_map._prefix + at for at in removed.keys]
+        self._delete_many(
+            [
+                at
+                for at, stored in zip(keys, self._stored_many(keys), strict=True)
+                if stored is not None and stored.value is REMOVED  # not set again since
+            ]
+        )
+        txn.delete(MAPS_DB, state_map._removed_keys)
+
+    def _delete_many(self, encoded: list[bytes]) -> None:
+        if not encoded:
+            return
+        for at in encoded:
+            self.txn.delete(MAPS_DB, at)
+        cache = self._cache
+        if cache is None:
+            return
+        if len(encoded) > cache.size:
+            cache.drop(self.txn, encoded)
+            return
+        for at in encoded:
+            cache.stage(self.txn, at, None)
 
     def _stored_many(self, encoded: list[bytes]) -> list[S | None]:
         """The records of ``encoded`` as this commit sees them: the cache's, else LMDB's."""
@@ -395,8 +597,19 @@ class TransactionalMap(_StateMap[TransactionalValue]):
     ) -> TransactionalValue:
         if stored is None:
             return TransactionalValue(fn(self.default), txid)
-        value = _transactional_update(stored.value, stored.txid, txid, fn, written)
+        value = stored.value
+        value = _transactional_update(
+            self.default if value is REMOVED else value, stored.txid, txid, fn, written
+        )
         return stored if value is _UNCHANGED else TransactionalValue(value, txid)
+
+    def _remove(
+        self, stored: TransactionalValue | None, txid: int, written: bool
+    ) -> TransactionalValue | None:
+        if stored is None or (stored.txid == txid and (stored.removed or not written)):
+            return stored  # absent, removed already, or a replay of txid: it includes the batch
+        _check_not_behind(txid, stored)
+        return TransactionalValue(REMOVED, txid)
 
     def _update_uncached(
         self,
@@ -415,7 +628,11 @@ class TransactionalMap(_StateMap[TransactionalValue]):
             if data is None:
                 value = fn(default)
             else:
-                stored_value, stored_txid = loads(data)  # the stored form of ``_encode``
+                stored = loads(data)  # the stored form of ``_encode``
+                try:
+                    stored_value, stored_txid = stored
+                except ValueError:  # a tombstone, (txid,): no len() call on every key
+                    stored_value, stored_txid = default, stored[0]
                 value = _transactional_update(stored_value, stored_txid, txid, fn, at in written)
                 if value is _UNCHANGED:
                     values.append(stored_value)
@@ -437,10 +654,14 @@ class TransactionalMap(_StateMap[TransactionalValue]):
         return stored.value
 
     def _encode(self, record: TransactionalValue) -> tuple[Any, ...]:
-        return (record.value, record.txid)
+        return (record.txid,) if record.value is REMOVED else (record.value, record.txid)
 
     def _decode(self, data: bytes) -> TransactionalValue:
-        value, txid = loads(data)
+        stored = loads(data)
+        try:
+            value, txid = stored
+        except ValueError:  # a tombstone, (txid,)
+            return TransactionalValue(REMOVED, stored[0])
         return TransactionalValue(value, txid)
 
 
@@ -455,22 +676,47 @@ class OpaqueMap(_StateMap[OpaqueValue]):
         if stored is None:
             return OpaqueValue(fn(self.default), self.default, txid)
         if written:
-            return OpaqueValue(fn(stored.value), stored.prev, txid)
-        return stored.update(txid, fn(stored.get(txid)))
+            return OpaqueValue(fn(self._shown(stored.value)), stored.prev, txid)
+        value = stored.get(txid)
+        record = stored.update(txid, fn(self.default if value is REMOVED else value))
+        if record.prev is REMOVED:  # inlined ``_next``: this runs for every key of a commit
+            return OpaqueValue(record.value, self.default, txid)
+        return record
 
     def _put(self, stored: OpaqueValue | None, txid: int, value: Any) -> OpaqueValue:
         if stored is None:
             return OpaqueValue(value, self.default, txid)
-        return stored.update(txid, value)
+        return self._next(stored, txid, value)
+
+    def _remove(self, stored: OpaqueValue | None, txid: int, written: bool) -> OpaqueValue | None:
+        if stored is None:
+            return stored
+        if written or (stored.removed and stored.txid == txid):  # the commit's updates after
+            return OpaqueValue(REMOVED, stored.prev, txid)  # this must start from the default
+            return OpaqueValue(REMOVED, stored.prev, txid)
+        return self._next(stored, txid, REMOVED)
+
+    def _next(self, stored: OpaqueValue, txid: int, value: Any) -> OpaqueValue:
+        """``stored.update(txid, value)``, a tombstone's value kept as prev as the default."""
+        record = stored.update(txid, value)
+        if record.prev is REMOVED:
+            return OpaqueValue(value, self.default, txid)
+        return record
 
     def _as_of(self, stored: OpaqueValue, txid: int, written: bool) -> Any:
         return stored.value if written else stored.get(txid)
 
     def _encode(self, record: OpaqueValue) -> tuple[Any, ...]:
+        if record.value is REMOVED:
+            return (record.prev, record.txid)
         return (record.value, record.prev, record.txid)
 
     def _decode(self, data: bytes) -> OpaqueValue:
-        value, prev, txid = loads(data)
+        stored = loads(data)
+        try:
+            value, prev, txid = stored
+        except ValueError:  # a tombstone, (prev, txid)
+            return OpaqueValue(REMOVED, *stored)
         return OpaqueValue(value, prev, txid)
 
 
@@ -478,6 +724,7 @@ class NonTransactionalMap(_StateMap[PlainValue]):
     """The bare value per key: every update applies, replays included (see module doc)."""
 
     KIND = b"non-transactional"
+    TOMBSTONES = False
 
     def _apply(
         self, stored: PlainValue | None, txid: int, fn: Updater, written: bool
@@ -489,6 +736,9 @@ class NonTransactionalMap(_StateMap[PlainValue]):
 
     def _as_of(self, stored: PlainValue, txid: int, written: bool) -> Any:
         return stored.value
+
+    def _remove(self, stored: PlainValue | None, txid: int, written: bool) -> PlainValue | None:
+        return None
 
     def _encode(self, record: PlainValue) -> tuple[Any, ...]:
         return (record.value,)

@@ -18,6 +18,11 @@ module never does):
   big-endian), the entries' key lengths and value lengths (4 bytes each,
   little-endian; ``ABSENT_LENGTH`` for a key that did not exist), the keys
   concatenated, then the values concatenated.
+- **removed keys** (``encode_removed``/``decode_removed``): the keys a map
+  holds tombstones for, until they are reclaimed (``drpc.state.maps``), and
+  the last txid that removed one: ``b"k1"``, the txid as 8 bytes big-endian,
+  the key count (4 bytes big-endian), each key's length (4 bytes
+  little-endian), then the keys concatenated.
 - **earlier records**: drpc wrote both as pickles before these formats. A
   record that starts as a pickle is read by an unpickler that resolves no
   class, function or persistent id, so it can only build plain containers
@@ -34,7 +39,8 @@ import io
 import json
 import pickle
 import struct
-from itertools import accumulate
+from dataclasses import dataclass
+from itertools import accumulate, pairwise
 from typing import Any
 
 from drpc.errors import StateFormatError, StateValueError
@@ -42,10 +48,12 @@ from drpc.errors import StateFormatError, StateValueError
 COMMIT_TAG = b"c1"
 PLAIN_TAG = b"j1"
 UNDO_TAG = b"u1"
+KEYS_TAG = b"k1"
 ABSENT_LENGTH = 0xFFFFFFFF
 _COMMIT = struct.Struct(">Qd")
 _UNDO_HEADER = struct.Struct(">dB")
 _UNDO_SECTION = struct.Struct(">BI")
+_REMOVED_HEADER = struct.Struct(">QI")
 
 Undo = dict[int, dict[bytes, "bytes | None"]]
 """Replaced values by database tag, then key: the value before, or None (absent)."""
@@ -128,6 +136,44 @@ def decode_undo(data: bytes) -> tuple[float, Undo]:
     except (ValueError, struct.error) as error:
         raise StateFormatError(f"an undo log is in no format drpc reads: {error}") from None
     return committed_at, sections
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedKeys:
+    """A map's keys removed up to ``txid`` whose tombstones are not reclaimed yet."""
+
+    txid: int
+    keys: list[bytes]
+
+
+def encode_removed(removed: RemovedKeys) -> bytes:
+    keys = removed.keys
+    count = len(keys)
+    return b"".join(
+        [
+            KEYS_TAG,
+            _REMOVED_HEADER.pack(removed.txid, count),
+            struct.pack(f"<{count}I", *map(len, keys)),
+            *keys,
+        ]
+    )
+
+
+def decode_removed(data: bytes) -> RemovedKeys:
+    """The removed keys a record holds (``StateFormatError`` if it holds none)."""
+    try:
+        if not data.startswith(KEYS_TAG):
+            raise ValueError("it does not start with the removed keys tag")
+        txid, count = _REMOVED_HEADER.unpack_from(data, len(KEYS_TAG))
+        at = len(KEYS_TAG) + _REMOVED_HEADER.size
+        lengths = struct.unpack_from(f"<{count}I", data, at)
+        ends = list(accumulate(lengths, initial=at + 4 * count))
+        if ends[-1] != len(data):
+            raise ValueError(f"its keys take {ends[-1] - ends[0]} bytes, not {len(data) - ends[0]}")
+    except (ValueError, struct.error) as error:
+        message = f"a removed keys record is in no format drpc reads: {error}"
+        raise StateFormatError(message) from None
+    return RemovedKeys(txid, [data[start:end] for start, end in pairwise(ends)])
 
 
 def encode_plain(value: object, what: str) -> bytes:

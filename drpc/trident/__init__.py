@@ -28,7 +28,16 @@ count::
 
 from __future__ import annotations
 
-from drpc.trident.builtins import Count, Debug, FilterNull, FirstN, MapGet, Sum
+from drpc.trident.builtins import (
+    Count,
+    Debug,
+    FilterNull,
+    FirstN,
+    MapGet,
+    MapList,
+    MapRemove,
+    Sum,
+)
 from drpc.trident.compiler import drpc_topologies, drpc_topology, transactional_topology
 from drpc.trident.operations import (
     Aggregator,
@@ -42,6 +51,7 @@ from drpc.trident.operations import (
     ReducerAggregator,
     StateUpdater,
 )
+from drpc.trident.pages import PageRequest
 from drpc.trident.run import run, runner
 from drpc.trident.state import LMDBMapState, MapStateFactory
 from drpc.trident.stream import GroupedStream, Stream, TridentState, TridentTopology
@@ -65,7 +75,10 @@ __all__ = [
     "LMDBWindowsStoreFactory",
     "MapFunction",
     "MapGet",
+    "MapList",
+    "MapRemove",
     "MapStateFactory",
+    "PageRequest",
     "QueryFunction",
     "ReducerAggregator",
     "StateUpdater",

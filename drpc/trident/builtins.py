@@ -1,4 +1,5 @@
-"""Trident's built-ins: ``Count``, ``Sum``, ``FilterNull``, ``MapGet``, ``FirstN``, ``Debug``.
+"""Trident's built-ins: ``Count``, ``Sum``, ``FilterNull``, ``MapGet``, ``MapList``,
+``MapRemove``, ``FirstN``, ``Debug``.
 
 Contract (Storm's behaviour):
 
@@ -8,6 +9,19 @@ Contract (Storm's behaviour):
 - ``MapGet()``: a ``QueryFunction`` reading each key (the input fields: one
   field is the key itself, several a tuple of them) from a map state,
   emitting the stored value (None when absent).
+- ``MapList(limit=100)``: a ``QueryFunction`` listing a map state's entries a
+  page at a time, in key order (Storm's ``TupleCollectionGet`` lists them
+  all, unbounded). Its one input field is the page argument
+  (``drpc.trident.pages``: ``""``, or JSON such as ``{"after": "cow",
+  "limit": 10}``); it emits two fields: the entries, a list of ``[key,
+  value]``, and the key to send as ``after`` for the next page (None: this
+  page is the last). ``limit`` is the most entries one answer holds, so no
+  request reads an unbounded state: a request may ask for fewer, never more
+  (``InvalidQueryError``, as for any malformed page argument). Reads at the
+  request's pinned version, like every state query.
+- ``MapRemove()``: a ``StateUpdater`` for ``partition_persist`` removing each
+  tuple's key (its input fields, as ``MapGet`` reads them) from the map state
+  in the batch's commit (``multi_remove``: with the map kind's txid rules).
 - ``FirstN(n, sort_field=None, reverse=False)``: an ``Aggregator`` emitting
   the first ``n`` tuples of its input (its output fields are its input
   fields), by ``sort_field`` when given (largest first with ``reverse``).
@@ -19,7 +33,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from drpc.trident.operations import Aggregator, CombinerAggregator, Filter, QueryFunction
+from drpc.errors import InvalidQueryError, InvalidTopologyError
+from drpc.state import MapPage
+from drpc.trident.operations import (
+    Aggregator,
+    CombinerAggregator,
+    Filter,
+    QueryFunction,
+    StateUpdater,
+)
+from drpc.trident.pages import page_request
 from drpc.trident.tuples import TridentCollector, TridentTuple
 
 
@@ -61,6 +84,43 @@ class MapGet(QueryFunction):
 
     def execute(self, tuple: TridentTuple, result: Any, collector: TridentCollector) -> None:
         collector.emit([result])
+
+
+DEFAULT_LIST_LIMIT = 100
+
+
+class MapList(QueryFunction):
+    def __init__(self, limit: int = DEFAULT_LIST_LIMIT) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidTopologyError(f"MapList takes a limit that is an int >= 1, got {limit!r}")
+        self.limit = limit
+
+    def batch_retrieve(self, state: Any, keys: Sequence[TridentTuple]) -> Sequence[MapPage]:
+        pages = []
+        for key in keys:
+            if len(key.values) != 1:
+                raise InvalidQueryError(
+                    f"MapList reads one input field, the page argument; got {len(key.values)}"
+                )
+            request = page_request(key.values[0])
+            if request.limit is not None and request.limit > self.limit:
+                raise InvalidQueryError(
+                    f"a page's limit of {request.limit} is above this MapList's limit of "
+                    f"{self.limit}"
+                )
+            limit = self.limit if request.limit is None else request.limit
+            pages.append(state.page(limit, after=request.after, prefix=request.prefix))
+        return pages
+
+    def execute(self, tuple: TridentTuple, result: MapPage, collector: TridentCollector) -> None:
+        collector.emit([[[key, value] for key, value in result.entries], result.next_after])
+
+
+class MapRemove(StateUpdater):
+    def update_state(
+        self, state: Any, tuples: Sequence[TridentTuple], collector: TridentCollector
+    ) -> None:
+        state.multi_remove([key_of(tuple.values) for tuple in tuples])
 
 
 class FirstN(Aggregator[list[TridentTuple]]):

@@ -15,11 +15,17 @@ Contract.
 - ``factory.open(env)`` gives the process's one map object of that kind and
   name in ``env`` (so its cache lives across batches).
 - ``CommitMapState`` is a map inside one commit: ``multi_get(keys)`` as of the
-  commit's txid, ``multi_update(updaters)`` and ``multi_put(values)``, each
-  one pass over the batch's keys, written in the commit's LMDB transaction.
+  commit's txid, ``multi_update(updaters)``, ``multi_put(values)`` and
+  ``multi_remove(keys)`` (Storm's ``RemovableMapState``; a removed key reads
+  as absent; the kind's txid rules hold through it: see ``drpc.state.maps``),
+  each one pass over the batch's keys, written in the commit's LMDB
+  transaction.
 - ``QueryMapState`` is a map as queries see it (``state_query``, DRPC):
   ``multi_get(keys)`` reads committed values in one read transaction; absent
-  keys read as None.
+  keys read as None. ``page(limit, after=, prefix=)`` lists at most ``limit``
+  entries in key order (a ``MapPage``: the entries and the key the next page
+  starts after, None at the end). Both read at the request's pinned version
+  inside a DRPC request.
 """
 
 from __future__ import annotations
@@ -29,8 +35,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from drpc.state import NonTransactionalMap, OpaqueMap, StateEnvironment, StateTxn, TransactionalMap
-from drpc.state.maps import MapHandle, Updater
+from drpc.state import (
+    NonTransactionalMap,
+    OpaqueMap,
+    StateEnvironment,
+    StateKey,
+    StateTxn,
+    TransactionalMap,
+)
+from drpc.state.maps import MapHandle, MapPage, Updater
 
 StateMapKind = type[TransactionalMap] | type[OpaqueMap] | type[NonTransactionalMap]
 AnyStateMap = TransactionalMap | OpaqueMap | NonTransactionalMap
@@ -107,6 +120,9 @@ class CommitMapState:
     def multi_put(self, values: Mapping[Any, Any]) -> None:
         self.handle.multi_put(values)
 
+    def multi_remove(self, keys: Iterable[Any]) -> None:
+        self.handle.multi_remove(keys)
+
 
 class QueryMapState:
     """A map state's committed values, for queries (see the module doc)."""
@@ -116,3 +132,8 @@ class QueryMapState:
 
     def multi_get(self, keys: Iterable[Any]) -> list[Any]:
         return self.map.multi_get(list(keys), None)
+
+    def page(
+        self, limit: int, *, after: StateKey | None = None, prefix: StateKey | None = None
+    ) -> MapPage:
+        return self.map.page(limit, after=after, prefix=prefix)

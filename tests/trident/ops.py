@@ -17,6 +17,7 @@ from drpc.trident import (
     Count,
     Filter,
     Function,
+    MapRemove,
     ReducerAggregator,
     StateUpdater,
     TridentCollector,
@@ -128,6 +129,23 @@ class PutLatest(StateUpdater):
     ) -> None:
         collector.emit(["dropped"])
         state.multi_put({tuple.get_value(0): tuple.get_value(1) for tuple in tuples})
+
+
+class RemoveFailingCommits(MapRemove):
+    """MapRemove whose first commit of each of ``txids`` fails after its removals: the commit
+    aborts and the batch is replayed."""
+
+    def __init__(self, marker_dir: str, txids: Sequence[int]) -> None:
+        self.marker_dir, self.txids = marker_dir, tuple(txids)
+
+    def update_state(
+        self, state: Any, tuples: Sequence[TridentTuple], collector: TridentCollector
+    ) -> None:
+        super().update_state(state, tuples, collector)
+        commit = current_commit()
+        assert commit is not None
+        if commit[1] in self.txids and first_time(self.marker_dir, f"remove-{commit[1]}"):
+            raise FailedException(f"injected: first commit of txid {commit[1]}, after removing")
 
 
 class SlowFilter(Filter):
