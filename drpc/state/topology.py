@@ -22,6 +22,7 @@ recomputes from prev); see ``drpc.state.maps`` for the rules.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -149,8 +150,11 @@ def state_for(services: Mapping[str, Any], conf: Mapping[str, Any]) -> TopologyS
             f"no state here: set {STATE_DIR_CONF!r} in the topology configuration, or run the "
             "topology through drpc.transactional.run"
         )
+    # By the real path: a relative directory names another one once the process changes its
+    # working directory, and a closed environment is opened again.
+    real = os.path.realpath(directory)
     with _opened_lock:
-        state = _opened.get(directory)
-        if state is None:
-            state = _opened[directory] = TopologyState.at(directory)
+        state = _opened.get(real)
+        if state is None or state.env.closed:
+            state = _opened[real] = TopologyState.at(real)
         return state

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -334,7 +335,8 @@ def _processor(node: Node, fields: Names) -> Processor:
 
 
 def _conf(state_dir: str, conf: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {**(conf or {}), STATE_DIR_CONF: str(state_dir)}
+    # Absolute: tasks in other processes (Spark executors) resolve it from elsewhere.
+    return {**(conf or {}), STATE_DIR_CONF: os.path.abspath(state_dir)}
 
 
 def transactional_topology(

@@ -31,7 +31,7 @@ from drpc.state import (
     TransactionalMap,
 )
 from drpc.state.env import MAPS_DB
-from drpc.state.topology import TopologyState
+from drpc.state.topology import STATE_DIR_CONF, TopologyState, state_for
 from tests.state.processes import expect_line, kill, kill_writer_mid_publish, spawn
 
 KIB = 1024
@@ -755,3 +755,25 @@ def test_a_pickled_map_reopens_its_directory_in_another_process(
         expect_line(child, "[('cat', 8), ('dog', 7)]")
     finally:
         kill(child)
+
+
+def test_a_topology_s_state_dir_is_its_real_path_wherever_the_process_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two directories named ``state`` relative to two working directories are two states,
+    and a closed environment is opened again (a stale one answered every query with the
+    other directory's maps)."""
+    states = []
+    for where in ("first", "second"):
+        (tmp_path / where).mkdir()
+        monkeypatch.chdir(tmp_path / where)
+        states.append(state_for({}, {STATE_DIR_CONF: "state"}))
+    assert [Path(state.env.path) for state in states] == [
+        (tmp_path / "first" / "state").resolve(),
+        (tmp_path / "second" / "state").resolve(),
+    ]
+    states[1].env.close()
+    reopened = state_for({}, {STATE_DIR_CONF: "state"})
+    assert not reopened.env.closed and reopened.env.path == states[1].env.path
+    for env in (states[0].env, reopened.env):
+        env.close()
