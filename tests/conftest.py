@@ -29,6 +29,20 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # compiler spends more CPU there than its code saves. C1 only: the executor-kill runs took
 # 45 s instead of 67 s (their CPU 22 s instead of 40).
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+# Spark's Python workers import the test modules their steps name (``tests.trident.ops``):
+# they find them through PYTHONPATH, since their working directory is the JVM's, wherever
+# the test that started it had moved (the docs' tests run each block in a directory of its
+# own).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    dict.fromkeys(
+        path
+        for path in (
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            *os.environ.get("PYTHONPATH", "").split(os.pathsep),
+        )
+        if path
+    )
+)
 
 from drpc.testing import LocalDRPC
 
