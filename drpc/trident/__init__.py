@@ -26,7 +26,7 @@ count::
 
 from __future__ import annotations
 
-from drpc.trident.builtins import Count, Debug, FilterNull, FirstN, MapGet, Sum
+from drpc.trident.builtins import Count, Debug, FilterNull, FirstN, MapGet, Max, Min, Sum
 from drpc.trident.compiler import drpc_topologies, drpc_topology, transactional_topology
 from drpc.trident.operations import (
     Aggregator,
@@ -61,6 +61,8 @@ __all__ = [
     "MapFunction",
     "MapGet",
     "MapStateFactory",
+    "Max",
+    "Min",
     "QueryFunction",
     "ReducerAggregator",
     "StateUpdater",

@@ -43,11 +43,16 @@ from drpc.model.tuples import Tuple
 from drpc.state.topology import current_commit, state_for
 from drpc.trident.builtins import key_of
 from drpc.trident.operations import CombinerAggregator, StateUpdater
-from drpc.trident.processors import BatchContext, Root, Selection, Values, state_reads
+from drpc.trident.processors import (
+    BATCH_FIELD,
+    BatchContext,
+    Root,
+    Selection,
+    Values,
+    state_reads,
+)
 from drpc.trident.state import CommitMapState, MapStateFactory
 from drpc.trident.tuples import TridentCollector, TridentTuple
-
-BATCH_FIELD = "$batch"
 
 
 @dataclass(frozen=True, slots=True)
