@@ -434,30 +434,37 @@ class Stream:
         """The tuple least by ``comparator`` over whole tuples (a field name: ``min_by``)."""
         if isinstance(comparator, str):
             return self.min_by(comparator)
-        return self._comparison(Min(comparator=comparator), "min")
+        return self._comparison(Min, None, comparator, "min")
 
     def max(self, comparator: Comparator | str) -> Stream:
         """The tuple greatest by ``comparator`` over whole tuples (a field name: ``max_by``)."""
         if isinstance(comparator, str):
             return self.max_by(comparator)
-        return self._comparison(Max(comparator=comparator), "max")
+        return self._comparison(Max, None, comparator, "max")
 
     def min_by(self, field: str, comparator: Comparator | None = None) -> Stream:
         """The tuple whose ``field`` is least (by ``<``, or by ``comparator``)."""
-        self._check((field,), "min_by")
-        return self._comparison(Min(field, comparator), "min_by")
+        return self._comparison(Min, field, comparator, "min_by")
 
     def max_by(self, field: str, comparator: Comparator | None = None) -> Stream:
         """The tuple whose ``field`` is greatest (by ``<``, or by ``comparator``)."""
-        self._check((field,), "max_by")
-        return self._comparison(Max(field, comparator), "max_by")
+        return self._comparison(Max, field, comparator, "max_by")
 
-    def _comparison(self, aggregator: Min | Max, what: str) -> Stream:
+    def _comparison(
+        self,
+        kind: type[Min] | type[Max],
+        field: str | None,
+        comparator: Comparator | None,
+        what: str,
+    ) -> Stream:
         """Each partition's winning tuple, then the batch's winner among those."""
-        if aggregator.comparator is not None and not callable(aggregator.comparator):
+        if field is not None:
+            self._check((field,), what)
+        if (field is None or comparator is not None) and not callable(comparator):
             raise InvalidTopologyError(
-                f"{what} takes a comparator(a, b) -> int, got {aggregator.comparator!r}"
+                f"{what} takes a comparator(a, b) -> int, got {comparator!r}"
             )
+        aggregator = kind(field, comparator)
         fields = self.fields
         partial = self._then(PartitionAggregate((), fields, aggregator, fields), fields)
         moved = partial._repartition(())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,11 @@ def test_global_aggregations_answer_each_request_once(drpc: LocalDRPC, tmp_path:
             assert drpc.execute(f"concat{tasks}", args) == json.dumps([[joined]])
             assert drpc.execute(f"batch{tasks}", args) == f"[[{count}]]"
             assert drpc.execute(f"global{tasks}", args) == f"[[{count}]]"
+    # requests at once: batches that run together, each answered once by its own task
+    asked = ["x " * n for n in range(8)]
+    with ThreadPoolExecutor(len(asked)) as pool:
+        answers = list(pool.map(lambda args: drpc.execute("count3", args), asked))
+    assert answers == [f"[[{n}]]" for n in range(8)]
 
 
 def test_batch_global_spreads_batches_over_the_tasks_by_batch_id(tmp_path: Path) -> None:
@@ -342,6 +348,11 @@ def test_committer_hints_on_the_compiled_path_and_partition_persist(tmp_path: Pa
     (committer,) = compiled.transactional.committers if compiled.transactional else ()
     assert target.task == compiled.component_task_ids[committer][0]
     assert len(compiled.component_task_ids[committer]) == 3
+    # a global aggregation is a step after a repartition: the general path runs it
+    whole = TridentTopology()
+    total = whole.new_stream("log", log).aggregate(Count(), ["n"]).parallelism_hint(2)
+    total.partition_persist(LMDBMapState.transactional("n"), ["n"], RecordsBatchRows())
+    assert fused_plan(transactional_topology(whole, str(tmp_path))) is None
 
     other = TridentTopology()
     stream = other.new_stream(
@@ -378,6 +389,8 @@ def test_misuse_of_the_new_operations_is_named_when_declared(tmp_path: Path) -> 
         stream.min_by("nope")
     with pytest.raises(InvalidTopologyError, match="comparator"):
         stream.max_by("n", 3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidTopologyError, match="comparator"):
+        stream.min(None)  # type: ignore[arg-type]
     static = topology.new_static_state(LMDBMapState.transactional("s"))
     with pytest.raises(InvalidTopologyError, match="static state"):
         static.parallelism_hint(2)
