@@ -36,7 +36,7 @@ from drpc.trident.compiler import drpc_topology
 from drpc.trident.fused import fused_plan
 from drpc.trident.processors import BATCH_GLOBAL, chosen_task
 
-from .ops import Concat, RecordsBatchRows, Split, WritersOfKey
+from .ops import Concat, CountFailingCommits, RecordsBatchRows, Split, WritersOfKey
 from .test_word_count import committed
 
 
@@ -314,14 +314,19 @@ def test_persistent_aggregate_keys_are_spread_over_its_committer_tasks(
     stream = topology.new_stream("words", MemoryTransactionalSpout(data, Fields("word"), 3))
     counts = LMDBMapState.transactional("counts")
     writers = LMDBMapState.transactional("writers")
-    stream.group_by(["word"]).persistent_aggregate(counts, Count(), ["count"]).parallelism_hint(3)
+    markers = tmp_path / "markers"
+    markers.mkdir()
     grouped = stream.group_by(["word"])
+    failing = CountFailingCommits(str(markers))  # the first commit of txid 3 fails
+    grouped.persistent_aggregate(counts, failing, ["count"]).parallelism_hint(3)
     grouped.persistent_aggregate(writers, ["word"], WritersOfKey(), ["tasks"]).parallelism_hint(3)
     compiled = transactional_topology(topology, str(tmp_path))
     committers = compiled.transactional.committers if compiled.transactional else ()
     assert [len(compiled.component_task_ids[c]) for c in sorted(committers)] == [3, 3]
     state_dir = tmp_path / "state"
-    run(topology, state_dir=str(state_dir), executor=tx_executor, max_spout_pending=2)
+    result = run(topology, state_dir=str(state_dir), executor=tx_executor, max_spout_pending=2)
+    assert result.replays["commit"] > 0
+    assert [commit.txid for commit in result.commits] == sorted(c.txid for c in result.commits)
     words = Counter(word for rows in data.values() for (word,) in rows)
     assert committed(state_dir, counts) == dict(words)
     tasks = committed(state_dir, writers)
