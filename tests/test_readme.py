@@ -153,6 +153,7 @@ PYTHON_BLOCKS: dict[str, Run] = {
     'new_drpc_stream("count-words")': Run("nothing", ["[4, 0]", "[[7]]"]),
     'new_drpc_stream("letters")': Run("nothing", ["[[14]]"]),
     "class Longest(CombinerAggregator)": Run("nothing", ['[["jumped"]]']),
+    'new_drpc_stream("stats")': Run("nothing", ["[[3, 12]]", "[[0, 0]]", '[["jumped", 6]]']),
     'LMDBMapState.opaque("totals")': Run("nothing", ["[[7]]", "[[null]]"]),
     'new_drpc_stream("customer")': Run("nothing", ['[["alice", 15, 2], ["bob", 2, 1]]', "[]"]),
     "class CountPerWord(Aggregator)": Run(

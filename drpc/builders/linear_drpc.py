@@ -82,6 +82,12 @@ class LinearDRPCInputDeclarer:
         self._step.declarations.append((grouping, stream_id))
         return self
 
+    def grouping(
+        self, grouping: Grouping, stream_id: str = DEFAULT_STREAM_ID
+    ) -> LinearDRPCInputDeclarer:
+        """Any grouping spec (``drpc.model.grouping``), as ``BoltDeclarer.grouping``."""
+        return self._add(grouping, stream_id)
+
     def shuffle_grouping(self, stream_id: str = DEFAULT_STREAM_ID) -> LinearDRPCInputDeclarer:
         return self._add(ShuffleGrouping(), stream_id)
 

@@ -10,6 +10,10 @@ lands on the same task index locally and on Spark:
   and deterministic);
 - fields: ``stable_hash(selected values) % tasks`` (never Python's ``hash``);
 - global: task index 0 (the lowest task id);
+- batch-global: every tuple of a batch to one task, ``stable_hash(field 0) %
+  tasks`` (field 0 is the batch id of every tuple of a transactional or
+  Trident topology; so batches spread over the tasks), as a fields grouping
+  on field 0 chooses, but hashed once per batch;
 - all: every task;
 - direct: chosen by the emitter with ``emit_direct``; ``choose`` is never called;
 - local-or-shuffle: the task with the same index when both components have
@@ -25,7 +29,14 @@ from typing import ClassVar
 
 from drpc.errors import InvalidTopologyError
 from drpc.model.fields import Fields
-from drpc.model.partitioners import ByFields, Direct, Fixed, Partitioner, RoundRobin
+from drpc.model.partitioners import (
+    ByBatch,
+    ByFields,
+    Direct,
+    Fixed,
+    Partitioner,
+    RoundRobin,
+)
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,16 @@ class GlobalGrouping(Grouping):
 
     def keeps_task_index(self, source_tasks: int, target_tasks: int) -> bool:
         return source_tasks == 1 and target_tasks >= 1
+
+
+@dataclass(frozen=True)
+class BatchGlobalGrouping(Grouping):
+    kind: ClassVar[str] = "batch_global"
+
+    def partitioner(
+        self, source_fields: Fields, source_index: int, source_tasks: int, target_tasks: int
+    ) -> Partitioner:
+        return ByBatch(target_tasks)
 
 
 @dataclass(frozen=True)

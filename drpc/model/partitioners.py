@@ -10,6 +10,8 @@ same choices:
 - ``Fixed(targets)``: always ``targets``;
 - ``ByFields(positions, num_tasks)``: ``stable_hash(values at positions) % num_tasks``
   (never Python's salted ``hash``), short strings' hashes remembered process-wide;
+- ``ByBatch(num_tasks)``: ``stable_hash(field 0) % num_tasks``, as ``ByFields((0,), ...)``,
+  remembering the last field 0 it hashed (the tuples of a batch share their batch id);
 - ``Direct()``: never asked, as a direct stream's emitter names the task.
 
 A module of its own so the compiled build (``drpc/compiled.py``) can compile it: a
@@ -118,6 +120,28 @@ class ByFields(Partitioner):
             known = remembered(value) if type(value) is str else None
             append(choose(values) if known is None else singletons[known % tasks])
         return chosen
+
+
+_NO_BATCH: Any = object()  # no batch seen yet
+
+
+class ByBatch(Partitioner):
+    """``ByFields((0,), num_tasks)``'s choice, computed once per run of tuples of one batch."""
+
+    __slots__ = ("_chosen", "_last", "_num_tasks", "_singletons")
+
+    def __init__(self, num_tasks: int) -> None:
+        self._num_tasks = num_tasks
+        self._singletons = [(i,) for i in range(num_tasks)]
+        self._last: Any = _NO_BATCH
+        self._chosen: tuple[int, ...] = ()
+
+    def choose(self, values: Sequence[Any]) -> tuple[int, ...]:
+        batch = values[0]
+        if batch is not self._last and batch != self._last:
+            self._chosen = self._singletons[stable_hash((batch,)) % self._num_tasks]
+            self._last = batch
+        return self._chosen
 
 
 class Direct(Partitioner):

@@ -36,6 +36,8 @@ from drpc.trident.builtins import (
     MapGet,
     MapList,
     MapRemove,
+    Max,
+    Min,
     Sum,
 )
 from drpc.trident.compiler import drpc_topologies, drpc_topology, transactional_topology
@@ -78,6 +80,8 @@ __all__ = [
     "MapList",
     "MapRemove",
     "MapStateFactory",
+    "Max",
+    "Min",
     "PageRequest",
     "QueryFunction",
     "ReducerAggregator",

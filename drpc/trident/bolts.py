@@ -52,13 +52,18 @@ from drpc.state.topology import current_commit, state_for
 from drpc.trident.builtins import key_of
 from drpc.trident.operations import Aggregator, CombinerAggregator, StateUpdater
 from drpc.trident.plan import WindowStep
-from drpc.trident.processors import BatchContext, Root, Selection, Values, state_reads
+from drpc.trident.processors import (
+    BATCH_FIELD,
+    BatchContext,
+    Root,
+    Selection,
+    Values,
+    state_reads,
+)
 from drpc.trident.state import CommitMapState, MapStateFactory
 from drpc.trident.tuples import TridentCollector, TridentTuple
 from drpc.trident.window_store import WindowTaskStore, commit_window
 from drpc.trident.windowing import TIME, Window
-
-BATCH_FIELD = "$batch"
 
 
 @dataclass(frozen=True, slots=True)

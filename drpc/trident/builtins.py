@@ -26,11 +26,19 @@ Contract (Storm's behaviour):
   the first ``n`` tuples of its input (its output fields are its input
   fields), by ``sort_field`` when given (largest first with ``reverse``).
 - ``Debug(prefix="DEBUG")``: a filter printing every tuple and keeping it.
+- ``Min(field=None, comparator=None)``, ``Max(...)``: Storm's comparison
+  aggregators (``Min``, ``MinWithComparator``, ...): an ``Aggregator``
+  emitting the whole input tuple whose ``field`` value (the whole
+  ``TridentTuple`` without a field) is the least (greatest), by ``<`` or by
+  ``comparator(a, b)`` (negative, zero or positive, as Java's
+  ``Comparator.compare``); tuples whose value is None are skipped; among
+  equal values the last seen wins; no tuple (or only None values): nothing
+  emitted. Its output fields are its input fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from drpc.errors import InvalidQueryError, InvalidTopologyError
@@ -154,3 +162,64 @@ class Debug(Filter):
     def is_keep(self, tuple: TridentTuple) -> bool:
         print(f"{self.prefix}: {list(tuple.values)!r}", flush=True)
         return True
+
+
+Comparator = Callable[[Any, Any], int]
+"""Java's ``Comparator.compare``: negative, zero or positive as ``a`` is less, equal, more."""
+
+
+class _Comparison(Aggregator[list[TridentTuple]]):
+    """Keeps the tuple whose value wins ``_replaces`` (see the module doc: ``Min``, ``Max``)."""
+
+    def __init__(self, field: str | None = None, comparator: Comparator | None = None) -> None:
+        if field is None and comparator is None:
+            raise ValueError(
+                f"{type(self).__name__} compares a field's values or whole tuples with a "
+                "comparator: give a field, a comparator or both"
+            )
+        self.field = field
+        self.comparator = comparator
+
+    def _value(self, tuple: TridentTuple) -> Any:
+        return tuple if self.field is None else tuple.get_value_by_field(self.field)
+
+    def _order(self, current: Any, new: Any) -> int:
+        """Negative, zero or positive as ``current`` is less than, equal to or more than
+        ``new``."""
+        if self.comparator is not None:
+            return self.comparator(current, new)
+        return -1 if current < new else (1 if new < current else 0)
+
+    def _replaces(self, current: Any, new: Any) -> bool:
+        raise NotImplementedError
+
+    def init(self, batch_id: Any, collector: TridentCollector) -> list[TridentTuple]:
+        return []
+
+    def aggregate(
+        self, state: list[TridentTuple], tuple: TridentTuple, collector: TridentCollector
+    ) -> None:
+        value = self._value(tuple)
+        if value is None:
+            return
+        if not state:
+            state.append(tuple)
+        elif self._replaces(self._value(state[0]), value):
+            state[0] = tuple
+
+    def complete(self, state: list[TridentTuple], collector: TridentCollector) -> None:
+        if state:
+            collector.emit(state[0].values)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(field={self.field!r}, comparator={self.comparator!r})"
+
+
+class Min(_Comparison):
+    def _replaces(self, current: Any, new: Any) -> bool:
+        return self._order(current, new) >= 0
+
+
+class Max(_Comparison):
+    def _replaces(self, current: Any, new: Any) -> bool:
+        return self._order(current, new) <= 0

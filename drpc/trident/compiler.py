@@ -32,8 +32,17 @@ the transactional topology's id.
 Segment parallelism: a ``parallelism_hint`` on any step of the segment, else
 that of the segment feeding it (the spout's for the first: its
 ``new_stream(parallelism=)``, or a hint right after ``new_stream``; the
-largest of the inputs' after a merge or join), 1 after a global
-repartition. Streams between components are named ``s0``, ``s1``, ...
+largest of the inputs' after a merge or join), 1 after a global or
+batch-global repartition. A committer's: the hint on its ``TridentState``,
+else its input segment's (a ``persistent_aggregate``'s keys are fields
+grouped over its tasks, so each key is written by one task). Streams
+between components are named ``s0``, ``s1``, ...
+
+Repartitions become groupings (``Input.grouping``): ``batch_global`` a
+batch-global grouping (``processors.BATCH_GLOBAL``), ``local``
+local-or-shuffle. The ungrouped aggregates of a segment fed by a global or
+batch-global repartition get that grouping as ``single_emit``, so they
+answer each batch once (``drpc.trident.processors``).
 """
 
 from __future__ import annotations
@@ -48,12 +57,20 @@ from typing import Any
 from drpc.builders.coordinated_drpc import REQUEST, CoordinatedDRPCTopologyBuilder
 from drpc.errors import InvalidTopologyError
 from drpc.model.fields import Fields
+from drpc.model.grouping import (
+    AllGrouping,
+    FieldsGrouping,
+    GlobalGrouping,
+    Grouping,
+    LocalOrShuffleGrouping,
+    NoneGrouping,
+    ShuffleGrouping,
+)
 from drpc.model.streams import DEFAULT_STREAM_ID
 from drpc.model.topology import Topology
 from drpc.state.topology import STATE_DIR_CONF
 from drpc.transactional.builder import TransactionalTopologyBuilder
 from drpc.trident.bolts import (
-    BATCH_FIELD,
     PartitionPersistBolt,
     PersistBolt,
     ReturnTuples,
@@ -82,6 +99,8 @@ from drpc.trident.plan import (
     WindowStep,
 )
 from drpc.trident.processors import (
+    BATCH_FIELD,
+    BATCH_GLOBAL,
     EachProcessor,
     Emit,
     FilterProcessor,
@@ -110,9 +129,30 @@ class Input:
 
     component: str
     stream: str
-    how: str  # "fields", "global", "all", "shuffle", "local" (stay in the task if possible),
-    # "none" (the DRPC request, to any one task)
+    how: str  # "fields", "global", "batch_global", "all", "shuffle", "local" (stay in the
+    # task if possible), "none" (the DRPC request, to any one task)
     fields: Names = ()
+
+    @property
+    def grouping(self) -> Grouping:
+        if self.how == "fields":
+            return FieldsGrouping(Fields(*self.fields))
+        if self.how == "batch_global":
+            return BATCH_GLOBAL
+        if self.how == "global":
+            return GlobalGrouping()
+        if self.how == "all":
+            return AllGrouping()
+        if self.how == "local":
+            return LocalOrShuffleGrouping()
+        if self.how == "none":
+            return NoneGrouping()
+        return ShuffleGrouping()
+
+    @property
+    def is_global(self) -> bool:
+        """Every tuple of a batch reaches one task (``processors``' batch-global steps)."""
+        return self.how in ("global", "batch_global")
 
 
 @dataclass(slots=True)
@@ -168,18 +208,20 @@ class _Compiler:
             if isinstance(operation, Merge | Join):
                 self.gather(child, operation, origin, fields, parent, segment)
                 continue
+            if isinstance(operation, PartitionPersist):  # its hint is its committer's
+                self.partition_persist(child, operation, fields, parent, segment)
+                continue
             if child.parallelism is not None:
                 segment.parallelism = child.parallelism
             if isinstance(operation, Repartition):
                 self.repartition(child, operation, parent, segment)
                 continue
-            if isinstance(operation, PartitionPersist):
-                self.partition_persist(child, operation, fields, parent, segment)
-                continue
             if isinstance(operation, WindowStep):
                 self.window(child, operation, fields, parent, segment)
                 continue
             processor = _processor(child, fields)
+            if isinstance(processor, PartitionAggregateProcessor) and not processor.grouped:
+                processor.single_emit = _single_emit(segment)
             parent.children.append(processor)
             self.place(child, child.children, child.fields, processor, segment)
 
@@ -222,7 +264,7 @@ class _Compiler:
     ) -> None:
         stream = self.emit(parent, segment, node.fields)
         input = Input(segment.name, stream, operation.how, operation.fields)
-        parallelism = 1 if input.how == "global" else segment.parallelism
+        parallelism = 1 if input.is_global else segment.parallelism
         steps = [child for child in node.children if not isinstance(child.operation, Persist)]
         persists = [child for child in node.children if isinstance(child.operation, Persist)]
         for child in persists:
@@ -244,8 +286,9 @@ class _Compiler:
             operation.state, Selection(fields, operation.input), operation.updater
         )
         input = Input(segment.name, stream, "local")
+        tasks = node.parallelism or segment.parallelism
         self.components.append(
-            Component(f"persist{len(self.components)}", [input], segment.parallelism, persist=bolt)
+            Component(f"persist{len(self.components)}", [input], tasks, persist=bolt)
         )
 
     def window(
@@ -287,6 +330,13 @@ class _Compiler:
             persist=bolt,
         )
         self.components.append(component)
+
+
+def _single_emit(segment: Component) -> Grouping | None:
+    """The grouping that sends each batch of ``segment`` to one task, if it has one."""
+    if len(segment.inputs) == 1 and segment.input.is_global:
+        return segment.input.grouping
+    return None
 
 
 def _join_root(operation: Join, inputs: list[Input]) -> JoinRoot:
@@ -394,18 +444,7 @@ def _spout_of(source: Node) -> SpoutSource:
 
 
 def _subscribe(declarer: Any, input: Input) -> None:
-    if input.how == "fields":
-        declarer.fields_grouping(input.component, Fields(*input.fields), input.stream)
-    elif input.how == "global":
-        declarer.global_grouping(input.component, input.stream)
-    elif input.how == "all":
-        declarer.all_grouping(input.component, input.stream)
-    elif input.how == "local":
-        declarer.local_or_shuffle_grouping(input.component, input.stream)
-    elif input.how == "none":
-        declarer.none_grouping(input.component, input.stream)
-    else:
-        declarer.shuffle_grouping(input.component, input.stream)
+    declarer.grouping(input.component, input.grouping, input.stream)
 
 
 def drpc_topology(

@@ -25,7 +25,10 @@ segment's steps (``execute_many`` over each range's tuples) and
 combine per key within the task; the driver collects the per-key partials
 (one Spark attempt's output per task, so a retried task does not count
 twice) and combines them per key, and only those per-key values reach the
-commit, as one tuple per committer (``KeyedPartials``). The commit stays the
+commit, as one tuple per committer (``KeyedPartials``, to the committer's
+first task when a ``parallelism_hint`` on its state gave it several: the
+commit runs on the driver in one LMDB transaction either way, and each key
+is still written by one task). The commit stays the
 transactional machinery's (txid order, one LMDB transaction, the map kinds'
 txid rules). A failure in the job fails the
 attempt, which is replayed with the same ranges.

@@ -100,7 +100,8 @@ class PartitionAggregate:
 
 @dataclass(frozen=True, slots=True)
 class Repartition:
-    """Send tuples on to other tasks: ``fields`` (hash), ``global`` (one), ``all``, ``shuffle``."""
+    """Send tuples on to other tasks: ``fields`` (hash), ``global`` (the first),
+    ``batch_global`` (one per batch), ``all``, ``shuffle``, ``local`` (local or shuffle)."""
 
     how: str
     fields: Names = ()

@@ -15,6 +15,15 @@ collector on a stream.
   without group fields a partition outputs one aggregate even when it saw no
   tuple (a combiner's ``zero()``, a reducer's ``init()``), as in Storm; with
   group fields, one per group seen, in order of first arrival.
+- Batch-global steps (Storm's ``SingleEmitAggregator``): an ungrouped
+  aggregate in a segment fed by a ``global`` or ``batch_global`` repartition
+  has ``single_emit``, that repartition's grouping. Every tuple of a batch
+  reaches the one task that grouping chooses for the batch
+  (``chosen_task``), so a task that saw no tuple of a batch outputs its
+  empty aggregate only when it is that task: exactly one result per batch,
+  ``[0]`` for a ``Count`` of an empty batch. ``batch_global`` is
+  ``BATCH_GLOBAL``, a ``BatchGlobalGrouping``: batches spread over the tasks
+  by a stable hash of the batch id; ``global`` always chooses task 0.
 - A segment fed by several streams (``merge``, ``join``) gets each input
   tuple with its stream id (``Root.receive``); a ``JoinRoot`` holds both
   sides of the batch partition and outputs the inner join when it finishes.
@@ -32,6 +41,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from drpc.errors import InvalidTupleError
+from drpc.model.fields import Fields
+from drpc.model.grouping import BatchGlobalGrouping, Grouping
 from drpc.state.topology import state_for
 from drpc.trident.builtins import Count
 from drpc.trident.operations import (
@@ -52,6 +63,18 @@ from drpc.trident.tuples import TridentCollector, TridentTuple
 Values = tuple[Any, ...]
 Op = TypeVar("Op", bound=Operation)
 Output = Callable[[str, Values], None]
+
+BATCH_FIELD = "$batch"
+"""The name of field 0 of every tuple between a compiled topology's Trident steps."""
+BATCH_GLOBAL: Grouping = BatchGlobalGrouping()
+"""``batch_global``: every tuple of a batch to one task, chosen by the batch id."""
+
+
+def chosen_task(grouping: Grouping, batch_id: Any, tasks: int) -> int:
+    """The task index to which ``grouping`` (``BATCH_GLOBAL`` or a global grouping) sends
+    every tuple of batch ``batch_id`` over ``tasks`` tasks: the grouping's own choice."""
+    (index,) = grouping.partitioner(Fields(BATCH_FIELD), 0, 1, tasks).choose((batch_id,))
+    return index
 
 
 @dataclass(slots=True)
@@ -286,6 +309,7 @@ class PartitionAggregateProcessor(Processor):
         super().__init__()
         self.group, self.input, self.aggregator, self.width = group, input, aggregator, width
         self.grouped = bool(group.positions)
+        self.single_emit: Grouping | None = None  # set by the compiler (see the module doc)
         self.states: dict[Values, Any] = {}
         self.collectors: dict[Values, TridentCollector] = {}
         self.batch_id: Any = None
@@ -293,9 +317,18 @@ class PartitionAggregateProcessor(Processor):
     def prepare(self, batch: BatchContext) -> None:
         self.aggregator.prepare(batch.conf, batch.topology_context)
         self.batch_id = batch.batch_id
-        if not self.grouped:
+        if not self.grouped and self._answers_empty_batch(batch):
             self._start(())
         super().prepare(batch)
+
+    def _answers_empty_batch(self, batch: BatchContext) -> bool:
+        """Whether this task outputs the aggregate of a batch it sees no tuple of (else its
+        aggregate starts with the batch's first tuple, if any comes)."""
+        if self.single_emit is None:
+            return True
+        context = batch.topology_context
+        tasks = len(context.this_component_tasks)
+        return chosen_task(self.single_emit, batch.batch_id, tasks) == context.this_task_index
 
     def _start(self, key: Values) -> Any:
         aggregator = self.aggregator
@@ -375,9 +408,18 @@ def state_reads(root: Processor) -> str:
             if isinstance(processor, PartitionAggregateProcessor)
             else None
         )
-        if operation is not None and type(operation).__module__ != BUILTINS:
+        if operation is not None and _users(operation):
             return "anywhere"
     return "finish" if queries else "nowhere"
+
+
+def _users(operation: Any) -> bool:
+    """Whether ``operation`` runs the user's code: it is not a built-in, or it wraps (a
+    chain's ``wrapped()``) an operation that is not."""
+    wrapped = getattr(operation, "wrapped", None)
+    if callable(wrapped):
+        return any(_users(inner) for inner in wrapped())
+    return type(operation).__module__ != BUILTINS
 
 
 BUILTINS = Count.__module__

@@ -30,8 +30,10 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
 - On a ``Stream``: ``each(fields, function, out_fields)`` appends a function's
   output to each tuple (``each(fields, filter)`` filters); ``filter``,
   ``project``, ``map``, ``flat_map``, ``peek``; ``partition_by(fields)``,
-  ``shuffle()``, ``global_()``, ``batch_global()`` (one task per batch, here
-  the same as ``global_``), ``broadcast()`` (every task) repartition;
+  ``shuffle()``, ``local_or_shuffle()`` (stay in the task when the next
+  steps have as many tasks), ``global_()`` (every batch to the first task),
+  ``batch_global()`` (every tuple of a batch to one task chosen per batch:
+  batches spread over the tasks), ``broadcast()`` (every task) repartition;
   ``parallelism_hint(n)`` sets the number of tasks of the steps since the
   last repartition;
   ``partition_aggregate``, ``aggregate`` (the whole batch),
@@ -40,10 +42,28 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
   query, out_fields)``, ``partition_persist(state, fields, updater)`` (a
   ``StateUpdater`` per batch partition in the commit; returns a
   ``TridentState``).
+- Batch-global semantics (Storm's): an ungrouped ``aggregate``, and an
+  ungrouped aggregate after ``batch_global()`` or ``global_()``, answer
+  exactly once per batch whatever their tasks (``aggregate`` is
+  ``batch_global``; ``Count`` of an empty batch: one ``[0]``).
+- ``chained_agg()`` then ``partition_aggregate(...)`` links or
+  ``aggregate(...)`` links (not both), then ``chain_end()``: the aggregators
+  in one pass (``drpc.trident.chained``), output fields the concatenation of
+  theirs; one row per partition or per batch (per group on a
+  ``GroupedStream``), the cross product when an aggregator emits several.
+  An aggregate chain of combiners only combines partials first.
+- ``min_by(field[, comparator])``, ``max_by``, ``min(comparator)``,
+  ``max(comparator)`` (a field name: ``min_by``/``max_by``): the whole tuple
+  whose field (whole tuple, by the comparator) is least/greatest, one per
+  batch: each partition's winner, then the winner among those (Storm's
+  answer one per partition); nothing for an empty batch.
+- ``TridentState.parallelism_hint(n)``: the tasks of the committer writing
+  the state (``persistent_aggregate``: keys fields grouped over them;
+  ``partition_persist``: its updater's tasks).
 - ``GroupedStream``: ``aggregate`` and ``partition_aggregate`` per group
   (output: the group fields then the aggregate's), ``persistent_aggregate``
   (the map state's key is the group value, a tuple for several fields),
-  ``state_query`` (partitioned by the group fields).
+  ``state_query`` (partitioned by the group fields), ``chained_agg``.
 - Combiner aggregators run in two steps: each partition combines its tuples
   per group, then only the partial aggregates cross the repartition. Reducer
   and general aggregators move every tuple to its group's task.
@@ -76,6 +96,8 @@ from drpc.transactional.spouts import (
     BaseOpaquePartitionedTransactionalSpout,
     BasePartitionedTransactionalSpout,
 )
+from drpc.trident.builtins import Comparator, Max, Min
+from drpc.trident.chained import ChainedAggregator, ChainLink
 from drpc.trident.operations import (
     Aggregator,
     AnyAggregator,
@@ -111,6 +133,7 @@ from drpc.trident.plan import (
     StateQuery,
     WindowStep,
 )
+from drpc.trident.processors import Selection
 from drpc.trident.state import MapStateFactory
 from drpc.trident.window_store import LMDBWindowsStoreFactory
 from drpc.trident.windowing import WindowConfig
@@ -126,12 +149,31 @@ def names(fields: FieldsLike) -> Names:
 class TridentState:
     """A map state a topology writes (``persistent_aggregate``) or reads (``state_query``)."""
 
-    def __init__(self, topology: TridentTopology, factory: MapStateFactory) -> None:
+    def __init__(
+        self, topology: TridentTopology, factory: MapStateFactory, node: Node | None = None
+    ) -> None:
         self.topology = topology
         self.factory = factory
+        self.node = node  # the step writing it (None: a static state)
 
     def __repr__(self) -> str:
         return f"TridentState({self.factory!r})"
+
+    def parallelism_hint(self, parallelism: int) -> TridentState:
+        """The number of tasks of the step writing this state (its committer)."""
+        if self.node is None:
+            raise InvalidTopologyError(
+                f"parallelism_hint on {self!r}: a static state (new_static_state) is written "
+                "elsewhere, so it has no tasks here"
+            )
+        self.node.parallelism = _checked_parallelism(parallelism)
+        return self
+
+
+def _checked_parallelism(parallelism: Any) -> int:
+    if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+        raise InvalidTopologyError(f"a parallelism hint is an int >= 1, got {parallelism!r}")
+    return parallelism
 
 
 class TridentTopology:
@@ -386,8 +428,8 @@ class Stream:
         if any(isinstance(source.operation, DRPCSource) for source in _sources(self.node)):
             raise InvalidTopologyError("partition_persist on a DRPC stream: DRPC only queries")
         input = self._check(names(fields), "partition_persist")
-        self._then(PartitionPersist(state, input, updater), input)
-        return TridentState(self.topology, state)
+        persisted = self._then(PartitionPersist(state, input, updater), input)
+        return TridentState(self.topology, state, persisted.node)
 
     # -- windowing (drpc.trident.windowing) ----------------------------------------------
 
@@ -487,17 +529,19 @@ class Stream:
         return self._then(Repartition("global"), self.fields)
 
     def batch_global(self) -> Stream:
-        """Every tuple of a batch to one task (drpc runs one batch per bolt instance, so this
-        is ``global_``)."""
-        return self._then(Repartition("global"), self.fields)
+        """Every tuple of a batch to one task, chosen per batch (batches spread over the
+        tasks)."""
+        return self._then(Repartition("batch_global"), self.fields)
+
+    def local_or_shuffle(self) -> Stream:
+        """Tuples stay in their task when the next steps have as many tasks, else shuffle."""
+        return self._then(Repartition("local"), self.fields)
 
     def broadcast(self) -> Stream:
         return self._then(Repartition("all"), self.fields)
 
     def parallelism_hint(self, parallelism: int) -> Stream:
-        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
-            raise InvalidTopologyError(f"a parallelism hint is an int >= 1, got {parallelism!r}")
-        self.node.parallelism = parallelism
+        self.node.parallelism = _checked_parallelism(parallelism)
         return self
 
     # -- aggregation ---------------------------------------------------------------------
@@ -514,14 +558,58 @@ class Stream:
     def persistent_aggregate(self, state: MapStateFactory, *args: Any) -> TridentState:
         return self._persistent_aggregate((), state, args)
 
+    def chained_agg(self) -> ChainedAggregatorDeclarer:
+        return ChainedAggregatorDeclarer(self, ())
+
+    def min(self, comparator: Comparator | str) -> Stream:
+        """The tuple least by ``comparator`` over whole tuples (a field name: ``min_by``)."""
+        if isinstance(comparator, str):
+            return self.min_by(comparator)
+        return self._comparison(Min, None, comparator, "min")
+
+    def max(self, comparator: Comparator | str) -> Stream:
+        """The tuple greatest by ``comparator`` over whole tuples (a field name: ``max_by``)."""
+        if isinstance(comparator, str):
+            return self.max_by(comparator)
+        return self._comparison(Max, None, comparator, "max")
+
+    def min_by(self, field: str, comparator: Comparator | None = None) -> Stream:
+        """The tuple whose ``field`` is least (by ``<``, or by ``comparator``)."""
+        return self._comparison(Min, field, comparator, "min_by")
+
+    def max_by(self, field: str, comparator: Comparator | None = None) -> Stream:
+        """The tuple whose ``field`` is greatest (by ``<``, or by ``comparator``)."""
+        return self._comparison(Max, field, comparator, "max_by")
+
+    def _comparison(
+        self,
+        kind: type[Min] | type[Max],
+        field: str | None,
+        comparator: Comparator | None,
+        what: str,
+    ) -> Stream:
+        """Each partition's winning tuple, then the batch's winner among those."""
+        if field is not None:
+            self._check((field,), what)
+        if (field is None or comparator is not None) and not callable(comparator):
+            raise InvalidTopologyError(
+                f"{what} takes a comparator(a, b) -> int, got {comparator!r}"
+            )
+        aggregator = kind(field, comparator)
+        fields = self.fields
+        partial = self._then(PartitionAggregate((), fields, aggregator, fields), fields)
+        moved = partial._repartition(())
+        return moved._then(PartitionAggregate((), fields, aggregator, fields), fields)
+
     def _partition_aggregate(self, group: Names, args: Sequence[Any]) -> Stream:
         input, aggregator, output = _aggregation(args, self.fields, "partition_aggregate")
         self._check(input, "partition_aggregate")
         return self._then(PartitionAggregate(group, input, aggregator, output), group + output)
 
-    def _repartition(self, group: Names) -> Stream:
+    def _repartition(self, group: Names, whole: str = "batch_global") -> Stream:
+        """To the group's task, or the whole batch to one task (``whole``: how)."""
         return self._then(
-            Repartition("fields", group) if group else Repartition("global"), self.fields
+            Repartition("fields", group) if group else Repartition(whole), self.fields
         )
 
     def _aggregate(self, group: Names, args: Sequence[Any]) -> Stream:
@@ -556,16 +644,18 @@ class Stream:
                 PartitionAggregate(group, input, aggregator, (PARTIAL_FIELD,)),
                 (*group, PARTIAL_FIELD),
             )
-            partial._repartition(group)._then(
+            persisted = partial._repartition(group, "global")._then(
                 Persist(state, group, (PARTIAL_FIELD,), aggregator), group + output
             )
         elif isinstance(aggregator, ReducerAggregator):
-            self._repartition(group)._then(Persist(state, group, input, aggregator), group + output)
+            persisted = self._repartition(group, "global")._then(
+                Persist(state, group, input, aggregator), group + output
+            )
         else:
             raise InvalidTopologyError(
                 "persistent_aggregate takes a CombinerAggregator or a ReducerAggregator"
             )
-        return TridentState(self.topology, state)
+        return TridentState(self.topology, state, persisted.node)
 
 
 class GroupedStream:
@@ -590,7 +680,85 @@ class GroupedStream:
     def persistent_aggregate(self, state: MapStateFactory, *args: Any) -> TridentState:
         return self.stream._persistent_aggregate(self.group, state, args)
 
+    def chained_agg(self) -> ChainedAggregatorDeclarer:
+        return ChainedAggregatorDeclarer(self.stream, self.group)
+
     def state_query(
         self, state: TridentState, fields: FieldsLike, query: Any, out_fields: FieldsLike
     ) -> Stream:
         return self.stream.partition_by(self.group).state_query(state, fields, query, out_fields)
+
+
+Link = tuple[Names, AnyAggregator, Names]  # a chain's aggregator: input, it, output fields
+
+
+class ChainedAggregatorDeclarer:
+    """Storm's ``chainedAgg()`` ... ``chainEnd()`` on a stream or grouped stream (see the
+    module doc)."""
+
+    def __init__(self, stream: Stream, group: Names) -> None:
+        self.stream = stream
+        self.group = group
+        self.links: list[Link] = []
+        self.kind: str | None = None  # "partition_aggregate" or "aggregate", the first call's
+
+    def __repr__(self) -> str:
+        return f"ChainedAggregatorDeclarer({list(self.stream.fields)}, {len(self.links)} links)"
+
+    def partition_aggregate(self, *args: Any) -> ChainedAggregatorDeclarer:
+        return self._link("partition_aggregate", args)
+
+    def aggregate(self, *args: Any) -> ChainedAggregatorDeclarer:
+        return self._link("aggregate", args)
+
+    def _link(self, kind: str, args: Sequence[Any]) -> ChainedAggregatorDeclarer:
+        what = f"chained_agg().{kind}"
+        if self.kind not in (None, kind):
+            raise InvalidTopologyError(
+                f"{what} after {self.kind}: a chain's aggregators are all partition aggregates "
+                "or all whole-batch aggregates"
+            )
+        input, aggregator, output = _aggregation(args, self.stream.fields, what)
+        self.stream._check(input, what)
+        if not isinstance(aggregator, Aggregator) and len(output) != 1:
+            raise InvalidTopologyError(
+                f"{what}: a {type(aggregator).__name__} outputs one value, so one out field; "
+                f"got {list(output)}"
+            )
+        self.kind = kind
+        self.links.append((input, aggregator, output))
+        return self
+
+    def chain_end(self) -> Stream:
+        if not self.links:
+            raise InvalidTopologyError("chain_end: the chain has no aggregator")
+        stream, group, links = self.stream, self.group, self.links
+        output = tuple(name for _, _, out in links for name in out)
+        if len(set(group + output)) != len(group + output):
+            raise InvalidTopologyError(
+                f"chain_end: the out fields {list(output)} repeat one another or a group field "
+                f"of {list(group)}"
+            )
+        input = tuple(dict.fromkeys(name for fields, _, _ in links for name in fields))
+        chain = PartitionAggregate(group, input, _chain(input, links), output)
+        if self.kind == "partition_aggregate":
+            return stream._then(chain, group + output)
+        if all(isinstance(aggregator, CombinerAggregator) for _, aggregator, _ in links):
+            partials = stream._then(chain, group + output)
+            combines: list[Link] = [
+                (out, CombinePartials(aggregator), out)
+                for _, aggregator, out in links
+                if isinstance(aggregator, CombinerAggregator)
+            ]
+            combined = PartitionAggregate(group, output, _chain(output, combines), output)
+            return partials._repartition(group)._then(combined, group + output)
+        return stream._repartition(group)._then(chain, group + output)
+
+
+def _chain(input: Names, links: Sequence[Link]) -> ChainedAggregator:
+    return ChainedAggregator(
+        tuple(
+            ChainLink(Selection(input, fields), aggregator, len(output))
+            for fields, aggregator, output in links
+        )
+    )

@@ -19,6 +19,7 @@ from drpc import Fields, Tuple, UnhashableGroupingValueError, Values, stable_has
 from drpc.errors import InvalidTopologyError
 from drpc.model.grouping import (
     AllGrouping,
+    BatchGlobalGrouping,
     DirectGrouping,
     FieldsGrouping,
     GlobalGrouping,
@@ -206,6 +207,7 @@ def test_global_all_and_local_or_shuffle() -> None:
         FieldsGrouping(Fields("w")),
         FieldsGrouping(Fields("n", "w")),
         GlobalGrouping(),
+        BatchGlobalGrouping(),
         AllGrouping(),
     ],
     ids=lambda value: f"{value.kind}-{len(getattr(value, 'fields', ()))}",
@@ -231,6 +233,7 @@ def test_choose_many_chooses_as_choose_one_by_one(grouping: Grouping) -> None:
     [
         # (source tasks, target tasks): (1, 1), (1, 3), (3, 1), (3, 3)
         (GlobalGrouping(), (True, True, False, False)),
+        (BatchGlobalGrouping(), (True, False, False, False)),
         (ShuffleGrouping(), (True, False, False, False)),
         (NoneGrouping(), (True, False, False, False)),
         (FieldsGrouping(Fields("x")), (True, False, False, False)),

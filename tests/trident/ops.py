@@ -201,3 +201,32 @@ class RefuseWord(Filter):
         if tuple.get_value(0) == self.word:
             raise ValueError(f"cannot handle {self.word!r}")
         return True
+
+
+class RecordsBatchRows(StateUpdater):
+    """partition_persist: stores the batch's tuples under (txid, this committer task's index),
+    so a test sees which tasks answered each batch."""
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.task = context.this_task_index
+
+    def update_state(
+        self, state: Any, tuples: Sequence[TridentTuple], collector: TridentCollector
+    ) -> None:
+        commit = current_commit()
+        assert commit is not None
+        state.multi_put({(commit[1], self.task): [list(tuple.values) for tuple in tuples]})
+
+
+class WritersOfKey(ReducerAggregator[list[int]]):
+    """persistent_aggregate: a key's value is the sorted indexes of the committer tasks that
+    ever reduced a tuple of it."""
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.task = context.this_task_index
+
+    def init(self) -> list[int]:
+        return []
+
+    def reduce(self, current: list[int], tuple: TridentTuple) -> list[int]:
+        return sorted({*current, self.task})
