@@ -2,7 +2,8 @@
 
 Executors drive a ``BoltRunner`` per task: ``prepare(conf, context,
 collector)``, ``execute(tuple)`` (the runner acks or fails the tuple itself
-unless the bolt is a rich bolt, which does it explicitly), ``finished_id(id)``
+unless the bolt is a rich bolt, which does it explicitly; ``run(tuple)`` does
+the same but returns True instead of acking, for the caller to ack), ``finished_id(id)``
 and ``failed_id(id)`` for coordinated ids, ``cleanup()``.
 
 - ``BasicBoltRunner``: anchors emits to the input, acks after ``execute``,
@@ -113,6 +114,13 @@ class BoltRunner:
     def execute(self, tuple: Tuple) -> None:
         raise NotImplementedError
 
+    def run(self, tuple: Tuple) -> bool:
+        """``execute`` but for its ack: True when the caller is to ack ``tuple`` (the bolt
+        ran, and its kind is acked for it), so a task core acks it without a call through
+        its collector; a failure is still reported through the collector."""
+        self.execute(tuple)
+        return False
+
     def finished_id(self, id: Hashable) -> None:
         """Every tuple of ``id`` has arrived at this task."""
 
@@ -154,13 +162,19 @@ class BasicBoltRunner(BoltRunner):
         self.bolt.prepare(conf, context)
 
     def execute(self, tuple: Tuple) -> None:
-        assert self.collector is not None
-        try:
-            self.bolt.execute(tuple, BasicOutputCollector(self.collector, tuple))
-        except Exception as error:
-            self.collector.fail(tuple, self.failure(error, "execute"))
-        else:
+        if self.run(tuple):
+            assert self.collector is not None
             self.collector.ack(tuple)
+
+    def run(self, tuple: Tuple) -> bool:
+        collector = self.collector
+        assert collector is not None
+        try:
+            self.bolt.execute(tuple, BasicOutputCollector(collector, tuple))
+        except Exception as error:
+            collector.fail(tuple, self.failure(error, "execute"))
+            return False
+        return True
 
     def finished_id(self, id: Hashable) -> None:
         if self.has_finish:
@@ -250,13 +264,19 @@ class BatchBoltRunner(BoltRunner):
         return bolt
 
     def execute(self, tuple: Tuple) -> None:
-        assert self.collector is not None
+        if self.run(tuple):
+            assert self.collector is not None
+            self.collector.ack(tuple)
+
+    def run(self, tuple: Tuple) -> bool:
+        collector = self.collector
+        assert collector is not None
         try:
             self.instance(tuple.values[0]).execute(tuple)
         except Exception as error:
-            self.collector.fail(tuple, self.failure(error, "execute"))
-        else:
-            self.collector.ack(tuple)
+            collector.fail(tuple, self.failure(error, "execute"))
+            return False
+        return True
 
     def finished_id(self, id: Hashable) -> None:
         try:

@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from drpc import config
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
@@ -71,11 +71,12 @@ from drpc.executors.local.gathering import (
     gathered_senders,
     idle_finishes,
 )
-from drpc.executors.local.messages import Abandon, Message, Outbox, ReportMessage, Tick
+from drpc.executors.local.messages import Abandon, Message, Outbox, ReportMessage, RootDone, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
 from drpc.executors.local.tasks import MAX_IDLE_WAIT, AckerTask, BoltTask, SpoutTask
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
+from drpc.semantics.acker import AckerDecision, RootFailed
 from drpc.semantics.coordination import TrackStatus
 
 log = logging.getLogger(__name__)
@@ -165,8 +166,12 @@ class LocalExecutor(Turns):
             raise ValueError("an engine hosting a share of a topology needs a remote")
         self.remote = remote
         self.acker_count = int(self.conf[config.TOPOLOGY_ACKER_EXECUTORS])
+        self._acker_lock = threading.Lock()
         self.ackers = (
-            [AckerTask(self, i, self.message_timeout) for i in range(self.acker_count)]
+            [
+                AckerTask(self, i, self.message_timeout, self._acker_lock)
+                for i in range(self.acker_count)
+            ]
             if ackers
             else []
         )
@@ -341,22 +346,71 @@ class LocalExecutor(Turns):
             assert self.remote is not None, f"task {task_id} is in no engine"
             for message in messages:
                 self.remote.deliver(task_id, message)
+        failed: list[RootFailed] = []
         if outbox.acks or outbox.acker:
             if not self.ackers:
                 assert self.remote is not None
                 for root, message in outbox.acker_messages():
                     self.remote.to_acker(root, message)
-            elif self.acker_count == 1:
-                acks = [message for _, message in outbox.acker_messages()]
-                posts.append((self.ackers[0], acks))
             else:
-                by_acker: dict[int, list[Message]] = {}
-                for root, message in outbox.acker_messages():
-                    by_acker.setdefault(root % self.acker_count, []).append(message)
-                for index, messages in by_acker.items():
-                    posts.append((self.ackers[index], messages))
+                failed = self._ack_here(outbox, posts)
         if posts and self.running:
             self.scheduler.post_each(posts)
+        for decision in failed:
+            self.root_failed(decision)
+
+    def _ack_here(
+        self, outbox: Outbox, posts: list[tuple[Actor, list[Message]]]
+    ) -> list[RootFailed]:
+        """Apply ``outbox``'s acker messages to this engine's ackers' ledgers at once (the
+        others first, then one ``Ack`` per root, as ``Outbox.acker_messages`` orders them),
+        instead of posting them: ``posts`` gets each completed root's ``RootDone`` for its
+        spout; returns the failed roots, for ``root_failed`` once ``posts`` are sent."""
+        now = time.monotonic()
+        ackers = self.ackers
+        count = self.acker_count
+        decisions: list[AckerDecision] = []
+        lock = self._acker_lock
+        lock.acquire()
+        try:
+            for root, message in outbox.acker:
+                decisions.extend(ackers[root % count].decide(message, now))
+            for root, value in outbox.acks.items():
+                decided = ackers[root % count].acker.ack(root, value, now)
+                if decided:
+                    decisions.extend(decided)
+        finally:
+            lock.release()
+        failed: list[RootFailed] = []
+        for decision in decisions:
+            if isinstance(decision, RootFailed):
+                failed.append(decision)
+                continue
+            owner = cast(int, decision.owner)  # the task id of the spout that made the root
+            done = RootDone(decision.root, None)
+            task = self.tasks.get(owner)
+            if task is not None:
+                posts.append((task, [done]))
+            else:
+                assert self.remote is not None, f"task {owner} is in no engine"
+                self.remote.deliver(owner, done)
+        return failed
+
+    def root_failed(self, decision: RootFailed) -> None:
+        """A root failed at an acker here: its spout hears of it, and every coordinated
+        task drops its ids."""
+        failure = decision.failure
+        if decision.timed_out:
+            failure = self.where_stuck(decision.root, failure)
+        owner = cast(int, decision.owner)
+        done = RootDone(decision.root, failure)
+        task = self.tasks.get(owner)  # posted, not ``deliver``ed: the turn's outbox is sent
+        if task is not None:
+            self.post(task, done)
+        else:
+            assert self.remote is not None, f"task {owner} is in no engine"
+            self.remote.deliver(owner, done)
+        self.broadcast_abandon(decision.root)
 
     def deliver(self, task_id: int, message: Message) -> None:
         outbox = self.turn_outbox()
@@ -425,10 +479,10 @@ class LocalExecutor(Turns):
         there (its tracker has dropped it). Read without the tasks' locks: the look-ups are
         atomic, and a step that just moved on only makes the name one step early."""
         for task in self.coordinated_tasks:
-            ids = task.ids_of_root.get(root)
+            ids = task.ids_of_root(root)
             if not ids or task.tracker is None or task.coordination is None:
                 continue
-            status = expired_status if task is expired_at else task.tracker.status(next(iter(ids)))
+            status = expired_status if task is expired_at else task.tracker.status(ids[0])
             sources = sorted(task.coordination.sources)
             if status is not None and status.waits_upstream and sources:
                 return Failure.tree_timed_out(self.message_timeout, sources[0])

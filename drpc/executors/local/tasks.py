@@ -26,6 +26,7 @@ Contract.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -65,7 +66,7 @@ from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID
 from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
 from drpc.requests import ReturnInfo
-from drpc.semantics.acker import Acker, RootCompleted, new_edge_id
+from drpc.semantics.acker import Acker, AckerDecision, RootCompleted, new_edge_id
 from drpc.semantics.coordination import Failed, is_ignored
 from drpc.semantics.routing import OutputRouter, thaw_values
 from drpc.semantics.runners import instantiate
@@ -109,8 +110,7 @@ class BoltTask(Actor):
         self.held: dict[Hashable, list[Tuple]] = {}
         # the held count reports no tuple was made for, per id: root -> their edges XORed
         self.held_edges: dict[Hashable, dict[int, int]] = {}
-        self.roots_of_id: dict[Hashable, set[int]] = {}
-        self.ids_of_root: dict[int, set[Hashable]] = {}
+        self.roots_of_id: dict[Hashable, set[int]] = {}  # the roots of each tracked id
         self.dead_roots: OrderedDict[int, float] = OrderedDict()
         self.done_with_id = False  # set when an id completes, fails or is given up here
         self.last_sent: float | None = None  # when spans are kept: the handling's last send
@@ -143,7 +143,7 @@ class BoltTask(Actor):
         with self.lock:
             self.turn_outbox = turn if isinstance(turn, Outbox) else self.engine.turn_outbox()
             self.turn_began = time.monotonic()
-            self.core.begin_turn()
+            self.core.begin_turn(self.turn_began)
             try:
                 super().handle_batch(batch, turn)
             finally:
@@ -313,27 +313,28 @@ class BoltTask(Actor):
             return
         roots = self.roots_of_id.get(id)
         if roots is None:
-            roots = self.roots_of_id[id] = set()
+            self.roots_of_id[id] = set(message_id)
+            return
         for root in message_id:
             if root not in roots:
                 roots.add(root)
-                self.ids_of_root.setdefault(root, set()).add(id)
 
     def forget_roots(self, id: Hashable) -> None:
         self.done_with_id = True
-        for root in self.roots_of_id.pop(id, ()):
-            ids = self.ids_of_root.get(root)
-            if ids is not None:
-                ids.discard(id)
-                if not ids:
-                    del self.ids_of_root[root]
+        self.roots_of_id.pop(id, None)
+
+    def ids_of_root(self, root: int) -> list[Hashable]:
+        """The tracked ids whose tuples came from ``root``'s tree (a scan: only a failed
+        or timed-out tree asks, far more rarely than tuples come). Safe from another thread:
+        the items are copied in one step before they are looked at."""
+        return [id for id, roots in list(self.roots_of_id.items()) if root in roots]
 
     def abandon_root(self, root: int) -> None:
         now = time.monotonic()
         self.dead_roots[root] = now + self.timeout
         if self.tracker is None:
             return
-        for id in list(self.ids_of_root.get(root, ())):
+        for id in self.ids_of_root(root):
             self.core.apply(self.tracker.abandon(id, now), None)
 
     def tick(self, now: float) -> None:
@@ -745,30 +746,51 @@ class SpoutTask(Actor):
 
 
 class AckerTask(Actor):
-    """Runs the acker for the roots that hash to it (see the module doc)."""
+    """Runs the acker for the roots that hash to it (see the module doc).
 
-    def __init__(self, engine: LocalExecutor, index: int, timeout: float) -> None:
+    The ledger is guarded by ``lock``, which the engine's ackers share: a turn of the
+    engine applies its acker messages to the ledgers directly as it ends
+    (``LocalExecutor``), on whatever thread ran it; only ticks and acker messages from
+    outside a turn come through the mailbox."""
+
+    def __init__(
+        self, engine: LocalExecutor, index: int, timeout: float, lock: threading.Lock
+    ) -> None:
         super().__init__()
         self.engine = engine
         self.name = f"__acker[{index}]"
         self.acker = Acker(timeout)
+        self.lock = lock  # the engine's, shared by its ackers
 
     def handle_batch(self, batch: list[Message], turn: object = None) -> None:
         super().handle_batch(fold_acks(batch) if len(batch) > 1 else batch, turn)
 
-    def handle(self, message: Message) -> None:
-        now = time.monotonic()
+    def apply(self, message: Message, now: float) -> list[AckerDecision]:
+        """The ledger's decisions on ``message`` (an acker message or a ``Tick``)."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            return self.decide(message, now)
+        finally:
+            lock.release()
+
+    def decide(self, message: Message, now: float) -> list[AckerDecision]:
+        """``apply`` with ``lock`` held."""
+        acker = self.acker
         match message:
             case Ack(root, ack_val):
-                decisions = self.acker.ack(root, ack_val, now)
+                return acker.ack(root, ack_val, now)
             case AckInit(root, ack_val, owner):
-                decisions = self.acker.init(root, ack_val, owner, now)
+                return acker.init(root, ack_val, owner, now)
             case AckFail(root, failure):
-                decisions = self.acker.fail(root, failure, now)
+                return acker.fail(root, failure, now)
             case Tick(now):
-                decisions = self.acker.expire(now)
+                return acker.expire(now)
             case _:
-                return
+                return []
+
+    def handle(self, message: Message) -> None:
+        decisions = self.apply(message, time.monotonic())
         for decision in decisions:
             owner = cast(int, decision.owner)  # the task id of the spout that made the root
             if isinstance(decision, RootCompleted):
