@@ -353,7 +353,7 @@ class TaskCore:
         runner = self.runner
         tracker = self.tracker
         assert isinstance(runner, BatchBoltRunner) and tracker is not None
-        settle = self.effects.settle
+        effects = self.effects
         acked = 0
         previous = self.current
         pinned = self.pinned_execute and type(id) is PinnedRequest
@@ -369,7 +369,7 @@ class TaskCore:
         except Exception as error:
             # The id fails now whatever the tracker made of the acks before: they only settle.
             for done in run[:acked]:
-                settle(done, None)
+                effects.settle(done, None)
             self.on_fail(run[acked], runner.failure(error, "execute"))
             return
         finally:
@@ -378,9 +378,10 @@ class TaskCore:
                 READS.reads = restore
         # The tracker cannot ignore these acks: nothing in a run gives up its id but a raise.
         failure = self.apply(tracker.tuple_acked(id, self.now(), len(run)), run[-1])
-        for done in run[:-1]:
-            settle(done, None)
-        settle(run[-1], failure)
+        last = len(run) - 1
+        for index in range(last):
+            effects.settle(run[index], None)
+        effects.settle(run[last], failure)
 
     def wait_for_acks(self, deadline: float) -> None:
         """Wait (holding ``lock`` on entry) until every kept data tuple is acked or failed,

@@ -281,10 +281,7 @@ class LocalExecutor(Turns):
                 scheduler.end_help(sleep)
             raise
         if sleep is not None:
-            try:
-                scheduler.help_until(sleep, future)
-            finally:
-                self._outbox.current = None  # back to the caller: it delivers directly
+            scheduler.help_until(sleep, future)
         else:
             try:
                 future.exception()  # waits; cheaper than concurrent.futures.wait
@@ -299,19 +296,17 @@ class LocalExecutor(Turns):
             self.scheduler.post(actor, message)
 
     def begin_turn(self) -> Outbox:
-        """A turn's outbox, also where this thread's deliveries go until the next turn
-        (a worker thread delivers nothing between turns, so it is not cleared after; a
-        helping caller's thread is, as it stops helping: ``call_inline``)."""
-        outbox = Outbox()
-        self._outbox.current = outbox
-        return outbox
+        """A turn's outbox. The actor running the turn sends into it (bolt and spout tasks
+        keep it for the turn: no look-up of a thread-local outbox per message); ``deliver``
+        and ``to_acker`` from the turn's thread post at once, outside a ``holding`` block."""
+        return Outbox()
 
     def end_turn(self, turn: object) -> None:
         assert isinstance(turn, Outbox)
         self._send(turn)
 
     def turn_outbox(self) -> Outbox | None:
-        """The outbox of the turn (or ``holding`` block) this thread runs, if any."""
+        """The outbox of the ``holding`` block this thread runs, if any."""
         # Typed, so the compiled build reaches the outbox's fields directly.
         outbox: Outbox | None = getattr(self._outbox, "current", None)
         return outbox
@@ -319,7 +314,7 @@ class LocalExecutor(Turns):
     @contextmanager
     def holding(self, before: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold what this thread delivers until the block ends, then call ``before`` and
-        send it (into the enclosing turn's outbox when there is one), in order."""
+        send it (into the enclosing block's outbox when there is one), in order."""
         local = self._outbox
         enclosing = getattr(local, "current", None)
         outbox = local.current = Outbox()

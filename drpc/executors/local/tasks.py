@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from drpc.executors.local.executor import LocalExecutor
 
 log = logging.getLogger(__name__)
+_get_ident: Final = threading.get_ident
 
 MAX_IDLE_WAIT = 0.02
 """Default longest pause, in seconds, between polls of a spout that has nothing to emit
@@ -140,15 +141,91 @@ class BoltTask(Actor):
             batch = fold_reports(batch)
         # The task's lock once per turn, not per message: a thread of the bolt's own that
         # emits waits for the turn to end.
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             self.turn_outbox = turn if isinstance(turn, Outbox) else self.engine.turn_outbox()
             self.turn_began = time.monotonic()
             self.core.begin_turn(self.turn_began)
             try:
-                super().handle_batch(batch, turn)
+                if self.core.acks_in_bulk and len(batch) > 1 and self.engine.recorder is None:
+                    self.handle_runs(batch)
+                else:
+                    super().handle_batch(batch, turn)
             finally:
                 self.core.end_turn()
                 self.turn_outbox = None
+        finally:
+            lock.release()
+
+    def handle_runs(self, batch: list[Message]) -> None:
+        """``Actor.handle_batch`` for a batch bolt (``TaskCore.acks_in_bulk``): each run of
+        consecutive data tuples of one id from one source stream (values shared, not
+        pickled: the id is read without unpickling) is received, executed and acked as
+        one (``receive_run``); every other message one by one."""
+        self.turns_taken += 1
+        handled = self._handled
+        count = len(batch)
+        index = 0
+        while index < count:
+            message = batch[index]
+            kind = type(message)
+            end = index + 1
+            if kind is TupleMessage:
+                assert type(message) is TupleMessage
+                end = _run_end(batch, index, message)
+            handled[kind] = handled.get(kind, 0) + end - index
+            try:
+                if end - index > 1:
+                    self.receive_run(batch, index, end)
+                else:
+                    self.handle(message)
+            except Exception:
+                log.exception("%s failed to handle a %s message", self.name, kind.__name__)
+            index = end
+
+    def receive_run(self, batch: list[Message], start: int, end: int) -> None:
+        """``batch[start:end]``, tuple messages of one source stream whose first values are
+        one id: when the stream is data, each is received (the tracker counts them with one
+        event) and the run goes through ``TaskCore.execute_id_run``; else one by one."""
+        core = self.core
+        tracker = self.tracker
+        assert tracker is not None
+        first = batch[start]
+        assert type(first) is TupleMessage
+        if core.input_kind(first.source, first.stream) is not DATA:
+            for index in range(start, end):
+                message = batch[index]
+                assert type(message) is TupleMessage
+                self.receive(message)
+            return
+        fields = core.fields_of(first.source, first.stream)
+        dead = self.dead_roots
+        run: list[Tuple] = []
+        for index in range(start, end):
+            message = batch[index]
+            assert type(message) is TupleMessage
+            roots = message.message_id
+            if dead and roots and all(root in dead for root in roots):
+                continue
+            run.append(
+                Tuple(
+                    thaw_values(message.payload),
+                    fields,
+                    message.source,
+                    message.stream,
+                    message.source_task,
+                    roots,
+                )
+            )
+        if not run:
+            return
+        id = run[0].values[0]
+        if is_ignored(tracker.tuple_received(id, self.turn_began, len(run))):
+            return
+        for received in run:
+            self.note_roots(id, received.message_id)
+        core.execute_id_run(id, run)
 
     def handle(self, message: Message) -> None:
         """One message, under the task's lock (``handle_batch`` holds it)."""
@@ -543,6 +620,33 @@ class BoltEffects(TaskEffects):
         self.task.abandoned(id)
 
 
+def _run_end(batch: list[Message], start: int, first: TupleMessage) -> int:
+    """Where the run of tuple messages from ``first``'s source stream with ``first``'s id
+    (the first of its shared values) that begins at ``start`` ends."""
+    payload = first.payload
+    end = start + 1
+    if type(payload) is not tuple or not payload:
+        return end
+    id = payload[0]
+    source, stream = first.source, first.stream
+    count = len(batch)
+    while end < count:
+        message = batch[end]
+        if type(message) is not TupleMessage:
+            break
+        other = message.payload
+        if (
+            type(other) is not tuple
+            or not other
+            or message.stream != stream
+            or message.source != source
+            or (other[0] is not id and other[0] != id)
+        ):
+            break
+        end += 1
+    return end
+
+
 def anchored_to(anchors: Sequence[Tuple]) -> dict[int, int]:
     """The acking ``message_id`` of a tuple emitted anchored to ``anchors``: a fresh edge
     id, XORed into each anchor's value and into the tuple's id for each of their roots.
@@ -624,6 +728,8 @@ class SpoutTask(Actor):
         self.next_posted = False
         self.timer_armed = False
         self.context: TopologyContext | None = None
+        self.turn_outbox: Outbox | None = None  # the running turn's (``handle_batch``)
+        self.turn_thread = 0  # the thread running the turn
 
     def open(self) -> None:
         self.context = context = TopologyContext(
@@ -649,6 +755,16 @@ class SpoutTask(Actor):
     def _timer_fired(self) -> None:
         self.timer_armed = False
         self.wake()
+
+    def handle_batch(self, batch: list[Message], turn: object = None) -> None:
+        # what the spout sends during its turn goes into the turn's outbox (``send``)
+        self.turn_outbox = turn if isinstance(turn, Outbox) else None
+        self.turn_thread = _get_ident()
+        try:
+            super().handle_batch(batch, turn)
+        finally:
+            self.turn_outbox = None
+            self.turn_thread = 0
 
     def handle(self, message: Message) -> None:
         match message:
@@ -708,11 +824,17 @@ class SpoutTask(Actor):
     def send(self, stream: str, values: Sequence[Any], targets: list[int], msg_id: Any) -> None:
         payload = self.router.freeze(stream, values)
         self.emitted += 1
+        # into the turn's outbox when the turn's own thread emits (a spout emitting from a
+        # thread of its own delivers directly)
+        outbox = self.turn_outbox if self.turn_thread == _get_ident() else None
+        engine = self.engine
         if msg_id is None:
             for target in targets:
-                self.engine.deliver(
-                    target, TupleMessage(self.component_id, stream, self.task_id, payload, {})
-                )
+                message = TupleMessage(self.component_id, stream, self.task_id, payload, {})
+                if outbox is not None:
+                    outbox.add(target, message)
+                else:
+                    engine.deliver(target, message)
             return
         root = new_edge_id()
         self.pending[root] = msg_id
@@ -733,9 +855,14 @@ class SpoutTask(Actor):
                     TupleMessage(self.component_id, stream, self.task_id, payload, {root: edge}),
                 )
             )
-        self.engine.to_acker(root, AckInit(root, ack_val, self.task_id))
+        if outbox is not None:
+            outbox.add_acker(root, AckInit(root, ack_val, self.task_id))
+            for target, message in messages:
+                outbox.add(target, message)
+            return
+        engine.to_acker(root, AckInit(root, ack_val, self.task_id))
         for target, message in messages:
-            self.engine.deliver(target, message)
+            engine.deliver(target, message)
 
     def close(self) -> None:
         self.active = False
