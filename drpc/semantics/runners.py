@@ -98,9 +98,12 @@ class PrepareFailed(Exception):
 
 
 class BoltRunner:
-    """One task's bolt, whatever its kind."""
+    """One task's bolt, whatever its kind. ``has_finish``: the bolt has a finish callback;
+    ``has_failed_id``: its ``failed_id`` calls the bolt (else giving an id up does nothing
+    a bolt could see)."""
 
     has_finish = False
+    has_failed_id = False
 
     def __init__(self, component_id: str) -> None:
         self.component_id = component_id
@@ -156,6 +159,7 @@ class BasicBoltRunner(BoltRunner):
         super().__init__(component_id)
         self.bolt = bolt
         self.has_finish = isinstance(bolt, FinishedCallback)
+        self.has_failed_id = isinstance(bolt, FailedIdCallback)
 
     def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
         super().prepare(conf, context, collector)
@@ -193,6 +197,7 @@ class RichBoltRunner(BoltRunner):
         super().__init__(component_id)
         self.bolt = bolt
         self.has_finish = isinstance(bolt, FinishedCallback)
+        self.has_failed_id = isinstance(bolt, FailedIdCallback)
 
     def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
         super().prepare(conf, context, collector)

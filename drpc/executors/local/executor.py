@@ -67,9 +67,11 @@ from drpc.errors import Failure, InvalidTopologyError
 from drpc.executors.local.actors import HANDOFF, Actor, Scheduler, Timer, Turns
 from drpc.executors.local.gathering import (
     IdleFinish,
+    IdleGiveUp,
     ReportGatherer,
     gathered_senders,
     idle_finishes,
+    idle_giveups,
 )
 from drpc.executors.local.messages import Abandon, Message, Outbox, ReportMessage, RootDone, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
@@ -78,6 +80,7 @@ from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 from drpc.semantics.acker import AckerDecision, RootFailed
 from drpc.semantics.coordination import TrackStatus
+from drpc.semantics.routing import id_owner_check
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +198,20 @@ class LocalExecutor(Turns):
                         self.coordinated_tasks.append(bolt_task)
                     self.tasks[task_id] = bolt_task
         # what a task reporting 0 to one of these does in its stead (``gathering``)
+        # the tasks a gathered report of 0 need not reach when they do not own its id
+        self.idle_giveups: dict[int, IdleGiveUp] = idle_giveups(
+            self.gatherer,
+            (
+                (
+                    task.task_id,
+                    task.tracker.config,
+                    id_owner_check(topology, task.component_id, task.core.index),
+                    not task.runner.has_failed_id,
+                )
+                for task in self.coordinated_tasks
+                if task.tracker is not None
+            ),
+        )
         self.idle_finishes: dict[int, IdleFinish] = idle_finishes(
             self.gatherer,
             (
@@ -443,7 +460,8 @@ class LocalExecutor(Turns):
         lock = self._gather_lock
         lock.acquire()
         try:
-            return self.gatherer.add(component, source_task, id, counts, edges, now)
+            giveups = self.idle_giveups if self.recorder is None else None
+            return self.gatherer.add(component, source_task, id, counts, edges, now, giveups)
         finally:
             lock.release()
 
