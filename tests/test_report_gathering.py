@@ -73,6 +73,22 @@ def test_nothing_is_sent_until_the_last_sender_then_one_report_per_receiving_tas
     assert len(set(edges)) == 2 and 0 not in edges
 
 
+def test_the_reports_of_several_senders_are_added_at_once() -> None:
+    gatherer = ReportGatherer({"step": 4}, timeout=30.0)
+    assert gatherer.add("step", 10, "req", {20: 1, 21: 0}, {ROOT: 111}, 1.0) == []
+    # three idle senders, anchored together with one edge
+    sent = gatherer.add("step", 13, "req", {20: 0, 21: 0}, {ROOT: 333}, 1.0, senders=3)
+    assert [(task, report.tuples, report.reports) for task, report in sent] == [
+        (20, 1, 4),
+        (21, 0, 4),
+    ]
+    assert xor([report.message_id[ROOT] for _, report in sent]) == 111 ^ 333
+    # counts are multiplied by the senders they stand for; a first add may stand for many
+    many = ReportGatherer({"step": 2}, timeout=30.0)
+    ((_, report),) = many.add("step", 11, "req", {20: 2}, {ROOT: 5}, 1.0, senders=2)
+    assert (report.tuples, report.reports) == (4, 2)
+
+
 def test_ids_and_components_are_gathered_apart() -> None:
     gatherer = ReportGatherer({"a": 2, "b": 2}, timeout=30.0)
     assert gatherer.add("a", 1, "x", {9: 1}, {ROOT: 1}, 0.0) == []

@@ -455,13 +455,16 @@ class LocalExecutor(Turns):
         counts: dict[int, int],
         edges: dict[int, int],
         now: float,
+        senders: int = 1,
     ) -> list[tuple[int, ReportMessage]]:
         """``ReportGatherer.add``, under the gatherer's lock: the reports to send, if any."""
         lock = self._gather_lock
         lock.acquire()
         try:
             giveups = self.idle_giveups if self.recorder is None else None
-            return self.gatherer.add(component, source_task, id, counts, edges, now, giveups)
+            return self.gatherer.add(
+                component, source_task, id, counts, edges, now, giveups, senders
+            )
         finally:
             lock.release()
 

@@ -200,31 +200,39 @@ class ReportGatherer:
         edges: dict[int, int],
         now: float,
         giveups: Mapping[int, IdleGiveUp] | None = None,
+        senders: int = 1,
     ) -> list[tuple[int, ReportMessage]]:
         """Task ``source_task`` of ``component`` finished ``id``: it sent ``counts[task]``
         tuples to each receiving task and anchored its reports with ``edges`` (root ->
         edge; the gatherer keeps that dict). Returns ``(task, report)`` to send, or
         nothing while senders are missing. ``giveups`` (``idle_giveups``): the receiving
         tasks sent nothing when their report says 0, it is their last and they do not
-        own ``id`` (see the module doc)."""
+        own ``id`` (see the module doc). ``senders``: the reports of that many tasks of
+        ``component``, each with ``counts`` (the idle tasks their reporter finishes, whose
+        counts are all 0), anchored together with ``edges``."""
         failed = self._failed_roots
         if failed and edges and all(root in failed for root in edges):
             return []
         pending = self._pending[component]
         gathering = pending.get(id)
         if gathering is None:
-            gathering = _Gathering(dict(counts), edges, now + self.timeout)
+            if senders == 1:
+                gathering = _Gathering(dict(counts), edges, now + self.timeout)
+            else:
+                first = {task: count * senders for task, count in counts.items()}
+                gathering = _Gathering(first, edges, now + self.timeout)
+                gathering.reports = senders
             pending[id] = gathering
         else:
             gathered = gathering.counts
             for task, count in counts.items():  # every sender counts every receiving task
                 if count:  # most are 0
-                    gathered[task] += count
+                    gathered[task] += count * senders
             gathered_edges = gathering.edges
             for root, edge in edges.items():
                 before = gathered_edges.get(root)
                 gathered_edges[root] = edge if before is None else before ^ edge
-            gathering.reports += 1
+            gathering.reports += senders
         if gathering.reports < self.senders[component]:
             return []
         del pending[id]

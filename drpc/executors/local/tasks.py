@@ -452,19 +452,29 @@ class BoltTask(Actor):
             self.gather(self.component_id, self.task_id, id, counts, anchors)
             return
         idle = self.engine.idle_finishes
+        traced = self.engine.recorder is not None
+        # the idle tasks finished here, gathered at once per component: (last task, how many)
+        idled: dict[str, tuple[IdleFinish, int, int]] = {}
         for task, count in counts.items():
             if count == 0 and idle:
                 finish = idle.get(task)
                 if finish is not None:  # the report would leave it nothing else to do
-                    if self.engine.recorder is None:
-                        self.gather(finish.component, task, id, finish.counts, anchors)
-                    else:
+                    if traced:
                         self.finish_idle_traced(task, finish, id, anchors)
+                    else:
+                        before = idled.get(finish.component)
+                        idled[finish.component] = (
+                            finish,
+                            task,
+                            1 if before is None else before[2] + 1,
+                        )
                     continue
             self.to_task(
                 task,
                 ReportMessage(self.component_id, self.task_id, id, count, anchored_to(anchors)),
             )
+        for component, (finish, task, senders) in idled.items():
+            self.gather(component, task, id, finish.counts, anchors, senders)
 
     def finish_idle_traced(
         self, task: int, finish: IdleFinish, id: Hashable, anchors: tuple[Tuple, ...]
@@ -485,12 +495,14 @@ class BoltTask(Actor):
         id: Hashable,
         counts: dict[int, int],
         anchors: tuple[Tuple, ...],
+        senders: int = 1,
     ) -> None:
         """Give task ``reporter``'s counts of ``id`` to the engine's gatherer, anchored with
-        one edge per root, and send on what it gives back."""
+        one edge per root, and send on what it gives back; with ``senders``, the reports
+        of that many tasks (idle ones, finished here), all with ``counts``."""
         edges = anchored_to(anchors)
         gathered = self.engine.gather_reports(
-            component, reporter, id, counts, edges, self.turn_began
+            component, reporter, id, counts, edges, self.turn_began, senders
         )
         for task, report in gathered:
             self.to_task(task, report)
