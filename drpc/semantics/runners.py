@@ -158,11 +158,13 @@ class BasicBoltRunner(BoltRunner):
     def __init__(self, bolt: BaseBasicBolt, component_id: str) -> None:
         super().__init__(component_id)
         self.bolt = bolt
+        self._basic: BasicOutputCollector | None = None
         self.has_finish = isinstance(bolt, FinishedCallback)
         self.has_failed_id = isinstance(bolt, FailedIdCallback)
 
     def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
         super().prepare(conf, context, collector)
+        self._basic = None
         self.bolt.prepare(conf, context)
 
     def execute(self, tuple: Tuple) -> None:
@@ -173,8 +175,15 @@ class BasicBoltRunner(BoltRunner):
     def run(self, tuple: Tuple) -> bool:
         collector = self.collector
         assert collector is not None
+        # One BasicOutputCollector per task, pointed at each input in turn, as Storm's
+        # BasicBoltExecutor sets its collector's context per tuple.
+        basic = self._basic
+        if basic is None:
+            basic = self._basic = BasicOutputCollector(collector, tuple)
+        else:
+            basic._input = tuple
         try:
-            self.bolt.execute(tuple, BasicOutputCollector(collector, tuple))
+            self.bolt.execute(tuple, basic)
         except Exception as error:
             collector.fail(tuple, self.failure(error, "execute"))
             return False

@@ -378,7 +378,7 @@ class LocalExecutor(Turns):
         others first, then one ``Ack`` per root, as ``Outbox.acker_messages`` orders them),
         instead of posting them: ``posts`` gets each completed root's ``RootDone`` for its
         spout; returns the failed roots, for ``root_failed`` once ``posts`` are sent."""
-        now = time.monotonic()
+        now = outbox.began or time.monotonic()  # deadlines are seconds long
         ackers = self.ackers
         count = self.acker_count
         decisions: list[AckerDecision] = []
@@ -386,9 +386,11 @@ class LocalExecutor(Turns):
         lock.acquire()
         try:
             for root, message in outbox.acker:
-                decisions.extend(ackers[root % count].decide(message, now))
+                acker = ackers[0] if count == 1 else ackers[root % count]
+                decisions.extend(acker.decide(message, now))
             for root, value in outbox.acks.items():
-                decided = ackers[root % count].acker.ack(root, value, now)
+                acker = ackers[0] if count == 1 else ackers[root % count]
+                decided = acker.acker.ack(root, value, now)
                 if decided:
                     decisions.extend(decided)
         finally:

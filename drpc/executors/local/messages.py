@@ -158,12 +158,13 @@ Message = TupleMessage | ReportMessage | AckInit | Ack | AckFail | RootDone | Ab
 class Outbox:
     """What one turn sends (see the module doc)."""
 
-    __slots__ = ("acker", "acks", "tasks")
+    __slots__ = ("acker", "acks", "began", "tasks")
 
     def __init__(self) -> None:
         self.tasks: dict[int, list[Message]] = {}
         self.acks: dict[int, int] = {}  # root -> the XOR of its acks' values
         self.acker: list[tuple[int, Message]] = []  # (root, message): inits and fails
+        self.began = 0.0  # when its turn began, if the actor read the clock (else 0)
 
     def add(self, task_id: int, message: Message) -> None:
         messages = self.tasks.get(task_id)

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _get_ident: Final = threading.get_ident
+_monotonic: Final = time.monotonic
 
 MAX_IDLE_WAIT = 0.02
 """Default longest pause, in seconds, between polls of a spout that has nothing to emit
@@ -144,8 +145,11 @@ class BoltTask(Actor):
         lock = self.lock
         lock.acquire()
         try:
-            self.turn_outbox = turn if isinstance(turn, Outbox) else self.engine.turn_outbox()
-            self.turn_began = time.monotonic()
+            outbox = turn if isinstance(turn, Outbox) else self.engine.turn_outbox()
+            self.turn_outbox = outbox
+            self.turn_began = _monotonic()
+            if outbox is not None:
+                outbox.began = self.turn_began
             self.core.begin_turn(self.turn_began)
             try:
                 if self.core.acks_in_bulk and len(batch) > 1 and self.engine.recorder is None:
