@@ -11,7 +11,8 @@ every task of the topology until ``stop()``:
   waiting on I/O does, past the scheduler's 2 ms handoff; a caller waiting in
   ``call_inline`` with no worker awake runs the turns itself); what a task sends
   during a turn (``drpc.executors.local.actors``) leaves as the turn ends, one
-  post per destination, each root's acks folded into one (``Outbox``);
+  post per destination, each root's acks folded into one (``Outbox``) and
+  applied to this engine's ackers' ledgers as the turn ends, not posted;
 - every tuple crossing tasks is pickled once by the emitter and unpickled by
   each receiver, so a value that cannot travel fails here as it would on Spark
   (the emitting input fails with ``UnserializableValueError``);

@@ -20,7 +20,11 @@ Contract.
   hands ``ack``/``fail`` back to the spout when the root settles.
 - ``AckerTask`` runs ``drpc.semantics.acker.Acker`` and sends each root's
   outcome to its spout; a failed root is broadcast so coordinated tasks drop
-  its ids.
+  its ids. Its ledger takes the acker messages of the engine's turns directly
+  as each turn ends (``LocalExecutor``); its mailbox, ticks and the acker
+  messages sent from outside a turn.
+- A batch bolt task takes each run of data tuples of one id in a turn at once
+  (``TaskCore.execute_id_run``).
 """
 
 from __future__ import annotations
