@@ -360,7 +360,7 @@ class LocalExecutor(Turns):
             for message in messages:
                 self.remote.deliver(task_id, message)
         failed: list[RootFailed] = []
-        if outbox.acks or outbox.acker:
+        if outbox.ack_root or outbox.acker:
             if not self.ackers:
                 assert self.remote is not None
                 for root, message in outbox.acker_messages():
@@ -389,6 +389,12 @@ class LocalExecutor(Turns):
             for root, message in outbox.acker:
                 acker = ackers[0] if count == 1 else ackers[root % count]
                 decisions.extend(acker.decide(message, now))
+            root = outbox.ack_root
+            if root:
+                acker = ackers[0] if count == 1 else ackers[root % count]
+                decided = acker.acker.ack(root, outbox.ack_value, now)
+                if decided:
+                    decisions.extend(decided)
             for root, value in outbox.acks.items():
                 acker = ackers[0] if count == 1 else ackers[root % count]
                 decided = acker.acker.ack(root, value, now)
