@@ -57,7 +57,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
 from typing import Any, Protocol, cast
@@ -170,7 +170,7 @@ class LocalExecutor(Turns):
             raise ValueError("an engine hosting a share of a topology needs a remote")
         self.remote = remote
         self.acker_count = int(self.conf[config.TOPOLOGY_ACKER_EXECUTORS])
-        self._acker_lock = threading.Lock()
+        self._acker_lock = self.scheduler.lock  # see ``under_lock``
         self.ackers = (
             [
                 AckerTask(self, i, self.message_timeout, self._acker_lock)
@@ -359,63 +359,83 @@ class LocalExecutor(Turns):
             assert self.remote is not None, f"task {task_id} is in no engine"
             for message in messages:
                 self.remote.deliver(task_id, message)
-        failed: list[RootFailed] = []
-        if outbox.ack_root or outbox.acker:
-            if not self.ackers:
-                assert self.remote is not None
-                for root, message in outbox.acker_messages():
-                    self.remote.to_acker(root, message)
-            else:
-                failed = self._ack_here(outbox, posts)
-        if posts and self.running:
-            self.scheduler.post_each(posts)
-        for decision in failed:
+        acking = bool(outbox.ack_root or outbox.acker)
+        if acking and not self.ackers:
+            assert self.remote is not None
+            for root, message in outbox.acker_messages():
+                self.remote.to_acker(root, message)
+            acking = False
+        if not self.running:
+            if acking:  # the ledgers still take them (the ackers' lock is the scheduler's)
+                lock = self._acker_lock
+                lock.acquire()
+                try:
+                    self._ack_here(outbox, [])
+                finally:
+                    lock.release()
+            return
+        if not posts and not acking:
+            return
+        # The ledgers are applied to under the scheduler's lock as the posts go (``under_lock``)
+        after = self.scheduler.post_each(posts, outbox if acking else None)
+        if after is not None:
+            assert isinstance(after, list)
+            for decision in after:
+                self._decided_after(decision)
+
+    def under_lock(self, turn: object, posts: Sequence[tuple[Actor, Iterable[Message]]]) -> object:
+        """The scheduler's hook, its lock held: apply ``turn``'s acks (``_ack_here``)."""
+        assert isinstance(turn, Outbox) and isinstance(posts, list)
+        return self._ack_here(turn, posts) or None
+
+    def _decided_after(self, decision: AckerDecision) -> None:
+        """A root's outcome ``_ack_here`` left for after the posts: its failure, or its
+        completion for a spout in another engine."""
+        if isinstance(decision, RootFailed):
             self.root_failed(decision)
+            return
+        assert self.remote is not None
+        self.remote.deliver(cast(int, decision.owner), RootDone(decision.root, None))
 
     def _ack_here(
         self, outbox: Outbox, posts: list[tuple[Actor, list[Message]]]
-    ) -> list[RootFailed]:
+    ) -> list[AckerDecision]:
         """Apply ``outbox``'s acker messages to this engine's ackers' ledgers at once (the
         others first, then one ``Ack`` per root, as ``Outbox.acker_messages`` orders them),
-        instead of posting them: ``posts`` gets each completed root's ``RootDone`` for its
-        spout; returns the failed roots, for ``root_failed`` once ``posts`` are sent."""
+        instead of posting them, with the ackers' lock (the scheduler's) held: ``posts``
+        gets each completed root's ``RootDone`` for a spout here; returns the outcomes to
+        see to once the lock is released: failed roots (``root_failed``) and completions
+        for spouts elsewhere."""
         now = outbox.began or time.monotonic()  # deadlines are seconds long
         ackers = self.ackers
         count = self.acker_count
         decisions: list[AckerDecision] = []
-        lock = self._acker_lock
-        lock.acquire()
-        try:
-            for root, message in outbox.acker:
-                acker = ackers[0] if count == 1 else ackers[root % count]
-                decisions.extend(acker.decide(message, now))
-            root = outbox.ack_root
-            if root:
-                acker = ackers[0] if count == 1 else ackers[root % count]
-                decided = acker.acker.ack(root, outbox.ack_value, now)
-                if decided:
-                    decisions.extend(decided)
-            for root, value in outbox.acks.items():
-                acker = ackers[0] if count == 1 else ackers[root % count]
-                decided = acker.acker.ack(root, value, now)
-                if decided:
-                    decisions.extend(decided)
-        finally:
-            lock.release()
-        failed: list[RootFailed] = []
+        for root, message in outbox.acker:
+            acker = ackers[0] if count == 1 else ackers[root % count]
+            decisions.extend(acker.decide(message, now))
+        root = outbox.ack_root
+        if root:
+            acker = ackers[0] if count == 1 else ackers[root % count]
+            decided = acker.acker.ack(root, outbox.ack_value, now)
+            if decided:
+                decisions.extend(decided)
+        for root, value in outbox.acks.items():
+            acker = ackers[0] if count == 1 else ackers[root % count]
+            decided = acker.acker.ack(root, value, now)
+            if decided:
+                decisions.extend(decided)
+        after: list[AckerDecision] = []
         for decision in decisions:
             if isinstance(decision, RootFailed):
-                failed.append(decision)
+                after.append(decision)
                 continue
             owner = cast(int, decision.owner)  # the task id of the spout that made the root
-            done = RootDone(decision.root, None)
             task = self.tasks.get(owner)
             if task is not None:
-                posts.append((task, [done]))
+                posts.append((task, [RootDone(decision.root, None)]))
             else:
-                assert self.remote is not None, f"task {owner} is in no engine"
-                self.remote.deliver(owner, done)
-        return failed
+                after.append(decision)
+        return after
 
     def root_failed(self, decision: RootFailed) -> None:
         """A root failed at an acker here: its spout hears of it, and every coordinated
