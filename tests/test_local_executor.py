@@ -241,7 +241,7 @@ def test_executor_options_are_checked() -> None:
 
 
 def _only_waits_upstream(task: BoltTask) -> bool:
-    ids = [id for ids in list(task.ids_of_root.values()) for id in ids]
+    ids = list(task.roots_of_id)
     assert task.tracker is not None
     status = task.tracker.status(ids[0]) if ids else None
     return status is not None and status.waits_upstream

@@ -19,9 +19,11 @@ from drpc import (
 from drpc.examples.reach import EXPECTED_REACH, TWEETERS_DB, build_reach
 from drpc.executors.local.gathering import (
     IdleFinish,
+    IdleGiveUp,
     ReportGatherer,
     gathered_senders,
     idle_finishes,
+    idle_giveups,
 )
 from drpc.executors.local.messages import ReportMessage
 from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
@@ -69,6 +71,22 @@ def test_nothing_is_sent_until_the_last_sender_then_one_report_per_receiving_tas
     # the receivers' acks cancel exactly the senders' edges, and each receiver has its own
     assert xor(edges) == 111 ^ 222 ^ 333
     assert len(set(edges)) == 2 and 0 not in edges
+
+
+def test_the_reports_of_several_senders_are_added_at_once() -> None:
+    gatherer = ReportGatherer({"step": 4}, timeout=30.0)
+    assert gatherer.add("step", 10, "req", {20: 1, 21: 0}, {ROOT: 111}, 1.0) == []
+    # three idle senders, anchored together with one edge
+    sent = gatherer.add("step", 13, "req", {20: 0, 21: 0}, {ROOT: 333}, 1.0, senders=3)
+    assert [(task, report.tuples, report.reports) for task, report in sent] == [
+        (20, 1, 4),
+        (21, 0, 4),
+    ]
+    assert xor([report.message_id[ROOT] for _, report in sent]) == 111 ^ 333
+    # counts are multiplied by the senders they stand for; a first add may stand for many
+    many = ReportGatherer({"step": 2}, timeout=30.0)
+    ((_, report),) = many.add("step", 11, "req", {20: 2}, {ROOT: 5}, 1.0, senders=2)
+    assert (report.tuples, report.reports) == (4, 2)
 
 
 def test_ids_and_components_are_gathered_apart() -> None:
@@ -185,13 +203,19 @@ def test_each_reach_step_task_handles_one_count_report_per_request_in_an_engine(
         }
         for url, reach in list(EXPECTED_REACH.items()) * (calls // len(EXPECTED_REACH)):
             assert drpc.execute("reach", url) == reach
+        owners_reports = 0
         for task in engine.coordinated_tasks:
             if task.component_id not in ("bolt2", "bolt3"):
                 continue
             received = task.reports_received - before[task.task_id]
             messages = task.messages_handled.get("ReportMessage", 0) - handled[task.task_id]
-            upstream = 12 if task.component_id == "bolt2" else 6
-            assert (received, messages) == (upstream * calls, calls), task.name
+            if task.component_id == "bolt2":
+                assert (received, messages) == (12 * calls, calls), task.name
+            else:
+                # only the task owning a request's id hears of it (``idle_giveups``)
+                assert received == 6 * messages, task.name
+                owners_reports += messages
+        assert owners_reports == calls
         assert engine.gathered_ids() == 0
 
 
@@ -211,6 +235,70 @@ def test_a_task_with_one_report_to_wait_for_and_no_finish_callback_is_finished_i
     assert sorted(finishes) == [1, 9]
     assert (finishes[1].component, finishes[1].counts) == ("step", {7: 0, 8: 0})
     assert (finishes[9].component, finishes[9].counts) == ("other", {10: 0})
+
+
+def test_a_zero_report_skips_a_task_that_gives_up_an_id_it_does_not_own() -> None:
+    def owns(id: object) -> bool:
+        return id == "mine"
+
+    giveups = {21: IdleGiveUp(owns, expected_reports=2)}
+    gatherer = ReportGatherer({"step": 2}, timeout=30.0)
+    senders = [(10, {20: 1, 21: 0, 22: 0}, {ROOT: 111}), (11, {20: 2, 21: 0, 22: 0}, {ROOT: 222})]
+
+    def gathered(id: str) -> list[tuple[int, ReportMessage]]:
+        first, second = senders
+        assert gatherer.add("step", first[0], id, first[1], dict(first[2]), 1.0, giveups) == []
+        return gatherer.add("step", second[0], id, second[1], dict(second[2]), 1.0, giveups)
+
+    # task 21 does not own "theirs": it is skipped, task 22 (no give-up) is not
+    sent = gathered("theirs")
+    assert [(task, report.tuples, report.reports) for task, report in sent] == [
+        (20, 3, 2),
+        (22, 0, 2),
+    ]
+    # the edges given on still cover the senders' edges
+    assert xor([report.message_id[ROOT] for _, report in sent]) == 111 ^ 222
+    # the id's owner gets its report of 0
+    assert [task for task, _ in gathered("mine")] == [20, 21, 22]
+    # a report that is not the task's last is sent
+    early = {21: IdleGiveUp(owns, expected_reports=3)}
+    gatherer.add("step", 10, "x", {21: 0}, {ROOT: 1}, 1.0, early)
+    assert [task for task, _ in gatherer.add("step", 11, "x", {21: 0}, {ROOT: 2}, 1.0, early)] == [
+        21
+    ]
+
+
+def test_the_tasks_given_up_idle_wait_for_the_id_alone_and_do_nothing_on_giving_up() -> None:
+    gatherer = ReportGatherer({"step": 2}, timeout=30.0)
+
+    def owns(id: object) -> bool:
+        return False
+
+    by_id = CoordinationConfig(expected_reports=2, waits_for_id=True)
+    candidates = [
+        (1, by_id, owns, True),
+        (2, by_id, None, True),  # owns every id
+        (3, by_id, owns, False),  # its bolt hears of a given-up id (failed_id)
+        (4, CoordinationConfig(2, waits_for_id=True, waits_for_commit=True), owns, True),
+        (5, CoordinationConfig(expected_reports=2), owns, True),
+    ]
+    giveups = idle_giveups(gatherer, candidates)
+    assert sorted(giveups) == [1]
+    assert giveups[1].expected_reports == 2
+    assert idle_giveups(ReportGatherer({}, timeout=30.0), candidates) == {}
+
+
+def test_reach_s_countaggregator_tasks_hear_only_of_the_requests_they_own() -> None:
+    calls = 12
+    with LocalDRPC(timeout=30) as drpc:
+        engine = drpc.register(build_reach())
+        bolt3 = [task for task in engine.bolt_tasks if task.component_id == "bolt3"]
+        assert all(task.task_id in engine.idle_giveups for task in bolt3)
+        for _ in range(calls):
+            assert drpc.execute("reach", URL) == EXPECTED_REACH[URL]
+        reports = sum(task.messages_handled.get("ReportMessage", 0) for task in bolt3)
+        assert reports == calls  # one per request, to its owner
+        assert engine.gathered_ids() == 0 and engine.tracked_ids() == 0
 
 
 def test_reach_s_idle_getfollowers_tasks_never_hear_of_a_request() -> None:

@@ -59,7 +59,7 @@ from mypy_extensions import mypyc_attr
 
 from drpc import config
 from drpc.errors import Failure, InvalidTopologyError, InvalidTupleError
-from drpc.model.components import STATE_READS, OutputCollector, _CurrentAnchor
+from drpc.model.components import CURRENT_ANCHOR, STATE_READS, OutputCollector, _CurrentAnchor
 from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
 from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
@@ -209,6 +209,7 @@ class TaskCore:
         self.turn_thread = 0
         """The ident of a thread that holds ``lock`` for an executor's turn, else 0: its
         collector calls need not take the lock again (``begin_turn``/``end_turn``)."""
+        self.turn_now = 0.0
         self.collector = TaskCollector(self)
         self.current: Tuple | None = None
         self.ended = False
@@ -315,6 +316,8 @@ class TaskCore:
         )
 
     def execute(self, received: Tuple) -> None:
+        # ``runner.run``, then the ack it asks for straight to ``on_ack`` (what the runner's
+        # ``collector.ack`` would come to, without the call through the collector)
         previous, self.current = self.current, received
         values = received.values
         if self.pinned_execute and values and type(values[0]) is PinnedRequest:
@@ -322,13 +325,15 @@ class TaskCore:
             restore = scope.reads
             scope.reads = values[0].reads
             try:
-                self.runner.execute(received)
+                if self.runner.run(received):
+                    self.collector._ack(received)
             finally:
                 self.current = previous
                 scope.reads = restore
             return
         try:
-            self.runner.execute(received)
+            if self.runner.run(received):
+                self.collector._ack(received)
         finally:
             self.current = previous
 
@@ -348,7 +353,7 @@ class TaskCore:
         runner = self.runner
         tracker = self.tracker
         assert isinstance(runner, BatchBoltRunner) and tracker is not None
-        settle = self.effects.settle
+        effects = self.effects
         acked = 0
         previous = self.current
         pinned = self.pinned_execute and type(id) is PinnedRequest
@@ -364,7 +369,7 @@ class TaskCore:
         except Exception as error:
             # The id fails now whatever the tracker made of the acks before: they only settle.
             for done in run[:acked]:
-                settle(done, None)
+                effects.settle(done, None)
             self.on_fail(run[acked], runner.failure(error, "execute"))
             return
         finally:
@@ -372,10 +377,11 @@ class TaskCore:
             if pinned:
                 READS.reads = restore
         # The tracker cannot ignore these acks: nothing in a run gives up its id but a raise.
-        failure = self.apply(tracker.tuple_acked(id, self.clock(), len(run)), run[-1])
-        for done in run[:-1]:
-            settle(done, None)
-        settle(run[-1], failure)
+        failure = self.apply(tracker.tuple_acked(id, self.now(), len(run)), run[-1])
+        last = len(run) - 1
+        for index in range(last):
+            effects.settle(run[index], None)
+        effects.settle(run[last], failure)
 
     def wait_for_acks(self, deadline: float) -> None:
         """Wait (holding ``lock`` on entry) until every kept data tuple is acked or failed,
@@ -385,13 +391,21 @@ class TaskCore:
                 lambda: not self.unacked, timeout=max(0.0, deadline - time.time())
             )
 
-    def begin_turn(self) -> None:
-        """This thread holds ``lock`` for a turn (call under it)."""
+    def begin_turn(self, now: float = 0.0) -> None:
+        """This thread holds ``lock`` for a turn (call under it); ``now``, when given, is the
+        time the tracker events of the turn carry (``now()``) instead of ``clock``'s."""
         self.turn_thread = _get_ident()
+        self.turn_now = now
 
     def end_turn(self) -> None:
         """The turn ends (call before releasing ``lock``)."""
         self.turn_thread = 0
+        self.turn_now = 0.0
+
+    def now(self) -> float:
+        """The time a tracker event carries: the turn's (``begin_turn``), else ``clock``'s."""
+        now = self.turn_now
+        return now if now else self.clock()
 
     def end(self) -> None:
         """No more input: collector calls from now on are dropped with a warning."""
@@ -433,9 +447,7 @@ class TaskCore:
         try:
             self.runner.finished_id(id)
         except Exception as error:
-            more = tracker.finish_failed(
-                id, self.runner.failure(error, "finish_batch"), self.clock()
-            )
+            more = tracker.finish_failed(id, self.runner.failure(error, "finish_batch"), self.now())
         else:
             more = tracker.finish_done(id)
         finally:
@@ -452,7 +464,7 @@ class TaskCore:
         self._forget_unacked(acked)
         failure = None
         if self.tracker is not None and self.is_data(acked):
-            decisions = self.tracker.tuple_acked(acked.values[0], self.clock())
+            decisions = self.tracker.tuple_acked(acked.values[0], self.now())
             if is_ignored(decisions):  # its id failed or was given up here
                 acked._done = True
                 return
@@ -462,7 +474,7 @@ class TaskCore:
     def on_fail(self, failed: Tuple, failure: Failure) -> None:
         self._forget_unacked(failed)
         if self.tracker is not None and self.is_data(failed):
-            self.apply(self.tracker.tuple_failed(failed.values[0], failure, self.clock()), failed)
+            self.apply(self.tracker.tuple_failed(failed.values[0], failure, self.now()), failed)
         self.effects.settle(failed, failure)
 
     def _forget_unacked(self, done: Tuple) -> None:
@@ -566,18 +578,24 @@ class TaskCore:
     def anchors(self, anchors: Any) -> Sequence[Tuple]:
         if anchors is None:
             return ()
-        if isinstance(anchors, _CurrentAnchor):
+        if type(anchors) is Tuple:  # a basic bolt's emit: its input
+            if anchors._done:
+                self._anchored_done()
+            return (anchors,)
+        if anchors is CURRENT_ANCHOR or isinstance(anchors, _CurrentAnchor):
             current = self.current
             return () if current is None else (current,)
         if isinstance(anchors, Tuple):
             anchors = (anchors,)
         for anchor in anchors:
             if anchor._done:
-                raise InvalidTupleError(
-                    f"step {self.component_id!r} anchored an emit to a tuple it had "
-                    "already acked or failed"
-                )
+                self._anchored_done()
         return anchors
+
+    def _anchored_done(self) -> None:
+        raise InvalidTupleError(
+            f"step {self.component_id!r} anchored an emit to a tuple it had already acked or failed"
+        )
 
     def late(self, what: str) -> None:
         log.warning(

@@ -33,6 +33,11 @@ _MASK: Final = 0xFFFFFFFF
 _NONE_HASH: Final = 0x9E3779B9
 _BYTES_TAG: Final = 0x5BD1E995
 _crc32: Final = zlib.crc32  # bound once: a module attribute is a look-up per use
+# Short strings' hashes, remembered process-wide (a key recurs: a follower, a word): a
+# look-up instead of encoding and checksumming the string again.
+_STR_MEMO_ENTRIES: Final = 32768
+_STR_MEMO_LENGTH: Final = 64
+_str_hashes: Final[dict[str, int]] = {}
 
 
 # The arithmetic is on ``i64``: an int to Python, and to the compiled build a C integer,
@@ -77,7 +82,14 @@ def _hash_sequence(items: Sequence[Any] | tuple[Any, ...]) -> i64:
 def _hash_value(value: Any) -> int:
     kind = type(value)
     if kind is str:
-        return _crc32(value.encode("utf-8", "surrogatepass"))
+        known = _str_hashes.get(value)
+        if known is None:
+            known = _crc32(value.encode("utf-8", "surrogatepass"))
+            if len(value) <= _STR_MEMO_LENGTH:
+                if len(_str_hashes) >= _STR_MEMO_ENTRIES:
+                    _str_hashes.clear()
+                _str_hashes[value] = known
+        return known
     if kind is int or kind is bool or kind is PinnedRequest:  # a pinned request: its number
         return _hash_int(int(value))
     if value is None:
@@ -120,6 +132,17 @@ def _hash_value(value: Any) -> int:
         "processes; group on str, bytes, int, float, bool, None, tuple, list, set, dict, "
         "Enum, UUID, date/time or dataclass values"
     )
+
+
+def stable_hash_at(values: Sequence[Any], positions: tuple[int, ...]) -> int:
+    """``stable_hash([values[p] for p in positions])`` (``positions`` not empty), without
+    making that list."""
+    if len(positions) == 1:
+        return _fmix32(_hash_value(values[positions[0]]))
+    h: i64 = 1
+    for position in positions:
+        h = (31 * h + _hash_value(values[position])) & _MASK
+    return _fmix32(h)
 
 
 def stable_hash(values: Sequence[Any]) -> int:

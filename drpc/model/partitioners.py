@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from drpc.model.hashing import stable_hash
+from drpc.model.hashing import stable_hash, stable_hash_at
 
 
 class Partitioner:
@@ -103,8 +103,7 @@ class ByFields(Partitioner):
             value = values[self._single]
             if type(value) is str:
                 return self._singletons[string_hash(value) % self._num_tasks]
-        selected = [values[p] for p in self._positions]
-        return self._singletons[stable_hash(selected) % self._num_tasks]
+        return self._singletons[stable_hash_at(values, self._positions) % self._num_tasks]
 
     def choose_many(self, many: Sequence[Sequence[Any]]) -> list[tuple[int, ...]]:
         single = self._single

@@ -32,12 +32,11 @@ import array
 import os
 import random
 import sys
-from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass
 from typing import Final
 
 from drpc.errors import Failure
+from drpc.semantics.values import Value
 
 _MASK64: Final = (1 << 64) - 1  # Final: inlined by the compiled build
 _ids = random.Random()
@@ -68,21 +67,33 @@ def _reseed_after_fork() -> None:
 os.register_at_fork(after_in_child=_reseed_after_fork)
 
 
-@dataclass(slots=True)  # not frozen, as the coordination decisions (see there)
-class RootCompleted:
-    root: int
-    owner: Hashable
+# The decisions are ``Value`` records, as the coordination decisions are (see there): a
+# dataclass's generated __init__ stays interpreted in the compiled build.
 
 
-@dataclass(frozen=True, slots=True)
-class RootFailed:
+class RootCompleted(Value):
+    __slots__ = ("owner", "root")
+    __match_args__ = ("root", "owner")
+
+    def __init__(self, root: int, owner: Hashable) -> None:
+        self.root = root
+        self.owner = owner
+
+
+class RootFailed(Value):
     """The tree failed: explicitly, or (``timed_out``) it passed its deadline, in which
     case ``failure`` does not know where it was stuck and the executor may say."""
 
-    root: int
-    owner: Hashable
-    failure: Failure
-    timed_out: bool = False
+    __slots__ = ("failure", "owner", "root", "timed_out")
+    __match_args__ = ("root", "owner", "failure", "timed_out")
+
+    def __init__(
+        self, root: int, owner: Hashable, failure: Failure, timed_out: bool = False
+    ) -> None:
+        self.root = root
+        self.owner = owner
+        self.failure = failure
+        self.timed_out = timed_out
 
 
 AckerDecision = RootCompleted | RootFailed
@@ -105,9 +116,11 @@ class Acker:
         if timeout <= 0:
             raise ValueError(f"acker timeout must be positive, got {timeout:g}")
         self.timeout = timeout
-        self._pending: OrderedDict[int, _Entry] = OrderedDict()
+        # Plain dicts, insertion-ordered (the compiled build's own, unlike an OrderedDict's
+        # methods): the oldest entry is the first, and only expiry takes from the front.
+        self._pending: dict[int, _Entry] = {}
         # Failed roots until their deadline, with the failure if the init has not come yet.
-        self._failed: OrderedDict[int, tuple[float, Failure | None]] = OrderedDict()
+        self._failed: dict[int, tuple[float, Failure | None]] = {}
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -181,11 +194,13 @@ class Acker:
     def expire(self, now: float) -> list[AckerDecision]:
         """Fail every root whose deadline has passed; forget uninitialised strays."""
         decisions: list[AckerDecision] = []
-        while self._pending:
-            root, entry = next(iter(self._pending.items()))
+        pending = self._pending
+        while pending:
+            root = next(iter(pending))
+            entry = pending[root]
             if entry.deadline > now:
                 break
-            self._pending.popitem(last=False)
+            del pending[root]
             if entry.initialized:
                 self._failed[root] = (now + self.timeout, None)
                 decisions.append(
@@ -193,9 +208,10 @@ class Acker:
                         root, entry.owner, Failure.tree_timed_out(self.timeout), timed_out=True
                     )
                 )
-        while self._failed:
-            root, (deadline, _) = next(iter(self._failed.items()))
-            if deadline > now:
+        failed = self._failed
+        while failed:
+            root = next(iter(failed))
+            if failed[root][0] > now:
                 break
-            self._failed.popitem(last=False)
+            del failed[root]
         return decisions

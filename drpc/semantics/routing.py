@@ -58,6 +58,10 @@ class OutputRouter:
         self.routes: dict[str, list[_Route]] = {}
         self.direct_targets: dict[str, set[int]] = {}
         self.widths = {stream: len(info.fields) for stream, info in spec.outputs.items()}
+        # the widths of the streams emitted on with ``emit`` (not direct)
+        self.list_widths = {
+            stream: len(info.fields) for stream, info in spec.outputs.items() if not info.direct
+        }
         for stream_id, info in spec.outputs.items():
             routes: list[_Route] = []
             direct: set[int] = set()
@@ -73,7 +77,9 @@ class OutputRouter:
             self.routes[stream_id] = routes
             self.direct_targets[stream_id] = direct
 
-    def check(self, stream: str, values: Sequence[Any], direct: bool) -> StreamInfo:
+    def check(self, stream: str, values: Sequence[Any], direct: bool) -> None:
+        if type(values) is list and not direct and self.list_widths.get(stream) == len(values):
+            return  # the common emit, checked with one look-up
         info = self.check_stream(stream, direct)
         # list and tuple first: the Sequence check goes through the ABC machinery, in Python
         if not isinstance(values, (list, tuple)) and (
@@ -88,7 +94,6 @@ class OutputRouter:
                 f"step {self.component_id!r} emitted {len(values)} values on stream {stream!r}, "
                 f"which declares {len(info.fields)} fields {info.fields.to_list()}"
             )
-        return info
 
     def check_stream(self, stream: str, direct: bool) -> StreamInfo:
         """The declaration of ``stream``, which must be declared, and direct if ``direct``."""
@@ -156,7 +161,8 @@ def freeze_values(component_id: str, stream: str, values: Sequence[Any]) -> Payl
     share; otherwise pickled (``serialize_values``), so a receiver gets a copy of its own
     and a value that could not travel between processes fails here as on Spark."""
     for value in values:
-        if type(value) not in SHAREABLE:
+        kind = type(value)
+        if kind is not str and kind is not int and kind not in SHAREABLE:
             return serialize_values(component_id, stream, values)
     return tuple(values)
 

@@ -2,7 +2,8 @@
 
 Executors drive a ``BoltRunner`` per task: ``prepare(conf, context,
 collector)``, ``execute(tuple)`` (the runner acks or fails the tuple itself
-unless the bolt is a rich bolt, which does it explicitly), ``finished_id(id)``
+unless the bolt is a rich bolt, which does it explicitly; ``run(tuple)`` does
+the same but returns True instead of acking, for the caller to ack), ``finished_id(id)``
 and ``failed_id(id)`` for coordinated ids, ``cleanup()``.
 
 - ``BasicBoltRunner``: anchors emits to the input, acks after ``execute``,
@@ -97,9 +98,12 @@ class PrepareFailed(Exception):
 
 
 class BoltRunner:
-    """One task's bolt, whatever its kind."""
+    """One task's bolt, whatever its kind. ``has_finish``: the bolt has a finish callback;
+    ``has_failed_id``: its ``failed_id`` calls the bolt (else giving an id up does nothing
+    a bolt could see)."""
 
     has_finish = False
+    has_failed_id = False
 
     def __init__(self, component_id: str) -> None:
         self.component_id = component_id
@@ -112,6 +116,13 @@ class BoltRunner:
 
     def execute(self, tuple: Tuple) -> None:
         raise NotImplementedError
+
+    def run(self, tuple: Tuple) -> bool:
+        """``execute`` but for its ack: True when the caller is to ack ``tuple`` (the bolt
+        ran, and its kind is acked for it), so a task core acks it without a call through
+        its collector; a failure is still reported through the collector."""
+        self.execute(tuple)
+        return False
 
     def finished_id(self, id: Hashable) -> None:
         """Every tuple of ``id`` has arrived at this task."""
@@ -147,20 +158,36 @@ class BasicBoltRunner(BoltRunner):
     def __init__(self, bolt: BaseBasicBolt, component_id: str) -> None:
         super().__init__(component_id)
         self.bolt = bolt
+        self._basic: BasicOutputCollector | None = None
         self.has_finish = isinstance(bolt, FinishedCallback)
+        self.has_failed_id = isinstance(bolt, FailedIdCallback)
 
     def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
         super().prepare(conf, context, collector)
+        self._basic = None
         self.bolt.prepare(conf, context)
 
     def execute(self, tuple: Tuple) -> None:
-        assert self.collector is not None
-        try:
-            self.bolt.execute(tuple, BasicOutputCollector(self.collector, tuple))
-        except Exception as error:
-            self.collector.fail(tuple, self.failure(error, "execute"))
-        else:
+        if self.run(tuple):
+            assert self.collector is not None
             self.collector.ack(tuple)
+
+    def run(self, tuple: Tuple) -> bool:
+        collector = self.collector
+        assert collector is not None
+        # One BasicOutputCollector per task, pointed at each input in turn, as Storm's
+        # BasicBoltExecutor sets its collector's context per tuple.
+        basic = self._basic
+        if basic is None:
+            basic = self._basic = BasicOutputCollector(collector, tuple)
+        else:
+            basic._input = tuple
+        try:
+            self.bolt.execute(tuple, basic)
+        except Exception as error:
+            collector.fail(tuple, self.failure(error, "execute"))
+            return False
+        return True
 
     def finished_id(self, id: Hashable) -> None:
         if self.has_finish:
@@ -179,6 +206,7 @@ class RichBoltRunner(BoltRunner):
         super().__init__(component_id)
         self.bolt = bolt
         self.has_finish = isinstance(bolt, FinishedCallback)
+        self.has_failed_id = isinstance(bolt, FailedIdCallback)
 
     def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
         super().prepare(conf, context, collector)
@@ -250,13 +278,19 @@ class BatchBoltRunner(BoltRunner):
         return bolt
 
     def execute(self, tuple: Tuple) -> None:
-        assert self.collector is not None
+        if self.run(tuple):
+            assert self.collector is not None
+            self.collector.ack(tuple)
+
+    def run(self, tuple: Tuple) -> bool:
+        collector = self.collector
+        assert collector is not None
         try:
             self.instance(tuple.values[0]).execute(tuple)
         except Exception as error:
-            self.collector.fail(tuple, self.failure(error, "execute"))
-        else:
-            self.collector.ack(tuple)
+            collector.fail(tuple, self.failure(error, "execute"))
+            return False
+        return True
 
     def finished_id(self, id: Hashable) -> None:
         try:

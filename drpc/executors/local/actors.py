@@ -140,6 +140,10 @@ class Turns:
     def end_turn(self, turn: object) -> None:
         pass
 
+    def under_lock(self, turn: object, posts: Sequence[tuple[Actor, Iterable[Message]]]) -> object:
+        """Called by ``Scheduler.post_each`` with its lock held, when given a ``turn``."""
+        return None
+
 
 class Scheduler:
     """Runs actors with pending messages on a pool of worker threads."""
@@ -200,14 +204,26 @@ class Scheduler:
         """Post ``messages`` in order, as one hand-off."""
         self.post_each([(actor, messages)])
 
-    def post_each(self, posts: Sequence[tuple[Actor, Iterable[Message]]]) -> None:
+    @property
+    def lock(self) -> threading.Lock:
+        """The lock of the ready queue and every mailbox (see ``post_each``'s ``turn``)."""
+        return self._lock
+
+    def post_each(
+        self, posts: Sequence[tuple[Actor, Iterable[Message]]], turn: object = None
+    ) -> object:
         """``post_many`` for each actor in ``posts``, in order, under one lock: what a turn
-        sends leaves at once."""
+        sends leaves at once. With ``turn``, the ``Turns`` hooks' ``under_lock(turn,
+        posts)`` runs first under the same lock (it may add posts); returns what it
+        returned."""
         # acquire and release, not ``with``: compiled, a ``with`` on a lock makes and calls
         # two bound methods, and this runs for every turn
         lock = self._lock
         lock.acquire()
         try:
+            hooked = None
+            if turn is not None and self._turns is not None:
+                hooked = self._turns.under_lock(turn, posts)
             readied = False
             for actor, messages in posts:
                 actor._mailbox.extend(messages)
@@ -220,6 +236,7 @@ class Scheduler:
             lock.release()
         if wake is not None:
             wake.release()
+        return hooked
 
     def _readied(self) -> threading.Lock | None:
         """Under ``_lock``, actors were made ready: the lock to release so that a sleeping

@@ -11,7 +11,8 @@ every task of the topology until ``stop()``:
   waiting on I/O does, past the scheduler's 2 ms handoff; a caller waiting in
   ``call_inline`` with no worker awake runs the turns itself); what a task sends
   during a turn (``drpc.executors.local.actors``) leaves as the turn ends, one
-  post per destination, each root's acks folded into one (``Outbox``);
+  post per destination, each root's acks folded into one (``Outbox``) and
+  applied to this engine's ackers' ledgers as the turn ends, not posted;
 - every tuple crossing tasks is pickled once by the emitter and unpickled by
   each receiver, so a value that cannot travel fails here as it would on Spark
   (the emitting input fails with ``UnserializableValueError``);
@@ -56,10 +57,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from drpc import config
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
@@ -67,16 +68,20 @@ from drpc.errors import Failure, InvalidTopologyError
 from drpc.executors.local.actors import HANDOFF, Actor, Scheduler, Timer, Turns
 from drpc.executors.local.gathering import (
     IdleFinish,
+    IdleGiveUp,
     ReportGatherer,
     gathered_senders,
     idle_finishes,
+    idle_giveups,
 )
-from drpc.executors.local.messages import Abandon, Message, Outbox, ReportMessage, Tick
+from drpc.executors.local.messages import Abandon, Message, Outbox, ReportMessage, RootDone, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
 from drpc.executors.local.tasks import MAX_IDLE_WAIT, AckerTask, BoltTask, SpoutTask
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
+from drpc.semantics.acker import AckerDecision, RootFailed
 from drpc.semantics.coordination import TrackStatus
+from drpc.semantics.routing import id_owner_check
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +170,12 @@ class LocalExecutor(Turns):
             raise ValueError("an engine hosting a share of a topology needs a remote")
         self.remote = remote
         self.acker_count = int(self.conf[config.TOPOLOGY_ACKER_EXECUTORS])
+        self._acker_lock = self.scheduler.lock  # see ``under_lock``
         self.ackers = (
-            [AckerTask(self, i, self.message_timeout) for i in range(self.acker_count)]
+            [
+                AckerTask(self, i, self.message_timeout, self._acker_lock)
+                for i in range(self.acker_count)
+            ]
             if ackers
             else []
         )
@@ -190,6 +199,20 @@ class LocalExecutor(Turns):
                         self.coordinated_tasks.append(bolt_task)
                     self.tasks[task_id] = bolt_task
         # what a task reporting 0 to one of these does in its stead (``gathering``)
+        # the tasks a gathered report of 0 need not reach when they do not own its id
+        self.idle_giveups: dict[int, IdleGiveUp] = idle_giveups(
+            self.gatherer,
+            (
+                (
+                    task.task_id,
+                    task.tracker.config,
+                    id_owner_check(topology, task.component_id, task.core.index),
+                    not task.runner.has_failed_id,
+                )
+                for task in self.coordinated_tasks
+                if task.tracker is not None
+            ),
+        )
         self.idle_finishes: dict[int, IdleFinish] = idle_finishes(
             self.gatherer,
             (
@@ -276,10 +299,7 @@ class LocalExecutor(Turns):
                 scheduler.end_help(sleep)
             raise
         if sleep is not None:
-            try:
-                scheduler.help_until(sleep, future)
-            finally:
-                self._outbox.current = None  # back to the caller: it delivers directly
+            scheduler.help_until(sleep, future)
         else:
             try:
                 future.exception()  # waits; cheaper than concurrent.futures.wait
@@ -294,19 +314,17 @@ class LocalExecutor(Turns):
             self.scheduler.post(actor, message)
 
     def begin_turn(self) -> Outbox:
-        """A turn's outbox, also where this thread's deliveries go until the next turn
-        (a worker thread delivers nothing between turns, so it is not cleared after; a
-        helping caller's thread is, as it stops helping: ``call_inline``)."""
-        outbox = Outbox()
-        self._outbox.current = outbox
-        return outbox
+        """A turn's outbox. The actor running the turn sends into it (bolt and spout tasks
+        keep it for the turn: no look-up of a thread-local outbox per message); ``deliver``
+        and ``to_acker`` from the turn's thread post at once, outside a ``holding`` block."""
+        return Outbox()
 
     def end_turn(self, turn: object) -> None:
         assert isinstance(turn, Outbox)
         self._send(turn)
 
     def turn_outbox(self) -> Outbox | None:
-        """The outbox of the turn (or ``holding`` block) this thread runs, if any."""
+        """The outbox of the ``holding`` block this thread runs, if any."""
         # Typed, so the compiled build reaches the outbox's fields directly.
         outbox: Outbox | None = getattr(self._outbox, "current", None)
         return outbox
@@ -314,7 +332,7 @@ class LocalExecutor(Turns):
     @contextmanager
     def holding(self, before: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold what this thread delivers until the block ends, then call ``before`` and
-        send it (into the enclosing turn's outbox when there is one), in order."""
+        send it (into the enclosing block's outbox when there is one), in order."""
         local = self._outbox
         enclosing = getattr(local, "current", None)
         outbox = local.current = Outbox()
@@ -341,22 +359,99 @@ class LocalExecutor(Turns):
             assert self.remote is not None, f"task {task_id} is in no engine"
             for message in messages:
                 self.remote.deliver(task_id, message)
-        if outbox.acks or outbox.acker:
-            if not self.ackers:
-                assert self.remote is not None
-                for root, message in outbox.acker_messages():
-                    self.remote.to_acker(root, message)
-            elif self.acker_count == 1:
-                acks = [message for _, message in outbox.acker_messages()]
-                posts.append((self.ackers[0], acks))
+        acking = bool(outbox.ack_root or outbox.acker)
+        if acking and not self.ackers:
+            assert self.remote is not None
+            for root, message in outbox.acker_messages():
+                self.remote.to_acker(root, message)
+            acking = False
+        if not self.running:
+            if acking:  # the ledgers still take them (the ackers' lock is the scheduler's)
+                lock = self._acker_lock
+                lock.acquire()
+                try:
+                    self._ack_here(outbox, [])
+                finally:
+                    lock.release()
+            return
+        if not posts and not acking:
+            return
+        # The ledgers are applied to under the scheduler's lock as the posts go (``under_lock``)
+        after = self.scheduler.post_each(posts, outbox if acking else None)
+        if after is not None:
+            assert isinstance(after, list)
+            for decision in after:
+                self._decided_after(decision)
+
+    def under_lock(self, turn: object, posts: Sequence[tuple[Actor, Iterable[Message]]]) -> object:
+        """The scheduler's hook, its lock held: apply ``turn``'s acks (``_ack_here``)."""
+        assert isinstance(turn, Outbox) and isinstance(posts, list)
+        return self._ack_here(turn, posts) or None
+
+    def _decided_after(self, decision: AckerDecision) -> None:
+        """A root's outcome ``_ack_here`` left for after the posts: its failure, or its
+        completion for a spout in another engine."""
+        if isinstance(decision, RootFailed):
+            self.root_failed(decision)
+            return
+        assert self.remote is not None
+        self.remote.deliver(cast(int, decision.owner), RootDone(decision.root, None))
+
+    def _ack_here(
+        self, outbox: Outbox, posts: list[tuple[Actor, list[Message]]]
+    ) -> list[AckerDecision]:
+        """Apply ``outbox``'s acker messages to this engine's ackers' ledgers at once (the
+        others first, then one ``Ack`` per root, as ``Outbox.acker_messages`` orders them),
+        instead of posting them, with the ackers' lock (the scheduler's) held: ``posts``
+        gets each completed root's ``RootDone`` for a spout here; returns the outcomes to
+        see to once the lock is released: failed roots (``root_failed``) and completions
+        for spouts elsewhere."""
+        now = outbox.began or time.monotonic()  # deadlines are seconds long
+        ackers = self.ackers
+        count = self.acker_count
+        decisions: list[AckerDecision] = []
+        for root, message in outbox.acker:
+            acker = ackers[0] if count == 1 else ackers[root % count]
+            decisions.extend(acker.decide(message, now))
+        root = outbox.ack_root
+        if root:
+            acker = ackers[0] if count == 1 else ackers[root % count]
+            decided = acker.acker.ack(root, outbox.ack_value, now)
+            if decided:
+                decisions.extend(decided)
+        for root, value in outbox.acks.items():
+            acker = ackers[0] if count == 1 else ackers[root % count]
+            decided = acker.acker.ack(root, value, now)
+            if decided:
+                decisions.extend(decided)
+        after: list[AckerDecision] = []
+        for decision in decisions:
+            if isinstance(decision, RootFailed):
+                after.append(decision)
+                continue
+            owner = cast(int, decision.owner)  # the task id of the spout that made the root
+            task = self.tasks.get(owner)
+            if task is not None:
+                posts.append((task, [RootDone(decision.root, None)]))
             else:
-                by_acker: dict[int, list[Message]] = {}
-                for root, message in outbox.acker_messages():
-                    by_acker.setdefault(root % self.acker_count, []).append(message)
-                for index, messages in by_acker.items():
-                    posts.append((self.ackers[index], messages))
-        if posts and self.running:
-            self.scheduler.post_each(posts)
+                after.append(decision)
+        return after
+
+    def root_failed(self, decision: RootFailed) -> None:
+        """A root failed at an acker here: its spout hears of it, and every coordinated
+        task drops its ids."""
+        failure = decision.failure
+        if decision.timed_out:
+            failure = self.where_stuck(decision.root, failure)
+        owner = cast(int, decision.owner)
+        done = RootDone(decision.root, failure)
+        task = self.tasks.get(owner)  # posted, not ``deliver``ed: the turn's outbox is sent
+        if task is not None:
+            self.post(task, done)
+        else:
+            assert self.remote is not None, f"task {owner} is in no engine"
+            self.remote.deliver(owner, done)
+        self.broadcast_abandon(decision.root)
 
     def deliver(self, task_id: int, message: Message) -> None:
         outbox = self.turn_outbox()
@@ -389,12 +484,16 @@ class LocalExecutor(Turns):
         counts: dict[int, int],
         edges: dict[int, int],
         now: float,
+        senders: int = 1,
     ) -> list[tuple[int, ReportMessage]]:
         """``ReportGatherer.add``, under the gatherer's lock: the reports to send, if any."""
         lock = self._gather_lock
         lock.acquire()
         try:
-            return self.gatherer.add(component, source_task, id, counts, edges, now)
+            giveups = self.idle_giveups if self.recorder is None else None
+            return self.gatherer.add(
+                component, source_task, id, counts, edges, now, giveups, senders
+            )
         finally:
             lock.release()
 
@@ -425,10 +524,10 @@ class LocalExecutor(Turns):
         there (its tracker has dropped it). Read without the tasks' locks: the look-ups are
         atomic, and a step that just moved on only makes the name one step early."""
         for task in self.coordinated_tasks:
-            ids = task.ids_of_root.get(root)
+            ids = task.ids_of_root(root)
             if not ids or task.tracker is None or task.coordination is None:
                 continue
-            status = expired_status if task is expired_at else task.tracker.status(next(iter(ids)))
+            status = expired_status if task is expired_at else task.tracker.status(ids[0])
             sources = sorted(task.coordination.sources)
             if status is not None and status.waits_upstream and sources:
                 return Failure.tree_timed_out(self.message_timeout, sources[0])

@@ -36,11 +36,22 @@ zero counts here, anchored to the reporter's own trigger) instead of sending
 it the report; the task never hears of the id. The tree and every decision
 downstream are the same; only the task's turn is saved (when spans are kept,
 the reporter records the task's, as the task would have).
+
+Idle give-ups. A gathered report of 0 to a task of a step that waits for the id
+tuple, which the task does not own (``idle_giveups``), that is the task's last
+(it expects as many reports as the report stands for) and whose runner does
+nothing when it gives an id up (a batch bolt, or a bolt with no ``failed_id``
+callback), leaves the task nothing but to give the id up silently: no tuple
+of the id came to it, and its id tuple goes to the owner. ``add`` then sends it nothing (when
+the engine keeps no spans: with spans the task handles the report, as its
+busy time shows); the other receivers' edges cover the senders' edges as
+before. The tree and every decision elsewhere are the same; only the task's
+turn is saved.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 
 from drpc.executors.local.messages import ReportMessage
 from drpc.model.streams import COORDINATED_STREAM_ID
@@ -110,6 +121,36 @@ def idle_finishes(
     return finishes
 
 
+class IdleGiveUp:
+    """A task that gives up, silently, an id it does not own once its reports are in
+    (see the module doc): its ownership check and how many reports it expects."""
+
+    __slots__ = ("expected_reports", "owns")
+
+    def __init__(self, owns: Callable[[Hashable], bool], expected_reports: int) -> None:
+        self.owns = owns
+        self.expected_reports = expected_reports
+
+
+def idle_giveups(
+    gatherer: ReportGatherer,
+    tasks: Iterable[tuple[int, CoordinationConfig, Callable[[Hashable], bool] | None, bool]],
+) -> dict[int, IdleGiveUp]:
+    """The tasks a gathered report of 0 may skip, by task id: of ``(task id, coordination
+    config, ownership check or None when every task owns every id, whether its runner
+    does nothing when it gives an id up)``, those that wait for the id tuple and for no
+    commit tuple, do nothing when giving an id up and have an ownership check. A report
+    skips one only where it is the task's last (``ReportGatherer.add``)."""
+    giveups: dict[int, IdleGiveUp] = {}
+    if not gatherer.senders:
+        return giveups
+    for task_id, coordination, owns, silent in tasks:
+        waits_for_id_alone = coordination.waits_for_id and not coordination.waits_for_commit
+        if owns is not None and silent and waits_for_id_alone:
+            giveups[task_id] = IdleGiveUp(owns, coordination.expected_reports)
+    return giveups
+
+
 class _Gathering:
     __slots__ = ("counts", "deadline", "edges", "reports")
 
@@ -158,33 +199,44 @@ class ReportGatherer:
         counts: dict[int, int],
         edges: dict[int, int],
         now: float,
+        giveups: Mapping[int, IdleGiveUp] | None = None,
+        senders: int = 1,
     ) -> list[tuple[int, ReportMessage]]:
         """Task ``source_task`` of ``component`` finished ``id``: it sent ``counts[task]``
         tuples to each receiving task and anchored its reports with ``edges`` (root ->
         edge; the gatherer keeps that dict). Returns ``(task, report)`` to send, or
-        nothing while senders are missing."""
+        nothing while senders are missing. ``giveups`` (``idle_giveups``): the receiving
+        tasks sent nothing when their report says 0, it is their last and they do not
+        own ``id`` (see the module doc). ``senders``: the reports of that many tasks of
+        ``component``, each with ``counts`` (the idle tasks their reporter finishes, whose
+        counts are all 0), anchored together with ``edges``."""
         failed = self._failed_roots
         if failed and edges and all(root in failed for root in edges):
             return []
         pending = self._pending[component]
         gathering = pending.get(id)
         if gathering is None:
-            gathering = _Gathering(dict(counts), edges, now + self.timeout)
+            if senders == 1:
+                gathering = _Gathering(dict(counts), edges, now + self.timeout)
+            else:
+                first = {task: count * senders for task, count in counts.items()}
+                gathering = _Gathering(first, edges, now + self.timeout)
+                gathering.reports = senders
             pending[id] = gathering
         else:
             gathered = gathering.counts
             for task, count in counts.items():  # every sender counts every receiving task
                 if count:  # most are 0
-                    gathered[task] += count
+                    gathered[task] += count * senders
             gathered_edges = gathering.edges
             for root, edge in edges.items():
                 before = gathered_edges.get(root)
                 gathered_edges[root] = edge if before is None else before ^ edge
-            gathering.reports += 1
+            gathering.reports += senders
         if gathering.reports < self.senders[component]:
             return []
         del pending[id]
-        return self._send_on(component, source_task, id, gathering)
+        return self._send_on(component, source_task, id, gathering, giveups)
 
     def expire(self, now: float) -> int:
         """Drop the ids past their deadline, and forget the failed roots past theirs;
@@ -220,10 +272,23 @@ class ReportGatherer:
         return dropped
 
     def _send_on(
-        self, component: str, source_task: int, id: Hashable, gathering: _Gathering
+        self,
+        component: str,
+        source_task: int,
+        id: Hashable,
+        gathering: _Gathering,
+        giveups: Mapping[int, IdleGiveUp] | None,
     ) -> list[tuple[int, ReportMessage]]:
         reports = gathering.reports
         tasks = list(gathering.counts.items())
+        if giveups:
+            kept: list[tuple[int, int]] = []
+            for task, count in tasks:
+                giveup = giveups.get(task) if count == 0 else None
+                if giveup is None or giveup.expected_reports != reports or giveup.owns(id):
+                    kept.append((task, count))
+            if kept:  # else every receiver gives it up here: the last carries the edges
+                tasks = kept
         last = len(tasks) - 1
         # per root: what the edges given so far XOR to, with the senders' edges XORed in
         remaining = dict(gathering.edges)

@@ -156,14 +156,19 @@ Message = TupleMessage | ReportMessage | AckInit | Ack | AckFail | RootDone | Ab
 
 
 class Outbox:
-    """What one turn sends (see the module doc)."""
+    """What one turn sends (see the module doc). The acks of the turn's first root (most
+    turns ack one root) are folded in ``ack_root``/``ack_value``, without a dict look-up;
+    any other root's in ``acks``."""
 
-    __slots__ = ("acker", "acks", "tasks")
+    __slots__ = ("ack_root", "ack_value", "acker", "acks", "began", "tasks")
 
     def __init__(self) -> None:
         self.tasks: dict[int, list[Message]] = {}
-        self.acks: dict[int, int] = {}  # root -> the XOR of its acks' values
+        self.ack_root = 0  # the first root acked, 0 until one is (roots are never 0)
+        self.ack_value = 0  # the XOR of its acks' values
+        self.acks: dict[int, int] = {}  # every other root -> the XOR of its acks' values
         self.acker: list[tuple[int, Message]] = []  # (root, message): inits and fails
+        self.began = 0.0  # when its turn began, if the actor read the clock (else 0)
 
     def add(self, task_id: int, message: Message) -> None:
         messages = self.tasks.get(task_id)
@@ -180,25 +185,38 @@ class Outbox:
 
     def add_ack(self, root: int, ack_val: int) -> None:
         """``add_acker(root, Ack(root, ack_val))``, without making the ``Ack``."""
-        acks = self.acks
-        value = acks.get(root)
         # a first value is stored as it is: XORing an id with 0 copies it (the ids are too
         # large for the compiled build's unboxed ints)
+        first = self.ack_root
+        if first == root:
+            self.ack_value ^= ack_val
+            return
+        if not first:
+            self.ack_root = root
+            self.ack_value = ack_val
+            return
+        acks = self.acks
+        value = acks.get(root)
         acks[root] = ack_val if value is None else value ^ ack_val
+
+    def ack_values(self) -> list[tuple[int, int]]:
+        """Each root acked and the XOR of its acks' values, in the order first acked."""
+        if not self.ack_root:
+            return []
+        return [(self.ack_root, self.ack_value), *self.acks.items()]
 
     def take(self, other: Outbox) -> None:
         """Add what ``other`` collected after what this one has."""
         for task_id, messages in other.tasks.items():
             self.tasks.setdefault(task_id, []).extend(messages)
-        for root, value in other.acks.items():
-            mine = self.acks.get(root)
-            self.acks[root] = value if mine is None else mine ^ value
+        for root, value in other.ack_values():
+            self.add_ack(root, value)
         self.acker.extend(other.acker)
 
     def acker_messages(self) -> list[tuple[int, Message]]:
         """Every acker message, ``(root, message)``: the others first, then one ``Ack``
         per root."""
-        return [*self.acker, *[(root, Ack(root, value)) for root, value in self.acks.items()]]
+        return [*self.acker, *[(root, Ack(root, value)) for root, value in self.ack_values()]]
 
 
 def fold_reports(batch: list[Message]) -> list[Message]:

@@ -20,12 +20,17 @@ Contract.
   hands ``ack``/``fail`` back to the spout when the root settles.
 - ``AckerTask`` runs ``drpc.semantics.acker.Acker`` and sends each root's
   outcome to its spout; a failed root is broadcast so coordinated tasks drop
-  its ids.
+  its ids. Its ledger takes the acker messages of the engine's turns directly
+  as each turn ends (``LocalExecutor``); its mailbox, ticks and the acker
+  messages sent from outside a turn.
+- A batch bolt task takes each run of data tuples of one id in a turn at once
+  (``TaskCore.execute_id_run``).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -65,7 +70,7 @@ from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID
 from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
 from drpc.requests import ReturnInfo
-from drpc.semantics.acker import Acker, RootCompleted, new_edge_id
+from drpc.semantics.acker import Acker, AckerDecision, RootCompleted, new_edge_id
 from drpc.semantics.coordination import Failed, is_ignored
 from drpc.semantics.routing import OutputRouter, thaw_values
 from drpc.semantics.runners import instantiate
@@ -74,6 +79,8 @@ if TYPE_CHECKING:
     from drpc.executors.local.executor import LocalExecutor
 
 log = logging.getLogger(__name__)
+_get_ident: Final = threading.get_ident
+_monotonic: Final = time.monotonic
 
 MAX_IDLE_WAIT = 0.02
 """Default longest pause, in seconds, between polls of a spout that has nothing to emit
@@ -109,8 +116,7 @@ class BoltTask(Actor):
         self.held: dict[Hashable, list[Tuple]] = {}
         # the held count reports no tuple was made for, per id: root -> their edges XORed
         self.held_edges: dict[Hashable, dict[int, int]] = {}
-        self.roots_of_id: dict[Hashable, set[int]] = {}
-        self.ids_of_root: dict[int, set[Hashable]] = {}
+        self.roots_of_id: dict[Hashable, set[int]] = {}  # the roots of each tracked id
         self.dead_roots: OrderedDict[int, float] = OrderedDict()
         self.done_with_id = False  # set when an id completes, fails or is given up here
         self.last_sent: float | None = None  # when spans are kept: the handling's last send
@@ -140,15 +146,94 @@ class BoltTask(Actor):
             batch = fold_reports(batch)
         # The task's lock once per turn, not per message: a thread of the bolt's own that
         # emits waits for the turn to end.
-        with self.lock:
-            self.turn_outbox = turn if isinstance(turn, Outbox) else self.engine.turn_outbox()
-            self.turn_began = time.monotonic()
-            self.core.begin_turn()
+        lock = self.lock
+        lock.acquire()
+        try:
+            outbox = turn if isinstance(turn, Outbox) else self.engine.turn_outbox()
+            self.turn_outbox = outbox
+            self.turn_began = _monotonic()
+            if outbox is not None:
+                outbox.began = self.turn_began
+            self.core.begin_turn(self.turn_began)
             try:
-                super().handle_batch(batch, turn)
+                if self.core.acks_in_bulk and len(batch) > 1 and self.engine.recorder is None:
+                    self.handle_runs(batch)
+                else:
+                    super().handle_batch(batch, turn)
             finally:
                 self.core.end_turn()
                 self.turn_outbox = None
+        finally:
+            lock.release()
+
+    def handle_runs(self, batch: list[Message]) -> None:
+        """``Actor.handle_batch`` for a batch bolt (``TaskCore.acks_in_bulk``): each run of
+        consecutive data tuples of one id from one source stream (values shared, not
+        pickled: the id is read without unpickling) is received, executed and acked as
+        one (``receive_run``); every other message one by one."""
+        self.turns_taken += 1
+        handled = self._handled
+        count = len(batch)
+        index = 0
+        while index < count:
+            message = batch[index]
+            kind = type(message)
+            end = index + 1
+            if kind is TupleMessage:
+                assert type(message) is TupleMessage
+                end = _run_end(batch, index, message)
+            handled[kind] = handled.get(kind, 0) + end - index
+            try:
+                if end - index > 1:
+                    self.receive_run(batch, index, end)
+                else:
+                    self.handle(message)
+            except Exception:
+                log.exception("%s failed to handle a %s message", self.name, kind.__name__)
+            index = end
+
+    def receive_run(self, batch: list[Message], start: int, end: int) -> None:
+        """``batch[start:end]``, tuple messages of one source stream whose first values are
+        one id: when the stream is data, each is received (the tracker counts them with one
+        event) and the run goes through ``TaskCore.execute_id_run``; else one by one."""
+        core = self.core
+        tracker = self.tracker
+        assert tracker is not None
+        first = batch[start]
+        assert type(first) is TupleMessage
+        if core.input_kind(first.source, first.stream) is not DATA:
+            for index in range(start, end):
+                message = batch[index]
+                assert type(message) is TupleMessage
+                self.receive(message)
+            return
+        fields = core.fields_of(first.source, first.stream)
+        dead = self.dead_roots
+        run: list[Tuple] = []
+        for index in range(start, end):
+            message = batch[index]
+            assert type(message) is TupleMessage
+            roots = message.message_id
+            if dead and roots and all(root in dead for root in roots):
+                continue
+            run.append(
+                Tuple(
+                    thaw_values(message.payload),
+                    fields,
+                    message.source,
+                    message.stream,
+                    message.source_task,
+                    roots,
+                )
+            )
+        if not run:
+            return
+        id = run[0].values[0]
+        if is_ignored(tracker.tuple_received(id, self.turn_began, len(run))):
+            return
+        for received in run:
+            self.note_roots(id, received.message_id)
+        core.execute_id_run(id, run)
 
     def handle(self, message: Message) -> None:
         """One message, under the task's lock (``handle_batch`` holds it)."""
@@ -313,27 +398,28 @@ class BoltTask(Actor):
             return
         roots = self.roots_of_id.get(id)
         if roots is None:
-            roots = self.roots_of_id[id] = set()
+            self.roots_of_id[id] = set(message_id)
+            return
         for root in message_id:
             if root not in roots:
                 roots.add(root)
-                self.ids_of_root.setdefault(root, set()).add(id)
 
     def forget_roots(self, id: Hashable) -> None:
         self.done_with_id = True
-        for root in self.roots_of_id.pop(id, ()):
-            ids = self.ids_of_root.get(root)
-            if ids is not None:
-                ids.discard(id)
-                if not ids:
-                    del self.ids_of_root[root]
+        self.roots_of_id.pop(id, None)
+
+    def ids_of_root(self, root: int) -> list[Hashable]:
+        """The tracked ids whose tuples came from ``root``'s tree (a scan: only a failed
+        or timed-out tree asks, far more rarely than tuples come). Safe from another thread:
+        the items are copied in one step before they are looked at."""
+        return [id for id, roots in list(self.roots_of_id.items()) if root in roots]
 
     def abandon_root(self, root: int) -> None:
         now = time.monotonic()
         self.dead_roots[root] = now + self.timeout
         if self.tracker is None:
             return
-        for id in list(self.ids_of_root.get(root, ())):
+        for id in self.ids_of_root(root):
             self.core.apply(self.tracker.abandon(id, now), None)
 
     def tick(self, now: float) -> None:
@@ -374,19 +460,29 @@ class BoltTask(Actor):
             self.gather(self.component_id, self.task_id, id, counts, anchors)
             return
         idle = self.engine.idle_finishes
+        traced = self.engine.recorder is not None
+        # the idle tasks finished here, gathered at once per component: (last task, how many)
+        idled: dict[str, tuple[IdleFinish, int, int]] = {}
         for task, count in counts.items():
             if count == 0 and idle:
                 finish = idle.get(task)
                 if finish is not None:  # the report would leave it nothing else to do
-                    if self.engine.recorder is None:
-                        self.gather(finish.component, task, id, finish.counts, anchors)
-                    else:
+                    if traced:
                         self.finish_idle_traced(task, finish, id, anchors)
+                    else:
+                        before = idled.get(finish.component)
+                        idled[finish.component] = (
+                            finish,
+                            task,
+                            1 if before is None else before[2] + 1,
+                        )
                     continue
             self.to_task(
                 task,
                 ReportMessage(self.component_id, self.task_id, id, count, anchored_to(anchors)),
             )
+        for component, (finish, task, senders) in idled.items():
+            self.gather(component, task, id, finish.counts, anchors, senders)
 
     def finish_idle_traced(
         self, task: int, finish: IdleFinish, id: Hashable, anchors: tuple[Tuple, ...]
@@ -407,12 +503,14 @@ class BoltTask(Actor):
         id: Hashable,
         counts: dict[int, int],
         anchors: tuple[Tuple, ...],
+        senders: int = 1,
     ) -> None:
         """Give task ``reporter``'s counts of ``id`` to the engine's gatherer, anchored with
-        one edge per root, and send on what it gives back."""
+        one edge per root, and send on what it gives back; with ``senders``, the reports
+        of that many tasks (idle ones, finished here), all with ``counts``."""
         edges = anchored_to(anchors)
         gathered = self.engine.gather_reports(
-            component, reporter, id, counts, edges, self.turn_began
+            component, reporter, id, counts, edges, self.turn_began, senders
         )
         for task, report in gathered:
             self.to_task(task, report)
@@ -542,6 +640,33 @@ class BoltEffects(TaskEffects):
         self.task.abandoned(id)
 
 
+def _run_end(batch: list[Message], start: int, first: TupleMessage) -> int:
+    """Where the run of tuple messages from ``first``'s source stream with ``first``'s id
+    (the first of its shared values) that begins at ``start`` ends."""
+    payload = first.payload
+    end = start + 1
+    if type(payload) is not tuple or not payload:
+        return end
+    id = payload[0]
+    source, stream = first.source, first.stream
+    count = len(batch)
+    while end < count:
+        message = batch[end]
+        if type(message) is not TupleMessage:
+            break
+        other = message.payload
+        if (
+            type(other) is not tuple
+            or not other
+            or message.stream != stream
+            or message.source != source
+            or (other[0] is not id and other[0] != id)
+        ):
+            break
+        end += 1
+    return end
+
+
 def anchored_to(anchors: Sequence[Tuple]) -> dict[int, int]:
     """The acking ``message_id`` of a tuple emitted anchored to ``anchors``: a fresh edge
     id, XORed into each anchor's value and into the tuple's id for each of their roots.
@@ -623,6 +748,8 @@ class SpoutTask(Actor):
         self.next_posted = False
         self.timer_armed = False
         self.context: TopologyContext | None = None
+        self.turn_outbox: Outbox | None = None  # the running turn's (``handle_batch``)
+        self.turn_thread = 0  # the thread running the turn
 
     def open(self) -> None:
         self.context = context = TopologyContext(
@@ -648,6 +775,16 @@ class SpoutTask(Actor):
     def _timer_fired(self) -> None:
         self.timer_armed = False
         self.wake()
+
+    def handle_batch(self, batch: list[Message], turn: object = None) -> None:
+        # what the spout sends during its turn goes into the turn's outbox (``send``)
+        self.turn_outbox = turn if isinstance(turn, Outbox) else None
+        self.turn_thread = _get_ident()
+        try:
+            super().handle_batch(batch, turn)
+        finally:
+            self.turn_outbox = None
+            self.turn_thread = 0
 
     def handle(self, message: Message) -> None:
         match message:
@@ -707,11 +844,17 @@ class SpoutTask(Actor):
     def send(self, stream: str, values: Sequence[Any], targets: list[int], msg_id: Any) -> None:
         payload = self.router.freeze(stream, values)
         self.emitted += 1
+        # into the turn's outbox when the turn's own thread emits (a spout emitting from a
+        # thread of its own delivers directly)
+        outbox = self.turn_outbox if self.turn_thread == _get_ident() else None
+        engine = self.engine
         if msg_id is None:
             for target in targets:
-                self.engine.deliver(
-                    target, TupleMessage(self.component_id, stream, self.task_id, payload, {})
-                )
+                message = TupleMessage(self.component_id, stream, self.task_id, payload, {})
+                if outbox is not None:
+                    outbox.add(target, message)
+                else:
+                    engine.deliver(target, message)
             return
         root = new_edge_id()
         self.pending[root] = msg_id
@@ -732,9 +875,14 @@ class SpoutTask(Actor):
                     TupleMessage(self.component_id, stream, self.task_id, payload, {root: edge}),
                 )
             )
-        self.engine.to_acker(root, AckInit(root, ack_val, self.task_id))
+        if outbox is not None:
+            outbox.add_acker(root, AckInit(root, ack_val, self.task_id))
+            for target, message in messages:
+                outbox.add(target, message)
+            return
+        engine.to_acker(root, AckInit(root, ack_val, self.task_id))
         for target, message in messages:
-            self.engine.deliver(target, message)
+            engine.deliver(target, message)
 
     def close(self) -> None:
         self.active = False
@@ -745,30 +893,51 @@ class SpoutTask(Actor):
 
 
 class AckerTask(Actor):
-    """Runs the acker for the roots that hash to it (see the module doc)."""
+    """Runs the acker for the roots that hash to it (see the module doc).
 
-    def __init__(self, engine: LocalExecutor, index: int, timeout: float) -> None:
+    The ledger is guarded by ``lock``, which the engine's ackers share: a turn of the
+    engine applies its acker messages to the ledgers directly as it ends
+    (``LocalExecutor``), on whatever thread ran it; only ticks and acker messages from
+    outside a turn come through the mailbox."""
+
+    def __init__(
+        self, engine: LocalExecutor, index: int, timeout: float, lock: threading.Lock
+    ) -> None:
         super().__init__()
         self.engine = engine
         self.name = f"__acker[{index}]"
         self.acker = Acker(timeout)
+        self.lock = lock  # the engine's, shared by its ackers
 
     def handle_batch(self, batch: list[Message], turn: object = None) -> None:
         super().handle_batch(fold_acks(batch) if len(batch) > 1 else batch, turn)
 
-    def handle(self, message: Message) -> None:
-        now = time.monotonic()
+    def apply(self, message: Message, now: float) -> list[AckerDecision]:
+        """The ledger's decisions on ``message`` (an acker message or a ``Tick``)."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            return self.decide(message, now)
+        finally:
+            lock.release()
+
+    def decide(self, message: Message, now: float) -> list[AckerDecision]:
+        """``apply`` with ``lock`` held."""
+        acker = self.acker
         match message:
             case Ack(root, ack_val):
-                decisions = self.acker.ack(root, ack_val, now)
+                return acker.ack(root, ack_val, now)
             case AckInit(root, ack_val, owner):
-                decisions = self.acker.init(root, ack_val, owner, now)
+                return acker.init(root, ack_val, owner, now)
             case AckFail(root, failure):
-                decisions = self.acker.fail(root, failure, now)
+                return acker.fail(root, failure, now)
             case Tick(now):
-                decisions = self.acker.expire(now)
+                return acker.expire(now)
             case _:
-                return
+                return []
+
+    def handle(self, message: Message) -> None:
+        decisions = self.apply(message, time.monotonic())
         for decision in decisions:
             owner = cast(int, decision.owner)  # the task id of the spout that made the root
             if isinstance(decision, RootCompleted):
