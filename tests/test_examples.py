@@ -93,3 +93,24 @@ def test_the_graph_baselines_read_reach_by_slices_and_deal_urls_by_cost(tmp_path
     loads = [sum(reach_cost(graph, url) for url in hand) for hand in hands]
     costliest = max(reach_cost(graph, url) for url in urls)
     assert abs(loads[0] - loads[1]) <= costliest  # greedy: off by at most one url's cost
+
+
+def test_the_graph_reach_topology_answers_the_exact_reach(tmp_path: Path) -> None:
+    """bench/spark_serving.py's large-graph function, on a small graph: every url's answer is
+    the reach computed directly, unknown urls included."""
+    from drpc.examples.reach_graph import (
+        build_graph_reach,
+        exact_reach,
+        generate_graph,
+        load_graph,
+        top_urls,
+    )
+
+    path = generate_graph(tmp_path / "g.bin", users=2_000, edges=20_000, urls=200, tweets=3_000)
+    graph = load_graph(str(path))
+    urls = [*top_urls(graph, 8), "url/not-tweeted", "no-such-url"]
+    with LocalDRPC() as drpc:
+        drpc.register(build_graph_reach(path, chunk=7))
+        answers = [drpc.execute("reach-graph", url) for url in urls]
+    assert answers == [str(exact_reach(graph, url)) for url in urls]
+    assert int(answers[0]) > 0
