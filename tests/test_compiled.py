@@ -286,7 +286,10 @@ def test_a_wheel_built_compiled_installs_an_engine_that_runs_compiled(tmp_path: 
     venv.EnvBuilder(with_pip=False).create(target)
     python = target / "bin" / "python"
     install = [*pip, "--python", str(python), "install", "--no-deps", str(built)]
-    subprocess.run(install, check=True, timeout=120)
+    # Not with the checkout on PYTHONPATH (tests/conftest.py puts it there for Spark's
+    # workers): pip would find its drpc_spark.egg-info and call the wheel installed.
+    outside = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    subprocess.run(install, check=True, timeout=120, env=outside)
     site_packages = [p for p in sys.path if p.endswith("site-packages")]
     call = (
         "import sys, importlib.metadata, drpc, drpc.semantics.acker as acker\n"
