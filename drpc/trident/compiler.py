@@ -14,8 +14,8 @@ stream may branch, query several states, and merge or join its branches
 again (compiled as for spout streams, below); it may not write state, and
 branches that end apart are an ``InvalidTopologyError`` (Storm would answer
 with whichever node was declared last). ``drpc_topologies`` compiles them
-all. Both carry ``state_dir`` as ``drpc.state.dir`` so state queries read
-that directory's committed state.
+all. Both carry ``state_dir``, made absolute, as ``drpc.state.dir`` so state
+queries read that directory's committed state.
 
 Several spout streams run as one ``drpc.trident.spouts`` multi-spout: each
 stream's first segment reads its own stream of the spout component. A
