@@ -65,6 +65,7 @@ from typing import Any, Protocol, cast
 from drpc import config
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.errors import Failure, InvalidTopologyError
+from drpc.executors.local.ackers import AckerTask
 from drpc.executors.local.actors import HANDOFF, Actor, Scheduler, Timer, Turns
 from drpc.executors.local.gathering import (
     IdleFinish,
@@ -76,7 +77,8 @@ from drpc.executors.local.gathering import (
 )
 from drpc.executors.local.messages import Abandon, Message, Outbox, ReportMessage, RootDone, Tick
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
-from drpc.executors.local.tasks import MAX_IDLE_WAIT, AckerTask, BoltTask, SpoutTask
+from drpc.executors.local.spouts import MAX_IDLE_WAIT, SpoutTask
+from drpc.executors.local.tasks import BoltTask
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 from drpc.semantics.acker import AckerDecision, RootFailed

@@ -1,4 +1,4 @@
-"""The in-process engine's tasks: bolt tasks on the shared task core, spouts, ackers.
+"""The in-process engine's bolt tasks, on the shared task core.
 
 Contract.
 
@@ -15,16 +15,12 @@ Contract.
   fails its roots at the ackers. The roots of every tracked id are kept so a
   failed root (``Abandon``) drops its ids at once, and a timed-out tree can
   be located (``LocalExecutor.where_stuck``).
-- ``SpoutTask`` polls its spout with a short idle back-off (``wake`` polls at
-  once), gives each emit with a message id a root and tells the acker, and
-  hands ``ack``/``fail`` back to the spout when the root settles.
-- ``AckerTask`` runs ``drpc.semantics.acker.Acker`` and sends each root's
-  outcome to its spout; a failed root is broadcast so coordinated tasks drop
-  its ids. Its ledger takes the acker messages of the engine's turns directly
-  as each turn ends (``LocalExecutor``); its mailbox, ticks and the acker
-  messages sent from outside a turn.
 - A batch bolt task takes each run of data tuples of one id in a turn at once
   (``TaskCore.execute_id_run``).
+- ``task_conf`` is a task's configuration, for every kind of task.
+
+Spout tasks are ``drpc.executors.local.spouts``, acker tasks
+``drpc.executors.local.ackers``.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from drpc import config
 from drpc.builders.linear_drpc import RETURN_ID
@@ -42,38 +38,25 @@ from drpc.errors import Failure
 from drpc.executors.local.actors import Actor
 from drpc.executors.local.gathering import IdleFinish
 from drpc.executors.local.messages import (
-    NEXT,
     Abandon,
     Ack,
     AckFail,
-    AckInit,
     Message,
-    Next,
     Outbox,
     ReportMessage,
-    RootDone,
     Tick,
     TupleMessage,
-    fold_acks,
     fold_reports,
 )
 from drpc.executors.local.spans import HANDLING, StepRecorder
 from drpc.executors.task import DATA, ID, TaskCore, TaskEffects
 from drpc.logs import pop_context, push_context
-from drpc.model.components import (
-    BaseRichSpout,
-    FailureAwareSpout,
-    SpoutOutputCollector,
-)
-from drpc.model.context import TopologyContext
-from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID
+from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
-from drpc.requests import ReturnInfo
-from drpc.semantics.acker import Acker, AckerDecision, RootCompleted, new_edge_id
+from drpc.semantics.acker import new_edge_id
 from drpc.semantics.coordination import Failed, is_ignored
-from drpc.semantics.routing import OutputRouter, thaw_values
-from drpc.semantics.runners import instantiate
+from drpc.semantics.routing import thaw_values
 
 if TYPE_CHECKING:
     from drpc.executors.local.executor import LocalExecutor
@@ -81,10 +64,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _get_ident: Final = threading.get_ident
 _monotonic: Final = time.monotonic
-
-MAX_IDLE_WAIT = 0.02
-"""Default longest pause, in seconds, between polls of a spout that has nothing to emit
-(``LocalExecutor``'s ``max_idle_wait``)."""
 
 
 def task_conf(engine: LocalExecutor, spec: ComponentSpec) -> dict[str, Any]:
@@ -690,261 +669,3 @@ def anchored_to(anchors: Sequence[Tuple]) -> dict[int, int]:
             before = message_id.get(root)
             message_id[root] = edge if before is None else before ^ edge
     return message_id
-
-
-class SpoutCollector(SpoutOutputCollector):
-    def __init__(self, task: SpoutTask) -> None:
-        self._task = task
-
-    def emit(
-        self, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM_ID
-    ) -> list[int]:
-        router = self._task.router
-        router.check(stream, values, direct=False)
-        targets = router.targets(stream, values)
-        self._task.send(stream, values, targets, msg_id)
-        return targets
-
-    def emit_direct(
-        self,
-        task_id: int,
-        values: Sequence[Any],
-        msg_id: Any = None,
-        stream: str = DEFAULT_STREAM_ID,
-    ) -> None:
-        router = self._task.router
-        router.check(stream, values, direct=True)
-        self._task.send(stream, values, router.direct_target(stream, task_id), msg_id)
-
-    def report_error(self, error: BaseException) -> None:
-        log.error(
-            "spout %r task %d reported: %r", self._task.component_id, self._task.task_id, error
-        )
-
-
-_MISSING: Final = object()
-
-
-class SpoutTask(Actor):
-    """One task of a spout on the in-process engine (see the module doc)."""
-
-    def __init__(self, engine: LocalExecutor, spec: ComponentSpec, task_id: int) -> None:
-        super().__init__()
-        self.engine = engine
-        self.component_id = spec.id
-        self.task_id = task_id
-        self.name = f"{spec.id}[{task_id}]"
-        self.router = OutputRouter(engine.topology, spec.id, task_id)
-        self.conf = task_conf(engine, spec)
-        spout = instantiate(spec.component, spec.id)
-        assert isinstance(spout, BaseRichSpout)
-        self.spout = spout
-        self.collector = SpoutCollector(self)
-        self.pending: dict[int, Any] = {}
-        self.max_pending: int | None = self.conf[config.TOPOLOGY_MAX_SPOUT_PENDING]
-        self.active = False
-        self.emitted = 0
-        self.idle_wait = 0.0
-        self.next_posted = False
-        self.timer_armed = False
-        self.context: TopologyContext | None = None
-        self.turn_outbox: Outbox | None = None  # the running turn's (``handle_batch``)
-        self.turn_thread = 0  # the thread running the turn
-
-    def open(self) -> None:
-        self.context = context = TopologyContext(
-            self.engine.topology,
-            self.component_id,
-            self.task_id,
-            services=self.engine.services,
-            wakeup=self.wake,
-            conf=self.conf,
-        )
-        self.spout.open(self.conf, context, self.collector)
-        self.spout.activate()
-        self.active = True
-
-    def wake(self) -> None:
-        """Have ``next_tuple`` run soon. Safe from any thread."""
-        if self.next_posted or not self.active:
-            return
-        self.next_posted = True
-        self.idle_wait = 0.0
-        self.engine.post(self, NEXT)
-
-    def _timer_fired(self) -> None:
-        self.timer_armed = False
-        self.wake()
-
-    def handle_batch(self, batch: list[Message], turn: object = None) -> None:
-        # what the spout sends during its turn goes into the turn's outbox (``send``)
-        self.turn_outbox = turn if isinstance(turn, Outbox) else None
-        self.turn_thread = _get_ident()
-        try:
-            super().handle_batch(batch, turn)
-        finally:
-            self.turn_outbox = None
-            self.turn_thread = 0
-
-    def handle(self, message: Message) -> None:
-        match message:
-            case Next():
-                self.next_posted = False
-                self.next_tuple()
-            case RootDone(root, failure):
-                self.root_done(root, failure)
-
-    def next_tuple(self) -> None:
-        if not self.active:
-            return
-        if self.max_pending is not None and len(self.pending) >= self.max_pending:
-            return
-        before = self.emitted
-        try:
-            self.spout.next_tuple()
-        except Exception:
-            log.exception("spout %r next_tuple raised", self.component_id)
-        if self.emitted > before:
-            self.wake()
-            return
-        if self.context is not None and self.context.wakeups_declared:
-            self.idle_wait = self.engine.max_idle_wait
-        else:
-            self.idle_wait = min(max(self.idle_wait * 2, 0.001), self.engine.max_idle_wait)
-        if not self.timer_armed:
-            self.timer_armed = True
-            self.engine.timer.schedule(self.idle_wait, self._timer_fired)
-
-    def root_done(self, root: int, failure: Failure | None) -> None:
-        msg_id = self.pending.pop(root, _MISSING)
-        if msg_id is _MISSING:
-            return
-        spans = self.engine.spans
-        if spans is not None and failure is not None:
-            spans.failed(root, failure)
-            # the spout's own span: from hearing of the failure to failing the request
-            HANDLING.current = (self.component_id, self.task_id, time.monotonic())
-        try:
-            if failure is None:
-                self.spout.ack(msg_id)
-            elif isinstance(self.spout, FailureAwareSpout):
-                self.spout.fail_with(msg_id, failure)
-            else:
-                self.spout.fail(msg_id)
-        except Exception:
-            log.exception(
-                "spout %r %s raised", self.component_id, "ack" if failure is None else "fail"
-            )
-        if spans is not None:
-            HANDLING.current = None
-            spans.forget(root)
-        if self.max_pending is not None:
-            self.wake()
-
-    def send(self, stream: str, values: Sequence[Any], targets: list[int], msg_id: Any) -> None:
-        payload = self.router.freeze(stream, values)
-        self.emitted += 1
-        # into the turn's outbox when the turn's own thread emits (a spout emitting from a
-        # thread of its own delivers directly)
-        outbox = self.turn_outbox if self.turn_thread == _get_ident() else None
-        engine = self.engine
-        if msg_id is None:
-            for target in targets:
-                message = TupleMessage(self.component_id, stream, self.task_id, payload, {})
-                if outbox is not None:
-                    outbox.add(target, message)
-                else:
-                    engine.deliver(target, message)
-            return
-        root = new_edge_id()
-        self.pending[root] = msg_id
-        spans = self.engine.spans
-        if spans is not None and isinstance(msg_id, ReturnInfo):
-            spans.opened(root, msg_id)
-        if not targets:
-            self.engine.post(self, RootDone(root, None))
-            return
-        ack_val = 0
-        messages = []
-        for target in targets:
-            edge = new_edge_id()
-            ack_val ^= edge
-            messages.append(
-                (
-                    target,
-                    TupleMessage(self.component_id, stream, self.task_id, payload, {root: edge}),
-                )
-            )
-        if outbox is not None:
-            outbox.add_acker(root, AckInit(root, ack_val, self.task_id))
-            for target, message in messages:
-                outbox.add(target, message)
-            return
-        engine.to_acker(root, AckInit(root, ack_val, self.task_id))
-        for target, message in messages:
-            engine.deliver(target, message)
-
-    def close(self) -> None:
-        self.active = False
-        try:
-            self.spout.deactivate()
-        finally:
-            self.spout.close()
-
-
-class AckerTask(Actor):
-    """Runs the acker for the roots that hash to it (see the module doc).
-
-    The ledger is guarded by ``lock``, which the engine's ackers share: a turn of the
-    engine applies its acker messages to the ledgers directly as it ends
-    (``LocalExecutor``), on whatever thread ran it; only ticks and acker messages from
-    outside a turn come through the mailbox."""
-
-    def __init__(
-        self, engine: LocalExecutor, index: int, timeout: float, lock: threading.Lock
-    ) -> None:
-        super().__init__()
-        self.engine = engine
-        self.name = f"__acker[{index}]"
-        self.acker = Acker(timeout)
-        self.lock = lock  # the engine's, shared by its ackers
-
-    def handle_batch(self, batch: list[Message], turn: object = None) -> None:
-        super().handle_batch(fold_acks(batch) if len(batch) > 1 else batch, turn)
-
-    def apply(self, message: Message, now: float) -> list[AckerDecision]:
-        """The ledger's decisions on ``message`` (an acker message or a ``Tick``)."""
-        lock = self.lock
-        lock.acquire()
-        try:
-            return self.decide(message, now)
-        finally:
-            lock.release()
-
-    def decide(self, message: Message, now: float) -> list[AckerDecision]:
-        """``apply`` with ``lock`` held."""
-        acker = self.acker
-        match message:
-            case Ack(root, ack_val):
-                return acker.ack(root, ack_val, now)
-            case AckInit(root, ack_val, owner):
-                return acker.init(root, ack_val, owner, now)
-            case AckFail(root, failure):
-                return acker.fail(root, failure, now)
-            case Tick(now):
-                return acker.expire(now)
-            case _:
-                return []
-
-    def handle(self, message: Message) -> None:
-        decisions = self.apply(message, time.monotonic())
-        for decision in decisions:
-            owner = cast(int, decision.owner)  # the task id of the spout that made the root
-            if isinstance(decision, RootCompleted):
-                self.engine.deliver(owner, RootDone(decision.root, None))
-                continue
-            failure = decision.failure
-            if decision.timed_out:
-                failure = self.engine.where_stuck(decision.root, failure)
-            self.engine.deliver(owner, RootDone(decision.root, failure))
-            self.engine.broadcast_abandon(decision.root)
