@@ -419,15 +419,10 @@ def transactional_topology(
             declarer = builder.set_committer_bolt(
                 component.name, component.persist, component.parallelism
             )
+            for input in component.inputs:
+                _subscribe(declarer, input)
         else:
-            assert component.root is not None
-            declarer = builder.set_bolt(
-                component.name,
-                SegmentBolt(component.root, component.streams),
-                component.parallelism,
-            )
-        for input in component.inputs:
-            _subscribe(declarer, input)
+            _declare_segment(builder, component)
     compiled = builder.create_topology(_conf(state_dir, conf))
     if fused and fused_plan(compiled) is not None:
         compiled.transactional = dataclasses.replace(
@@ -445,6 +440,18 @@ def _spout_of(source: Node) -> SpoutSource:
 
 def _subscribe(declarer: Any, input: Input) -> None:
     declarer.grouping(input.component, input.grouping, input.stream)
+
+
+def _declare_segment(
+    builder: TransactionalTopologyBuilder | CoordinatedDRPCTopologyBuilder, component: Component
+) -> None:
+    """``component``'s segment as a ``SegmentBolt`` of ``builder``, reading its inputs."""
+    assert component.root is not None
+    declarer = builder.set_bolt(
+        component.name, SegmentBolt(component.root, component.streams), component.parallelism
+    )
+    for input in component.inputs:
+        _subscribe(declarer, input)
 
 
 def drpc_topology(
@@ -474,14 +481,7 @@ def drpc_topology(
     last.streams[RESULT_STREAM] = tip.fields
     builder = CoordinatedDRPCTopologyBuilder(function)
     for component in compiler.components:
-        assert component.root is not None
-        declarer = builder.set_bolt(
-            component.name,
-            SegmentBolt(component.root, component.streams),
-            component.parallelism,
-        )
-        for input in component.inputs:
-            _subscribe(declarer, input)
+        _declare_segment(builder, component)
     builder.set_bolt(RETURN_STEP, ReturnTuples()).fields_grouping(
         last.name, Fields(BATCH_FIELD), RESULT_STREAM
     )
