@@ -57,6 +57,17 @@ def new_edge_id() -> int:
             return value
 
 
+def new_root_id(modulus: int, residue: int) -> int:
+    """A random non-zero 64-bit root id congruent to ``residue`` modulo ``modulus``: the
+    acker tracking it is found from the id alone (a share of a deployment whose ackers
+    track its own spouts' roots)."""
+    root = new_edge_id()
+    root += residue - root % modulus
+    if root > _MASK64:
+        root -= modulus
+    return root if root else modulus
+
+
 def _reseed_after_fork() -> None:
     # A forked child (a Spark Python worker forked from its daemon) must not draw the
     # parent's ids: the same edge id twice in a tree cancels out in the XOR.

@@ -117,6 +117,7 @@ class LocalExecutor(Turns):
         ackers: bool = True,
         recorder: StepRecorder | None = None,
         handoff: float = HANDOFF,
+        acker_roots: tuple[int, int] | None = None,
     ) -> None:
         """
         :param threads: worker threads running the tasks (default 4): how many turns may
@@ -130,6 +131,9 @@ class LocalExecutor(Turns):
         :param hosted: the task ids this engine runs (default every task); the others
             are reached through ``remote``.
         :param ackers: run the topology's acker tasks here (default True).
+        :param acker_roots: ``(modulus, residue)``: the ackers here track only the roots
+            congruent to ``residue`` (the ones this share's spouts make); any other root's
+            acker is reached through ``remote`` (default None: every root's is here).
         :param recorder: where bolt tasks report step spans when the requests' spans are
             kept in another process (``ShippedSpans``); by default they are kept here when
             an observer is given.
@@ -172,6 +176,9 @@ class LocalExecutor(Turns):
             raise ValueError("an engine hosting a share of a topology needs a remote")
         self.remote = remote
         self.acker_count = int(self.conf[config.TOPOLOGY_ACKER_EXECUTORS])
+        if acker_roots is not None and (not ackers or remote is None):
+            raise ValueError("acker_roots needs ackers here and a remote for the others")
+        self.root_modulus, self.root_residue = acker_roots or (0, 0)
         self._acker_lock = self.scheduler.lock  # see ``under_lock``
         self.ackers = (
             [
@@ -362,6 +369,11 @@ class LocalExecutor(Turns):
             for message in messages:
                 self.remote.deliver(task_id, message)
         acking = bool(outbox.ack_root or outbox.acker)
+        if acking and self.root_modulus:
+            assert self.remote is not None
+            for root, message in outbox.split_foreign(self.root_modulus, self.root_residue):
+                self.remote.to_acker(root, message)
+            acking = bool(outbox.ack_root or outbox.acker)
         if acking and not self.ackers:
             assert self.remote is not None
             for root, message in outbox.acker_messages():
@@ -472,7 +484,8 @@ class LocalExecutor(Turns):
         if outbox is not None:
             outbox.add_acker(root, message)
             return
-        if self.ackers:
+        modulus = self.root_modulus
+        if self.ackers and (not modulus or root % modulus == self.root_residue):
             self.post(self.ackers[root % self.acker_count], message)
         else:
             assert self.remote is not None

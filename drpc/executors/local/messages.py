@@ -213,6 +213,24 @@ class Outbox:
             self.add_ack(root, value)
         self.acker.extend(other.acker)
 
+    def split_foreign(self, modulus: int, residue: int) -> list[tuple[int, Message]]:
+        """Take out the acker messages of roots not congruent to ``residue`` modulo
+        ``modulus`` (their ackers are elsewhere) and return them as ``acker_messages``
+        orders them."""
+        foreign = [(root, message) for root, message in self.acker if root % modulus != residue]
+        if foreign:
+            self.acker = [(root, m) for root, m in self.acker if root % modulus == residue]
+        values = self.ack_values()
+        if any(root % modulus != residue for root, _ in values):
+            self.ack_root = self.ack_value = 0
+            self.acks = {}
+            for root, value in values:
+                if root % modulus == residue:
+                    self.add_ack(root, value)
+                else:
+                    foreign.append((root, Ack(root, value)))
+        return foreign
+
     def acker_messages(self) -> list[tuple[int, Message]]:
         """Every acker message, ``(root, message)``: the others first, then one ``Ack``
         per root."""

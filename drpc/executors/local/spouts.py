@@ -35,7 +35,7 @@ from drpc.model.context import TopologyContext
 from drpc.model.streams import DEFAULT_STREAM_ID
 from drpc.model.topology import ComponentSpec
 from drpc.requests import ReturnInfo
-from drpc.semantics.acker import new_edge_id
+from drpc.semantics.acker import new_edge_id, new_root_id
 from drpc.semantics.routing import OutputRouter
 from drpc.semantics.runners import instantiate
 
@@ -214,7 +214,8 @@ class SpoutTask(Actor):
                 else:
                     engine.deliver(target, message)
             return
-        root = new_edge_id()
+        modulus = engine.root_modulus
+        root = new_root_id(modulus, engine.root_residue) if modulus else new_edge_id()
         self.pending[root] = msg_id
         spans = self.engine.spans
         if spans is not None and isinstance(msg_id, ReturnInfo):
