@@ -32,12 +32,20 @@ fields-grouped on that input's id field alone. Stream and field checks are
 ``TopologyBuilder``'s. ``Topology.drpc_steps`` lists the steps in
 topological order (executors run them on Spark, the scaffolding on the
 driver).
+
+``spread_scaffolding(topology, tasks)`` gives a built DRPC topology one
+scaffolding task per worker of a deployment that runs the scaffolding beside
+the steps (the resident Spark executor, fetching from remote servers): the
+spout, ``prepare-request``, ``join-result`` and ``return-results`` get
+``tasks`` tasks each, wired task index to task index (local-or-shuffle), so
+a request stays with the worker that fetched it from entry to answer; its
+steps are unchanged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from drpc.builders.drpc_components import (
@@ -332,6 +340,28 @@ class CoordinatedDRPCTopologyBuilder:
                     f"{input.source!r})",
                     sink.id,
                 )
+
+
+def spread_scaffolding(topology: Topology, tasks: int) -> Topology:
+    """``topology`` with ``tasks`` tasks of each scaffolding component (see the module doc)."""
+    if topology.drpc_function is None:
+        raise InvalidTopologyError(f"topology {topology.name!r} serves no DRPC function")
+    if tasks < 1:
+        raise ValueError(f"a spread scaffolding needs at least one task each, got {tasks}")
+    specs = []
+    for spec in topology.components.values():
+        inputs = dict(spec.inputs)
+        if spec.id in SCAFFOLDING:
+            if spec.id in (PREPARE_ID, RETURN_ID):  # the one input: the task of the same index
+                inputs = dict.fromkeys(inputs, LocalOrShuffleGrouping())
+            spec = replace(spec, parallelism=tasks, inputs=inputs, conf=dict(spec.conf))
+        else:
+            spec = replace(spec, inputs=inputs, conf=dict(spec.conf))
+        specs.append(spec)
+    spread = Topology(topology.name, specs, topology.conf)
+    spread.drpc_function = topology.drpc_function
+    spread.drpc_steps = list(topology.drpc_steps)
+    return spread
 
 
 def _result_stream(sink: Step) -> tuple[str, Fields]:

@@ -5,7 +5,9 @@
   ``[args, return-info]`` with the return info as message id; a failed tree
   fails the request with the failure's type and message.
 - ``PrepareRequest`` gives each request a coordination id (a small int unique
-  within the runtime, distinct from the server's request id) and emits
+  within the runtime, distinct from the server's request id; where
+  ``join-result`` has as many tasks, only ids that its task of the same index
+  joins, so a spread scaffolding keeps a request on one worker) and emits
   ``[request, args]`` (default), ``[request, return-info]`` ("ret") and
   ``[request]`` ("id"). In a topology that reads a state directory
   (``drpc.state.dir`` in its configuration), unless ``drpc.state.pinned.reads``
@@ -28,7 +30,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from drpc.errors import DRPCExceptionType, FailedException, Failure, InvalidTopologyError
@@ -44,6 +46,7 @@ from drpc.model.components import (
 )
 from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
+from drpc.model.grouping import FieldsGrouping
 from drpc.model.streams import OutputFieldsDeclarer
 from drpc.model.topology import Topology
 from drpc.model.tuples import Tuple
@@ -136,7 +139,7 @@ class PrepareRequest(BaseBasicBolt):
     state_reads = "nowhere"
 
     def __init__(self) -> None:
-        self._ids: itertools.count[int] | None = None
+        self._ids: Iterator[int] | None = None
         self._pinning = False
         self._state: StateEnvironment | None = None
         self._observer: Observer = NULL_OBSERVER
@@ -149,8 +152,7 @@ class PrepareRequest(BaseBasicBolt):
         declarer.declare_stream(ID_STREAM, Fields("request"))
 
     def prepare(self, conf: Conf, context: TopologyContext) -> None:
-        tasks = len(context.this_component_tasks)
-        self._ids = itertools.count(context.this_task_index + 1, tasks)
+        self._ids = request_numbers(context)
         if conf.get(STATE_DIR_CONF) and conf.get(PINNED_READS_CONF, True):
             self._pinning = True
             self._conf, self._services = conf, context.services
@@ -174,6 +176,22 @@ class PrepareRequest(BaseBasicBolt):
         collector.emit([request, tuple[0]])
         collector.emit([request, tuple[1]], stream=RETURN_STREAM)
         collector.emit([request], stream=ID_STREAM)
+
+
+def request_numbers(context: TopologyContext) -> Iterator[int]:
+    """A ``PrepareRequest`` task's request ids (see the module doc): distinct from its
+    other tasks'; when ``join-result`` has as many tasks, the ids its task of this task's
+    index receives."""
+    index, tasks = context.this_task_index, len(context.this_component_tasks)
+    joins = context.this_targets().get(RETURN_STREAM, {})
+    if tasks > 1 and len(joins) == 1:
+        [(join, grouping)] = joins.items()
+        if isinstance(grouping, FieldsGrouping) and len(context.component_tasks(join)) == tasks:
+            fields = context.this_output_fields(RETURN_STREAM)
+            partitioner = grouping.partitioner(fields, index, tasks, tasks)
+            mine = (index,)
+            return (n for n in itertools.count(1) if partitioner.choose([n, None]) == mine)
+    return itertools.count(index + 1, tasks)
 
 
 class _RequestPins:
