@@ -24,6 +24,11 @@ Contract:
   protocol has no place for a bearer token, so over Thrift a certificate is
   the runner's identity); a refusal (``AuthorizationException``) is logged
   like a lost link and retried every ``reconnect_interval``;
+- ``settings`` (``InvocationsSettings``, picklable) rebuilds the same handle in
+  another process (``RemoteInvocations.from_settings``): the resident Spark
+  executor ships it to its tasks, each of which then fetches from every
+  server itself, and calls ``hand_off(function)`` so this process's pollers
+  leave that function to them;
 - ``RemoteRunner`` ties it together: ``start()`` starts pollers and one
   executor per topology, ``stop()`` stops both.
 
@@ -42,6 +47,7 @@ import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -80,6 +86,19 @@ DEFAULT_CALL_TIMEOUT = 10.0
 _LINK_ERRORS = (DRPCConnectionError, DRPCTimeoutError, ProtocolError, AuthorizationException)
 
 
+@dataclass(frozen=True)
+class InvocationsSettings:
+    """What ``RemoteInvocations`` was built with, to build it again elsewhere."""
+
+    servers: tuple[Address, ...]
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    reconnect_interval: float = DEFAULT_RECONNECT_INTERVAL
+    max_buffered: int = DEFAULT_MAX_BUFFERED
+    timeout: float = DEFAULT_CALL_TIMEOUT
+    max_frame_size: int = MAX_FRAME_SIZE
+    tls: TLSSettings | None = None
+
+
 class RemoteInvocations:
     """Requests from the invocations ports of several servers; outcomes back to each."""
 
@@ -111,7 +130,17 @@ class RemoteInvocations:
         if max_buffered < 1:
             raise ValueError(f"max_buffered must be >= 1, got {max_buffered!r}")
         addresses = parse_servers(servers, DEFAULT_INVOCATIONS_PORT)
+        self.settings = InvocationsSettings(
+            tuple(addresses),
+            poll_interval,
+            reconnect_interval,
+            max_buffered,
+            timeout,
+            max_frame_size,
+            tls,
+        )
         self.functions = list(functions)
+        self.handed_off: list[str] = []
         self.poll_interval = poll_interval
         self.reconnect_interval = reconnect_interval
         self.max_buffered = max_buffered
@@ -128,11 +157,36 @@ class RemoteInvocations:
         self._pollers: list[threading.Thread] = []
         self.connected: dict[str, bool] = dict.fromkeys(self._clients, False)
 
+    @classmethod
+    def from_settings(
+        cls, settings: InvocationsSettings, functions: Sequence[str]
+    ) -> RemoteInvocations:
+        """A handle like the one ``settings`` came from, fetching ``functions``."""
+        return cls(
+            list(settings.servers),
+            functions,
+            poll_interval=settings.poll_interval,
+            reconnect_interval=settings.reconnect_interval,
+            max_buffered=settings.max_buffered,
+            timeout=settings.timeout,
+            max_frame_size=settings.max_frame_size,
+            tls=settings.tls,
+        )
+
+    def hand_off(self, function: str) -> None:
+        """Stop fetching ``function`` here: processes built from ``settings`` fetch it."""
+        with self._lock:
+            if function in self.functions:
+                self.functions.remove(function)
+                self.handed_off.append(function)
+
     @property
     def origins(self) -> list[str]:
         return list(self._clients)
 
     def start(self) -> None:
+        if not self.functions:  # every function handed off: nothing to fetch here
+            return
         for origin, client in self._clients.items():
             poller = threading.Thread(
                 target=self._poll, args=(origin, client), name=f"drpc-poller-{origin}", daemon=True
@@ -230,7 +284,7 @@ class RemoteInvocations:
     def _poll_round(self, client: DRPCInvocationsClient) -> bool:
         """Fetch at most one request per function with room; True if any came."""
         fetched = False
-        for function in self.functions:
+        for function in list(self.functions):
             if self.buffered(function) >= self.max_buffered:
                 continue
             request = client.fetch_request(function)
@@ -278,12 +332,16 @@ class RemoteRunner:
         except BaseException:
             self.stop()
             raise
-        self.invocations.start()
+        invocations = self.invocations
+        invocations.start()
         log.info(
-            "runner serving %s for %s on the %s executor",
-            ", ".join(self.invocations.functions),
-            ", ".join(self.invocations.origins),
+            "runner serving %s for %s on the %s executor%s",
+            ", ".join(invocations.functions + invocations.handed_off),
+            ", ".join(invocations.origins),
             self.executor,
+            f"; the resident Spark tasks fetch {', '.join(invocations.handed_off)} themselves"
+            if invocations.handed_off
+            else "",
         )
         return self
 
@@ -364,4 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run the module's own import, not ``__main__``'s copy: the resident Spark executor
+    # recognises drpc.runner.RemoteInvocations, which it can rebuild on its tasks.
+    from drpc.runner import main as imported_main
+
+    raise SystemExit(imported_main())

@@ -9,7 +9,11 @@ every resident function of the process is deployed on it:
   topology, waits until every task runs it, then starts the driver's share
   (spouts, the DRPC scaffolding, the ackers) and returns the ``Deployment``;
   ``undeploy`` stops both. A request enters through the driver's share:
-  nothing launches a Spark job per request.
+  nothing launches a Spark job per request. With ``fetching`` (the
+  ``InvocationsSettings`` of remote servers) the driver has no share: every
+  task runs one scaffolding task of each kind (``spread_scaffolding``),
+  fetches requests from the servers itself, acks them and answers them, and
+  the driver does nothing per request.
 - The job occupies ``slots`` executor slots for as long as it runs; batch jobs
   and transactional runs use the rest. ``default_slots(sc)`` is half the
   default parallelism, at least one.
@@ -47,6 +51,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from drpc.builders.coordinated_drpc import spread_scaffolding
 from drpc.compiled import engine_build
 from drpc.errors import DRPCError, DRPCExceptionType, Failure
 from drpc.executors.local.executor import LocalExecutor
@@ -109,6 +114,7 @@ class Deployment:
     threads: int
     node_of: dict[int, int] = field(default_factory=dict)
     observed: bool = False  # the resident tasks ship their step spans to the driver
+    fetching: Any = None  # InvocationsSettings: the tasks fetch and answer requests themselves
     engine: LocalExecutor | None = None
     deployed: set[int] = field(default_factory=set)
     failed: str | None = None
@@ -222,9 +228,14 @@ class ResidentCluster:
         services: dict[str, Any],
         *,
         threads: int = DEFAULT_WORKER_THREADS,
+        fetching: Any = None,
     ) -> Deployment:
-        """Run ``topology`` on the resident tasks and its driver share here."""
+        """Run ``topology`` on the resident tasks and its driver share here (none with
+        ``fetching``: see the module doc)."""
         self.start()
+        spread = fetching is not None
+        if spread:
+            topology = spread_scaffolding(topology, self.slots)
         deployment = Deployment(
             key=f"{topology.name}#{next(_keys)}",
             topology=topology,
@@ -232,8 +243,9 @@ class ResidentCluster:
             conf=dict(conf),
             services=services,
             threads=threads,
-            node_of=place(topology, self.slots),
-            observed=observer_of(services) is not NULL_OBSERVER,
+            node_of=place(topology, self.slots, scaffolding_on_workers=spread),
+            observed=not spread and observer_of(services) is not NULL_OBSERVER,
+            fetching=fetching,
         )
         if not self.wait_ready(self.start_timeout):
             raise DRPCError(self._not_ready_message())
@@ -262,6 +274,8 @@ class ResidentCluster:
                         deployment.conf,
                         deployment.node_of,
                         deployment.observed,
+                        self.slots,
+                        deployment.fetching,
                     ),
                 ),
             )
@@ -283,6 +297,8 @@ class ResidentCluster:
                 f"resident tasks {missing} did not start {deployment.topology.name!r} within "
                 f"{self.start_timeout:g} s"
             )
+        if deployment.fetching is not None:
+            return  # the tasks run every part of it
         route = Route(self.node, deployment.key, deployment.node_of)
         engine = LocalExecutor(
             deployment.topology,

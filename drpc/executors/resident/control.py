@@ -6,10 +6,13 @@ Control items travel as wire items ``(None, CONTROL, message)``
 - a worker says ``Ready(node, engine_build)`` once it is connected to the driver
   and to the workers before it (``engine_build``: ``"compiled"`` or ``"pure"``, see
   ``drpc.compiled``);
-- the driver sends ``Deploy(key, topology, conf, node_of, observed)`` (the topology
-  frozen with cloudpickle, so bolts defined in ``__main__`` travel) and each
-  worker answers ``Deployed(key, node)`` once its share runs, or
-  ``DeployFailed(key, node, reason)``;
+- the driver sends ``Deploy(key, topology, conf, node_of, observed, workers,
+  fetching)`` (the topology frozen with cloudpickle, so bolts defined in
+  ``__main__`` travel; ``fetching``: the ``InvocationsSettings`` each worker builds
+  its own invocations handle from when the workers run the DRPC scaffolding and
+  fetch requests themselves, else None) and each worker answers
+  ``Deployed(key, node)`` once its share runs, or ``DeployFailed(key, node,
+  reason)``;
 - ``Undeploy(key)`` stops a worker's share; ``Stop()`` ends the worker, and
   with it its Spark task;
 - ``Call(call_id, work)`` runs a function on a worker (``work``: the function and
@@ -35,6 +38,8 @@ class Deploy(NamedTuple):
     conf: dict[str, Any]
     node_of: dict[int, int]
     observed: bool  # ship step spans to the driver
+    workers: int
+    fetching: Any = None  # drpc.runner.InvocationsSettings, or None: the driver fetches
 
 
 class Deployed(NamedTuple):

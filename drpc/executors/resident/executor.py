@@ -19,6 +19,15 @@ the process:
   executor (``drpc.executors.local``), its tasks spread over processes, so
   every rule (acking, coordination, tree timeouts, asynchronous acks) is the
   local executor's. No Spark job runs per request.
+- ``request_path`` says where requests enter and leave. ``"tasks"``: every
+  resident task fetches requests from the DRPC servers itself, runs the DRPC
+  spout, scaffolding and ackers beside its bolts and answers each request to
+  its server; the driver does nothing per request. It needs an invocations
+  handle that can be rebuilt on the tasks (``drpc.runner.RemoteInvocations``,
+  which then leaves the function to them: ``hand_off``), else ``ValueError``.
+  ``"driver"``: as described above. ``"auto"`` (default): ``"tasks"`` when the
+  handle allows it (a ``drpc-runner``), else ``"driver"`` (a topology
+  embedded in the server or in ``LocalDRPC``, whose request table is here).
 - A resident task or executor that dies fails the requests in flight with
   INTERNAL_ERROR naming the cause; the job restarts and serving resumes.
 - ``stop()`` undeploys the function (the resident job keeps running for the
@@ -32,7 +41,11 @@ import threading
 from typing import Any
 
 from drpc import config, runtime
-from drpc.builders.drpc_components import required_invocations, served_function
+from drpc.builders.drpc_components import (
+    INVOCATIONS_SERVICE,
+    required_invocations,
+    served_function,
+)
 from drpc.errors import DRPCError
 from drpc.executors.resident.cluster import (
     DEFAULT_START_TIMEOUT,
@@ -47,6 +60,17 @@ log = logging.getLogger(__name__)
 
 _clusters_lock = threading.Lock()
 _cluster: ResidentCluster | None = None
+
+
+REQUEST_PATHS = ("auto", "tasks", "driver")
+
+
+def _fetching_settings(invocations: Any) -> Any:
+    """The settings the resident tasks rebuild ``invocations`` from, or None when they
+    cannot (the request table is in this process)."""
+    from drpc.runner import RemoteInvocations  # imports the client: only when asked
+
+    return invocations.settings if isinstance(invocations, RemoteInvocations) else None
 
 
 def resident_cluster(
@@ -115,6 +139,7 @@ class ResidentExecutor:
         slots: int | None = None,
         threads: int = DEFAULT_WORKER_THREADS,
         start_timeout: float = DEFAULT_START_TIMEOUT,
+        request_path: str = "auto",
     ) -> None:
         self.function = served_function(topology, "resident Spark executor")
         if slots is not None and slots < 1:
@@ -126,7 +151,17 @@ class ResidentExecutor:
         self.topology = topology
         self.conf = config.resolve(topology.conf, conf)
         self.services = dict(services or {})
-        required_invocations(self.services, "resident Spark executor")
+        invocations = required_invocations(self.services, "resident Spark executor")
+        if request_path not in REQUEST_PATHS:
+            raise ValueError(
+                f"request_path must be one of {', '.join(REQUEST_PATHS)}, got {request_path!r}"
+            )
+        self.fetching = _fetching_settings(invocations) if request_path != "driver" else None
+        if request_path == "tasks" and self.fetching is None:
+            raise ValueError(
+                "request_path='tasks' needs an invocations handle the resident tasks can "
+                f"rebuild (drpc.runner.RemoteInvocations), got {type(invocations).__name__}"
+            )
         self.master = master
         self.spark_conf = dict(spark_conf or {})
         self.slots = slots
@@ -145,13 +180,18 @@ class ResidentExecutor:
             session.sparkContext, slots=self.slots, start_timeout=self.start_timeout
         )
         self.deployment = self.cluster.deploy(
-            self.topology, self.conf, self.services, threads=self.threads
+            self.topology, self.conf, self.services, threads=self.threads, fetching=self.fetching
         )
+        if self.fetching is not None:
+            self.services[INVOCATIONS_SERVICE].hand_off(self.function)
         log.info(
-            "serving DRPC function %r on the resident Spark tasks (%d slots on %s)",
+            "serving DRPC function %r on the resident Spark tasks (%d slots on %s); %s",
             self.function,
             self.cluster.slots,
             session.sparkContext.master,
+            "each task fetches and answers requests itself"
+            if self.fetching is not None
+            else "requests enter and leave through the driver",
         )
         return self
 

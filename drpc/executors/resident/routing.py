@@ -8,10 +8,16 @@ Contract.
   request table, which lives with the driver), 1..``workers`` for the user's
   bolt tasks, dealt round-robin in component order so every step is spread
   over every worker. The ackers run on the driver, beside the spouts whose
-  roots they track.
+  roots they track. With ``scaffolding_on_workers`` (a topology given one
+  scaffolding task per worker, ``spread_scaffolding``: each worker fetches
+  requests from the servers itself) task ``i`` of every spout and
+  scaffolding component runs on worker ``i + 1`` and nothing on the driver;
+  each worker's ackers track the roots its spouts make
+  (``acker_roots(worker, workers)``).
 - ``Route`` is the ``Remote`` (``drpc.executors.local.executor``) of one
   process's share of one deployment: a message for a task elsewhere goes to
-  that task's node, an acker message to the driver, a failed root's
+  that task's node, an acker message to the driver (with ``acker_modulus``,
+  to the worker whose spouts make the root: ``root_node``), a failed root's
   broadcast to every worker, each as a wire item ``(key, destination,
   payload)`` (``drpc.executors.resident.transport``).
 - ``dispatch(engine, destination, payload)`` hands an item that arrived for
@@ -51,7 +57,9 @@ FIELDS = -5
 DRIVER_COMPONENTS = frozenset({PREPARE_ID, JOIN_ID, RETURN_ID})
 
 
-def place(topology: Topology, workers: int) -> dict[int, int]:
+def place(
+    topology: Topology, workers: int, *, scaffolding_on_workers: bool = False
+) -> dict[int, int]:
     """The node of every task (see the module doc)."""
     if workers < 1:
         raise ValueError(f"a resident deployment needs at least one worker, got {workers}")
@@ -59,13 +67,31 @@ def place(topology: Topology, workers: int) -> dict[int, int]:
     dealt = 0
     for component_id, spec in topology.components.items():
         on_driver = spec.kind == "spout" or component_id in DRIVER_COMPONENTS
-        for task_id in topology.component_task_ids[component_id]:
-            if on_driver:
+        for index, task_id in enumerate(topology.component_task_ids[component_id]):
+            if on_driver and scaffolding_on_workers:
+                if spec.parallelism != workers:
+                    raise ValueError(
+                        f"{component_id!r} has {spec.parallelism} tasks for {workers} workers; "
+                        "spread the scaffolding first (spread_scaffolding)"
+                    )
+                node_of[task_id] = 1 + index
+            elif on_driver:
                 node_of[task_id] = DRIVER
             else:
                 node_of[task_id] = 1 + dealt % workers
                 dealt += 1
     return node_of
+
+
+def acker_roots(worker: int, workers: int) -> tuple[int, int]:
+    """``LocalExecutor``'s ``acker_roots`` for worker ``worker`` (1..``workers``) of a
+    deployment whose workers run its spouts: the roots ``root_node`` sends to it."""
+    return workers, worker - 1
+
+
+def root_node(root: int, workers: int) -> int:
+    """The worker whose ackers track ``root`` (``acker_roots``)."""
+    return 1 + root % workers
 
 
 def hosted_by(node_of: dict[int, int], node: int) -> set[int]:
@@ -81,8 +107,12 @@ class Route:
         key: str,
         node_of: dict[int, int],
         log_fields: Callable[[int], dict[str, Any] | None] | None = None,
+        *,
+        acker_modulus: int = 0,
     ) -> None:
         """
+        :param acker_modulus: the number of workers when each worker's ackers track its
+            spouts' roots (``root_node``); 0 (default): the ackers are on the driver.
         :param log_fields: the log fields of a root's request (the driver, when it keeps
             the requests' spans): sent to a worker ahead of the request's first tuple
             there, so the worker's log lines about it carry them.
@@ -91,6 +121,7 @@ class Route:
         self.key = key
         self.node_of = node_of
         self.log_fields = log_fields
+        self.acker_modulus = acker_modulus
         self._told: OrderedDict[tuple[int, int], None] = OrderedDict()
 
     def deliver(self, task_id: int, message: Message) -> None:
@@ -132,7 +163,9 @@ class Route:
                 told.move_to_end(oldest)
 
     def to_acker(self, root: int, message: Message) -> None:
-        self.node.send(DRIVER, (self.key, ACKER, encode(message)))
+        modulus = self.acker_modulus
+        node = root_node(root, modulus) if modulus else DRIVER
+        self.node.send(node, (self.key, ACKER, encode(message)))
 
     def broadcast_abandon(self, root: int) -> None:
         self.node.broadcast((self.key, ABANDON, root))

@@ -12,14 +12,19 @@ the driver sends ``Stop`` or its connection to the driver breaks:
 - ``Deploy``: build and start this worker's share of the function
   (``LocalExecutor`` over the tasks ``place`` gave this node, routed through
   ``Route``, shipping its step spans to the driver when observed) and answer
-  ``Deployed``, or ``DeployFailed`` naming why;
-- ``Undeploy``: stop that share;
+  ``Deployed``, or ``DeployFailed`` naming why. With ``fetching`` the share
+  also runs its DRPC spout, scaffolding and ackers, fed by an invocations
+  handle of its own (``RemoteInvocations.from_settings``) that fetches from
+  every server and answers each request to the server it came from;
+- ``Undeploy``: stop that share (the requests its spouts hold fail with
+  SERVER_SHUTDOWN);
 - ``Call``: run the function on a thread of the worker's call pool (``threads``
   of them) and answer ``CallDone`` with what it returned or why it raised;
 - a deployment's items go to its share (``routing.dispatch``); items for a
   deployment this worker does not run (an undeployed one) are dropped.
 
-When it returns, its Spark task ends. A peer worker that goes away ends this
+When it returns, its Spark task ends, and the requests its spouts still hold
+fail with INTERNAL_ERROR naming why. A peer worker that goes away ends this
 one too (the driver restarts the whole stage).
 """
 
@@ -33,7 +38,9 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.compiled import engine_build
+from drpc.errors import DRPCExceptionType, Failure
 from drpc.executors.local.executor import LocalExecutor
 from drpc.executors.local.spans import ShippedSpans
 from drpc.executors.resident.control import (
@@ -46,7 +53,14 @@ from drpc.executors.resident.control import (
     Stop,
     Undeploy,
 )
-from drpc.executors.resident.routing import CONTROL, DRIVER, Route, dispatch_items, hosted_by
+from drpc.executors.resident.routing import (
+    CONTROL,
+    DRIVER,
+    Route,
+    acker_roots,
+    dispatch_items,
+    hosted_by,
+)
 from drpc.executors.resident.transport import Address, Node
 from drpc.logs import configure_worker_logging
 
@@ -64,6 +78,7 @@ class ResidentWorker:
         self.threads = threads
         self.node = Node(node_index, token, self._on_items, self._on_lost)
         self.engines: dict[str, LocalExecutor] = {}
+        self.fetchers: dict[str, Any] = {}  # a deployment's own invocations handle
         self.calls = ThreadPoolExecutor(threads, thread_name_prefix=f"drpc-calls-{node_index}")
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -73,10 +88,14 @@ class ResidentWorker:
         """Serve until stopped; returns why it stopped."""
         self._done.wait()
         with self._lock:
-            engines = list(self.engines.values())
-            self.engines.clear()
-        for engine in engines:
-            engine.stop()
+            keys = list(self.engines)
+        failure = Failure(
+            DRPCExceptionType.INTERNAL_ERROR,
+            f"Internal error: resident task {self.index} stopped ({self.reason}) with the "
+            "request in flight",
+        )
+        for key in keys:
+            self._stop_share(key, failure)
         self.calls.shutdown(wait=False, cancel_futures=True)
         self.node.close()
         return self.reason
@@ -97,10 +116,9 @@ class ResidentWorker:
         if isinstance(message, Deploy):
             self._deploy(message)
         elif isinstance(message, Undeploy):
-            with self._lock:
-                engine = self.engines.pop(message.key, None)
-            if engine is not None:
-                engine.stop()
+            self._stop_share(
+                message.key, Failure(DRPCExceptionType.SERVER_SHUTDOWN, "Server Shutting Down")
+            )
         elif isinstance(message, Call):
             self.calls.submit(self._call, message)
         elif isinstance(message, Stop):
@@ -116,29 +134,75 @@ class ResidentWorker:
             done = CallDone(message.call_id, self.index, None, f"{type(error).__name__}: {error}")
         self.node.send(DRIVER, (None, CONTROL, done))
 
+    def _stop_share(self, key: str, failure: Failure) -> None:
+        """Stop a deployment's share: its engine, then the requests its spouts hold fail
+        with ``failure``, then its invocations handle (which sends those failures)."""
+        with self._lock:
+            engine = self.engines.pop(key, None)
+            fetcher = self.fetchers.pop(key, None)
+        if engine is not None:
+            engine.stop()
+            failed = engine.fail_pending(failure)
+            if failed:
+                log.warning(
+                    "resident task %d: %d request(s) in flight on %s failed: %s",
+                    self.index,
+                    failed,
+                    key,
+                    failure.message,
+                )
+        if fetcher is not None:
+            fetcher.stop()
+
     def _deploy(self, message: Deploy) -> None:
+        fetcher = None
         try:
             topology = pickle.loads(message.topology)
-            route = Route(self.node, message.key, message.node_of)
+            fetching = message.fetching
+            spread = fetching is not None
+            route = Route(
+                self.node,
+                message.key,
+                message.node_of,
+                acker_modulus=message.workers if spread else 0,
+            )
+            services: dict[str, Any] = {}
+            if spread:
+                from drpc.runner import RemoteInvocations  # the runner's, not the server's
+
+                fetcher = RemoteInvocations.from_settings(fetching, [topology.drpc_function])
+                services[INVOCATIONS_SERVICE] = fetcher
             engine = LocalExecutor(
                 topology,
                 conf=message.conf,
+                services=services,
                 threads=self.threads,
                 hosted=hosted_by(message.node_of, self.index),
                 remote=route,
-                ackers=False,
+                ackers=spread,
+                acker_roots=acker_roots(self.index, message.workers) if spread else None,
             )
             if message.observed:
                 engine.recorder = ShippedSpans(engine.holding, route.ship_spans)
             with self._lock:
                 previous = self.engines.get(message.key)
+                previous_fetcher = self.fetchers.pop(message.key, None)
                 self.engines[message.key] = engine
+                if fetcher is not None:
+                    self.fetchers[message.key] = fetcher
             if previous is not None:  # deployed again after a restart raced a new deploy
                 previous.stop()
+            if previous_fetcher is not None:
+                previous_fetcher.stop()
             engine.start()
+            if fetcher is not None:
+                fetcher.start()
         except Exception as error:
             with self._lock:
                 self.engines.pop(message.key, None)
+                self.fetchers.pop(message.key, None)
+            if fetcher is not None:
+                fetcher.stop()
             reason = f"{type(error).__name__}: {error}"
             log.exception("resident task %d could not deploy %s", self.index, message.key)
             self.node.send(DRIVER, (None, CONTROL, DeployFailed(message.key, self.index, reason)))
