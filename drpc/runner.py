@@ -22,7 +22,8 @@ Contract:
   at most ``max_queued_outcomes`` (default 10 000) wait per server, past it an
   outcome is dropped; an outcome dropped for any reason (queue full, server
   unknown or down) is logged with its request and server and counted in
-  ``dropped_outcomes``, and the server fails that request at its deadline;
+  ``dropped_outcomes``; the server fails that request at its deadline (or at
+  once, if the connection that fetched it closed);
 - each server binds a request to the connection that fetched it and fails it
   at once (INTERNAL_ERROR) when that connection closes before an answer: so
   ``stop()`` stops fetching, sends what is queued within ``stop_timeout``
