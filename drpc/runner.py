@@ -15,20 +15,32 @@ Contract:
 - each request remembers the server it came from (``ReturnInfo.origin`` is
   that server's "host:port") and its result or failure goes back to that
   server only (``failRequestV2``, keeping the failure's type and message);
+- outcomes never wait on a server: ``result``/``fail_request`` only queue
+  them, and per server a sender thread with a connection of its own sends
+  them, so a slow fetch never delays a result and a server that does not
+  answer delays neither the topology's threads nor another server's outcomes;
+  at most ``max_queued_outcomes`` (default 10 000) wait per server, past it an
+  outcome is dropped; an outcome dropped for any reason (queue full, server
+  unknown or down) is logged with its request and server and counted in
+  ``dropped_outcomes``; the server fails that request at its deadline (or at
+  once, if the connection that fetched it closed);
+- each server binds a request to the connection that fetched it and fails it
+  at once (INTERNAL_ERROR) when that connection closes before an answer: so
+  ``stop()`` stops fetching, sends what is queued within ``stop_timeout``
+  seconds (default 2), and closes the fetch connections last;
 - a server that cannot be reached is retried every ``reconnect_interval``
-  seconds by its own poller while the others keep being served; an outcome
-  for a server that is down is logged and dropped (the server fails that
-  request at its deadline);
+  seconds by its own poller while the others keep being served;
+- ``settings`` (an ``InvocationsSettings``, picklable) is what a handle was
+  built with; ``RemoteInvocations.from_settings(settings, functions)`` builds
+  another, e.g. in a Spark task the settings were shipped to: the resident
+  Spark executor ships them to its tasks, each of which then fetches from
+  every server itself, and calls ``hand_off(function)`` so this handle's
+  pollers leave that function to them (with none left, it starts none);
 - with ``tls`` every server is reached over TLS; the runner's certificate CN
   is the user the servers' ACL must name as ``invocation.user`` (Storm's wire
   protocol has no place for a bearer token, so over Thrift a certificate is
   the runner's identity); a refusal (``AuthorizationException``) is logged
   like a lost link and retried every ``reconnect_interval``;
-- ``settings`` (``InvocationsSettings``, picklable) rebuilds the same handle in
-  another process (``RemoteInvocations.from_settings``): the resident Spark
-  executor ships it to its tasks, each of which then fetches from every
-  server itself, and calls ``hand_off(function)`` so this process's pollers
-  leave that function to them;
 - ``RemoteRunner`` ties it together: ``start()`` starts pollers and one
   executor per topology, ``stop()`` stops both.
 
@@ -45,6 +57,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,13 +95,19 @@ DEFAULT_POLL_INTERVAL = 0.05
 DEFAULT_RECONNECT_INTERVAL = 1.0
 DEFAULT_MAX_BUFFERED = 64
 DEFAULT_CALL_TIMEOUT = 10.0
+DEFAULT_MAX_QUEUED_OUTCOMES = 10_000
+"""Outcomes (results and failures) waiting to be sent, per server."""
+DEFAULT_STOP_TIMEOUT = 2.0
+"""Seconds ``stop()`` gives the queued outcomes to reach their servers."""
 
 _LINK_ERRORS = (DRPCConnectionError, DRPCTimeoutError, ProtocolError, AuthorizationException)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class InvocationsSettings:
-    """What ``RemoteInvocations`` was built with, to build it again elsewhere."""
+    """Everything a ``RemoteInvocations`` is built from; picklable, so a process can ship
+    it to another (a Spark task) that builds its own (``RemoteInvocations.from_settings``).
+    The fields are ``RemoteInvocations``' keywords, documented there."""
 
     servers: tuple[Address, ...]
     poll_interval: float = DEFAULT_POLL_INTERVAL
@@ -97,6 +116,141 @@ class InvocationsSettings:
     timeout: float = DEFAULT_CALL_TIMEOUT
     max_frame_size: int = MAX_FRAME_SIZE
     tls: TLSSettings | None = None
+    max_queued_outcomes: int = DEFAULT_MAX_QUEUED_OUTCOMES
+    stop_timeout: float = DEFAULT_STOP_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise ValueError("no server to serve: give at least one invocations address")
+        for name in ("max_buffered", "max_queued_outcomes", "max_frame_size"):
+            value = getattr(self, name)
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value!r}")
+        for name in ("poll_interval", "reconnect_interval", "stop_timeout"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
+        if self.timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {self.timeout!r}")
+
+    @property
+    def origins(self) -> list[str]:
+        """Each server as its requests' ``ReturnInfo.origin`` names it."""
+        return [format_address(address) for address in self.servers]
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """A result (``error`` None) or a failure on its way to the server that issued it."""
+
+    return_info: ReturnInfo
+    result: str = ""
+    error: DRPCExecutionException | None = None
+
+    @property
+    def what(self) -> str:
+        return "result" if self.error is None else "failure"
+
+
+class _OutcomeSender:
+    """Sends one server's outcomes from a queue, on a thread and a connection of its own,
+    so neither the topology's threads nor the other servers wait on this one."""
+
+    def __init__(
+        self,
+        client: DRPCInvocationsClient,
+        max_queued: int,
+        dropped: Callable[[_Outcome, str], None],
+    ) -> None:
+        self.client = client
+        self.origin = client.origin
+        self.max_queued = max_queued
+        self._dropped = dropped
+        self._queue: deque[_Outcome] = deque()
+        self._ready = threading.Condition(threading.Lock())
+        self._deadline: float | None = None  # set by close(): drain until then
+        self._kept = False  # the client holds a connection that answered the last call
+        self._thread = threading.Thread(
+            target=self._run, name=f"drpc-outcomes-{self.origin}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def queued(self) -> int:
+        with self._ready:
+            return len(self._queue)
+
+    def put(self, outcome: _Outcome) -> None:
+        with self._ready:
+            if self._deadline is not None:
+                reason = "the runner is stopping"
+            elif len(self._queue) >= self.max_queued:
+                reason = f"{len(self._queue)} outcomes queued (max_queued_outcomes)"
+            else:
+                self._queue.append(outcome)
+                self._ready.notify()
+                return
+        self._dropped(outcome, reason)
+
+    def close(self, deadline: float) -> None:
+        """Take no more outcomes; send the queued ones until ``deadline``
+        (``time.monotonic()``), then drop the rest and end."""
+        with self._ready:
+            if self._deadline is None:
+                self._deadline = deadline
+            self._ready.notify()
+
+    def join(self, deadline: float) -> None:
+        if self._thread.is_alive():
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _run(self) -> None:
+        try:
+            while (outcome := self._next()) is not None:
+                self._send(outcome)
+        finally:
+            with self._ready:
+                left = list(self._queue)
+                self._queue.clear()
+            for outcome in left:
+                self._dropped(outcome, "not sent within the stop deadline")
+            self.client.close()
+
+    def _next(self) -> _Outcome | None:
+        with self._ready:
+            while not self._queue:
+                if self._deadline is not None:
+                    return None
+                self._ready.wait()
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                return None
+            return self._queue.popleft()
+
+    def _send(self, outcome: _Outcome) -> None:
+        request_id = outcome.return_info.request_id
+        for attempt in range(2):
+            try:
+                if outcome.error is None:
+                    self.client.result(request_id, outcome.result)
+                else:
+                    self.client.fail_request_v2(request_id, outcome.error)
+            except DRPCConnectionError as error:
+                # A kept connection may have been closed by the server while idle: the call
+                # did not reach it, so it goes once more on a new connection.
+                retry = self._kept and attempt == 0
+                self._kept = False
+                if not retry:
+                    self._dropped(outcome, str(error))
+                    return
+            except _LINK_ERRORS as error:
+                self._kept = False
+                self.client.close()
+                self._dropped(outcome, str(error))
+                return
+            else:
+                self._kept = True
+                return
 
 
 class RemoteInvocations:
@@ -113,6 +267,8 @@ class RemoteInvocations:
         timeout: float = DEFAULT_CALL_TIMEOUT,
         max_frame_size: int = MAX_FRAME_SIZE,
         tls: TLSSettings | None = None,
+        max_queued_outcomes: int = DEFAULT_MAX_QUEUED_OUTCOMES,
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
     ) -> None:
         """
         :param servers: invocations ports, "host:port,..." or a list (port default 3773).
@@ -126,85 +282,146 @@ class RemoteInvocations:
         :param timeout: seconds for connecting and for each call to a server, default 10.
         :param max_frame_size: largest reply frame accepted in bytes, default 1 MiB.
         :param tls: reach the servers over TLS with these settings (None: plain TCP).
+        :param max_queued_outcomes: most results and failures waiting to be sent to one
+            server, default 10 000; past it an outcome is dropped (logged, counted in
+            ``dropped_outcomes``) and the server fails that request at its deadline.
+        :param stop_timeout: seconds ``stop()`` gives the queued outcomes to reach their
+            servers (and the pollers to end), default 2.
         """
-        if max_buffered < 1:
-            raise ValueError(f"max_buffered must be >= 1, got {max_buffered!r}")
-        addresses = parse_servers(servers, DEFAULT_INVOCATIONS_PORT)
-        self.settings = InvocationsSettings(
-            tuple(addresses),
-            poll_interval,
-            reconnect_interval,
-            max_buffered,
-            timeout,
-            max_frame_size,
-            tls,
+        self._setup(
+            InvocationsSettings(
+                tuple(parse_servers(servers, DEFAULT_INVOCATIONS_PORT)),
+                poll_interval=poll_interval,
+                reconnect_interval=reconnect_interval,
+                max_buffered=max_buffered,
+                timeout=timeout,
+                max_frame_size=max_frame_size,
+                tls=tls,
+                max_queued_outcomes=max_queued_outcomes,
+                stop_timeout=stop_timeout,
+            ),
+            functions,
         )
-        self.functions = list(functions)
-        self.handed_off: list[str] = []
-        self.poll_interval = poll_interval
-        self.reconnect_interval = reconnect_interval
-        self.max_buffered = max_buffered
-        self._clients = {
-            format_address(address): DRPCInvocationsClient(
-                *address, timeout=timeout, max_frame_size=max_frame_size, tls=tls
-            )
-            for address in addresses
-        }
-        self._lock = threading.Lock()
-        self._buffers: dict[str, deque[DRPCRequest]] = {name: deque() for name in functions}
-        self._wakeups = Wakeups()
-        self._stopping = threading.Event()
-        self._pollers: list[threading.Thread] = []
-        self.connected: dict[str, bool] = dict.fromkeys(self._clients, False)
 
     @classmethod
     def from_settings(
         cls, settings: InvocationsSettings, functions: Sequence[str]
     ) -> RemoteInvocations:
-        """A handle like the one ``settings`` came from, fetching ``functions``."""
-        return cls(
-            list(settings.servers),
-            functions,
-            poll_interval=settings.poll_interval,
-            reconnect_interval=settings.reconnect_interval,
-            max_buffered=settings.max_buffered,
-            timeout=settings.timeout,
-            max_frame_size=settings.max_frame_size,
-            tls=settings.tls,
-        )
+        """A handle built from ``settings`` (e.g. another ``RemoteInvocations``'
+        ``settings``, shipped to this process), fetching requests for ``functions``."""
+        invocations = cls.__new__(cls)
+        invocations._setup(settings, functions)
+        return invocations
 
-    def hand_off(self, function: str) -> None:
-        """Stop fetching ``function`` here: processes built from ``settings`` fetch it."""
-        with self._lock:
-            if function in self.functions:
-                self.functions.remove(function)
-                self.handed_off.append(function)
+    def _setup(self, settings: InvocationsSettings, functions: Sequence[str]) -> None:
+        self.settings = settings
+        """What this handle was built with (picklable: ``from_settings`` rebuilds it)."""
+        self.functions = list(functions)
+        self.handed_off: list[str] = []  # fetched elsewhere (``hand_off``)
+        self.poll_interval = settings.poll_interval
+        self.reconnect_interval = settings.reconnect_interval
+        self.max_buffered = settings.max_buffered
+
+        def client(address: Address) -> DRPCInvocationsClient:
+            return DRPCInvocationsClient(
+                *address,
+                timeout=settings.timeout,
+                max_frame_size=settings.max_frame_size,
+                tls=settings.tls,
+            )
+
+        # Requests are fetched on one connection per server and answered on another, so a
+        # slow fetch never delays a result. A server binds a request to the connection
+        # that fetched it: closing that one fails the requests it still holds.
+        self._clients = {format_address(address): client(address) for address in settings.servers}
+        self._senders = {
+            origin: _OutcomeSender(
+                client(address), settings.max_queued_outcomes, self._outcome_dropped
+            )
+            for origin, address in zip(self._clients, settings.servers, strict=True)
+        }
+        self._lock = threading.Lock()
+        self._buffers: dict[str, deque[DRPCRequest]] = {name: deque() for name in functions}
+        self._wakeups = Wakeups()
+        self._stopping = threading.Event()
+        self._flushed = threading.Event()  # the outcomes are sent: fetch connections may close
+        self._pollers: list[threading.Thread] = []
+        self._polls_ended: list[threading.Event] = []  # one per poller: it fetches no more
+        self._started = False
+        self.dropped_outcomes = 0
+        """Results and failures that never reached their server (queue full, unknown
+        server, link down, not sent by the stop deadline): those requests fail at their
+        server's deadline, or at once if the connection that fetched them closed."""
+        self.connected: dict[str, bool] = dict.fromkeys(self._clients, False)
 
     @property
     def origins(self) -> list[str]:
         return list(self._clients)
 
+    def hand_off(self, function: str) -> None:
+        """Fetch ``function`` no more here: handles built from ``settings`` fetch it."""
+        with self._lock:
+            if function in self.functions:
+                self.functions.remove(function)
+                self.handed_off.append(function)
+
     def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        for sender in self._senders.values():
+            sender.start()
         if not self.functions:  # every function handed off: nothing to fetch here
             return
         for origin, client in self._clients.items():
+            ended = threading.Event()
             poller = threading.Thread(
-                target=self._poll, args=(origin, client), name=f"drpc-poller-{origin}", daemon=True
+                target=self._poll,
+                args=(origin, client, ended),
+                name=f"drpc-poller-{origin}",
+                daemon=True,
             )
             poller.start()
             self._pollers.append(poller)
+            self._polls_ended.append(ended)
+
+    def stop_fetching(self, deadline: float | None = None) -> None:
+        """Fetch no more requests (outcomes are still sent); waits for the pollers' calls
+        in flight until ``deadline`` (``time.monotonic()``; default ``stop_timeout`` from
+        now)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.settings.stop_timeout
+        self._stopping.set()
+        for ended in self._polls_ended:
+            ended.wait(max(0.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
-        self._stopping.set()
+        """Stop fetching, send the queued outcomes within ``stop_timeout`` seconds (the
+        rest are dropped and counted), then close every connection. A call stuck on a
+        server that does not answer ends on its own within ``timeout`` (daemon threads):
+        ``stop`` does not wait for it past its deadline."""
+        deadline = time.monotonic() + self.settings.stop_timeout
+        self.stop_fetching(deadline)
+        for sender in self._senders.values():
+            sender.close(deadline)
+        for sender in self._senders.values():
+            sender.join(deadline)
+        # The fetch connections close last: a server fails at once the requests that the
+        # connection which fetched them still holds when it closes.
+        self._flushed.set()
         for poller in self._pollers:
-            poller.join()
-        self._pollers.clear()
-        for client in self._clients.values():
-            client.close()
+            poller.join(max(0.0, deadline - time.monotonic()))
+        if not self._started:
+            for client in self._clients.values():
+                client.close()
 
     def buffered(self, function: str) -> int:
         with self._lock:
             return len(self._buffers[function])
+
+    def queued_outcomes(self, origin: str) -> int:
+        """Outcomes waiting to be sent to the server ``origin`` ("host:port")."""
+        return self._senders[origin].queued()
 
     # -- the Invocations protocol ------------------------------------------------------------
 
@@ -214,51 +431,47 @@ class RemoteInvocations:
             return buffer.popleft() if buffer else None
 
     def result(self, return_info: ReturnInfo, result: str) -> None:
-        self._send(
-            return_info, "result", lambda client: client.result(return_info.request_id, result)
-        )
+        """Queue ``result`` for the server that issued the request; never waits."""
+        self._queue(_Outcome(return_info, result))
 
     def fail_request(self, return_info: ReturnInfo, error: DRPCExecutionException) -> None:
-        self._send(
-            return_info,
-            "failure",
-            lambda client: client.fail_request_v2(return_info.request_id, error),
-        )
+        """Queue the failure for the server that issued the request; never waits."""
+        self._queue(_Outcome(return_info, error=error))
 
     def add_listener(self, function: str, callback: Callable[[], None]) -> Callable[[], None]:
         return self._wakeups.add(function, callback)
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _send(
-        self,
-        return_info: ReturnInfo,
-        what: str,
-        send: Callable[[DRPCInvocationsClient], None],
-    ) -> None:
-        client = self._clients.get(return_info.origin)
-        if client is None:
-            log.error(
-                "dropped the %s of request %s: unknown server %r",
-                what,
-                return_info.request_id,
-                return_info.origin,
-                extra={"request_id": return_info.request_id, "server": return_info.origin},
-            )
+    def _queue(self, outcome: _Outcome) -> None:
+        sender = self._senders.get(outcome.return_info.origin)
+        if sender is None:
+            self._outcome_dropped(outcome, f"unknown server {outcome.return_info.origin!r}")
             return
-        try:
-            send(client)
-        except _LINK_ERRORS as error:
-            log.warning(
-                "dropped the %s of request %s for %s: %s",
-                what,
-                return_info.request_id,
-                return_info.origin,
-                error,
-                extra={"request_id": return_info.request_id, "server": return_info.origin},
-            )
+        sender.put(outcome)
 
-    def _poll(self, origin: str, client: DRPCInvocationsClient) -> None:
+    def _outcome_dropped(self, outcome: _Outcome, reason: str) -> None:
+        with self._lock:
+            self.dropped_outcomes += 1
+        info = outcome.return_info
+        log.warning(
+            "dropped the %s of request %s for %s: %s",
+            outcome.what,
+            info.request_id,
+            info.origin,
+            reason,
+            extra={"request_id": info.request_id, "server": info.origin},
+        )
+
+    def _poll(self, origin: str, client: DRPCInvocationsClient, ended: threading.Event) -> None:
+        try:
+            self._poll_until_stopped(origin, client)
+        finally:
+            ended.set()
+            self._flushed.wait()
+            client.close()
+
+    def _poll_until_stopped(self, origin: str, client: DRPCInvocationsClient) -> None:
         while not self._stopping.is_set():
             try:
                 fetched = self._poll_round(client)
@@ -346,8 +559,10 @@ class RemoteRunner:
         return self
 
     def stop(self) -> None:
-        self.invocations.stop()
+        # Fetch no more, let the topologies settle what they can, then send the outcomes.
+        self.invocations.stop_fetching()
         self.host.stop()
+        self.invocations.stop()
 
     def __enter__(self) -> RemoteRunner:
         return self.start()
@@ -380,6 +595,13 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_RECONNECT_INTERVAL,
         help="seconds between attempts to reach a server that is down (default %(default)g)",
     )
+    parser.add_argument(
+        "--max-queued-outcomes",
+        type=int,
+        default=DEFAULT_MAX_QUEUED_OUTCOMES,
+        help="most results and failures waiting to be sent to one server; past it an "
+        "outcome is dropped, logged and counted (default %(default)d)",
+    )
     add_tls_arguments(parser)
     return parser
 
@@ -396,6 +618,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             executor_options=executor_options,
             poll_interval=args.poll_interval,
             reconnect_interval=args.reconnect_interval,
+            max_queued_outcomes=args.max_queued_outcomes,
             tls=tls_from_args(args),
         )
     except (ValueError, DRPCError) as error:  # a bad --servers, an unusable TLS file

@@ -37,7 +37,7 @@ from typing import Any
 from aiohttp import web
 from drpc.server.dashboard import Dashboard
 from drpc.server.exposure import exposure_warning
-from drpc.server.handlers import execute_methods, invocations_methods
+from drpc.server.handlers import execute_methods, invocations_methods, release_fetched
 from drpc.server.http import RequestDeadline, create_http_app
 from drpc.server.identity import CERTIFICATE_OR_TOKEN, CREDENTIALS, TokenTable
 from drpc.server.limits import Limits
@@ -191,7 +191,11 @@ class DRPCServer:
             "DistributedRPC", execute_methods(self.service), **listener_options
         )
         self._invocations_listener = ThriftListener(
-            "DistributedRPCInvocations", invocations_methods(self.service), **listener_options
+            "DistributedRPCInvocations",
+            invocations_methods(self.service),
+            on_close=release_fetched(self.service),
+            holds=self.service.holds,
+            **listener_options,
         )
         self._http_runner: web.AppRunner | None = None
         self._http_deadline: asyncio.Task[None] | None = None

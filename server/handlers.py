@@ -20,10 +20,16 @@ Contract (Storm's semantics, wire facts in DESIGN.md):
 
 Storm's ``DRPCRequest`` carries no origin: a remote runner knows which server
 it fetched a request from and routes the result back there itself.
+
+A fetched request is bound to the connection that fetched it (its ``Peer``,
+unique per connection); ``release_fetched`` is what the invocations listener
+calls when a connection ends: the service fails what it still held
+(``DRPCService.release``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drpc.server.identity import caller_of
@@ -86,6 +92,15 @@ def execute_methods(service: DRPCService) -> dict[str, MethodHandler]:
     return {"execute": execute}
 
 
+def release_fetched(service: DRPCService) -> Callable[[Peer], None]:
+    """What the invocations listener calls when a connection closes."""
+
+    def closed(peer: Peer) -> None:
+        service.release(peer, peer.address)
+
+    return closed
+
+
 def invocations_methods(service: DRPCService) -> dict[str, MethodHandler]:
     def refusing_long_names(handler: MethodHandler) -> MethodHandler:
         async def guarded(message: Message, peer: Peer) -> bytes:
@@ -124,7 +139,7 @@ def invocations_methods(service: DRPCService) -> dict[str, MethodHandler]:
         reply = DistributedRPCInvocations.fetchRequest_result()
         try:
             service.authorize(peer.identity, FETCH_REQUEST, args.functionName)
-            request = service.fetch(args.functionName, peer.address, remote=True)
+            request = service.fetch(args.functionName, peer.address, remote=True, fetcher=peer)
             if request is None:
                 reply.success = ttypes.DRPCRequest(func_args="", request_id="")
             else:

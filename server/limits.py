@@ -118,7 +118,8 @@ class Limits:
     idle_timeout: float = _limit(
         120.0,
         "seconds a Thrift connection with no call in flight may wait for its next frame; "
-        "then it is closed (clients reconnect)",
+        "then it is closed (clients reconnect); an invocations connection holding requests "
+        "it fetched and has not answered is not idle",
     )
     max_pending_bytes: int = _limit(
         MAX_FRAME_SIZE,

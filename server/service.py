@@ -38,6 +38,16 @@ runtimes may live in other threads:
   ``max_functions`` distinct names are served but not remembered; a result
   over ``max_result_size`` UTF-8 bytes fails its request with FAILED_REQUEST
   instead of reaching the caller;
+- a request a runner fetched over the network is bound to the connection
+  that fetched it (``fetch(..., fetcher=peer)``, a key unique per
+  connection); when that connection closes (``release(fetcher, runner)``)
+  with requests of it still unanswered, each fails at once with
+  INTERNAL_ERROR "Request failed: the runner at <address> that fetched it
+  went away before answering" (counted in ``orphaned``) instead of waiting
+  for its deadline; an answer that arrives later, on any connection, is a
+  late result. The answer itself may come on any connection (Storm's
+  runners answer on another one). While a connection holds requests
+  (``holds(fetcher)``) it is not idle;
 - a call whose caller goes away (its task is cancelled: the connection
   closed) withdraws its request if no runtime fetched it yet (settled with
   ``AbandonedError``, counted in ``withdrawn``); a fetched one stays held, and
@@ -71,9 +81,10 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
+from drpc.server.fetchers import FetchBindings
 from drpc.server.limits import Limits
 from drpc.server.refusals import RefusalLog
 
@@ -206,6 +217,10 @@ class DRPCService:
         self.refused_busy = 0
         self.withdrawn = 0
         """Requests withdrawn because their caller went away before a fetch."""
+        self.orphaned = 0
+        """Requests failed because the connection that fetched them closed before an
+        answer (``release``)."""
+        self._bindings = FetchBindings()
         self.tracer = RequestTracer()
         """Collects the spans of traced calls."""
         self.observer = FanOut(self.tracer, *observers)
@@ -383,14 +398,25 @@ class DRPCService:
 
     # -- runtimes and runners (any thread) ------------------------------------------------
 
-    def fetch(self, function: str, origin: str, *, remote: bool) -> DRPCRequest | None:
-        """Hand out the oldest queued request for ``function`` (at most once), or None."""
+    def fetch(
+        self,
+        function: str,
+        origin: str,
+        *,
+        remote: bool,
+        fetcher: Hashable | None = None,
+    ) -> DRPCRequest | None:
+        """Hand out the oldest queued request for ``function`` (at most once), or None.
+        With ``fetcher`` (the fetching connection) the request is bound to it until it
+        settles: ``release(fetcher, ...)`` fails it."""
         with self._lock:
             now = time.monotonic()
             if remote:
                 self._remember_fetch(function, now)
             request = self._table.fetch(function)
             if request is not None:
+                if fetcher is not None:
+                    self._bindings.bind(fetcher, request.id)
                 self.observer.request_fetched(request, now)
         if request is not None and request.trace is not None:
             request.trace.remote = remote
@@ -481,6 +507,43 @@ class DRPCService:
     def add_listener(self, function: str, callback: Callable[[], None]) -> Callable[[], None]:
         return self._wakeups.add(function, callback)
 
+    # -- the connections that fetched requests ------------------------------------------------
+
+    def holds(self, fetcher: Hashable) -> bool:
+        """Whether ``fetcher`` holds requests it fetched and has not answered."""
+        with self._lock:
+            return self._bindings.holds(fetcher)
+
+    def release(self, fetcher: Hashable, runner: str) -> int:
+        """``fetcher``'s connection closed: fail every request it fetched and did not
+        answer with INTERNAL_ERROR naming ``runner`` (its address); returns how many."""
+        error = DRPCExecutionException(
+            f"Request failed: the runner at {runner} that fetched it went away "
+            "(its connection closed) before answering",
+            DRPCExceptionType.INTERNAL_ERROR,
+        )
+        settled: list[PendingRequest] = []
+        with self._lock:
+            for request_id in self._bindings.release(fetcher):
+                if self._table.get(request_id) is None:
+                    continue  # settled a moment ago, not yet forgotten by _settle
+                request = self._table.fail(request_id, error)
+                if request is not None:
+                    settled.append(request)
+            self.orphaned += len(settled)
+        if not settled:
+            return 0
+        self._settle(settled)
+        for request in settled:
+            log.warning(
+                "request %s of %r failed: the runner at %s that fetched it went away",
+                request.id,
+                request.function,
+                runner,
+                extra=request_extra(request.id, request.function),
+            )
+        return len(settled)
+
     # -- deadlines and shutdown -------------------------------------------------------------
 
     def _arm_expiry(self, deadline: float) -> None:
@@ -553,6 +616,10 @@ class DRPCService:
     def _settle(self, requests: list[PendingRequest]) -> None:
         if not requests:
             return
+        if len(self._bindings):
+            with self._lock:
+                for request in requests:
+                    self._bindings.settled(request.id)
         now = time.monotonic()
         for request in requests:
             self.observer.request_settled(request, now)

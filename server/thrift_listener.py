@@ -48,6 +48,12 @@ Contract:
   still in flight on it are cancelled and its parked frames dropped: a burst
   of pipelined calls abandoned by closing leaves little behind, as parking
   keeps the connection read, so its end is seen at once;
+- ``on_close(peer)``, if given, is called once when a connection has ended
+  (its calls cancelled); ``holds(peer)``, if given, says that a connection
+  holds something of the service's (the invocations service: requests it
+  fetched and did not answer): such a connection is not idle, so neither the
+  idle timeout nor a reclaim closes it (``Peer`` is unique per connection:
+  ``connection`` numbers them);
 - ``close()`` stops accepting, lets calls in flight write their replies (up to
   a grace period), then closes every connection.
 """
@@ -56,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import ssl
 from collections import deque
@@ -87,12 +94,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Peer:
-    """Who is calling: the remote address ("host:port"), its host, and the authenticated
-    identity if any."""
+    """Who is calling: the remote address ("host:port"), its host, the authenticated
+    identity if any, and the connection's number (unique within its listener)."""
 
     address: str
     identity: str | None = None
     host: str = ""
+    connection: int = 0
 
 
 MethodHandler = Callable[[Message, Peer], Awaitable[bytes]]
@@ -168,6 +176,8 @@ class ThriftListener:
         ssl_context: ssl.SSLContext | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         refusals: RefusalLog | None = None,
+        on_close: Callable[[Peer], None] | None = None,
+        holds: Callable[[Peer], bool] | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be positive, got {max_connections!r}")
@@ -195,6 +205,9 @@ class ThriftListener:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._calls: set[asyncio.Task[None]] = set()
+        self._on_close = on_close
+        self._holds = holds
+        self._numbers = itertools.count(1)
         self.port: int | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -249,7 +262,12 @@ class ThriftListener:
             )
             idle.cancel()
         self._connections.add(task)
-        peer = Peer(_format_address(peername), common_name(writer.get_extra_info("peercert")), host)
+        peer = Peer(
+            _format_address(peername),
+            common_name(writer.get_extra_info("peercert")),
+            host,
+            next(self._numbers),
+        )
         try:
             await self._serve(_Connection(reader, writer, peer, task))
         except asyncio.CancelledError:
@@ -257,6 +275,11 @@ class ThriftListener:
         finally:
             self._connections.discard(task)
             self._table.closed(task)
+            if self._on_close is not None:
+                try:
+                    self._on_close(peer)
+                except Exception:
+                    log.exception("%s: on_close for %s raised", self.service_name, peer.address)
 
     async def _serve(self, connection: _Connection) -> None:
         writer, peer, calls = connection.writer, connection.peer, connection.calls
@@ -319,7 +342,7 @@ class ThriftListener:
 
     def _call_done(self, connection: _Connection, call: asyncio.Task[None]) -> None:
         self._calls.discard(call)
-        if connection.call_done(call, self.limits.idle_timeout):
+        if connection.call_done(call, self.limits.idle_timeout) and not self._holding(connection):
             self._table.idle(connection.task, asyncio.get_running_loop().time())
         payload = connection.unpark()
         if payload is not None:  # checked when read: within the limits, its method exists
@@ -400,12 +423,21 @@ class ThriftListener:
         reader, peer = connection.reader, connection.peer
         idle_timeout = self.limits.idle_timeout
         idle = not connection.calls and not connection.parked
-        if idle:
+        if idle and not self._holding(connection):
             self._table.idle(connection.task, asyncio.get_running_loop().time())
         try:
-            async with asyncio.timeout(idle_timeout if idle else None) as waiting:
-                connection.waiting = waiting
-                first = await reader.read(1)
+            while True:
+                try:
+                    async with asyncio.timeout(idle_timeout if idle else None) as waiting:
+                        connection.waiting = waiting
+                        first = await reader.read(1)
+                    break
+                except TimeoutError:
+                    if not self._holding(connection):
+                        raise
+                    # It holds requests it fetched: not idle; look again in idle_timeout
+                    # (a deadline fires only while the connection has no call in flight).
+                    idle = True
             self._table.busy(connection.task)
         except TimeoutError:
             self.idle_closed += 1
@@ -439,6 +471,9 @@ class ThriftListener:
         except ProtocolError as error:
             self._refuse(peer, str(error))
         return None
+
+    def _holding(self, connection: _Connection) -> bool:
+        return self._holds is not None and self._holds(connection.peer)
 
     def _check(self, payload: bytes, peer: Peer) -> tuple[str, int] | None:
         """The method name and message type in ``payload``, or None when it is not a

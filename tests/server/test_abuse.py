@@ -317,11 +317,12 @@ def test_a_closed_connection_withdraws_what_was_not_fetched_and_callers_have_a_q
             f"(limit {PER_CALLER} per caller)"
         )
         assert good_call(pool, server, "exclamation").result(10) == "good!"  # others served
-        with DRPCInvocationsClient(HOST, server.invocations_port, timeout=10) as runner:
-            fetched = [fetch(runner, "held") for _ in range(2)]
+        # The runner's connection stays open: closing it would fail what it fetched.
+        runner = DRPCInvocationsClient(HOST, server.invocations_port, timeout=10)
+        fetched = [fetch(runner, "held") for _ in range(2)]
     # Closed: the four queued are withdrawn, the two fetched stay until answered.
     wait_until(lambda: health(server)["outstanding"] == 2)
-    with DRPCInvocationsClient(HOST, server.invocations_port, timeout=10) as runner:
+    with runner:
         for request in fetched:
             runner.result(request.return_info.request_id, "nobody reads this")
     wait_until(lambda: health(server)["outstanding"] == 0)

@@ -135,11 +135,14 @@ class ResidentWorker:
         self.node.send(DRIVER, (None, CONTROL, done))
 
     def _stop_share(self, key: str, failure: Failure) -> None:
-        """Stop a deployment's share: its engine, then the requests its spouts hold fail
-        with ``failure``, then its invocations handle (which sends those failures)."""
+        """Stop a deployment's share: its fetching, its engine, then the requests its
+        spouts hold fail with ``failure``, then its invocations handle, which sends those
+        failures before it closes."""
         with self._lock:
             engine = self.engines.pop(key, None)
             fetcher = self.fetchers.pop(key, None)
+        if fetcher is not None:
+            fetcher.stop_fetching()
         if engine is not None:
             engine.stop()
             failed = engine.fail_pending(failure)
