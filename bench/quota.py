@@ -5,11 +5,12 @@ a cgroup of its own in the cpu controller's hierarchy, limits it to ``cores``
 CPUs (a float: 0.3 is 30 ms of CPU in every 100 ms period, shared by every
 thread of every process in it), moves each of ``pids`` into it and yields it
 (a ``CpuCgroup``: its directory, the quota read back from the kernel, the
-processes in it). Moving a pid moves the whole process, every thread, in both
-cgroup versions; what those processes fork afterwards starts inside the
-cgroup too. On exit every process still in the cgroup goes back to the cgroup
-it came from (a process that appeared inside goes to the hierarchy's root),
-and the cgroup is removed. Processes that exited meanwhile are skipped.
+processes in it, how often it was throttled). Moving a pid moves the whole
+process, every thread, in both cgroup versions; what those processes fork
+afterwards starts inside the cgroup too. On exit every process still in the
+cgroup goes back to the cgroup it came from (a process that appeared inside
+goes to the hierarchy's root), and the cgroup is removed. Processes that
+exited meanwhile are skipped.
 
 The hierarchy is chosen by what is mounted (``find_cpu_hierarchy``): cgroup v1
 when a v1 hierarchy carries the cpu controller (``cpu.cfs_quota_us`` and
@@ -142,6 +143,19 @@ def _write(path: Path, value: str) -> None:
 
 
 @dataclass(frozen=True)
+class Throttling:
+    """A cgroup's bandwidth periods so far, and those in which it was throttled."""
+
+    periods: int
+    throttled: int
+
+    def since(self, before: Throttling) -> float:
+        """The share of the periods since ``before`` in which the cgroup was throttled."""
+        periods = self.periods - before.periods
+        return (self.throttled - before.throttled) / periods if periods else 0.0
+
+
+@dataclass(frozen=True)
 class CpuCgroup:
     """A cgroup with a CPU quota, made by ``cpu_quota``."""
 
@@ -157,6 +171,14 @@ class CpuCgroup:
             limit, period_text = (self.path / "cpu.max").read_text().split()
             quota, period = (-1 if limit == "max" else int(limit)), int(period_text)
         return float("inf") if quota < 0 else quota / period
+
+    def throttling(self) -> Throttling:
+        """How many bandwidth periods this cgroup has run in, and in how many of them it
+        used up its quota and had to wait (``cpu.stat``, both versions)."""
+        stat = dict(
+            line.split()[:2] for line in (self.path / "cpu.stat").read_text().splitlines() if line
+        )
+        return Throttling(int(stat.get("nr_periods", 0)), int(stat.get("nr_throttled", 0)))
 
     def pids(self) -> list[int]:
         """The processes in this cgroup now."""

@@ -45,16 +45,21 @@ def test_a_process_moved_under_a_quota_and_back_and_the_cgroup_removed(
 def test_the_quota_holds_a_busy_process_to_its_share() -> None:
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        with quota.cpu_quota(0.1, [spinner.pid], label="spin"):
+        with quota.cpu_quota(0.1, [spinner.pid], label="spin") as cgroup:
+            start = cgroup.throttling()
             before, began = procs.cpu_seconds(spinner.pid), time.monotonic()
             time.sleep(0.6)
             spent = procs.cpu_seconds(spinner.pid) - before
             elapsed = time.monotonic() - began
+            throttling = cgroup.throttling()
     finally:
         spinner.kill()
         spinner.wait()
     # 0.1 core over the window, plus one period's quota and a clock tick of slack
     assert spent <= 0.1 * elapsed + 0.01 + 0.02
+    assert throttling.periods - start.periods >= 3
+    assert throttling.throttled > start.throttled
+    assert 0 < throttling.since(start) <= 1
 
 
 def test_a_process_that_exits_inside_is_skipped_and_a_bad_pid_is_refused(
