@@ -21,21 +21,21 @@ def _spin(seconds: float) -> None:
 
 
 def test_a_process_s_cpu_counts_its_threads_and_a_named_thread_shows_its_own() -> None:
-    started = threading.Event()
     done = threading.Event()
+    release = threading.Event()
 
     def busy() -> None:
         Path(f"/proc/self/task/{threading.get_native_id()}/comm").write_text("b40-busy")
-        started.set()
         _spin(0.05)
         done.set()
+        release.wait()  # alive while its CPU is read
 
     before = procs.cpu_seconds(os.getpid())
     thread = threading.Thread(target=busy)
     thread.start()
-    started.wait()
     done.wait()
     threads = {t.name: t for t in procs.thread_cpu(os.getpid())}
+    release.set()
     thread.join()
     assert 0.03 <= threads["b40-busy"].seconds <= 1.0
     assert procs.cpu_seconds(os.getpid()) - before >= 0.03
