@@ -3,27 +3,37 @@
 Every deployment below serves storm-starter's reach on the resident executor
 (``--executor spark``, ``local[2]``), with ``--callers`` closed-loop callers
 (default 64) in a process of their own, each a ``DRPCClient`` (Thrift),
-spread over the servers:
+spread over the servers. Two parts, both run by default (``--parts``):
 
-- **embedded**: one ``drpc-server`` hosting the topology, as ``make serve``;
-- **split**: ``drpc-server`` processes take the calls and one ``drpc-runner``
-  hosts the topology, fetching from every server's invocations port (Storm's
-  usual deployment), with 1 and 2 resident slots, and with 1 and 2 servers.
+- **deployments**: the embedded one, one ``drpc-server`` hosting the topology
+  (as ``make serve``); and the split one, ``drpc-server`` processes take the
+  calls and one ``drpc-runner`` hosts the topology, fetching from every
+  server's invocations port (Storm's usual deployment), with 1 and 2 resident
+  slots, and with 1 and 2 servers. No process is limited.
+- **quota**: the split deployment with 1 and with 2 resident slots, one
+  server, under CPU quotas (``bench/quota.py``, cgroups; needs root): the
+  driver, the runner's Python process and its JVM together, in a cgroup
+  limited to ``--driver-cores`` (default 0.25), and each resident task's
+  process in a cgroup of its own limited to ``--worker-cores`` (default 0.3).
+  The resident tasks are the ``slots`` Spark task processes that spent the
+  most CPU over the warm-up, whatever share of a call they run; the callers
+  and the server are not limited. With the driver no longer the ceiling, two
+  workers serve at least 1.8 times the calls of one (issue 40's target); the
+  report gives that ratio.
 
-For each, after a warm-up, one timed window of ``--seconds``: calls per
+For each run, after a warm-up, one timed window of ``--seconds``: calls per
 second, and the CPU each process spent per call, read from ``/proc`` (user +
-system) over that window: the callers, each server's Python process, the
-runner's driver (its Python process), the driver's JVM, and the Spark Python
-workers under it (the resident tasks). In the embedded deployment the server
-is the driver. Every answer is checked against storm-starter's reach.
+system, ``bench/procs.py``) over that window: the callers, each server's
+Python process, the runner's driver (its Python process), the driver's JVM,
+the Spark task processes its ``pyspark.daemon`` forked (the workers) and the
+daemon itself. In the embedded deployment the server is the driver. Each run
+also gives the total CPU per call and the physical limit it implies: the
+machine's cores times one second over that total. Every answer is checked
+against storm-starter's reach.
 
-The driver's CPU per call is what caps a deployment: every request enters, is
-acked and is answered there. This is the measurement the scale-out work is
-held to (its targets: at most 0.05 ms of driver CPU per call in the split
-deployment, and throughput following the workers).
-
-Usage: ``python bench/scale_out.py [--seconds 10] [--callers 64]
-[--quick] [--out FILE]``. Prints a table and writes JSON (default
+Usage: ``python bench/scale_out.py [--parts deployments,quota] [--seconds 10]
+[--callers 64] [--driver-cores 0.25] [--worker-cores 0.3] [--quick]
+[--out FILE]``. Prints a table and writes JSON (default
 ``bench/results/scale_out.json``). Run it on an otherwise idle machine.
 """
 
@@ -40,7 +50,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,47 +61,19 @@ sys.path.insert(0, str(ROOT))
 
 from drpc.client import DRPCClient  # noqa: E402
 
+from bench import procs, quota  # noqa: E402
 from drpc.examples.reach import EXPECTED_REACH  # noqa: E402
 
 HOST = "127.0.0.1"
 MASTER = "local[2]"
 TOPOLOGY = "drpc.examples.reach:topology"
 START_TIMEOUT = 180.0
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind((HOST, 0))
         return int(probe.getsockname()[1])
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            tree.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(entry))
-    return tree
-
-
-def _is_java(pid: int) -> bool:
-    try:
-        return b"java" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return False
 
 
 @dataclass
@@ -104,26 +86,26 @@ class Roles:
         self.pids.setdefault(role, []).append(pid)
 
     def sample(self) -> dict[str, float]:
-        return {role: sum(_cpu_seconds(pid) for pid in pids) for role, pids in self.pids.items()}
+        return {
+            role: sum(procs.cpu_seconds(pid) for pid in pids) for role, pids in self.pids.items()
+        }
 
 
 def _spark_roles(roles: Roles, driver_pid: int, driver_role: str) -> None:
-    """``driver_pid`` as ``driver_role``, its JVM as "driver JVM", the JVM's Python
-    processes (the daemon and the resident tasks' workers) as "workers"."""
+    """``driver_pid`` as ``driver_role``, its JVM as "driver JVM", the task processes the
+    JVM's ``pyspark.daemon`` forked (the resident tasks among them) as "workers", and the
+    daemon with any other Python under the JVM as "pyspark daemon"."""
     roles.add(driver_role, driver_pid)
-    tree = _children()
-    todo = list(tree.get(driver_pid, []))
-    while todo:
-        pid = todo.pop()
-        if _is_java(pid):
-            roles.add("driver JVM", pid)
-            stack = list(tree.get(pid, []))
-            while stack:
-                worker = stack.pop()
-                roles.add("workers", worker)
-                stack.extend(tree.get(worker, []))
-        else:
-            todo.extend(tree.get(pid, []))
+    tree = procs.children()
+    jvm = procs.jvm(driver_pid, tree)
+    if jvm is None:
+        return
+    roles.add("driver JVM", jvm)
+    python = procs.spark_python(jvm, tree)
+    for pid in python.tasks:
+        roles.add("workers", pid)
+    for pid in python.daemons + python.others:
+        roles.add("pyspark daemon", pid)
 
 
 def _environment() -> dict[str, str]:
@@ -220,28 +202,64 @@ def _caller_loop(ports: list[int], callers: int, seconds: float) -> dict[str, in
     return counts
 
 
+@dataclass(frozen=True)
+class Quotas:
+    """A run's CPU quotas, in cores: the driver's (its Python process and its JVM in one
+    cgroup) and each resident task's process's (a cgroup each)."""
+
+    driver_cores: float
+    worker_cores: float
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One measured run: the deployment, its resident slots and servers, and its quotas
+    (split deployment only: the driver is the runner)."""
+
+    deployment: str
+    slots: int
+    servers: int
+    quotas: Quotas | None = None
+
+
+DEPLOYMENTS = [
+    Setup("embedded", 1, 1),
+    Setup("split", 1, 1),
+    Setup("split", 2, 1),
+    Setup("split", 1, 2),
+]
+"""The "deployments" part: the embedded server at drpc's default slot on local[2], and the
+split deployment with one and two slots, and with two servers, none under a quota."""
+
+PARTS = ("deployments", "quota")
+DRIVER_CORES = 0.25
+WORKER_CORES = 0.3
+SCALING_TARGET = 1.8
+"""Issue 40's target: under equal quotas per worker, two workers serve at least this many
+times the calls of one."""
+
+
+def quota_runs(quotas: Quotas) -> list[Setup]:
+    """The "quota" part: the split deployment with one and two resident tasks on local[2],
+    the driver and each task under ``quotas``, callers and the server unlimited."""
+    return [Setup("split", 1, 1, quotas), Setup("split", 2, 1, quotas)]
+
+
 @contextmanager
-def _deployment(
-    kind: str, slots: int, servers: int
-) -> Iterator[tuple[list[Server], Roles, list[subprocess.Popen[bytes]]]]:
+def _deployment(setup: Setup) -> Iterator[tuple[list[Server], list[subprocess.Popen[bytes]]]]:
+    """The deployment's servers and processes (the runner first, in the split one), once
+    every server answers reach."""
     started: list[Server] = []
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        if kind == "embedded":
-            started.append(_start_server(hosting=True, slots=slots))
+        if setup.deployment == "embedded":
+            started.append(_start_server(hosting=True, slots=setup.slots))
         else:
-            started += [_start_server(hosting=False, slots=None) for _ in range(servers)]
-            processes.append(_start_runner(started, slots))
+            started += [_start_server(hosting=False, slots=None) for _ in range(setup.servers)]
+            processes.append(_start_runner(started, setup.slots))
         processes += [server.process for server in started]
         _wait_until_served(started, processes)
-        roles = Roles()
-        if kind == "embedded":
-            _spark_roles(roles, started[0].process.pid, "server (driver)")
-        else:
-            for server in started:
-                roles.add("servers", server.process.pid)
-            _spark_roles(roles, processes[0].pid, "driver")
-        yield started, roles, processes
+        yield started, processes
     finally:
         for process in processes:
             process.terminate()
@@ -253,95 +271,316 @@ def _deployment(
                 process.wait()
 
 
-def measure(
-    kind: str, slots: int, servers: int, callers: int, seconds: float, warmup: float
+def _roles(setup: Setup, started: list[Server], processes: list[subprocess.Popen[bytes]]) -> Roles:
+    """The deployment's processes by role, as they are now."""
+    roles = Roles()
+    if setup.deployment == "embedded":
+        _spark_roles(roles, started[0].process.pid, "server (driver)")
+    else:
+        for server in started:
+            roles.add("servers", server.process.pid)
+        _spark_roles(roles, processes[0].pid, "driver")
+    return roles
+
+
+def busiest(pids: list[int], before: dict[int, float], count: int) -> list[int]:
+    """The ``count`` processes of ``pids`` that spent the most CPU since ``before`` (pid to
+    CPU seconds then; a pid not in it started since): the resident tasks among the Spark
+    task processes, whichever of them does the work."""
+    spent = {pid: procs.cpu_seconds(pid) - before.get(pid, 0.0) for pid in pids}
+    return sorted(pids, key=lambda pid: spent[pid], reverse=True)[:count]
+
+
+@dataclass(frozen=True)
+class Held:
+    """One cgroup of a run under quotas: its name in the report, the processes put in it."""
+
+    name: str
+    pids: list[int]
+    cgroup: quota.CpuCgroup
+
+    def sample(self) -> tuple[float, quota.Throttling]:
+        """The CPU seconds its processes have spent, and the cgroup's throttling so far."""
+        return sum(procs.cpu_seconds(pid) for pid in self.pids), self.cgroup.throttling()
+
+
+def _hold(stack: ExitStack, quotas: Quotas, roles: Roles, workers: list[int]) -> list[Held]:
+    """The driver's processes into one cgroup, each of ``workers`` into one of its own,
+    until ``stack`` closes."""
+    driver = roles.pids["driver"] + roles.pids.get("driver JVM", [])
+    wanted = [("driver", driver, quotas.driver_cores)] + [
+        (f"worker{n}", [pid], quotas.worker_cores) for n, pid in enumerate(workers, 1)
+    ]
+    return [
+        Held(name, pids, stack.enter_context(quota.cpu_quota(cores, pids, label=name)))
+        for name, pids, cores in wanted
+    ]
+
+
+def _limits(
+    quotas: Quotas,
+    held: list[Held],
+    start: list[tuple[float, quota.Throttling]],
+    elapsed: float,
 ) -> dict[str, Any]:
-    with _deployment(kind, slots, servers) as (started, roles, _):
+    """What a run under quotas reports of them: each cgroup's quota as the kernel holds it,
+    the cores its processes used over the window and the share of periods it was
+    throttled in (near 1: that quota is the ceiling)."""
+    cgroups = {}
+    for group, (cpu_before, throttling_before) in zip(held, start, strict=True):
+        cpu, throttling = group.sample()
+        cgroups[group.name] = {
+            "quota_cores": group.cgroup.quota_cores(),
+            "used_cores": (cpu - cpu_before) / elapsed,
+            "throttled": throttling.since(throttling_before),
+        }
+    return {
+        "driver_cores": quotas.driver_cores,
+        "worker_cores": quotas.worker_cores,
+        "driver_pids": held[0].pids,
+        "worker_pids": [pid for group in held[1:] for pid in group.pids],
+        "cgroups": cgroups,
+    }
+
+
+def measure(setup: Setup, callers: int, seconds: float, warmup: float) -> dict[str, Any]:
+    """One run: the deployment started and warmed up, then (under its quotas, if any) a
+    window of ``seconds`` with ``callers`` closed-loop callers, and what each role spent."""
+    if setup.quotas is not None and setup.deployment != "split":
+        raise ValueError("quotas apply to the split deployment, whose driver is the runner")
+    with _deployment(setup) as (started, processes):
         ports = [server.port for server in started]
+        ready = _roles(setup, started, processes)
+        ready_cpu = {pid: procs.cpu_seconds(pid) for pid in ready.pids.get("workers", [])}
         context = multiprocessing.get_context("spawn")
-        with context.Pool(1) as pool:
+        with context.Pool(1) as pool, ExitStack() as stack:
             pool.apply(_caller_loop, (ports, callers, warmup))
-            caller_pid = pool.apply(os.getpid)
-            roles.add("callers", caller_pid)
-            before, began = roles.sample(), time.monotonic()
+            roles = _roles(setup, started, processes)  # with what the warm-up started
+            roles.add("callers", pool.apply(os.getpid))
+            held: list[Held] = []
+            if setup.quotas is not None:
+                workers = busiest(roles.pids.get("workers", []), ready_cpu, setup.slots)
+                held = _hold(stack, setup.quotas, roles, workers)
+            before, start, began = roles.sample(), [g.sample() for g in held], time.monotonic()
             counts = pool.apply(_caller_loop, (ports, callers, seconds))
             after, elapsed = roles.sample(), time.monotonic() - began
+            limits = None
+            if setup.quotas is not None:
+                limits = _limits(setup.quotas, held, start, elapsed)
+    return run_record(setup, counts, elapsed, before, after, limits)
+
+
+def run_record(
+    setup: Setup,
+    counts: dict[str, int],
+    elapsed: float,
+    before: dict[str, float],
+    after: dict[str, float],
+    limits: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """What the report keeps of one run: calls/s, each role's CPU per call (ms, from the CPU
+    seconds ``before`` and ``after`` the window), their total, and the physical limit: the
+    machine's cores times one second over that total CPU per call."""
     calls = counts["calls"]
     cpu_ms_per_call = {
         role: 1000 * (after[role] - before[role]) / calls if calls else float("nan")
         for role in after
     }
+    total = sum(cpu_ms_per_call.values())
     return {
-        "deployment": kind,
-        "slots": slots,
-        "servers": servers,
+        "deployment": setup.deployment,
+        "slots": setup.slots,
+        "servers": setup.servers,
+        "quotas": limits,
         "calls": calls,
         "wrong": counts["wrong"],
         "errors": counts["errors"],
         "calls_per_s": calls / elapsed,
         "cpu_ms_per_call": cpu_ms_per_call,
+        "total_cpu_ms_per_call": total,
+        "physical_limit_calls_per_s": CPUS * 1000 / total if total > 0 else float("nan"),
     }
 
 
-RUNS = [
-    ("embedded", 1, 1),
-    ("split", 1, 1),
-    ("split", 2, 1),
-    ("split", 1, 2),
-]
-"""(deployment, resident slots, servers): the embedded server at drpc's default slot on
-local[2], and the split deployment with one and two slots, and with two servers."""
+CPUS = os.cpu_count() or 1
+ROLE_ORDER = (
+    "callers",
+    "servers",
+    "server (driver)",
+    "driver",
+    "driver JVM",
+    "pyspark daemon",
+    "workers",
+)
+
+
+def _quota_label(run: dict[str, Any]) -> str:
+    limits = run.get("quotas")
+    return f"{limits['driver_cores']:g}/{limits['worker_cores']:g}" if limits else "-"
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    roles = sorted({role for run in results for role in run["cpu_ms_per_call"]})
-    head = f"{'deployment':<10}{'slots':>6}{'servers':>8}{'calls/s':>9}  " + "".join(
-        f"{role:>17}" for role in roles
-    )
-    lines = [head, " " * 35 + "CPU ms per call, by process".rjust(17 * len(roles))]
+    """Each run a row: where it ran, its quotas (driver/each worker, cores), calls/s, the CPU
+    ms per call of each role, their total and the physical limit in calls/s."""
+    seen = {role for run in results for role in run["cpu_ms_per_call"]}
+    roles = [role for role in ROLE_ORDER if role in seen] + sorted(seen - set(ROLE_ORDER))
+    widths = [max(9, len(role) + 2) for role in roles]
+    where = f"{'deployment':<10}{'slots':>6}{'servers':>8}{'quota':>10}{'calls/s':>9}  "
+    head = where + "".join(f"{role:>{w}}" for role, w in zip(roles, widths, strict=True))
+    lines = [
+        head + f"{'total':>9}{'limit/s':>9}",
+        " " * len(where) + "CPU ms per call, by process".rjust(sum(widths)),
+    ]
     for run in results:
         cpu = run["cpu_ms_per_call"]
-        where = f"{run['deployment']:<10}{run['slots']:>6}{run['servers']:>8}"
+        cells = "".join(
+            f"{cpu[role]:>{w}.3f}" if role in cpu else f"{'':>{w}}"
+            for role, w in zip(roles, widths, strict=True)
+        )
         lines.append(
-            f"{where}{run['calls_per_s']:>9.0f}  "
-            + "".join(f"{cpu[role]:>17.3f}" if role in cpu else f"{'':>17}" for role in roles)
+            f"{run['deployment']:<10}{run['slots']:>6}{run['servers']:>8}"
+            f"{_quota_label(run):>10}{run['calls_per_s']:>9.0f}  {cells}"
+            f"{run['total_cpu_ms_per_call']:>9.3f}{run['physical_limit_calls_per_s']:>9.0f}"
         )
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def scaling(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The quota part's verdict: calls/s with two workers over calls/s with one, under the
+    same quotas; None when the run did not measure both."""
+    held = {run["slots"]: run for run in results if run.get("quotas")}
+    if 1 not in held or 2 not in held:
+        return None
+    one, two = held[1], held[2]
+    return {
+        "driver_cores": one["quotas"]["driver_cores"],
+        "worker_cores": one["quotas"]["worker_cores"],
+        "calls_per_s": {"1 worker": one["calls_per_s"], "2 workers": two["calls_per_s"]},
+        "ratio": two["calls_per_s"] / one["calls_per_s"] if one["calls_per_s"] else float("nan"),
+        "target": SCALING_TARGET,
+    }
+
+
+def summary(results: list[dict[str, Any]]) -> list[str]:
+    """The lines under the table: the quota part's scaling and its physical limits."""
+    verdict = scaling(results)
+    if verdict is None:
+        return []
+    held = [run for run in results if run.get("quotas")]
+    limits = ", ".join(
+        f"{run['slots']} worker(s) {run['physical_limit_calls_per_s']:.0f} calls/s "
+        f"({run['total_cpu_ms_per_call']:.3f} ms per call)"
+        for run in held
+    )
+    return [
+        f"under quotas (driver {verdict['driver_cores']:g} core, each worker "
+        f"{verdict['worker_cores']:g} core): 2 workers / 1 worker = {verdict['ratio']:.2f}x "
+        f"calls/s (target: at least {verdict['target']:g}x)",
+        *(held_line(run) for run in held),
+        f"physical limit, {CPUS} cores x 1 s / total CPU per call: {limits}",
+    ]
+
+
+def held_line(run: dict[str, Any]) -> str:
+    """How much of each quota a run used, and how often it hit it."""
+    cgroups = run["quotas"]["cgroups"]
+    return f"  {run['slots']} worker(s), cores used of the quota (periods throttled): " + ", ".join(
+        f"{name} {group['used_cores']:.2f} of {group['quota_cores']:g} ({group['throttled']:.0%})"
+        for name, group in cgroups.items()
+    )
+
+
+def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[Setup]]:
+    parser = argparse.ArgumentParser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="timed window (default 10)")
     parser.add_argument("--callers", type=int, default=64, help="closed-loop callers (default 64)")
     parser.add_argument("--quick", action="store_true", help="3 s windows (a smoke run)")
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"what to run, comma-separated, of {', '.join(PARTS)} (default: both)",
+    )
+    parser.add_argument(
+        "--driver-cores",
+        type=float,
+        default=DRIVER_CORES,
+        help=f"the quota part's driver quota, in cores (default {DRIVER_CORES:g})",
+    )
+    parser.add_argument(
+        "--worker-cores",
+        type=float,
+        default=WORKER_CORES,
+        help=f"the quota part's quota for each worker, in cores (default {WORKER_CORES:g})",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "scale_out.json")
     args = parser.parse_args(argv)
     if args.callers < 1 or args.seconds <= 0:
         parser.error("--callers must be at least 1 and --seconds above 0")
+    parts = [part for part in args.parts.split(",") if part]
+    if not parts or set(parts) - set(PARTS):
+        parser.error(f"--parts takes {' and '.join(PARTS)}, comma-separated; got {args.parts!r}")
+    least = quota.MIN_QUOTA_US / quota.PERIOD_US
+    for option in ("driver_cores", "worker_cores"):
+        cores = getattr(args, option)
+        if not least <= cores <= CPUS:
+            parser.error(
+                f"--{option.replace('_', '-')} must be between {least:g} and {CPUS} "
+                f"(this machine's cores), got {cores:g}"
+            )
+    setups = DEPLOYMENTS if "deployments" in parts else []
+    if "quota" in parts:
+        try:
+            quota.require_writable()
+        except quota.CgroupError as error:
+            parser.error(f"--parts quota: {error}")
+        setups = setups + quota_runs(Quotas(args.driver_cores, args.worker_cores))
+    return args, setups
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, setups = _parse(argv)
     seconds = 3.0 if args.quick else args.seconds
+    began = time.monotonic()
     results = []
-    for kind, slots, servers in RUNS:
-        print(f"{kind}, {slots} slot(s), {servers} server(s) ...", file=sys.stderr, flush=True)
-        run = measure(kind, slots, servers, args.callers, seconds, warmup=min(5.0, seconds))
+    for setup in setups:
+        held = (
+            f", driver {setup.quotas.driver_cores:g} core, each worker "
+            f"{setup.quotas.worker_cores:g} core"
+            if setup.quotas
+            else ""
+        )
+        print(
+            f"{setup.deployment}, {setup.slots} slot(s), {setup.servers} server(s){held} ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        run = measure(setup, args.callers, seconds, warmup=min(5.0, seconds))
         if run["wrong"] or run["errors"]:
             print(f"  {run['wrong']} wrong answers, {run['errors']} errors", file=sys.stderr)
+        if run["quotas"] and len(run["quotas"]["worker_pids"]) < setup.slots:
+            print(f"  only {len(run['quotas']['worker_pids'])} worker(s) found", file=sys.stderr)
         results.append(run)
+    elapsed = round(time.monotonic() - began, 1)
     report = {
         "environment": {
-            "cpus": os.cpu_count(),
+            "cpus": CPUS,
             "python": platform.python_version(),
             "master": MASTER,
             "callers": args.callers,
             "seconds": seconds,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "load_average": os.getloadavg(),
+            "elapsed_s": elapsed,
         },
         "runs": results,
+        "scaling": scaling(results),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     print(table(results))
-    print(f"written to {args.out}")
+    for line in summary(results):
+        print(line)
+    print(f"written to {args.out} ({elapsed:.0f} s)")
     return 1 if any(run["wrong"] or run["errors"] for run in results) else 0
 
 

@@ -55,7 +55,6 @@ import asyncio
 import collections
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -75,6 +74,7 @@ import aiohttp  # noqa: E402
 from drpc.client import AsyncDRPCClient, DRPCExecutionException  # noqa: E402
 from drpc.client.calls import execute_call  # noqa: E402
 
+from bench import procs  # noqa: E402
 from bench.abusers import ATTACKS  # noqa: E402
 from drpc.examples.reach import EXPECTED_REACH  # noqa: E402
 from drpc.progress import Progress  # noqa: E402
@@ -120,43 +120,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind((HOST, 0))
         return int(probe.getsockname()[1])
-
-
-def _proc(pid: int, key: str) -> int:
-    """A ``/proc/PID/status`` value in KiB (VmRSS, VmHWM)."""
-    text = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(rf"^{key}:\s+(\d+) kB", text, re.MULTILINE)
-    return int(match.group(1)) if match else 0
-
-
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    stat = Path(f"/proc/{entry}/stat").read_text()
-                except OSError:
-                    continue
-                if int(stat.rpartition(")")[2].split()[1]) == parent:
-                    found.append(int(entry))
-                    todo.append(int(entry))
-    return found
-
-
-def _jvm(pid: int) -> int | None:
-    for child in _descendants(pid):
-        try:
-            if b"java" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]:
-                return child
-        except OSError:
-            continue
-    return None
 
 
 # -- callers ------------------------------------------------------------------------------
@@ -348,10 +311,10 @@ def _settle(pid: int, fds: int) -> int:
     margin, so the RSS read next is what the server holds, not what it has yet to give
     back. Returns the open fds then."""
     deadline = time.monotonic() + SETTLE_TIMEOUT
-    while _fds(pid) > fds and time.monotonic() < deadline:
+    while procs.open_fds(pid) > fds and time.monotonic() < deadline:
         time.sleep(0.5)
     time.sleep(TRIM_INTERVAL + 2)
-    return _fds(pid)
+    return procs.open_fds(pid)
 
 
 class _RSSSampler:
@@ -368,12 +331,12 @@ class _RSSSampler:
 
     def _sample(self) -> None:
         while not self._stop.wait(0.5):
-            self.peak = max(self.peak, _proc(self.pid, "VmRSS"))
+            self.peak = max(self.peak, procs.status_kib(self.pid, "VmRSS"))
             self.load.append(os.getloadavg()[0])
 
     def reset(self) -> tuple[int, list[float]]:
         """The peak RSS and the load average range since the last reset."""
-        peak, self.peak = self.peak, _proc(self.pid, "VmRSS")
+        peak, self.peak = self.peak, procs.status_kib(self.pid, "VmRSS")
         load, self.load = self.load, []
         return peak, [min(load, default=0.0), max(load, default=0.0)]
 
@@ -466,14 +429,17 @@ def _server_phase(
         server = _start_server(master, ports, log)
         try:
             _wait_until_serving(server, ports["port"], 180, log)
-            jvm = _jvm(server.pid)
+            jvm = procs.jvm(server.pid)
             print(f"{label}: server pid {server.pid} (Spark JVM {jvm}); warm-up {warmup:g} s",
                   flush=True)  # fmt: skip
-            idle_fds = _fds(server.pid)
+            idle_fds = procs.open_fds(server.pid)
             asyncio.run(_load(ports, callers, warmup, Tally(), f"{label}: warm-up"))
-            start = {"fds": _settle(server.pid, idle_fds), "rss_kib": _proc(server.pid, "VmRSS")}
+            start = {
+                "fds": _settle(server.pid, idle_fds),
+                "rss_kib": procs.status_kib(server.pid, "VmRSS"),
+            }
             if jvm:
-                start["jvm_rss_kib"] = _proc(jvm, "VmRSS")
+                start["jvm_rss_kib"] = procs.status_kib(jvm, "VmRSS")
             print(f"{label}: after warm-up {start}; {seconds:g} s with {callers} callers",
                   flush=True)  # fmt: skip
             sampler = _RSSSampler(server.pid)
@@ -483,11 +449,11 @@ def _server_phase(
             phase["server_peak_rss_kib"], phase["load_average"] = sampler.reset()
             sampler.close()
             phase["after_warmup"] = start
-            phase["after"] = {"rss_kib": _proc(server.pid, "VmRSS"), "fds": fds_after}
-            phase["peak"] = {"server_rss_kib": _proc(server.pid, "VmHWM")}
+            phase["after"] = {"rss_kib": procs.status_kib(server.pid, "VmRSS"), "fds": fds_after}
+            phase["peak"] = {"server_rss_kib": procs.status_kib(server.pid, "VmHWM")}
             if jvm:
-                phase["after"]["jvm_rss_kib"] = _proc(jvm, "VmRSS")
-                phase["peak"]["jvm_rss_kib"] = _proc(jvm, "VmHWM")
+                phase["after"]["jvm_rss_kib"] = procs.status_kib(jvm, "VmRSS")
+                phase["peak"]["jvm_rss_kib"] = procs.status_kib(jvm, "VmHWM")
             if abusers is not None:
                 phase["abusers"] = abusers
         finally:
