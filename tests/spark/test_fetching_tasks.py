@@ -43,7 +43,8 @@ def _call(server: DRPCServer, function: str, args: str) -> str:
         return drpc.execute(function, args)
 
 
-def test_the_tasks_fetch_from_every_server_and_answer_each_its_own() -> None:
+@pytest.mark.parametrize("replicate", [True, False], ids=["a copy per task", "one copy"])
+def test_the_tasks_fetch_from_every_server_and_answer_each_its_own(replicate: bool) -> None:
     """Two live servers and one that is down (nothing listens on its port): the tasks'
     fetches are asynchronous, so the one that is down delays no call."""
     with running_server() as first, running_server() as second:
@@ -52,6 +53,7 @@ def test_the_tasks_fetch_from_every_server_and_answer_each_its_own() -> None:
             [exclamation(), build_reach(), failing_topology()],
             f"{_servers(first, second)},{down}",
             executor="spark",
+            executor_options={"replicate": replicate},
             poll_interval=0.01,
             reconnect_interval=0.2,
         )
@@ -65,6 +67,7 @@ def test_the_tasks_fetch_from_every_server_and_answer_each_its_own() -> None:
             assert cluster is not None
             mine = [d for d in cluster.deployments() if d.fetching is not None]
             assert len(mine) == 3 and all(d.engine is None for d in mine)
+            assert all(d.replicated is replicate for d in mine)
 
             calls = [(first, f"a{i}") for i in range(12)] + [(second, f"b{i}") for i in range(12)]
             started = time.monotonic()

@@ -11,9 +11,12 @@ every resident function of the process is deployed on it:
   ``undeploy`` stops both. A request enters through the driver's share:
   nothing launches a Spark job per request. With ``fetching`` (the
   ``InvocationsSettings`` of remote servers) the driver has no share: every
-  task runs one scaffolding task of each kind (``spread_scaffolding``),
-  fetches requests from the servers itself, acks them and answers them, and
-  the driver does nothing per request.
+  task fetches requests from the servers itself, acks them and answers them,
+  and the driver does nothing per request. With ``replicate`` (default) each
+  task runs a whole copy of the topology, so a request never leaves the task
+  that fetched it; without, the topology's tasks are dealt over the resident
+  tasks as usual, each of which runs one scaffolding task of each kind
+  (``spread_scaffolding``).
 - The job occupies ``slots`` executor slots for as long as it runs; batch jobs
   and transactional runs use the rest. ``default_slots(sc)`` is half the
   default parallelism, at least one.
@@ -115,6 +118,7 @@ class Deployment:
     node_of: dict[int, int] = field(default_factory=dict)
     observed: bool = False  # the resident tasks ship their step spans to the driver
     fetching: Any = None  # InvocationsSettings: the tasks fetch and answer requests themselves
+    replicated: bool = False  # with fetching: a whole copy of the topology on each task
     engine: LocalExecutor | None = None
     deployed: set[int] = field(default_factory=set)
     failed: str | None = None
@@ -229,12 +233,14 @@ class ResidentCluster:
         *,
         threads: int = DEFAULT_WORKER_THREADS,
         fetching: Any = None,
+        replicate: bool = True,
     ) -> Deployment:
         """Run ``topology`` on the resident tasks and its driver share here (none with
         ``fetching``: see the module doc)."""
         self.start()
         spread = fetching is not None
-        if spread:
+        replicated = spread and replicate
+        if spread and not replicated:
             topology = spread_scaffolding(topology, self.slots)
         deployment = Deployment(
             key=f"{topology.name}#{next(_keys)}",
@@ -243,9 +249,12 @@ class ResidentCluster:
             conf=dict(conf),
             services=services,
             threads=threads,
-            node_of=place(topology, self.slots, scaffolding_on_workers=spread),
+            node_of={}
+            if replicated
+            else place(topology, self.slots, scaffolding_on_workers=spread),
             observed=not spread and observer_of(services) is not NULL_OBSERVER,
             fetching=fetching,
+            replicated=replicated,
         )
         if not self.wait_ready(self.start_timeout):
             raise DRPCError(self._not_ready_message())
@@ -276,6 +285,7 @@ class ResidentCluster:
                         deployment.observed,
                         self.slots,
                         deployment.fetching,
+                        deployment.replicated,
                     ),
                 ),
             )

@@ -10,7 +10,9 @@ Control items travel as wire items ``(None, CONTROL, message)``
   fetching)`` (the topology frozen with cloudpickle, so bolts defined in
   ``__main__`` travel; ``fetching``: the ``InvocationsSettings`` each worker builds
   its own invocations handle from when the workers run the DRPC scaffolding and
-  fetch requests themselves, else None) and each worker answers
+  fetch requests themselves, else None; ``replicated``: each worker runs a whole
+  copy of the topology, every task of it, instead of the tasks ``node_of``
+  gives it) and each worker answers
   ``Deployed(key, node)`` once its share runs, or ``DeployFailed(key, node,
   reason)``;
 - ``Undeploy(key)`` stops a worker's share; ``Stop()`` ends the worker, and
@@ -40,6 +42,7 @@ class Deploy(NamedTuple):
     observed: bool  # ship step spans to the driver
     workers: int
     fetching: Any = None  # drpc.runner.InvocationsSettings, or None: the driver fetches
+    replicated: bool = False  # a whole copy of the topology on each worker
 
 
 class Deployed(NamedTuple):

@@ -28,6 +28,14 @@ the process:
   ``"driver"``: as described above. ``"auto"`` (default): ``"tasks"`` when the
   handle allows it (a ``drpc-runner``), else ``"driver"`` (a topology
   embedded in the server or in ``LocalDRPC``, whose request table is here).
+- ``replicate`` (with the ``"tasks"`` path; default True): each resident task
+  runs a whole copy of the topology, every step with its parallelism, so a
+  request never leaves the task that fetched it and throughput grows with the
+  tasks; a fields grouping then holds within each copy (within a request, as a
+  DRPC step sees it), not across copies. False: one copy whose tasks are dealt
+  over the resident tasks, as on the driver path (Storm's placement: every
+  fields grouping holds across requests too), at the price of messages between
+  tasks.
 - A resident task or executor that dies fails the requests in flight with
   INTERNAL_ERROR naming the cause; the job restarts and serving resumes.
 - ``stop()`` undeploys the function (the resident job keeps running for the
@@ -140,6 +148,7 @@ class ResidentExecutor:
         threads: int = DEFAULT_WORKER_THREADS,
         start_timeout: float = DEFAULT_START_TIMEOUT,
         request_path: str = "auto",
+        replicate: bool = True,
     ) -> None:
         self.function = served_function(topology, "resident Spark executor")
         if slots is not None and slots < 1:
@@ -156,6 +165,7 @@ class ResidentExecutor:
             raise ValueError(
                 f"request_path must be one of {', '.join(REQUEST_PATHS)}, got {request_path!r}"
             )
+        self.replicate = replicate
         self.fetching = _fetching_settings(invocations) if request_path != "driver" else None
         if request_path == "tasks" and self.fetching is None:
             raise ValueError(
@@ -180,7 +190,12 @@ class ResidentExecutor:
             session.sparkContext, slots=self.slots, start_timeout=self.start_timeout
         )
         self.deployment = self.cluster.deploy(
-            self.topology, self.conf, self.services, threads=self.threads, fetching=self.fetching
+            self.topology,
+            self.conf,
+            self.services,
+            threads=self.threads,
+            fetching=self.fetching,
+            replicate=self.replicate,
         )
         if self.fetching is not None:
             self.services[INVOCATIONS_SERVICE].hand_off(self.function)
@@ -189,7 +204,11 @@ class ResidentExecutor:
             self.function,
             self.cluster.slots,
             session.sparkContext.master,
-            "each task fetches and answers requests itself"
+            (
+                "each task fetches and answers requests itself, on a whole copy of the topology"
+                if self.replicate
+                else "each task fetches and answers requests itself"
+            )
             if self.fetching is not None
             else "requests enter and leave through the driver",
         )

@@ -15,7 +15,9 @@ the driver sends ``Stop`` or its connection to the driver breaks:
   ``Deployed``, or ``DeployFailed`` naming why. With ``fetching`` the share
   also runs its DRPC spout, scaffolding and ackers, fed by an invocations
   handle of its own (``RemoteInvocations.from_settings``) that fetches from
-  every server and answers each request to the server it came from;
+  every server and answers each request to the server it came from; with
+  ``replicated`` it runs a whole copy of the topology by itself (a plain
+  ``LocalExecutor``: a request never leaves the task that fetched it);
 - ``Undeploy``: stop that share (the requests its spouts hold fail with
   SERVER_SHUTDOWN);
 - ``Call``: run the function on a thread of the worker's call pool (``threads``
@@ -175,16 +177,21 @@ class ResidentWorker:
 
                 fetcher = RemoteInvocations.from_settings(fetching, [topology.drpc_function])
                 services[INVOCATIONS_SERVICE] = fetcher
-            engine = LocalExecutor(
-                topology,
-                conf=message.conf,
-                services=services,
-                threads=self.threads,
-                hosted=hosted_by(message.node_of, self.index),
-                remote=route,
-                ackers=spread,
-                acker_roots=acker_roots(self.index, message.workers) if spread else None,
-            )
+            if message.replicated:
+                engine = LocalExecutor(
+                    topology, conf=message.conf, services=services, threads=self.threads
+                )
+            else:
+                engine = LocalExecutor(
+                    topology,
+                    conf=message.conf,
+                    services=services,
+                    threads=self.threads,
+                    hosted=hosted_by(message.node_of, self.index),
+                    remote=route,
+                    ackers=spread,
+                    acker_roots=acker_roots(self.index, message.workers) if spread else None,
+                )
             if message.observed:
                 engine.recorder = ShippedSpans(engine.holding, route.ship_spans)
             with self._lock:
