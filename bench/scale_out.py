@@ -45,6 +45,7 @@ import multiprocessing
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -166,6 +167,20 @@ def _wait_until_served(servers: list[Server], processes: list[subprocess.Popen[b
         if time.monotonic() > deadline:
             raise SystemExit(f"reach was not served within {START_TIMEOUT:.0f} s")
         time.sleep(0.5)
+
+
+def _sequential_latencies(port: int, seconds: float) -> list[float]:
+    """In the callers' process: one caller, one call after another for ``seconds``; each
+    call's latency in ms."""
+    urls = list(EXPECTED_REACH)
+    latencies = []
+    stop = time.monotonic() + seconds
+    with DRPCClient(HOST, port, timeout=60) as client:
+        while time.monotonic() < stop:
+            began = time.perf_counter()
+            client.execute("reach", urls[len(latencies) % len(urls)])
+            latencies.append(1000 * (time.perf_counter() - began))
+    return latencies
 
 
 def _caller_loop(ports: list[int], callers: int, seconds: float) -> dict[str, int]:
@@ -365,9 +380,14 @@ def measure(setup: Setup, callers: int, seconds: float, warmup: float) -> dict[s
             counts = pool.apply(_caller_loop, (ports, callers, seconds))
             after, elapsed = roles.sample(), time.monotonic() - began
             limits = None
+            latencies: list[float] = []
             if setup.quotas is not None:
                 limits = _limits(setup.quotas, held, start, elapsed)
-    return run_record(setup, counts, elapsed, before, after, limits)
+            else:  # one caller alone, after the window
+                latencies = pool.apply(_sequential_latencies, (ports[0], min(3.0, seconds)))
+    record = run_record(setup, counts, elapsed, before, after, limits)
+    record["sequential_p50_ms"] = statistics.median(latencies) if latencies else None
+    return record
 
 
 def run_record(
@@ -419,13 +439,21 @@ def _quota_label(run: dict[str, Any]) -> str:
     return f"{limits['driver_cores']:g}/{limits['worker_cores']:g}" if limits else "-"
 
 
+def _p50(run: dict[str, Any]) -> str:
+    p50 = run.get("sequential_p50_ms")
+    return "-" if p50 is None else f"{p50:.2f}"
+
+
 def table(results: list[dict[str, Any]]) -> str:
-    """Each run a row: where it ran, its quotas (driver/each worker, cores), calls/s, the CPU
+    """Each run a row: where it ran, its quotas (driver/each worker, cores), one caller's p50
+    latency alone (runs without quotas), calls/s, the CPU
     ms per call of each role, their total and the physical limit in calls/s."""
     seen = {role for run in results for role in run["cpu_ms_per_call"]}
     roles = [role for role in ROLE_ORDER if role in seen] + sorted(seen - set(ROLE_ORDER))
     widths = [max(9, len(role) + 2) for role in roles]
-    where = f"{'deployment':<10}{'slots':>6}{'servers':>8}{'quota':>10}{'calls/s':>9}  "
+    where = (
+        f"{'deployment':<10}{'slots':>6}{'servers':>8}{'quota':>10}{'p50 ms':>8}{'calls/s':>9}  "
+    )
     head = where + "".join(f"{role:>{w}}" for role, w in zip(roles, widths, strict=True))
     lines = [
         head + f"{'total':>9}{'limit/s':>9}",
@@ -439,7 +467,7 @@ def table(results: list[dict[str, Any]]) -> str:
         )
         lines.append(
             f"{run['deployment']:<10}{run['slots']:>6}{run['servers']:>8}"
-            f"{_quota_label(run):>10}{run['calls_per_s']:>9.0f}  {cells}"
+            f"{_quota_label(run):>10}{_p50(run):>8}{run['calls_per_s']:>9.0f}  {cells}"
             f"{run['total_cpu_ms_per_call']:>9.3f}{run['physical_limit_calls_per_s']:>9.0f}"
         )
     return "\n".join(lines)

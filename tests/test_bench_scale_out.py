@@ -69,8 +69,17 @@ def test_the_table_shows_each_run_s_quota_cpu_per_call_by_process_total_and_limi
         _run(1, 4610, {"driver": 0.0, "workers": 0.0}, {"driver": 2.0284, "workers": 3.0288},
              _quotas({"driver": 0.2, "worker1": 0.3})),
     ]  # fmt: skip
+    runs[0]["sequential_p50_ms"] = 1.234
     lines = scale_out.table(runs).splitlines()
-    assert lines[0].split()[:5] == ["deployment", "slots", "servers", "quota", "calls/s"]
+    assert lines[0].split()[:7] == [
+        "deployment",
+        "slots",
+        "servers",
+        "quota",
+        "p50",
+        "ms",
+        "calls/s",
+    ]
     assert lines[0].split()[-2:] == ["total", "limit/s"]
     limit = round(scale_out.CPUS * 1000 / 1.268)
     assert lines[2].split() == [
@@ -78,6 +87,7 @@ def test_the_table_shows_each_run_s_quota_cpu_per_call_by_process_total_and_limi
         "2",
         "1",
         "-",
+        "1.23",
         "847",
         "0.488",
         "0.780",
@@ -85,8 +95,8 @@ def test_the_table_shows_each_run_s_quota_cpu_per_call_by_process_total_and_limi
         str(limit),
     ]
     limit = round(scale_out.CPUS * 1000 / 0.715)
-    assert lines[3].split() == ["embedded", "1", "1", "-", "870", "0.715", "0.715", str(limit)]
-    assert lines[4].split()[:7] == ["split", "1", "1", "0.25/0.3", "461", "0.440", "0.657"]
+    assert lines[3].split() == ["embedded", "1", "1", "-", "-", "870", "0.715", "0.715", str(limit)]
+    assert lines[4].split()[:8] == ["split", "1", "1", "0.25/0.3", "-", "461", "0.440", "0.657"]
 
 
 def test_the_quota_part_reports_two_workers_over_one_and_each_quota_s_use() -> None:
