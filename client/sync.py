@@ -69,7 +69,8 @@ DEFAULT_INVOCATIONS_PORT = 3773
 
 
 class _Connection:
-    """One blocking framed-binary Thrift connection; one call at a time."""
+    """One blocking framed-binary Thrift connection; one call at a time, or several
+    pipelined (``call_many``)."""
 
     def __init__(
         self,
@@ -97,16 +98,27 @@ class _Connection:
             raise DRPCConnectionError(f"{format_address(address)}: {error}") from error
 
     def call(self, call: Call) -> Any:
-        self.calls += 1
-        seqid = self.calls
+        return self.call_many([call])[0]
+
+    def call_many(self, calls: list[Call]) -> list[Any]:
+        """Each call's reply value, the calls pipelined: every frame sent at once, then
+        the replies read, matched to their calls by sequence id (one round trip)."""
+        seqids = list(range(self.calls + 1, self.calls + 1 + len(calls)))
+        self.calls += len(calls)
         where = format_address(self.address)
+        replies = {}
         try:
-            self._socket.sendall(call.encode(seqid))
-            header = self._receive(FRAME_HEADER_SIZE)
-            payload = self._receive(reply_length(header, self.max_frame_size, self.address))
+            self._socket.sendall(
+                b"".join(call.encode(seqid) for call, seqid in zip(calls, seqids, strict=True))
+            )
+            for _ in calls:
+                header = self._receive(FRAME_HEADER_SIZE)
+                payload = self._receive(reply_length(header, self.max_frame_size, self.address))
+                message = decode_message(payload)
+                replies[message.seqid] = message
         except TimeoutError as error:
             self.close()
-            raise DRPCTimeoutError(f"{call.method} on {where} timed out") from error
+            raise DRPCTimeoutError(f"{calls[0].method} on {where} timed out") from error
         except ProtocolError:
             self.close()
             raise
@@ -114,7 +126,13 @@ class _Connection:
             self.close()
             raise DRPCConnectionError(f"{where}: {error}") from error
         try:
-            return call.check_reply(decode_message(payload), seqid)
+            results = []
+            for call, seqid in zip(calls, seqids, strict=True):
+                message = replies.get(seqid)
+                if message is None:
+                    raise ProtocolError(f"no reply to {call.method!r} #{seqid} from {where}")
+                results.append(call.check_reply(message, seqid))
+            return results
         except ProtocolError:
             self.close()
             raise
@@ -246,6 +264,16 @@ class DRPCInvocationsClient:
             return None
         return DRPCRequest(function, request.func_args, ReturnInfo(request.request_id, self.origin))
 
+    def fetch_requests(self, function: str, count: int) -> list[DRPCRequest]:
+        """Up to ``count`` requests for ``function``: ``count`` fetches pipelined on the
+        connection, in one round trip; the ones that found a request, in order."""
+        fetched = self._call_many([fetch_request_call(function)] * count, returns_value=True)
+        return [
+            DRPCRequest(function, request.func_args, ReturnInfo(request.request_id, self.origin))
+            for request in fetched
+            if request.request_id
+        ]
+
     def result(self, request_id: str, result: str) -> None:
         self._call(result_call(request_id, result), returns_value=False)
 
@@ -260,6 +288,9 @@ class DRPCInvocationsClient:
         )
 
     def _call(self, call: Call, *, returns_value: bool) -> Any:
+        return self._call_many([call], returns_value=returns_value)[0]
+
+    def _call_many(self, calls: list[Call], *, returns_value: bool) -> list[Any]:
         with self._lock:
             if self._connection is None:
                 self._connection = _Connection(
@@ -270,11 +301,11 @@ class DRPCInvocationsClient:
                     self.tls.server_hostname if self.tls else None,
                 )
             try:
-                result = self._connection.call(call)
+                results = self._connection.call_many(calls)
             except (DRPCConnectionError, DRPCTimeoutError, ProtocolError):
                 self._connection = None
                 raise
-        return unwrap(result, returns_value=returns_value)
+        return [unwrap(result, returns_value=returns_value) for result in results]
 
     def close(self) -> None:
         with self._lock:

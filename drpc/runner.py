@@ -77,6 +77,7 @@ from drpc.client.calls import Address, format_address, parse_servers
 from drpc.client.cli import add_tls_arguments, tls_from_args
 from drpc.commandline import CommandLineParser
 from drpc.errors import DRPCError, DRPCExecutionException
+from drpc.executors.resident.executor import REQUEST_PATHS
 from drpc.hosting import (
     Host,
     Wakeups,
@@ -99,6 +100,8 @@ DEFAULT_MAX_QUEUED_OUTCOMES = 10_000
 """Outcomes (results and failures) waiting to be sent, per server."""
 DEFAULT_STOP_TIMEOUT = 2.0
 """Seconds ``stop()`` gives the queued outcomes to reach their servers."""
+DEFAULT_MAX_FETCH_BATCH = 16
+"""Most fetches a poller sends one server at once, for one function (one round trip)."""
 
 _LINK_ERRORS = (DRPCConnectionError, DRPCTimeoutError, ProtocolError, AuthorizationException)
 
@@ -118,11 +121,12 @@ class InvocationsSettings:
     tls: TLSSettings | None = None
     max_queued_outcomes: int = DEFAULT_MAX_QUEUED_OUTCOMES
     stop_timeout: float = DEFAULT_STOP_TIMEOUT
+    max_fetch_batch: int = DEFAULT_MAX_FETCH_BATCH
 
     def __post_init__(self) -> None:
         if not self.servers:
             raise ValueError("no server to serve: give at least one invocations address")
-        for name in ("max_buffered", "max_queued_outcomes", "max_frame_size"):
+        for name in ("max_buffered", "max_queued_outcomes", "max_frame_size", "max_fetch_batch"):
             value = getattr(self, name)
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value!r}")
@@ -269,6 +273,7 @@ class RemoteInvocations:
         tls: TLSSettings | None = None,
         max_queued_outcomes: int = DEFAULT_MAX_QUEUED_OUTCOMES,
         stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+        max_fetch_batch: int = DEFAULT_MAX_FETCH_BATCH,
     ) -> None:
         """
         :param servers: invocations ports, "host:port,..." or a list (port default 3773).
@@ -287,6 +292,10 @@ class RemoteInvocations:
             ``dropped_outcomes``) and the server fails that request at its deadline.
         :param stop_timeout: seconds ``stop()`` gives the queued outcomes to reach their
             servers (and the pollers to end), default 2.
+        :param max_fetch_batch: most fetches a poller sends a server at once for one
+            function, pipelined in one round trip, default 16; a batch that came back full
+            doubles the next one (up to this and the buffer's room), one that did not
+            shrinks to what came.
         """
         self._setup(
             InvocationsSettings(
@@ -299,6 +308,7 @@ class RemoteInvocations:
                 tls=tls,
                 max_queued_outcomes=max_queued_outcomes,
                 stop_timeout=stop_timeout,
+                max_fetch_batch=max_fetch_batch,
             ),
             functions,
         )
@@ -472,9 +482,10 @@ class RemoteInvocations:
             client.close()
 
     def _poll_until_stopped(self, origin: str, client: DRPCInvocationsClient) -> None:
+        batches: dict[str, int] = {}  # each function's next batch size
         while not self._stopping.is_set():
             try:
-                fetched = self._poll_round(client)
+                fetched = self._poll_round(client, batches)
             except _LINK_ERRORS as error:
                 if self.connected[origin]:
                     log.warning("lost %s (%s); reconnecting in the background", origin, error)
@@ -494,18 +505,24 @@ class RemoteInvocations:
             if not fetched:
                 self._stopping.wait(self.poll_interval)
 
-    def _poll_round(self, client: DRPCInvocationsClient) -> bool:
-        """Fetch at most one request per function with room; True if any came."""
+    def _poll_round(self, client: DRPCInvocationsClient, batches: dict[str, int]) -> bool:
+        """Fetch a batch of requests for each function with room (``max_fetch_batch``);
+        True if any came."""
         fetched = False
+        most = self.settings.max_fetch_batch
         for function in list(self.functions):
-            if self.buffered(function) >= self.max_buffered:
+            room = self.max_buffered - self.buffered(function)
+            if room <= 0:
                 continue
-            request = client.fetch_request(function)
-            if request is None:
+            asked = min(room, batches.get(function, 1))
+            requests = client.fetch_requests(function, asked)
+            came = len(requests)
+            batches[function] = min(most, 2 * asked) if came == asked else max(1, came)
+            if not requests:
                 continue
             fetched = True
             with self._lock:
-                self._buffers[function].append(request)
+                self._buffers[function].extend(requests)
             self._wakeups.notify(function)
         return fetched
 
@@ -602,6 +619,21 @@ def _parser() -> argparse.ArgumentParser:
         help="most results and failures waiting to be sent to one server; past it an "
         "outcome is dropped, logged and counted (default %(default)d)",
     )
+    parser.add_argument(
+        "--request-path",
+        choices=REQUEST_PATHS,
+        default=None,
+        help="with --executor spark: where requests enter and leave; tasks (every resident "
+        "task fetches from the servers and answers itself, nothing per request on this "
+        "process), driver (this process fetches, acks and answers), auto (default: tasks)",
+    )
+    parser.add_argument(
+        "--one-copy",
+        action="store_true",
+        help="with --executor spark on the tasks path: deal one copy of each topology over "
+        "the resident tasks (Storm's placement: a fields grouping holds across requests) "
+        "instead of a whole copy on every task (a request never leaves its task; default)",
+    )
     add_tls_arguments(parser)
     return parser
 
@@ -610,6 +642,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     topologies, executor_options = hosting_setup(parser, args)
+    if args.request_path is not None or args.one_copy:
+        if args.executor != "spark":
+            parser.error("--request-path and --one-copy apply to --executor spark only")
+        if args.one_copy and args.request_path == "driver":
+            parser.error("--one-copy applies to the tasks path, not --request-path driver")
+        if args.request_path is not None:
+            executor_options["request_path"] = args.request_path
+        if args.one_copy:
+            executor_options["replicate"] = False
     try:
         runner = RemoteRunner(
             topologies,

@@ -12,8 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
-from drpc.client import DRPCClient
+from drpc.client import DRPCClient, DRPCInvocationsClient
 from drpc.server import DRPCServer
+from drpc.server.limits import Limits
 
 from drpc.errors import DRPCExceptionType, DRPCExecutionException
 from drpc.protocol.tls import TLSSettings
@@ -165,3 +166,52 @@ def test_stop_sends_the_queued_outcomes_before_closing_the_fetch_connections() -
         assert [answer.result(10) for answer in answers] == [f"answered {i}" for i in range(5)]
         assert invocations.dropped_outcomes == 0
         assert server.service.orphaned == 0
+
+
+@pytest.mark.parametrize("calls_per_connection", [1, 64], ids=["parked", "concurrent"])
+def test_pipelined_fetches_take_what_is_queued_in_order_in_one_round_trip(
+    calls_per_connection: int,
+) -> None:
+    """``fetch_requests`` sends its fetches at once and matches the replies by sequence id,
+    whether the server runs them one by one (the rest parked) or side by side."""
+    limits = Limits(max_calls_per_connection=calls_per_connection)
+    with (
+        running_server(wait_for_unserved=True, limits=limits) as server,
+        ThreadPoolExecutor(3) as pool,
+    ):
+        calls = []
+        for i in range(3):  # queued one after another: their order is known
+            calls.append(pool.submit(call, server, f"a{i}"))
+            wait_until(lambda i=i: server.service.queue_depth("f") == i + 1)
+        with DRPCInvocationsClient(HOST, server.invocations_port, timeout=10) as client:
+            fetched = client.fetch_requests("f", 5)
+            assert [request.args for request in fetched] == ["a0", "a1", "a2"]
+            assert client.fetch_requests("f", 4) == []  # nothing queued: every fetch empty
+            for request in fetched:
+                client.result(request.return_info.request_id, request.args + "!")
+        assert [done.result(10) for done in calls] == ["a0!", "a1!", "a2!"]
+
+
+def test_a_poller_grows_its_batch_while_batches_come_back_full() -> None:
+    with running_server(wait_for_unserved=True) as server, ThreadPoolExecutor(12) as pool:
+        calls = [pool.submit(call, server, f"b{i}") for i in range(12)]
+        wait_until(lambda: server.service.queue_depth("f") == 12)
+        invocations = RemoteInvocations(
+            invocations_of(server), ["f"], poll_interval=0.01, max_buffered=5
+        )
+        with DRPCInvocationsClient(HOST, server.invocations_port, timeout=10) as client:
+            batches: dict[str, int] = {}
+            sizes = []
+            for _ in range(4):
+                invocations._poll_round(client, batches)
+                sizes.append(invocations.buffered("f"))
+                while invocations.fetch_request("f") is not None:
+                    pass
+            # 1, then 2, then 4; then the buffer's room (5) caps the batch, and the next one
+            # would double again
+            assert sizes == [1, 2, 4, 5]
+            assert batches == {"f": 10}
+        invocations.stop()
+        for done in calls:  # the fetched ones fail at once: their connection closed
+            with pytest.raises(DRPCExecutionException):
+                done.result(10)
