@@ -7,7 +7,7 @@ Control items travel as wire items ``(None, CONTROL, message)``
   and to the workers before it (``engine_build``: ``"compiled"`` or ``"pure"``, see
   ``drpc.compiled``);
 - the driver sends ``Deploy(key, topology, conf, node_of, observed, workers,
-  fetching)`` (the topology frozen with cloudpickle, so bolts defined in
+  fetching, replicated)`` (the topology frozen with cloudpickle, so bolts defined in
   ``__main__`` travel; ``fetching``: the ``InvocationsSettings`` each worker builds
   its own invocations handle from when the workers run the DRPC scaffolding and
   fetch requests themselves, else None; ``replicated``: each worker runs a whole
