@@ -277,6 +277,19 @@ class DRPCInvocationsClient:
     def result(self, request_id: str, result: str) -> None:
         self._call(result_call(request_id, result), returns_value=False)
 
+    def answer_many(self, answers: Sequence[tuple[str, str | DRPCExecutionException]]) -> None:
+        """``result`` or ``fail_request_v2`` for each ``(request_id, result or error)``,
+        pipelined on the connection: one round trip for them all."""
+        self._call_many(
+            [
+                result_call(request_id, answer)
+                if isinstance(answer, str)
+                else fail_request_v2_call(request_id, to_wire_execution_error(answer))
+                for request_id, answer in answers
+            ],
+            returns_value=False,
+        )
+
     def fail_request(self, request_id: str) -> None:
         """Fail a request with Storm's "Request failed" (FAILED_REQUEST)."""
         self._call(fail_request_call(request_id), returns_value=False)

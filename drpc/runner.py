@@ -100,6 +100,8 @@ DEFAULT_MAX_QUEUED_OUTCOMES = 10_000
 """Outcomes (results and failures) waiting to be sent, per server."""
 DEFAULT_STOP_TIMEOUT = 2.0
 """Seconds ``stop()`` gives the queued outcomes to reach their servers."""
+OUTCOME_BATCH = 64
+"""Most outcomes a sender pipelines to its server in one round trip."""
 DEFAULT_MAX_FETCH_BATCH = 16
 """Most fetches a poller sends one server at once, for one function (one round trip)."""
 
@@ -211,8 +213,8 @@ class _OutcomeSender:
 
     def _run(self) -> None:
         try:
-            while (outcome := self._next()) is not None:
-                self._send(outcome)
+            while outcomes := self._next():
+                self._send(outcomes)
         finally:
             with self._ready:
                 left = list(self._queue)
@@ -221,40 +223,47 @@ class _OutcomeSender:
                 self._dropped(outcome, "not sent within the stop deadline")
             self.client.close()
 
-    def _next(self) -> _Outcome | None:
+    def _next(self) -> list[_Outcome]:
+        """What is queued, up to ``OUTCOME_BATCH`` outcomes, once there is any; none at
+        the stop deadline."""
         with self._ready:
             while not self._queue:
                 if self._deadline is not None:
-                    return None
+                    return []
                 self._ready.wait()
             if self._deadline is not None and time.monotonic() >= self._deadline:
-                return None
-            return self._queue.popleft()
+                return []
+            queue = self._queue
+            return [queue.popleft() for _ in range(min(len(queue), OUTCOME_BATCH))]
 
-    def _send(self, outcome: _Outcome) -> None:
-        request_id = outcome.return_info.request_id
+    def _send(self, outcomes: list[_Outcome]) -> None:
+        """Send ``outcomes`` pipelined, in one round trip."""
+        answers = [
+            (o.return_info.request_id, o.result if o.error is None else o.error) for o in outcomes
+        ]
         for attempt in range(2):
             try:
-                if outcome.error is None:
-                    self.client.result(request_id, outcome.result)
-                else:
-                    self.client.fail_request_v2(request_id, outcome.error)
+                self.client.answer_many(answers)
             except DRPCConnectionError as error:
-                # A kept connection may have been closed by the server while idle: the call
-                # did not reach it, so it goes once more on a new connection.
+                # A kept connection may have been closed by the server while idle: the calls
+                # did not reach it, so they go once more on a new connection.
                 retry = self._kept and attempt == 0
                 self._kept = False
                 if not retry:
-                    self._dropped(outcome, str(error))
+                    self._drop_all(outcomes, str(error))
                     return
             except _LINK_ERRORS as error:
                 self._kept = False
                 self.client.close()
-                self._dropped(outcome, str(error))
+                self._drop_all(outcomes, str(error))
                 return
             else:
                 self._kept = True
                 return
+
+    def _drop_all(self, outcomes: list[_Outcome], reason: str) -> None:
+        for outcome in outcomes:
+            self._dropped(outcome, reason)
 
 
 class RemoteInvocations:
@@ -351,6 +360,7 @@ class RemoteInvocations:
             for origin, address in zip(self._clients, settings.servers, strict=True)
         }
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified as a full buffer gets room
         self._buffers: dict[str, deque[DRPCRequest]] = {name: deque() for name in functions}
         self._wakeups = Wakeups()
         self._stopping = threading.Event()
@@ -438,7 +448,11 @@ class RemoteInvocations:
     def fetch_request(self, function: str) -> DRPCRequest | None:
         with self._lock:
             buffer = self._buffers.get(function)
-            return buffer.popleft() if buffer else None
+            if not buffer:
+                return None
+            if len(buffer) >= self.max_buffered:
+                self._room.notify_all()  # a poller waiting for room fetches again
+            return buffer.popleft()
 
     def result(self, return_info: ReturnInfo, result: str) -> None:
         """Queue ``result`` for the server that issued the request; never waits."""
@@ -502,8 +516,17 @@ class RemoteInvocations:
             if not self.connected[origin]:
                 log.info("serving %s for %s", ", ".join(self.functions), origin)
                 self.connected[origin] = True
-            if not fetched:
-                self._stopping.wait(self.poll_interval)
+            if fetched:
+                continue
+            with self._lock:
+                if self._full():  # the topology is behind: fetch once it takes one
+                    self._room.wait(self.poll_interval)
+                    continue
+            self._stopping.wait(self.poll_interval)
+
+    def _full(self) -> bool:
+        """No function has room in its buffer. Holds ``_lock``."""
+        return all(len(self._buffers[f]) >= self.max_buffered for f in self.functions)
 
     def _poll_round(self, client: DRPCInvocationsClient, batches: dict[str, int]) -> bool:
         """Fetch a batch of requests for each function with room (``max_fetch_batch``);

@@ -215,3 +215,47 @@ def test_a_poller_grows_its_batch_while_batches_come_back_full() -> None:
         for done in calls:  # the fetched ones fail at once: their connection closed
             with pytest.raises(DRPCExecutionException):
                 done.result(10)
+
+
+def test_answers_go_pipelined_results_and_failures_alike() -> None:
+    with running_server(wait_for_unserved=True) as server, ThreadPoolExecutor(3) as pool:
+        calls = []
+        for i in range(3):
+            calls.append(pool.submit(call, server, f"c{i}"))
+            wait_until(lambda i=i: server.service.queue_depth("f") == i + 1)
+        with DRPCInvocationsClient(HOST, server.invocations_port, timeout=10) as client:
+            first, second, third = client.fetch_requests("f", 3)
+            refused = DRPCExecutionException("no", DRPCExceptionType.FAILED_REQUEST)
+            client.answer_many(
+                [
+                    (first.return_info.request_id, "one"),
+                    (second.return_info.request_id, refused),
+                    (third.return_info.request_id, "three"),
+                ]
+            )
+        assert calls[0].result(10) == "one" and calls[2].result(10) == "three"
+        with pytest.raises(DRPCExecutionException) as failed:
+            calls[1].result(10)
+        assert failed.value.type is DRPCExceptionType.FAILED_REQUEST and failed.value.msg == "no"
+
+
+def test_a_poller_with_a_full_buffer_fetches_again_as_soon_as_one_is_taken() -> None:
+    """Not after ``poll_interval``: a topology that keeps up is never starved by its own
+    buffer filling."""
+    with running_server(wait_for_unserved=True) as server, ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(call, server, f"d{i}") for i in range(2)]
+        wait_until(lambda: server.service.queue_depth("f") == 2)
+        invocations = RemoteInvocations(
+            invocations_of(server), ["f"], poll_interval=60.0, max_buffered=1
+        )
+        invocations.start()
+        try:
+            taken = [take(invocations)]
+            # the buffer had room again: the second is fetched long before the poll interval
+            wait_until(lambda: invocations.buffered("f") == 1, 10, "the second fetch")
+            taken.append(take(invocations))
+            for request in taken:
+                invocations.result(request.return_info, request.args + "!")
+            assert sorted(done.result(10) for done in calls) == ["d0!", "d1!"]
+        finally:
+            invocations.stop()
