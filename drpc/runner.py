@@ -9,7 +9,9 @@ Contract:
 - ``RemoteInvocations`` is the ``Invocations`` handle the topologies pull
   from: one background poller thread per server calls ``fetchRequest`` for
   each function (at most ``max_buffered`` requests waiting here per function;
-  ``poll_interval`` seconds between polls that found nothing) and wakes the
+  after a poll that found nothing it waits 1 ms, doubling up to
+  ``poll_interval`` seconds while polls find nothing, as Storm's idle spouts
+  back off) and wakes the
   topology's spout; ``fetch_request`` only takes from that buffer, so it never
   waits on the network;
 - each request remembers the server it came from (``ReturnInfo.origin`` is
@@ -100,6 +102,8 @@ DEFAULT_MAX_QUEUED_OUTCOMES = 10_000
 """Outcomes (results and failures) waiting to be sent, per server."""
 DEFAULT_STOP_TIMEOUT = 2.0
 """Seconds ``stop()`` gives the queued outcomes to reach their servers."""
+MIN_IDLE_WAIT = 0.001
+"""A poller's first wait after a poll that found nothing (it doubles up to poll_interval)."""
 OUTCOME_BATCH = 64
 """Most outcomes a sender pipelines to its server in one round trip."""
 DEFAULT_MAX_FETCH_BATCH = 16
@@ -287,8 +291,10 @@ class RemoteInvocations:
         """
         :param servers: invocations ports, "host:port,..." or a list (port default 3773).
         :param functions: the DRPC functions to fetch requests for.
-        :param poll_interval: seconds a poller waits after a round that found nothing,
-            default 0.05.
+        :param poll_interval: longest wait, in seconds, between polls that find nothing,
+            default 0.05: a poller waits ``MIN_IDLE_WAIT`` (1 ms) after a poll that found
+            nothing, doubling the wait while polls keep finding nothing (a lone caller's
+            request is fetched within a few ms, an idle server is asked 20 times a second).
         :param reconnect_interval: seconds between attempts to reach a server that is
             down, default 1.
         :param max_buffered: most fetched requests waiting here per function, default 64;
@@ -497,6 +503,7 @@ class RemoteInvocations:
 
     def _poll_until_stopped(self, origin: str, client: DRPCInvocationsClient) -> None:
         batches: dict[str, int] = {}  # each function's next batch size
+        idle_wait = 0.0  # the wait after a poll that found nothing: backs off while idle
         while not self._stopping.is_set():
             try:
                 fetched = self._poll_round(client, batches)
@@ -517,12 +524,14 @@ class RemoteInvocations:
                 log.info("serving %s for %s", ", ".join(self.functions), origin)
                 self.connected[origin] = True
             if fetched:
+                idle_wait = 0.0
                 continue
             with self._lock:
                 if self._full():  # the topology is behind: fetch once it takes one
                     self._room.wait(self.poll_interval)
                     continue
-            self._stopping.wait(self.poll_interval)
+            idle_wait = min(max(2 * idle_wait, MIN_IDLE_WAIT), self.poll_interval)
+            self._stopping.wait(idle_wait)
 
     def _full(self) -> bool:
         """No function has room in its buffer. Holds ``_lock``."""
@@ -627,7 +636,8 @@ def _parser() -> argparse.ArgumentParser:
         "--poll-interval",
         type=float,
         default=DEFAULT_POLL_INTERVAL,
-        help="seconds between polls that found nothing (default %(default)g)",
+        help="longest wait, in seconds, between polls that find nothing: a poller backs "
+        "off from 1 ms to it while a server has nothing (default %(default)g)",
     )
     parser.add_argument(
         "--reconnect-interval",

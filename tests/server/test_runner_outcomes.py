@@ -259,3 +259,20 @@ def test_a_poller_with_a_full_buffer_fetches_again_as_soon_as_one_is_taken() -> 
             assert sorted(done.result(10) for done in calls) == ["d0!", "d1!"]
         finally:
             invocations.stop()
+
+
+def test_an_idle_poller_backs_off_from_a_millisecond_up_to_the_poll_interval() -> None:
+    """A request that arrives soon after the last one is fetched at once, not after
+    ``poll_interval`` (60 s here); only a server idle for long is asked that rarely."""
+    with running_server(wait_for_unserved=True) as server, ThreadPoolExecutor(1) as pool:
+        invocations = RemoteInvocations(invocations_of(server), ["f"], poll_interval=60.0)
+        invocations.start()
+        try:
+            for i in range(3):
+                calling = pool.submit(call, server, f"e{i}")
+                wait_until(lambda: invocations.buffered("f") == 1, 10, "the fetch")
+                request = take(invocations)
+                invocations.result(request.return_info, request.args + "!")
+                assert calling.result(10) == f"e{i}!"
+        finally:
+            invocations.stop()
