@@ -58,6 +58,7 @@ from drpc.protocol.tls import TLSSettings
 from drpc.protocol.wire import (
     FRAME_HEADER_SIZE,
     MAX_FRAME_SIZE,
+    Message,
     ProtocolError,
     decode_message,
     to_wire_execution_error,
@@ -98,41 +99,50 @@ class _Connection:
             raise DRPCConnectionError(f"{format_address(address)}: {error}") from error
 
     def call(self, call: Call) -> Any:
-        return self.call_many([call])[0]
+        self.calls += 1
+        seqid = self.calls
+        (message,) = self._exchange(call.encode(seqid), 1, call.method)
+        return self._checked(call, message, seqid)
 
     def call_many(self, calls: list[Call]) -> list[Any]:
         """Each call's reply value, the calls pipelined: every frame sent at once, then
         the replies read, matched to their calls by sequence id (one round trip)."""
-        seqids = list(range(self.calls + 1, self.calls + 1 + len(calls)))
+        seqids = range(self.calls + 1, self.calls + 1 + len(calls))
         self.calls += len(calls)
+        frames = b"".join(call.encode(seqid) for call, seqid in zip(calls, seqids, strict=True))
+        replies = {m.seqid: m for m in self._exchange(frames, len(calls), calls[0].method)}
+        return [
+            self._checked(call, replies.get(seqid), seqid)
+            for call, seqid in zip(calls, seqids, strict=True)
+        ]
+
+    def _exchange(self, frames: bytes, count: int, method: str) -> list[Message]:
+        """Send ``frames``, then read ``count`` reply messages."""
         where = format_address(self.address)
-        replies = {}
         try:
-            self._socket.sendall(
-                b"".join(call.encode(seqid) for call, seqid in zip(calls, seqids, strict=True))
-            )
-            for _ in calls:
+            self._socket.sendall(frames)
+            messages = []
+            for _ in range(count):
                 header = self._receive(FRAME_HEADER_SIZE)
                 payload = self._receive(reply_length(header, self.max_frame_size, self.address))
-                message = decode_message(payload)
-                replies[message.seqid] = message
+                messages.append(decode_message(payload))
+            return messages
         except TimeoutError as error:
             self.close()
-            raise DRPCTimeoutError(f"{calls[0].method} on {where} timed out") from error
+            raise DRPCTimeoutError(f"{method} on {where} timed out") from error
         except ProtocolError:
             self.close()
             raise
         except OSError as error:
             self.close()
             raise DRPCConnectionError(f"{where}: {error}") from error
+
+    def _checked(self, call: Call, message: Message | None, seqid: int) -> Any:
         try:
-            results = []
-            for call, seqid in zip(calls, seqids, strict=True):
-                message = replies.get(seqid)
-                if message is None:
-                    raise ProtocolError(f"no reply to {call.method!r} #{seqid} from {where}")
-                results.append(call.check_reply(message, seqid))
-            return results
+            if message is None:
+                where = format_address(self.address)
+                raise ProtocolError(f"no reply to {call.method!r} #{seqid} from {where}")
+            return call.check_reply(message, seqid)
         except ProtocolError:
             self.close()
             raise
