@@ -20,8 +20,10 @@ from drpc.builders.coordinated_drpc import (
 from drpc.builders.drpc_components import RETURN_STREAM, request_numbers
 from drpc.examples.reach import build_reach
 from drpc.executors.local.messages import Ack, AckInit, Outbox, TupleMessage
+from drpc.executors.resident.control import Deploy, DeployFailed
 from drpc.executors.resident.routing import (
     ACKER,
+    CONTROL,
     DRIVER,
     FIELDS,
     Route,
@@ -30,9 +32,11 @@ from drpc.executors.resident.routing import (
     root_node,
 )
 from drpc.executors.resident.transport import Node
+from drpc.executors.resident.worker import ResidentWorker
 from drpc.model.context import TopologyContext
 from drpc.semantics.acker import new_root_id
 from drpc.semantics.routing import OutputRouter
+from drpc.semantics.runners import freeze
 
 
 class _Sent:
@@ -128,3 +132,19 @@ def test_a_spread_scaffolding_keeps_a_request_on_the_worker_that_fetched_it() ->
     plain = build_reach().create_topology()
     context = TopologyContext(plain, PREPARE_ID, plain.component_task_ids[PREPARE_ID][0])
     assert list(itertools.islice(request_numbers(context), 3)) == [1, 2, 3]
+
+
+def test_a_worker_that_cannot_load_its_fetching_settings_answers_deploy_failed() -> None:
+    """Not a broken frame that ends the task: the settings travel pickled apart, so what
+    they need on the executor (drpc.runner, thrift) missing is a deployment's failure."""
+    worker = ResidentWorker(1, b"t" * 32, threads=1)
+    sent = _Sent()
+    worker.node.send = sent.send  # type: ignore[method-assign]
+    topology = build_reach().create_topology()
+    worker._deploy(Deploy("reach#1", freeze(topology), {}, {}, False, 1, b"not a pickle", True))
+    [(node, (_, destination, answer))] = sent.items
+    assert (node, destination) == (DRIVER, CONTROL)
+    assert isinstance(answer, DeployFailed) and answer.key == "reach#1"
+    assert "UnpicklingError" in answer.reason
+    assert worker.engines == {} and worker.fetchers == {}
+    worker.node.close()

@@ -388,8 +388,9 @@ class SparkCluster:
 
 # -- what the executors run ----------------------------------------------------------------------
 
-EXECUTOR_DEPENDENCIES = ("cloudpickle", "lmdb", "mypy_extensions")
-"""What drpc's tasks import on an executor besides pyspark (which Spark provides)."""
+EXECUTOR_DEPENDENCIES = ("cloudpickle", "lmdb", "mypy_extensions", "thrift")
+"""What drpc's tasks import on an executor besides pyspark (which Spark provides): thrift
+for a runner's resident tasks, which reach the DRPC servers themselves."""
 
 
 def _copy_package(source: Path, target: Path) -> None:

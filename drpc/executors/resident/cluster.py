@@ -284,7 +284,7 @@ class ResidentCluster:
                         deployment.node_of,
                         deployment.observed,
                         self.slots,
-                        deployment.fetching,
+                        None if deployment.fetching is None else pickle.dumps(deployment.fetching),
                         deployment.replicated,
                     ),
                 ),

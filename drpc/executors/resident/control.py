@@ -8,7 +8,8 @@ Control items travel as wire items ``(None, CONTROL, message)``
   ``drpc.compiled``);
 - the driver sends ``Deploy(key, topology, conf, node_of, observed, workers,
   fetching, replicated)`` (the topology frozen with cloudpickle, so bolts defined in
-  ``__main__`` travel; ``fetching``: the ``InvocationsSettings`` each worker builds
+  ``__main__`` travel; ``fetching``: the ``InvocationsSettings``, pickled apart so a
+  worker that cannot load them answers ``DeployFailed``, that each worker builds
   its own invocations handle from when the workers run the DRPC scaffolding and
   fetch requests themselves, else None; ``replicated``: each worker runs a whole
   copy of the topology, every task of it, instead of the tasks ``node_of``
@@ -41,7 +42,7 @@ class Deploy(NamedTuple):
     node_of: dict[int, int]
     observed: bool  # ship step spans to the driver
     workers: int
-    fetching: Any = None  # drpc.runner.InvocationsSettings, or None: the driver fetches
+    fetching: bytes | None = None  # pickled InvocationsSettings, or None: the driver fetches
     replicated: bool = False  # a whole copy of the topology on each worker
 
 

@@ -163,7 +163,7 @@ class ResidentWorker:
         fetcher = None
         try:
             topology = pickle.loads(message.topology)
-            fetching = message.fetching
+            fetching = None if message.fetching is None else pickle.loads(message.fetching)
             spread = fetching is not None
             route = Route(
                 self.node,
@@ -172,7 +172,7 @@ class ResidentWorker:
                 acker_modulus=message.workers if spread else 0,
             )
             services: dict[str, Any] = {}
-            if spread:
+            if fetching is not None:
                 from drpc.runner import RemoteInvocations  # the runner's, not the server's
 
                 fetcher = RemoteInvocations.from_settings(fetching, [topology.drpc_function])
