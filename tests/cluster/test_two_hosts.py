@@ -18,7 +18,11 @@ In order, on one cluster:
    Spark UI, a transactional run commits exactly once, and a worker JVM SIGKILLed under
    load leaves only right answers or typed errors, then serving resumes on the one worker
    left. The transactional run's batches run on the resident tasks too, so they go on
-   there; the killed worker is started again, as its supervisor would.
+   there; the killed worker is started again, as its supervisor would;
+4. scale-out serving: a ``drpc-server`` on each host and a ``drpc-runner --executor
+   spark`` driving two resident tasks on the cluster: the tasks fetch from both servers
+   themselves (every fetching connection comes from the cluster host; the driver holds
+   none) and answer each caller through its own server.
 
 Nothing is written inside the installed pyspark, and everything is torn down afterwards.
 """
@@ -38,6 +42,7 @@ import pytest
 from drpc.compiled import engine_build
 from tests.cluster.harness import (
     ROOT,
+    Host,
     SparkCluster,
     TwoHosts,
     alive,
@@ -249,3 +254,100 @@ def test_serving_and_a_transactional_run_on_two_hosts_through_a_worker_kill(
     assert committed(state, opaque=False) == expected  # exactly once, across the kill
     assert package_listing() == package_before  # nothing written inside pyspark
     assert list(spark_cluster.workdir.glob("work-*/app-*")), "the work directories moved"
+
+
+CALL_BOTH = """
+import sys, time
+from drpc.client import DRPCClient, DRPCExecutionException
+from drpc.examples.reach import EXPECTED_REACH
+for host in sys.argv[1:]:
+    with DRPCClient(host, 3772, timeout=120) as client:
+        deadline = time.monotonic() + 120
+        while True:  # until the server has seen the tasks fetch reach
+            try:
+                client.execute("reach", "foo.com/blog/1")
+                break
+            except DRPCExecutionException as error:
+                if "is not served" not in error.msg or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        for url, want in EXPECTED_REACH.items():
+            assert client.execute("reach", url) == str(want), (host, url)
+print("answered")
+"""
+"""Run on the cluster host: reach through the server on each host given."""
+
+
+def _peers(host: Host, port: int) -> set[str]:
+    """The addresses of the connections established to ``port`` on ``host``."""
+    listed = host.run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"], timeout=30)
+    assert listed.returncode == 0, listed.stderr
+    return {line.split()[-1].rsplit(":", 1)[0] for line in listed.stdout.splitlines()}
+
+
+@pytest.mark.timeout(300)
+def test_the_resident_tasks_fetch_from_a_server_on_each_host_past_the_driver(
+    two_hosts: TwoHosts, spark_cluster: SparkCluster, shipped: dict[str, Path], tmp_path: Path
+) -> None:
+    conf = tmp_path / "cluster.conf"
+    conf.write_text(
+        f"spark.archives        {shipped['environment']}#environment\n"
+        "spark.pyspark.python  ./environment/bin/python\n"
+        f"spark.submit.pyFiles  {shipped['code']}\n"
+        "spark.ui.enabled      false\n"
+    )
+    hosts = (two_hosts.server, two_hosts.cluster)
+    logs = [tmp_path / f"server-{index}.log" for index in range(2)]
+    servers = [
+        host.popen(
+            [BIN / "drpc-server", "--host", host.address, "--executor", "local",
+             "--http-port", "-1", "--runner-liveness", "2", "--log-level", "INFO"],
+            log=log,
+        )
+        for host, log in zip(hosts, logs, strict=True)
+    ]  # fmt: skip
+    runner_log = tmp_path / "runner.log"
+    runner = two_hosts.server.popen(
+        [BIN / "drpc-runner", "--servers", ",".join(f"{host.address}:3773" for host in hosts),
+         "--master", spark_cluster.master_url, "--spark-conf-file", conf,
+         "--spark-conf", EXECUTOR_MEMORY, "--executor", "spark", "--slots", "2",
+         "--topology", "drpc.examples.reach:topology", "--poll-interval", "0.02",
+         "--log-level", "INFO"],
+        log=runner_log,
+        env=host_env(PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    try:
+        for server, log in zip(servers, logs, strict=True):
+            _serving(server, log, 60)
+        wait_for(
+            lambda: (
+                "the resident Spark tasks fetch reach themselves" in _log(runner_log)
+                or runner.poll() is not None
+            ),
+            240,
+            "the runner did not start serving",
+            interval=0.2,
+        )
+        assert runner.poll() is None, _log(runner_log)[-4000:]
+        calling = two_hosts.cluster.run(
+            [sys.executable, "-c", CALL_BOTH, *(host.address for host in hosts)],
+            timeout=240,
+            env=host_env(PYTHONPATH=str(ROOT)),
+        )
+        assert calling.returncode == 0, calling.stderr[-3000:] + _log(runner_log)[-3000:]
+        assert calling.stdout.strip() == "answered"
+        fetchers = [_peers(host, 3773) for host in hosts]
+    finally:
+        _stop(runner, runner_log)
+        for server, log in zip(servers, logs, strict=True):
+            _stop(server, log)
+    # Both servers' fetching connections come from the cluster host, where the tasks run;
+    # the driver, on the server host, fetches nothing.
+    assert fetchers == [{two_hosts.cluster.address}] * 2
+    fetched_from = {
+        line.rsplit(" ", 1)[1]
+        for stderr in spark_cluster.workdir.glob("work-*/app-*/*/stderr")
+        for line in stderr.read_text().splitlines()
+        if "drpc.runner: serving reach for " in line
+    }
+    assert fetched_from == {f"{host.address}:3773" for host in hosts}
