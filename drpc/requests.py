@@ -49,9 +49,9 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from drpc.errors import DRPCExceptionType, DRPCExecutionException
 from drpc.observe import Observer
@@ -94,6 +94,25 @@ class Invocations(Protocol):
     def result(self, return_info: ReturnInfo, result: str) -> None: ...
 
     def fail_request(self, return_info: ReturnInfo, error: DRPCExecutionException) -> None: ...
+
+
+class InvocationsBlueprint(Protocol):
+    """What an invocations handle was built from, picklable: another process (a resident
+    Spark task) builds its own handle from it, fetching ``functions``."""
+
+    def build(self, functions: Sequence[str]) -> Invocations: ...
+
+
+@runtime_checkable
+class ShippableInvocations(Protocol):
+    """An invocations handle other processes can rebuild (a remote runner's): they fetch a
+    function themselves once this one hands it off."""
+
+    settings: InvocationsBlueprint
+
+    def hand_off(self, function: str) -> None:
+        """Fetch ``function`` no more here: handles built from ``settings`` fetch it."""
+        ...
 
 
 class WakeupSource(Protocol):

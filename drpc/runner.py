@@ -129,6 +129,11 @@ class InvocationsSettings:
     stop_timeout: float = DEFAULT_STOP_TIMEOUT
     max_fetch_batch: int = DEFAULT_MAX_FETCH_BATCH
 
+    def build(self, functions: Sequence[str]) -> RemoteInvocations:
+        """A handle fetching ``functions`` from these servers
+        (``drpc.requests.InvocationsBlueprint``)."""
+        return RemoteInvocations.from_settings(self, functions)
+
     def __post_init__(self) -> None:
         if not self.servers:
             raise ValueError("no server to serve: give at least one invocations address")

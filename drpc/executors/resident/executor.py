@@ -23,8 +23,9 @@ the process:
   resident task fetches requests from the DRPC servers itself, runs the DRPC
   spout, scaffolding and ackers beside its bolts and answers each request to
   its server; the driver does nothing per request. It needs an invocations
-  handle that can be rebuilt on the tasks (``drpc.runner.RemoteInvocations``,
-  which then leaves the function to them: ``hand_off``), else ``ValueError``.
+  handle that can be rebuilt on the tasks (``drpc.requests.ShippableInvocations``:
+  a remote runner's ``RemoteInvocations``, which then leaves the function to
+  them, ``hand_off``), else ``ValueError``.
   ``"driver"``: as described above. ``"auto"`` (default): ``"tasks"`` when the
   handle allows it (a ``drpc-runner``), else ``"driver"`` (a topology
   embedded in the server or in ``LocalDRPC``, whose request table is here).
@@ -63,6 +64,7 @@ from drpc.executors.resident.cluster import (
     default_slots,
 )
 from drpc.model.topology import Topology
+from drpc.requests import ShippableInvocations
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +78,7 @@ REQUEST_PATHS = ("auto", "tasks", "driver")
 def _fetching_settings(invocations: Any) -> Any:
     """The settings the resident tasks rebuild ``invocations`` from, or None when they
     cannot (the request table is in this process)."""
-    from drpc.runner import RemoteInvocations  # imports the client: only when asked
-
-    return invocations.settings if isinstance(invocations, RemoteInvocations) else None
+    return invocations.settings if isinstance(invocations, ShippableInvocations) else None
 
 
 def resident_cluster(

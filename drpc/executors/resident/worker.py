@@ -14,7 +14,8 @@ the driver sends ``Stop`` or its connection to the driver breaks:
   ``Route``, shipping its step spans to the driver when observed) and answer
   ``Deployed``, or ``DeployFailed`` naming why. With ``fetching`` the share
   also runs its DRPC spout, scaffolding and ackers, fed by an invocations
-  handle of its own (``RemoteInvocations.from_settings``) that fetches from
+  handle of its own (built from the shipped settings,
+  ``InvocationsBlueprint.build``) that fetches from
   every server and answers each request to the server it came from; with
   ``replicated`` it runs a whole copy of the topology by itself (a plain
   ``LocalExecutor``: a request never leaves the task that fetched it);
@@ -118,9 +119,18 @@ class ResidentWorker:
         if isinstance(message, Deploy):
             self._deploy(message)
         elif isinstance(message, Undeploy):
-            self._stop_share(
-                message.key, Failure(DRPCExceptionType.SERVER_SHUTDOWN, "Server Shutting Down")
-            )
+            # On a thread of its own: stopping a share waits for its pollers and its last
+            # answers (up to the runner's stop_timeout), which must not hold up the items
+            # of the other deployments this connection carries.
+            threading.Thread(
+                target=self._stop_share,
+                args=(
+                    message.key,
+                    Failure(DRPCExceptionType.SERVER_SHUTDOWN, "Server Shutting Down"),
+                ),
+                name=f"drpc-undeploy-{message.key}",
+                daemon=True,
+            ).start()
         elif isinstance(message, Call):
             self.calls.submit(self._call, message)
         elif isinstance(message, Stop):
@@ -173,9 +183,7 @@ class ResidentWorker:
             )
             services: dict[str, Any] = {}
             if fetching is not None:
-                from drpc.runner import RemoteInvocations  # the runner's, not the server's
-
-                fetcher = RemoteInvocations.from_settings(fetching, [topology.drpc_function])
+                fetcher = fetching.build([topology.drpc_function])
                 services[INVOCATIONS_SERVICE] = fetcher
             if message.replicated:
                 engine = LocalExecutor(
