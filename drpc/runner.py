@@ -8,18 +8,21 @@ Contract:
 
 - ``RemoteInvocations`` is the ``Invocations`` handle the topologies pull
   from: one background poller thread per server calls ``fetchRequest`` for
-  each function (at most ``max_buffered`` requests waiting here per function;
-  after a poll that found nothing it waits 1 ms, doubling up to
-  ``poll_interval`` seconds while polls find nothing, as Storm's idle spouts
-  back off) and wakes the
-  topology's spout; ``fetch_request`` only takes from that buffer, so it never
-  waits on the network;
+  each function, a batch of calls pipelined in one round trip (the batch
+  doubles while batches come back full, up to ``max_fetch_batch``), and
+  wakes the topology's spout. At most ``max_buffered`` requests wait here
+  per function: a poller whose buffers are full fetches again as soon as the
+  topology takes one. After a poll that found nothing it waits 1 ms, doubling
+  up to ``poll_interval`` seconds while polls find nothing (Storm's idle
+  spouts back off so). ``fetch_request`` only takes from the buffer, so it
+  never waits on the network;
 - each request remembers the server it came from (``ReturnInfo.origin`` is
   that server's "host:port") and its result or failure goes back to that
   server only (``failRequestV2``, keeping the failure's type and message);
 - outcomes never wait on a server: ``result``/``fail_request`` only queue
   them, and per server a sender thread with a connection of its own sends
-  them, so a slow fetch never delays a result and a server that does not
+  them, everything queued pipelined in one round trip, so a slow fetch never
+  delays a result and a server that does not
   answer delays neither the topology's threads nor another server's outcomes;
   at most ``max_queued_outcomes`` (default 10 000) wait per server, past it an
   outcome is dropped; an outcome dropped for any reason (queue full, server
