@@ -44,9 +44,9 @@ steps are unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Self
 
 from drpc.builders.drpc_components import (
     ID_STREAM,
@@ -61,13 +61,11 @@ from drpc.model.components import BaseBatchBolt, FinishedCallback, IComponent
 from drpc.model.fields import Fields
 from drpc.model.grouping import (
     AllGrouping,
-    DirectGrouping,
     FieldsGrouping,
-    GlobalGrouping,
     Grouping,
     LocalOrShuffleGrouping,
+    NamedGroupings,
     NoneGrouping,
-    ShuffleGrouping,
 )
 from drpc.model.streams import (
     COORDINATED_STREAM_ID,
@@ -141,7 +139,7 @@ class Step:
         return any(input.source == REQUEST for input in self.inputs)
 
 
-class CoordinatedDRPCInputDeclarer:
+class CoordinatedDRPCInputDeclarer(NamedGroupings):
     """Which streams a step reads and how they spread over its tasks."""
 
     def __init__(self, step: Step) -> None:
@@ -149,47 +147,9 @@ class CoordinatedDRPCInputDeclarer:
 
     def grouping(
         self, component_id: str, grouping: Grouping, stream_id: str = DEFAULT_STREAM_ID
-    ) -> CoordinatedDRPCInputDeclarer:
+    ) -> Self:
         self._step.declared.append(StepInput(component_id, grouping, stream_id))
         return self
-
-    def shuffle_grouping(
-        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
-    ) -> CoordinatedDRPCInputDeclarer:
-        return self.grouping(component_id, ShuffleGrouping(), stream_id)
-
-    def fields_grouping(
-        self,
-        component_id: str,
-        fields: Fields | Iterable[str] | str,
-        stream_id: str = DEFAULT_STREAM_ID,
-    ) -> CoordinatedDRPCInputDeclarer:
-        return self.grouping(component_id, FieldsGrouping(Fields.of(fields)), stream_id)
-
-    def global_grouping(
-        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
-    ) -> CoordinatedDRPCInputDeclarer:
-        return self.grouping(component_id, GlobalGrouping(), stream_id)
-
-    def all_grouping(
-        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
-    ) -> CoordinatedDRPCInputDeclarer:
-        return self.grouping(component_id, AllGrouping(), stream_id)
-
-    def none_grouping(
-        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
-    ) -> CoordinatedDRPCInputDeclarer:
-        return self.grouping(component_id, NoneGrouping(), stream_id)
-
-    def direct_grouping(
-        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
-    ) -> CoordinatedDRPCInputDeclarer:
-        return self.grouping(component_id, DirectGrouping(), stream_id)
-
-    def local_or_shuffle_grouping(
-        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
-    ) -> CoordinatedDRPCInputDeclarer:
-        return self.grouping(component_id, LocalOrShuffleGrouping(), stream_id)
 
     def add_configuration(self, key: str, value: Any) -> CoordinatedDRPCInputDeclarer:
         self._step.conf[key] = value

@@ -19,13 +19,17 @@ lands on the same task index locally and on Spark:
 - local-or-shuffle: the task with the same index when both components have
   the same number of tasks (no repartitioning: executors fuse such steps),
   otherwise shuffle.
+
+``NamedGroupings`` gives a declarer Storm's named grouping methods
+(``shuffle_grouping(component_id, stream_id)``, ...), each a call of the
+declarer's own ``grouping(component_id, grouping, stream_id)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from drpc.errors import InvalidTopologyError
 from drpc.model.fields import Fields
@@ -37,6 +41,7 @@ from drpc.model.partitioners import (
     Partitioner,
     RoundRobin,
 )
+from drpc.model.streams import DEFAULT_STREAM_ID
 
 
 @dataclass(frozen=True)
@@ -173,3 +178,40 @@ class DirectGrouping(Grouping):
 
 def fields_grouping(fields: Fields | Iterable[str] | str) -> FieldsGrouping:
     return FieldsGrouping(Fields.of(fields))
+
+
+class NamedGroupings:
+    """Storm's named grouping methods, for a declarer that defines ``grouping``."""
+
+    def grouping(
+        self, component_id: str, grouping: Grouping, stream_id: str = DEFAULT_STREAM_ID
+    ) -> Self:
+        raise NotImplementedError
+
+    def shuffle_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM_ID) -> Self:
+        return self.grouping(component_id, ShuffleGrouping(), stream_id)
+
+    def fields_grouping(
+        self,
+        component_id: str,
+        fields: Fields | Iterable[str] | str,
+        stream_id: str = DEFAULT_STREAM_ID,
+    ) -> Self:
+        return self.grouping(component_id, FieldsGrouping(Fields.of(fields)), stream_id)
+
+    def global_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM_ID) -> Self:
+        return self.grouping(component_id, GlobalGrouping(), stream_id)
+
+    def all_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM_ID) -> Self:
+        return self.grouping(component_id, AllGrouping(), stream_id)
+
+    def none_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM_ID) -> Self:
+        return self.grouping(component_id, NoneGrouping(), stream_id)
+
+    def direct_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM_ID) -> Self:
+        return self.grouping(component_id, DirectGrouping(), stream_id)
+
+    def local_or_shuffle_grouping(
+        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
+    ) -> Self:
+        return self.grouping(component_id, LocalOrShuffleGrouping(), stream_id)

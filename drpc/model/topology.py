@@ -17,9 +17,9 @@ interpret, not code that runs by itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from drpc.errors import InvalidTopologyError
 from drpc.model.components import (
@@ -32,14 +32,8 @@ from drpc.model.components import (
 )
 from drpc.model.fields import Fields
 from drpc.model.grouping import (
-    AllGrouping,
-    DirectGrouping,
-    FieldsGrouping,
-    GlobalGrouping,
     Grouping,
-    LocalOrShuffleGrouping,
-    NoneGrouping,
-    ShuffleGrouping,
+    NamedGroupings,
 )
 from drpc.model.streams import (
     COORDINATED_STREAM_FIELDS,
@@ -155,51 +149,17 @@ class _Declarer:
         return self
 
 
-class BoltDeclarer(_Declarer):
+class BoltDeclarer(_Declarer, NamedGroupings):
     """Declares a bolt's subscriptions: ``set_bolt(...).shuffle_grouping("spout")``."""
 
     def grouping(
         self, component_id: str, grouping: Grouping, stream_id: str = DEFAULT_STREAM_ID
-    ) -> BoltDeclarer:
+    ) -> Self:
         key = GlobalStreamId(component_id, stream_id)
         if key in self._spec.inputs:
             raise InvalidTopologyError(f"subscribes to {key} twice", self._spec.id)
         self._spec.inputs[key] = grouping
         return self
-
-    def shuffle_grouping(
-        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
-    ) -> BoltDeclarer:
-        return self.grouping(component_id, ShuffleGrouping(), stream_id)
-
-    def fields_grouping(
-        self,
-        component_id: str,
-        fields: Fields | Iterable[str] | str,
-        stream_id: str = DEFAULT_STREAM_ID,
-    ) -> BoltDeclarer:
-        return self.grouping(component_id, FieldsGrouping(Fields.of(fields)), stream_id)
-
-    def global_grouping(
-        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
-    ) -> BoltDeclarer:
-        return self.grouping(component_id, GlobalGrouping(), stream_id)
-
-    def all_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM_ID) -> BoltDeclarer:
-        return self.grouping(component_id, AllGrouping(), stream_id)
-
-    def none_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM_ID) -> BoltDeclarer:
-        return self.grouping(component_id, NoneGrouping(), stream_id)
-
-    def direct_grouping(
-        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
-    ) -> BoltDeclarer:
-        return self.grouping(component_id, DirectGrouping(), stream_id)
-
-    def local_or_shuffle_grouping(
-        self, component_id: str, stream_id: str = DEFAULT_STREAM_ID
-    ) -> BoltDeclarer:
-        return self.grouping(component_id, LocalOrShuffleGrouping(), stream_id)
 
 
 class SpoutDeclarer(_Declarer):
