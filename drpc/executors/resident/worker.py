@@ -169,39 +169,45 @@ class ResidentWorker:
         if fetcher is not None:
             fetcher.stop()
 
+    def _share(self, message: Deploy, topology: Any, services: dict[str, Any]) -> LocalExecutor:
+        """This worker's engine for a deployment: a whole copy of the topology, or the
+        tasks ``place`` gave it of one copy, routed to the other nodes (its ackers track
+        its own spouts' roots when it fetches)."""
+        if message.replicated:
+            return LocalExecutor(
+                topology, conf=message.conf, services=services, threads=self.threads
+            )
+        fetches = message.fetching is not None
+        route = Route(
+            self.node,
+            message.key,
+            message.node_of,
+            acker_modulus=message.workers if fetches else 0,
+        )
+        engine = LocalExecutor(
+            topology,
+            conf=message.conf,
+            services=services,
+            threads=self.threads,
+            hosted=hosted_by(message.node_of, self.index),
+            remote=route,
+            ackers=fetches,
+            acker_roots=acker_roots(self.index, message.workers) if fetches else None,
+        )
+        if message.observed:
+            engine.recorder = ShippedSpans(engine.holding, route.ship_spans)
+        return engine
+
     def _deploy(self, message: Deploy) -> None:
         fetcher = None
         try:
             topology = pickle.loads(message.topology)
             fetching = None if message.fetching is None else pickle.loads(message.fetching)
-            spread = fetching is not None
-            route = Route(
-                self.node,
-                message.key,
-                message.node_of,
-                acker_modulus=message.workers if spread else 0,
-            )
             services: dict[str, Any] = {}
             if fetching is not None:
                 fetcher = fetching.build([topology.drpc_function])
                 services[INVOCATIONS_SERVICE] = fetcher
-            if message.replicated:
-                engine = LocalExecutor(
-                    topology, conf=message.conf, services=services, threads=self.threads
-                )
-            else:
-                engine = LocalExecutor(
-                    topology,
-                    conf=message.conf,
-                    services=services,
-                    threads=self.threads,
-                    hosted=hosted_by(message.node_of, self.index),
-                    remote=route,
-                    ackers=spread,
-                    acker_roots=acker_roots(self.index, message.workers) if spread else None,
-                )
-            if message.observed:
-                engine.recorder = ShippedSpans(engine.holding, route.ship_spans)
+            engine = self._share(message, topology, services)
             with self._lock:
                 previous = self.engines.get(message.key)
                 previous_fetcher = self.fetchers.pop(message.key, None)
