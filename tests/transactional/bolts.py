@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from drpc import (
     Tuple,
     stable_hash,
 )
+from drpc.state.topology import current_commit
 from drpc.transactional import (
     BaseTransactionalBolt,
     BaseTransactionalSpout,
@@ -37,6 +39,15 @@ def first_time(marker_dir: str, name: str) -> bool:
     except FileExistsError:
         return False
     return True
+
+
+def first_commit_attempt(marker_dir: str, marker: str, chosen: Callable[[int], bool]) -> int | None:
+    """The txid of the commit this runs in, when ``chosen(txid)`` and this is the first
+    time across processes (``first_time`` of ``marker`` + txid); None otherwise."""
+    commit = current_commit()
+    if commit is None or not chosen(commit[1]):
+        return None
+    return commit[1] if first_time(marker_dir, f"{marker}{commit[1]}") else None
 
 
 def fails_first_attempt(marker_dir: str | None, phase: str, txid: int, percent: int) -> bool:

@@ -23,7 +23,7 @@ from drpc.trident import (
     TridentCollector,
     TridentTuple,
 )
-from tests.transactional.bolts import first_time
+from tests.transactional.bolts import first_commit_attempt, first_time
 
 
 class Split(Function):
@@ -56,13 +56,9 @@ class CountFailingCommits(Count):
         self.marker_dir = marker_dir
 
     def combine(self, a: int, b: int) -> int:
-        commit = current_commit()
-        if (
-            commit is not None
-            and commit[1] % 3 == 0
-            and first_time(self.marker_dir, f"commit-{commit[1]}")
-        ):
-            raise FailedException(f"injected: first commit of txid {commit[1]}")
+        txid = first_commit_attempt(self.marker_dir, "commit-", lambda txid: txid % 3 == 0)
+        if txid is not None:
+            raise FailedException(f"injected: first commit of txid {txid}")
         return a + b
 
 

@@ -24,7 +24,7 @@ from drpc.trident import (
     transactional_topology,
 )
 from drpc.trident.windowing import Window
-from tests.transactional.bolts import first_time
+from tests.transactional.bolts import first_commit_attempt
 
 WORDS = "the cow jumped over the moon and the dish ran away with the spoon".split(" ")  # noqa: SIM905
 WORD_DATA = {0: [[word] for word in WORDS * 3]}  # 42 words, one partition: a known order
@@ -72,12 +72,8 @@ class CountPerWordKillingOnce(CountPerWord):
         self.marker_dir, self.txid = marker_dir, txid
 
     def complete(self, state: dict[str, int], collector: TridentCollector) -> None:
-        commit = current_commit()
-        if (
-            commit is not None
-            and commit[1] == self.txid
-            and first_time(self.marker_dir, f"kill-{self.txid}")
-        ):
+        chosen = first_commit_attempt(self.marker_dir, "kill-", lambda txid: txid == self.txid)
+        if chosen is not None:
             os.kill(os.getpid(), signal.SIGKILL)
         super().complete(state, collector)
 
@@ -89,13 +85,9 @@ class SumFailingCommits(Sum):
         self.marker_dir = marker_dir
 
     def combine(self, a: int, b: int) -> int:
-        commit = current_commit()
-        if (
-            commit is not None
-            and commit[1] % 2 == 0
-            and first_time(self.marker_dir, f"c{commit[1]}")
-        ):
-            raise RuntimeError(f"injected: first commit of txid {commit[1]}")
+        txid = first_commit_attempt(self.marker_dir, "c", lambda txid: txid % 2 == 0)
+        if txid is not None:
+            raise RuntimeError(f"injected: first commit of txid {txid}")
         return a + b
 
 
