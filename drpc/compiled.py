@@ -5,9 +5,9 @@ Contract:
 - ``COMPILED_MODULES`` is the one list of the modules the compiled build (``make compile``,
   or ``DRPC_COMPILE=1`` when building a wheel; see ``setup.py``) turns into C extensions.
   They are the engine's hot path: routing, partitioning, acking, coordination, tuples,
-  the engine's value records, and the local executor's actors, tasks (bolts, spouts,
-  ackers) and messages. The sources stay the reference; a compiled module behaves as its
-  source does, only faster.
+  the collectors bolts emit through, the engine's value records, and the local
+  executor's actors, tasks (bolts, spouts, ackers) and messages. The sources stay the
+  reference; a compiled module behaves as its source does, only faster.
 - The build writes ``MANIFEST`` (``drpc/_compiled_sources.json``) last, holding the
   SHA-256 of each module's source as it was compiled.
 - ``guard()`` runs when ``drpc`` is imported, before any of those modules is. It decides
@@ -48,6 +48,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "drpc.model.hashing",
     "drpc.model.partitioners",
     "drpc.model.tuples",
+    "drpc.model.collectors",
     "drpc.semantics.values",
     "drpc.semantics.acker",
     "drpc.semantics.coordination",

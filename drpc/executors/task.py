@@ -59,7 +59,8 @@ from mypy_extensions import mypyc_attr
 
 from drpc import config
 from drpc.errors import Failure, InvalidTopologyError, InvalidTupleError
-from drpc.model.components import CURRENT_ANCHOR, STATE_READS, OutputCollector, _CurrentAnchor
+from drpc.model.anchors import CURRENT_ANCHOR, _CurrentAnchor
+from drpc.model.components import STATE_READS, OutputCollector
 from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
 from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId

@@ -24,6 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from drpc.model.anchors import CURRENT_ANCHOR as CURRENT_ANCHOR
+from drpc.model.anchors import _CurrentAnchor
+from drpc.model.collectors import BasicOutputCollector as BasicOutputCollector
+from drpc.model.collectors import BatchOutputCollector as BatchOutputCollector
 from drpc.model.streams import DEFAULT_STREAM_ID, OutputFieldsDeclarer
 
 if TYPE_CHECKING:
@@ -32,26 +36,6 @@ if TYPE_CHECKING:
     from drpc.model.tuples import Tuple
 
 Conf = dict[str, Any]
-
-
-class _CurrentAnchor:
-    """Sentinel: anchor to whatever input the task is processing right now."""
-
-    _instance: _CurrentAnchor | None = None
-
-    def __new__(cls) -> _CurrentAnchor:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "CURRENT_ANCHOR"
-
-    def __reduce__(self) -> str:
-        return "CURRENT_ANCHOR"
-
-
-CURRENT_ANCHOR = _CurrentAnchor()
 
 
 STATE_READS = ("anywhere", "finish", "nowhere")
@@ -118,52 +102,6 @@ class OutputCollector:
 
     def report_error(self, error: BaseException) -> None:
         raise NotImplementedError
-
-
-class BasicOutputCollector:
-    """Emits anchored to the input being executed; acking is automatic."""
-
-    __slots__ = ("_input", "_output")
-
-    def __init__(self, output: OutputCollector, input_tuple: Tuple) -> None:
-        self._output = output
-        self._input = input_tuple
-
-    # Positional arguments: a compiled collector parses keyword arguments far slower.
-    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID) -> list[int]:
-        return self._output.emit(values, self._input, stream)
-
-    def emit_direct(
-        self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID
-    ) -> None:
-        self._output.emit_direct(task, values, self._input, stream)
-
-    def report_error(self, error: BaseException) -> None:
-        self._output.report_error(error)
-
-
-class BatchOutputCollector:
-    """What a batch bolt emits through; anchoring is the executor's business."""
-
-    __slots__ = ("_output",)
-
-    def __init__(self, output: OutputCollector) -> None:
-        self._output = output
-
-    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID) -> list[int]:
-        return self._output.emit(values, CURRENT_ANCHOR, stream)
-
-    def emit_direct(
-        self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID
-    ) -> None:
-        self._output.emit_direct(task, values, CURRENT_ANCHOR, stream)
-
-    def emit_many(self, many: Iterable[Sequence[Any]], stream: str = DEFAULT_STREAM_ID) -> None:
-        """``emit`` each of ``many``, in order."""
-        self._output.emit_many(many, CURRENT_ANCHOR, stream)
-
-    def report_error(self, error: BaseException) -> None:
-        self._output.report_error(error)
 
 
 class SpoutOutputCollector:

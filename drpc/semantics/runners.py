@@ -28,12 +28,11 @@ from typing import Any
 import cloudpickle
 
 from drpc.errors import DRPCExceptionType, Failure, InvalidTopologyError
+from drpc.model.collectors import BasicOutputCollector, BatchOutputCollector
 from drpc.model.components import (
     BaseBasicBolt,
     BaseBatchBolt,
     BaseRichBolt,
-    BasicOutputCollector,
-    BatchOutputCollector,
     Conf,
     FailedIdCallback,
     FinishedCallback,
@@ -247,6 +246,7 @@ class BatchBoltRunner(BoltRunner):
         self._open: dict[Hashable, BaseBatchBolt] = {}
         self._conf: Conf = {}
         self._context: TopologyContext | None = None
+        self._batch_collector: BatchOutputCollector | None = None
 
     @property
     def open_batches(self) -> int:
@@ -256,13 +256,15 @@ class BatchBoltRunner(BoltRunner):
         super().prepare(conf, context, collector)
         self._conf = conf
         self._context = context
+        # one for every batch: it holds nothing of a batch (anchoring is the executor's)
+        self._batch_collector = BatchOutputCollector(collector)
 
     def instance(self, id: Hashable) -> BaseBatchBolt:
         """The bolt of batch ``id``, made and prepared on first use (``PrepareFailed`` when
         its ``prepare`` raises)."""
         bolt = self._open.get(id)
         if bolt is None:
-            assert self.collector is not None and self._context is not None
+            assert self._batch_collector is not None and self._context is not None
             plain = self._plain
             if plain is not None:
                 cls, state = plain
@@ -271,7 +273,7 @@ class BatchBoltRunner(BoltRunner):
             else:
                 bolt = pickle.loads(self._prototype)
             try:
-                bolt.prepare(self._conf, self._context, BatchOutputCollector(self.collector), id)
+                bolt.prepare(self._conf, self._context, self._batch_collector, id)
             except Exception as error:
                 raise PrepareFailed(error) from error
             self._open[id] = bolt
