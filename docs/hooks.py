@@ -42,7 +42,7 @@ HELP_COLUMNS = 100
 COMMANDS: dict[str, str] = {
     "drpc-server": "drpc.server.cli",
     "drpc-client": "drpc.client.cli",
-    "drpc-runner": "drpc.runner",
+    "drpc-runner": "drpc.runner.cli",
     "drpc-transactional": "drpc.transactional.cli",
 }
 """Each console script and the module whose ``_parser()`` builds its parser."""

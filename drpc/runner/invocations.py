@@ -1,8 +1,4 @@
-"""The remote runner: serve DRPC topologies for DRPC servers in other processes.
-
-``python -m drpc.runner --servers host:3773[,host:3773...] --topology module:attr``
-(also ``drpc-runner``) runs each topology on an executor in this process and
-feeds it from the invocations port of every listed server.
+"""``RemoteInvocations``: requests fetched from several servers' invocations ports.
 
 Contract:
 
@@ -18,17 +14,13 @@ Contract:
   never waits on the network;
 - each request remembers the server it came from (``ReturnInfo.origin`` is
   that server's "host:port") and its result or failure goes back to that
-  server only (``failRequestV2``, keeping the failure's type and message);
-- outcomes never wait on a server: ``result``/``fail_request`` only queue
-  them, and per server a sender thread with a connection of its own sends
-  them, everything queued pipelined in one round trip, so a slow fetch never
-  delays a result and a server that does not
-  answer delays neither the topology's threads nor another server's outcomes;
-  at most ``max_queued_outcomes`` (default 10 000) wait per server, past it an
-  outcome is dropped; an outcome dropped for any reason (queue full, server
-  unknown or down) is logged with its request and server and counted in
-  ``dropped_outcomes``; the server fails that request at its deadline (or at
-  once, if the connection that fetched it closed);
+  server only (``failRequestV2``, keeping the failure's type and message),
+  queued for that server's ``OutcomeSender`` (``drpc.runner.outcomes``): at
+  most ``max_queued_outcomes`` (default 10 000) wait per server; an outcome
+  dropped for any reason (queue full, server unknown or down) is logged with
+  its request and server and counted in ``dropped_outcomes``, and the server
+  fails that request at its deadline (or at once, if the connection that
+  fetched it closed);
 - each server binds a request to the connection that fetched it and fails it
   at once (INTERNAL_ERROR) when that connection closes before an answer: so
   ``stop()`` stops fetching, sends what is queued within ``stop_timeout``
@@ -45,57 +37,28 @@ Contract:
   is the user the servers' ACL must name as ``invocation.user`` (Storm's wire
   protocol has no place for a bearer token, so over Thrift a certificate is
   the runner's identity); a refusal (``AuthorizationException``) is logged
-  like a lost link and retried every ``reconnect_interval``;
-- ``RemoteRunner`` ties it together: ``start()`` starts pollers and one
-  executor per topology, ``stop()`` stops both.
-
-Tracing: the executors' spans stay in this process (Storm's ``result`` call
-carries only the result), so a server's trace of a request a runner served
-shows its queue wait and the ``runner`` time, fetch to result. Log lines about
-one request carry its ``request_id`` and ``server`` (``--log-format json``).
+  like a lost link and retried every ``reconnect_interval``.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import logging
-import signal
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import FrameType
-from typing import Any
 
-from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
-from drpc.client import (
-    DEFAULT_INVOCATIONS_PORT,
-    AuthorizationException,
-    DRPCConnectionError,
-    DRPCInvocationsClient,
-    DRPCTimeoutError,
-    ProtocolError,
-)
+from drpc.client import DEFAULT_INVOCATIONS_PORT, DRPCInvocationsClient
 from drpc.client.calls import Address, format_address, parse_servers
-from drpc.client.cli import add_tls_arguments, tls_from_args
-from drpc.commandline import CommandLineParser
-from drpc.errors import DRPCError, DRPCExecutionException
-from drpc.executors.resident.executor import REQUEST_PATHS
-from drpc.hosting import (
-    Host,
-    Wakeups,
-    add_hosting_arguments,
-    as_topology,
-    hosting_setup,
-)
-from drpc.model.topology import Topology
+from drpc.errors import DRPCExecutionException
+from drpc.hosting import Wakeups
 from drpc.protocol.tls import TLSSettings
 from drpc.protocol.wire import MAX_FRAME_SIZE
 from drpc.requests import DRPCRequest, ReturnInfo
+from drpc.runner.outcomes import LINK_ERRORS, Outcome, OutcomeSender
 
-log = logging.getLogger("drpc.runner")  # not "__main__" under python -m
+log = logging.getLogger("drpc.runner")  # one name for the runner's log lines, whatever module
 
 DEFAULT_POLL_INTERVAL = 0.05
 DEFAULT_RECONNECT_INTERVAL = 1.0
@@ -107,12 +70,8 @@ DEFAULT_STOP_TIMEOUT = 2.0
 """Seconds ``stop()`` gives the queued outcomes to reach their servers."""
 MIN_IDLE_WAIT = 0.001
 """A poller's first wait after a poll that found nothing (it doubles up to poll_interval)."""
-OUTCOME_BATCH = 64
-"""Most outcomes a sender pipelines to its server in one round trip."""
 DEFAULT_MAX_FETCH_BATCH = 16
 """Most fetches a poller sends one server at once, for one function (one round trip)."""
-
-_LINK_ERRORS = (DRPCConnectionError, DRPCTimeoutError, ProtocolError, AuthorizationException)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,127 +114,6 @@ class InvocationsSettings:
     def origins(self) -> list[str]:
         """Each server as its requests' ``ReturnInfo.origin`` names it."""
         return [format_address(address) for address in self.servers]
-
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    """A result (``error`` None) or a failure on its way to the server that issued it."""
-
-    return_info: ReturnInfo
-    result: str = ""
-    error: DRPCExecutionException | None = None
-
-    @property
-    def what(self) -> str:
-        return "result" if self.error is None else "failure"
-
-
-class _OutcomeSender:
-    """Sends one server's outcomes from a queue, on a thread and a connection of its own,
-    so neither the topology's threads nor the other servers wait on this one."""
-
-    def __init__(
-        self,
-        client: DRPCInvocationsClient,
-        max_queued: int,
-        dropped: Callable[[_Outcome, str], None],
-    ) -> None:
-        self.client = client
-        self.origin = client.origin
-        self.max_queued = max_queued
-        self._dropped = dropped
-        self._queue: deque[_Outcome] = deque()
-        self._ready = threading.Condition(threading.Lock())
-        self._deadline: float | None = None  # set by close(): drain until then
-        self._kept = False  # the client holds a connection that answered the last call
-        self._thread = threading.Thread(
-            target=self._run, name=f"drpc-outcomes-{self.origin}", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def queued(self) -> int:
-        with self._ready:
-            return len(self._queue)
-
-    def put(self, outcome: _Outcome) -> None:
-        with self._ready:
-            if self._deadline is not None:
-                reason = "the runner is stopping"
-            elif len(self._queue) >= self.max_queued:
-                reason = f"{len(self._queue)} outcomes queued (max_queued_outcomes)"
-            else:
-                self._queue.append(outcome)
-                self._ready.notify()
-                return
-        self._dropped(outcome, reason)
-
-    def close(self, deadline: float) -> None:
-        """Take no more outcomes; send the queued ones until ``deadline``
-        (``time.monotonic()``), then drop the rest and end."""
-        with self._ready:
-            if self._deadline is None:
-                self._deadline = deadline
-            self._ready.notify()
-
-    def join(self, deadline: float) -> None:
-        if self._thread.is_alive():
-            self._thread.join(max(0.0, deadline - time.monotonic()))
-
-    def _run(self) -> None:
-        try:
-            while outcomes := self._next():
-                self._send(outcomes)
-        finally:
-            with self._ready:
-                left = list(self._queue)
-                self._queue.clear()
-            for outcome in left:
-                self._dropped(outcome, "not sent within the stop deadline")
-            self.client.close()
-
-    def _next(self) -> list[_Outcome]:
-        """What is queued, up to ``OUTCOME_BATCH`` outcomes, once there is any; none at
-        the stop deadline."""
-        with self._ready:
-            while not self._queue:
-                if self._deadline is not None:
-                    return []
-                self._ready.wait()
-            if self._deadline is not None and time.monotonic() >= self._deadline:
-                return []
-            queue = self._queue
-            return [queue.popleft() for _ in range(min(len(queue), OUTCOME_BATCH))]
-
-    def _send(self, outcomes: list[_Outcome]) -> None:
-        """Send ``outcomes`` pipelined, in one round trip."""
-        answers = [
-            (o.return_info.request_id, o.result if o.error is None else o.error) for o in outcomes
-        ]
-        for attempt in range(2):
-            try:
-                self.client.answer_many(answers)
-            except DRPCConnectionError as error:
-                # A kept connection may have been closed by the server while idle: the calls
-                # did not reach it, so they go once more on a new connection.
-                retry = self._kept and attempt == 0
-                self._kept = False
-                if not retry:
-                    self._drop_all(outcomes, str(error))
-                    return
-            except _LINK_ERRORS as error:
-                self._kept = False
-                self.client.close()
-                self._drop_all(outcomes, str(error))
-                return
-            else:
-                self._kept = True
-                return
-
-    def _drop_all(self, outcomes: list[_Outcome], reason: str) -> None:
-        for outcome in outcomes:
-            self._dropped(outcome, reason)
 
 
 class RemoteInvocations:
@@ -368,7 +206,7 @@ class RemoteInvocations:
         # that fetched it: closing that one fails the requests it still holds.
         self._clients = {format_address(address): client(address) for address in settings.servers}
         self._senders = {
-            origin: _OutcomeSender(
+            origin: OutcomeSender(
                 client(address), settings.max_queued_outcomes, self._outcome_dropped
             )
             for origin, address in zip(self._clients, settings.servers, strict=True)
@@ -470,25 +308,25 @@ class RemoteInvocations:
 
     def result(self, return_info: ReturnInfo, result: str) -> None:
         """Queue ``result`` for the server that issued the request; never waits."""
-        self._queue(_Outcome(return_info, result))
+        self._queue(Outcome(return_info, result))
 
     def fail_request(self, return_info: ReturnInfo, error: DRPCExecutionException) -> None:
         """Queue the failure for the server that issued the request; never waits."""
-        self._queue(_Outcome(return_info, error=error))
+        self._queue(Outcome(return_info, error=error))
 
     def add_listener(self, function: str, callback: Callable[[], None]) -> Callable[[], None]:
         return self._wakeups.add(function, callback)
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _queue(self, outcome: _Outcome) -> None:
+    def _queue(self, outcome: Outcome) -> None:
         sender = self._senders.get(outcome.return_info.origin)
         if sender is None:
             self._outcome_dropped(outcome, f"unknown server {outcome.return_info.origin!r}")
             return
         sender.put(outcome)
 
-    def _outcome_dropped(self, outcome: _Outcome, reason: str) -> None:
+    def _outcome_dropped(self, outcome: Outcome, reason: str) -> None:
         with self._lock:
             self.dropped_outcomes += 1
         info = outcome.return_info
@@ -515,7 +353,7 @@ class RemoteInvocations:
         while not self._stopping.is_set():
             try:
                 fetched = self._poll_round(client, batches)
-            except _LINK_ERRORS as error:
+            except LINK_ERRORS as error:
                 if self.connected[origin]:
                     log.warning("lost %s (%s); reconnecting in the background", origin, error)
                 else:
@@ -565,170 +403,3 @@ class RemoteInvocations:
                 self._buffers[function].extend(requests)
             self._wakeups.notify(function)
         return fetched
-
-
-class RemoteRunner:
-    """Runs topologies in this process for the servers' invocations ports."""
-
-    def __init__(
-        self,
-        topologies: Sequence[LinearDRPCTopologyBuilder | Topology],
-        servers: str | Sequence[str | Address],
-        *,
-        executor: str | None = None,
-        conf: dict[str, Any] | None = None,
-        executor_options: dict[str, Any] | None = None,
-        **invocations_options: Any,
-    ) -> None:
-        self.topologies = [as_topology(topology) for topology in topologies]
-        functions = []
-        for topology in self.topologies:
-            if topology.drpc_function is None:
-                raise DRPCError(f"topology {topology.name!r} does not serve a DRPC function")
-            functions.append(topology.drpc_function)
-        self.invocations = RemoteInvocations(servers, functions, **invocations_options)
-        self.host = Host(
-            self.invocations,
-            executor=executor,
-            conf=conf,
-            executor_options=executor_options,
-        )
-        self.executor = self.host.executor
-
-    def start(self) -> RemoteRunner:
-        try:
-            for topology in self.topologies:
-                self.host.register(topology)
-        except BaseException:
-            self.stop()
-            raise
-        invocations = self.invocations
-        invocations.start()
-        log.info(
-            "runner serving %s for %s on the %s executor%s",
-            ", ".join(invocations.functions + invocations.handed_off),
-            ", ".join(invocations.origins),
-            self.executor,
-            f"; the resident Spark tasks fetch {', '.join(invocations.handed_off)} themselves"
-            if invocations.handed_off
-            else "",
-        )
-        return self
-
-    def stop(self) -> None:
-        # Fetch no more, let the topologies settle what they can, then send the outcomes.
-        self.invocations.stop_fetching()
-        self.host.stop()
-        self.invocations.stop()
-
-    def __enter__(self) -> RemoteRunner:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = CommandLineParser(
-        prog="drpc-runner",
-        description="Serve DRPC topologies for DRPC servers through their invocations ports.",
-    )
-    parser.add_argument(
-        "--servers",
-        required=True,
-        help="invocations ports, host:port[,host:port...] "
-        f"(port default {DEFAULT_INVOCATIONS_PORT})",
-    )
-    add_hosting_arguments(parser, topology_required=True)
-    parser.add_argument(
-        "--poll-interval",
-        type=float,
-        default=DEFAULT_POLL_INTERVAL,
-        help="longest wait, in seconds, between polls that find nothing: a poller backs "
-        "off from 1 ms to it while a server has nothing (default %(default)g)",
-    )
-    parser.add_argument(
-        "--reconnect-interval",
-        type=float,
-        default=DEFAULT_RECONNECT_INTERVAL,
-        help="seconds between attempts to reach a server that is down (default %(default)g)",
-    )
-    parser.add_argument(
-        "--max-queued-outcomes",
-        type=int,
-        default=DEFAULT_MAX_QUEUED_OUTCOMES,
-        help="most results and failures waiting to be sent to one server; past it an "
-        "outcome is dropped, logged and counted (default %(default)d)",
-    )
-    parser.add_argument(
-        "--request-path",
-        choices=REQUEST_PATHS,
-        default=None,
-        help="with --executor spark: where requests enter and leave; tasks (every resident "
-        "task fetches from the servers and answers itself, nothing per request on this "
-        "process), driver (this process fetches, acks and answers), auto (default: tasks)",
-    )
-    parser.add_argument(
-        "--one-copy",
-        action="store_true",
-        help="with --executor spark on the tasks path: deal one copy of each topology over "
-        "the resident tasks (Storm's placement: a fields grouping holds across requests) "
-        "instead of a whole copy on every task (a request never leaves its task; default)",
-    )
-    add_tls_arguments(parser)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    topologies, executor_options = hosting_setup(parser, args)
-    if args.request_path is not None or args.one_copy:
-        if args.executor != "spark":
-            parser.error("--request-path and --one-copy apply to --executor spark only")
-        if args.one_copy and args.request_path == "driver":
-            parser.error("--one-copy applies to the tasks path, not --request-path driver")
-        if args.request_path is not None:
-            executor_options["request_path"] = args.request_path
-        if args.one_copy:
-            executor_options["replicate"] = False
-    try:
-        runner = RemoteRunner(
-            topologies,
-            args.servers,
-            executor=args.executor,
-            executor_options=executor_options,
-            poll_interval=args.poll_interval,
-            reconnect_interval=args.reconnect_interval,
-            max_queued_outcomes=args.max_queued_outcomes,
-            tls=tls_from_args(args),
-        )
-    except (ValueError, DRPCError) as error:  # a bad --servers, an unusable TLS file
-        parser.error(str(error))
-    stopping = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):  # not the main thread
-            signal.signal(signum, request_stop)
-    try:
-        runner.start()
-    except DRPCError as error:  # e.g. SparkStartError: no executor registered in time
-        log.error("cannot serve: %s", error)
-        return 1
-    try:
-        stopping.wait()
-        log.info("stopping")
-    finally:
-        runner.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    # Run the module's own import, not ``__main__``'s copy: the resident Spark executor
-    # recognises drpc.runner.RemoteInvocations, which it can rebuild on its tasks.
-    from drpc.runner import main as imported_main
-
-    raise SystemExit(imported_main())

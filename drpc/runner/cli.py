@@ -1,0 +1,130 @@
+"""``drpc-runner`` (also ``python -m drpc.runner``): the remote runner's command line.
+
+Contract: ``main(argv)`` parses the arguments (a mistake is one line and exit 2),
+builds a ``RemoteRunner`` over ``--servers`` for the ``--topology`` given, and
+serves until SIGINT or SIGTERM, then stops it; exit 0, or 1 when a topology
+cannot start (its error is logged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from drpc.client import DEFAULT_INVOCATIONS_PORT
+from drpc.client.cli import add_tls_arguments, tls_from_args
+from drpc.commandline import CommandLineParser
+from drpc.errors import DRPCError
+from drpc.executors.resident.executor import REQUEST_PATHS
+from drpc.hosting import add_hosting_arguments, hosting_setup
+from drpc.runner.invocations import (
+    DEFAULT_MAX_QUEUED_OUTCOMES,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_RECONNECT_INTERVAL,
+)
+from drpc.runner.remote_runner import RemoteRunner
+
+log = logging.getLogger("drpc.runner")  # not "__main__" under python -m
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = CommandLineParser(
+        prog="drpc-runner",
+        description="Serve DRPC topologies for DRPC servers through their invocations ports.",
+    )
+    parser.add_argument(
+        "--servers",
+        required=True,
+        help="invocations ports, host:port[,host:port...] "
+        f"(port default {DEFAULT_INVOCATIONS_PORT})",
+    )
+    add_hosting_arguments(parser, topology_required=True)
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=DEFAULT_POLL_INTERVAL,
+        help="longest wait, in seconds, between polls that find nothing: a poller backs "
+        "off from 1 ms to it while a server has nothing (default %(default)g)",
+    )
+    parser.add_argument(
+        "--reconnect-interval",
+        type=float,
+        default=DEFAULT_RECONNECT_INTERVAL,
+        help="seconds between attempts to reach a server that is down (default %(default)g)",
+    )
+    parser.add_argument(
+        "--max-queued-outcomes",
+        type=int,
+        default=DEFAULT_MAX_QUEUED_OUTCOMES,
+        help="most results and failures waiting to be sent to one server; past it an "
+        "outcome is dropped, logged and counted (default %(default)d)",
+    )
+    parser.add_argument(
+        "--request-path",
+        choices=REQUEST_PATHS,
+        default=None,
+        help="with --executor spark: where requests enter and leave; tasks (every resident "
+        "task fetches from the servers and answers itself, nothing per request on this "
+        "process), driver (this process fetches, acks and answers), auto (default: tasks)",
+    )
+    parser.add_argument(
+        "--one-copy",
+        action="store_true",
+        help="with --executor spark on the tasks path: deal one copy of each topology over "
+        "the resident tasks (Storm's placement: a fields grouping holds across requests) "
+        "instead of a whole copy on every task (a request never leaves its task; default)",
+    )
+    add_tls_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    topologies, executor_options = hosting_setup(parser, args)
+    if args.request_path is not None or args.one_copy:
+        if args.executor != "spark":
+            parser.error("--request-path and --one-copy apply to --executor spark only")
+        if args.one_copy and args.request_path == "driver":
+            parser.error("--one-copy applies to the tasks path, not --request-path driver")
+        if args.request_path is not None:
+            executor_options["request_path"] = args.request_path
+        if args.one_copy:
+            executor_options["replicate"] = False
+    try:
+        runner = RemoteRunner(
+            topologies,
+            args.servers,
+            executor=args.executor,
+            executor_options=executor_options,
+            poll_interval=args.poll_interval,
+            reconnect_interval=args.reconnect_interval,
+            max_queued_outcomes=args.max_queued_outcomes,
+            tls=tls_from_args(args),
+        )
+    except (ValueError, DRPCError) as error:  # a bad --servers, an unusable TLS file
+        parser.error(str(error))
+    stopping = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(signum, request_stop)
+    try:
+        runner.start()
+    except DRPCError as error:  # e.g. SparkStartError: no executor registered in time
+        log.error("cannot serve: %s", error)
+        return 1
+    try:
+        stopping.wait()
+        log.info("stopping")
+    finally:
+        runner.stop()
+    return 0
