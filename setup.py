@@ -15,7 +15,9 @@ import os
 import runpy
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -54,6 +56,26 @@ class BuildCompiledEngine(build_ext):
         digests = compiled["manifest_for"](ROOT / "drpc")
         manifest.write_text(json.dumps(digests, indent=2, sort_keys=True) + "\n")
 
+    def build_extension(self, ext: Extension) -> None:
+        """Compile an extension's C files side by side, one compiler per core: mypyc writes
+        the engine as a file per module (``multi_file``), which compiled one after the
+        other took half a clean build's minute. The objects and the linked library are
+        the same either way."""
+        compile_one = self.compiler.compile
+
+        def compile_side_by_side(sources: list[str], *args: Any, **options: Any) -> list[str]:
+            if len(sources) < 2:
+                return compile_one(sources, *args, **options)
+            with ThreadPoolExecutor(min(len(sources), os.cpu_count() or 1)) as pool:
+                parts = pool.map(lambda source: compile_one([source], *args, **options), sources)
+                return [obj for part in parts for obj in part]
+
+        self.compiler.compile = compile_side_by_side  # type: ignore[method-assign]
+        try:
+            super().build_extension(ext)
+        finally:
+            self.compiler.compile = compile_one  # type: ignore[method-assign]
+
     def _copy_in_place_build(self, package_dir: Path) -> None:
         source_dir = ROOT / "drpc"
         for extension in compiled["extension_files"](source_dir):
@@ -84,6 +106,12 @@ if os.environ.get("DRPC_COMPILE") == "1":
             str(compiled["source_path"](module, ROOT / "drpc").relative_to(ROOT))
             for module in compiled["COMPILED_MODULES"]
         ]
-        ext_modules = mypycify(sources, opt_level="3", group_name=compiled["GROUP"])
+        ext_modules = mypycify(
+            sources, opt_level="3", group_name=compiled["GROUP"], multi_file=True
+        )
+        # mypyc writes the group's header beside the group's own C file, under the group's
+        # package, and the modules' files at the top of build/, which include it by name.
+        for extension in ext_modules:
+            extension.include_dirs.append(str(Path("build", *compiled["GROUP"].split(".")[:-1])))
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildCompiledEngine})
