@@ -1,0 +1,160 @@
+"""Child runs started ahead: a test that only reads what a long child process printed (a
+Spark cluster of its own, say) has that process started early in the session and runs
+last, so the child run goes on beside the other tests instead of between them.
+
+Most of the suite waits (on deadlines, sleeps, starting JVMs) and leaves the second core
+idle, so a child run of tens of seconds that no other test waits on costs little beside
+them; its own test then only collects the outcome, asserting on it as before.
+
+Contract:
+
+- ``register(fixture, name, prepare, timeout)``, at a test module's import, declares a
+  run: ``prepare(workdir)`` readies ``workdir`` (a fresh ``tmp_path_factory`` directory
+  named ``name``) and returns the ``Command`` to run there (argv, and variables over this
+  process's environment as it stands when the run starts), from the repository's root.
+- The tests that use a registered run's ``fixture`` run after all the others (in their
+  own order). A registered run that one of the selected tests uses starts with the
+  session's first test not marked ``cluster`` (the two-host tests run a Spark cluster,
+  servers and drivers of their own under deadlines: nothing else runs beside them), its
+  stdout and stderr going to ``name.stdout`` and ``name.stderr`` in ``workdir``; the
+  other runs never start.
+- ``AheadRun.finish(tmp_path_factory)``, called by that fixture, waits for the run to end
+  (starting it then if it has not started) and returns what it left: a ``Finished``. A run
+  still going ``timeout`` seconds after its start gets SIGTERM, then 60 s to end, then
+  SIGKILL, and ``finish`` fails with the end of its stderr.
+- At the session's end, a run still going (its test not reached: ``-x``, an interrupt)
+  gets SIGTERM, then 60 s, then SIGKILL: a session leaves no run behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STOP_GRACE = 60.0
+"""Seconds a run has to end after SIGTERM (a Spark cluster tears its JVMs down) before SIGKILL."""
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables set over this process's environment."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+    workdir: Path
+
+
+@dataclass
+class AheadRun:
+    fixture: str
+    name: str
+    prepare: Callable[[Path], Command]
+    timeout: float
+    _process: subprocess.Popen[bytes] | None = None
+    _workdir: Path | None = None
+    _started: float = 0.0
+
+    def start(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        if self._process is not None:
+            return
+        workdir = tmp_path_factory.mktemp(self.name)
+        command = self.prepare(workdir)
+        with (
+            open(workdir / f"{self.name}.stdout", "wb") as stdout,
+            open(workdir / f"{self.name}.stderr", "wb") as stderr,
+        ):
+            self._process = subprocess.Popen(
+                command.argv,
+                cwd=ROOT,
+                env={**os.environ, **command.env},
+                stdout=stdout,
+                stderr=stderr,
+            )
+        self._workdir, self._started = workdir, time.monotonic()
+
+    def finish(self, tmp_path_factory: pytest.TempPathFactory) -> Finished:
+        self.start(tmp_path_factory)
+        assert self._process is not None and self._workdir is not None
+        left = self._started + self.timeout - time.monotonic()
+        try:
+            self._process.wait(max(left, 0.0))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(
+                f"{self.name}: no outcome within {self.timeout:g} s; its output ended:\n"
+                f"{self._read('stderr')[-4000:]}"
+            ) from None
+        return Finished(
+            self._process.returncode, self._read("stdout"), self._read("stderr"), self._workdir
+        )
+
+    def stop(self) -> None:
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _read(self, stream: str) -> str:
+        assert self._workdir is not None
+        return (self._workdir / f"{self.name}.{stream}").read_text(errors="replace")
+
+
+_RUNS: dict[str, AheadRun] = {}
+
+
+def register(
+    fixture: str, name: str, prepare: Callable[[Path], Command], timeout: float
+) -> AheadRun:
+    """Declare the run that the fixture named ``fixture`` collects (see the module doc)."""
+    return _RUNS.setdefault(fixture, AheadRun(fixture, name, prepare, timeout))
+
+
+def _collects(item: pytest.Item) -> bool:
+    return any(fixture in _RUNS for fixture in getattr(item, "fixturenames", ()))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that collect a run go last."""
+    items[:] = [item for item in items if not _collects(item)] + [
+        item for item in items if _collects(item)
+    ]
+
+
+@pytest.fixture(scope="session")
+def _ahead_runs(request: pytest.FixtureRequest) -> Iterator[list[AheadRun]]:
+    """The registered runs the session's tests use; stopped at its end."""
+    wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
+    runs = [run for fixture, run in _RUNS.items() if fixture in wanted]
+    yield runs
+    for run in runs:
+        run.stop()
+
+
+@pytest.fixture(autouse=True)
+def _start_ahead_runs(
+    request: pytest.FixtureRequest,
+    _ahead_runs: list[AheadRun],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    if request.node.get_closest_marker("cluster") is None:
+        for run in _ahead_runs:
+            run.start(tmp_path_factory)
