@@ -8,20 +8,21 @@ them; its own test then only collects the outcome, asserting on it as before.
 
 Contract:
 
-- ``register(fixture, name, prepare, timeout)``, at a test module's import, declares a
-  run: ``prepare(workdir)`` readies ``workdir`` (a fresh ``tmp_path_factory`` directory
-  named ``name``) and returns the ``Command`` to run there (argv, and variables over this
+- ``register(name, prepare, timeout)``, at a test module's import, declares a run:
+  ``prepare(workdir)`` readies ``workdir`` (a fresh ``tmp_path_factory`` directory named
+  ``name``) and returns the ``Command`` to run there (argv, and variables over this
   process's environment as it stands when the run starts), from the repository's root.
-- The tests that use a registered run's ``fixture`` run after all the others (in their
-  own order). A registered run that one of the selected tests uses starts with the
-  session's first test not marked ``cluster`` (the two-host tests run a Spark cluster,
-  servers and drivers of their own under deadlines: nothing else runs beside them), its
-  stdout and stderr going to ``name.stdout`` and ``name.stderr`` in ``workdir``; the
-  other runs never start.
-- ``AheadRun.finish(tmp_path_factory)``, called by that fixture, waits for the run to end
-  (starting it then if it has not started) and returns what it left: a ``Finished``. A run
-  still going ``timeout`` seconds after its start gets SIGTERM, then 60 s to end, then
-  SIGKILL, and ``finish`` fails with the end of its stderr.
+- A test (or a parametrized case) that collects a run carries ``@pytest.mark.ahead(name)``;
+  those tests run after all the others (in their own order). A run that one of the
+  selected tests collects starts with the session's first test not marked ``cluster`` (the
+  two-host tests run a Spark cluster, servers and drivers of their own under deadlines:
+  nothing else runs beside them), its stdout and stderr going to ``name.stdout`` and
+  ``name.stderr`` in ``workdir``; the other runs never start.
+- ``AheadRun.finish(tmp_path_factory)`` waits for the run to end (starting it then if it
+  has not started) and returns what it left: a ``Finished``. A run still going ``timeout``
+  seconds after its start gets SIGTERM, then 60 s to end, then SIGKILL, and ``finish``
+  fails with the end of its stderr. ``AheadRun.running(tmp_path_factory)`` is the started
+  process itself, for a test that talks to it (a server) and ends it.
 - At the session's end, a run still going (its test not reached: ``-x``, an interrupt)
   gets SIGTERM, then 60 s, then SIGKILL: a session leaves no run behind.
 """
@@ -57,9 +58,16 @@ class Finished:
     workdir: Path
 
 
+@dataclass(frozen=True)
+class Running:
+    process: subprocess.Popen[bytes]
+    stdout: Path
+    stderr: Path
+    workdir: Path
+
+
 @dataclass
 class AheadRun:
-    fixture: str
     name: str
     prepare: Callable[[Path], Command]
     timeout: float
@@ -84,6 +92,16 @@ class AheadRun:
                 stderr=stderr,
             )
         self._workdir, self._started = workdir, time.monotonic()
+
+    def running(self, tmp_path_factory: pytest.TempPathFactory) -> Running:
+        self.start(tmp_path_factory)
+        assert self._process is not None and self._workdir is not None
+        return Running(
+            self._process,
+            self._workdir / f"{self.name}.stdout",
+            self._workdir / f"{self.name}.stderr",
+            self._workdir,
+        )
 
     def finish(self, tmp_path_factory: pytest.TempPathFactory) -> Finished:
         self.start(tmp_path_factory)
@@ -120,30 +138,38 @@ class AheadRun:
 _RUNS: dict[str, AheadRun] = {}
 
 
-def register(
-    fixture: str, name: str, prepare: Callable[[Path], Command], timeout: float
-) -> AheadRun:
-    """Declare the run that the fixture named ``fixture`` collects (see the module doc)."""
-    return _RUNS.setdefault(fixture, AheadRun(fixture, name, prepare, timeout))
+def register(name: str, prepare: Callable[[Path], Command], timeout: float) -> AheadRun:
+    """Declare the run that tests marked ``ahead(name)`` collect (see the module doc)."""
+    return _RUNS.setdefault(name, AheadRun(name, prepare, timeout))
 
 
-def _collects(item: pytest.Item) -> bool:
-    return any(fixture in _RUNS for fixture in getattr(item, "fixturenames", ()))
+def _collected(item: pytest.Item) -> list[str]:
+    return [str(mark.args[0]) for mark in item.iter_markers("ahead")]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "ahead(name): collects the child run registered as name in tests/ahead.py, which "
+        "starts early in the session; the test runs last",
+    )
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that collect a run go last."""
-    items[:] = [item for item in items if not _collects(item)] + [
-        item for item in items if _collects(item)
+    items[:] = [item for item in items if not _collected(item)] + [
+        item for item in items if _collected(item)
     ]
 
 
 @pytest.fixture(scope="session")
 def _ahead_runs(request: pytest.FixtureRequest) -> Iterator[list[AheadRun]]:
-    """The registered runs the session's tests use; stopped at its end."""
-    wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
-    runs = [run for fixture, run in _RUNS.items() if fixture in wanted]
+    """The registered runs the session's tests collect; stopped at its end."""
+    wanted = {name for item in request.session.items for name in _collected(item)}
+    unknown = wanted - set(_RUNS)
+    assert not unknown, f"tests marked ahead() with no run registered: {sorted(unknown)}"
+    runs = [run for name, run in _RUNS.items() if name in wanted]
     yield runs
     for run in runs:
         run.stop()

@@ -54,7 +54,7 @@ def _kill_run(workdir: Path) -> ahead.Command:
     )
 
 
-KILL_RUN = ahead.register("executor_kill_reports", "kill-executor", _kill_run, timeout=400)
+KILL_RUN = ahead.register("kill-executor", _kill_run, timeout=400)
 """One cluster for both (a cluster and its session take half a minute to start), started
 early in the session: it runs beside the other tests, and these run last (tests/ahead.py)."""
 
@@ -71,6 +71,7 @@ def executor_kill_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
 
 
 @pytest.mark.timeout(480)  # 400 s for both runs from their start, then their teardown
+@pytest.mark.ahead(KILL_RUN.name)
 @pytest.mark.parametrize("executor", KILLED_EXECUTORS)
 def test_sigkill_of_an_executor_jvm_with_100_reach_calls_in_flight(
     executor: str, executor_kill_reports: dict[str, Any]

@@ -140,24 +140,18 @@ def _local_cluster_run(workdir: Path) -> ahead.Command:
     return ahead.Command([sys.executable, "-c", LOCAL_CLUSTER_SCRIPT], {"SPARK_HOME": str(home)})
 
 
-LOCAL_CLUSTER_RUN = ahead.register(
-    "local_cluster_run", "local-cluster", _local_cluster_run, timeout=300
-)
+LOCAL_CLUSTER_RUN = ahead.register("local-cluster", _local_cluster_run, timeout=300)
 """Its own driver, workers and executor JVMs, started early in the session: it runs beside
 the other tests, and this one runs last (tests/ahead.py)."""
 
 
-@pytest.fixture
-def local_cluster_run(tmp_path_factory: pytest.TempPathFactory) -> ahead.Finished:
-    return LOCAL_CLUSTER_RUN.finish(tmp_path_factory)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(360)  # its own subprocess may take 300 s on a loaded machine
+@pytest.mark.ahead(LOCAL_CLUSTER_RUN.name)
 def test_resident_and_batch_functions_on_a_local_cluster_with_separate_executor_jvms(
-    local_cluster_run: ahead.Finished,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    out = local_cluster_run
+    out = LOCAL_CLUSTER_RUN.finish(tmp_path_factory)
     assert out.returncode == 0, out.stderr[-3000:]
     # One resident task on one executor JVM, batch jobs on the other.
     assert out.stdout.split() == ["executors", "2", "slots", "1", "ok"]
