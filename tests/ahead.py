@@ -14,10 +14,11 @@ Contract:
   process's environment as it stands when the run starts), from the repository's root.
 - A test (or a parametrized case) that collects a run carries ``@pytest.mark.ahead(name)``;
   those tests run after all the others (in their own order). A run that one of the
-  selected tests collects starts with the session's first test not marked ``cluster`` (the
-  two-host tests run a Spark cluster, servers and drivers of their own under deadlines:
-  nothing else runs beside them), its stdout and stderr going to ``name.stdout`` and
-  ``name.stderr`` in ``workdir``; the other runs never start.
+  selected tests collects starts as a test not marked ``cluster`` starts (the two-host
+  tests run a Spark cluster, servers and drivers of their own under deadlines: nothing
+  else runs beside them), one run at a time, in the order of registration, at least
+  ``STAGGER`` seconds apart; its stdout and stderr go to ``name.stdout`` and
+  ``name.stderr`` in ``workdir``. The other runs never start.
 - ``AheadRun.finish(tmp_path_factory)`` waits for the run to end (starting it then if it
   has not started) and returns what it left: a ``Finished``. A run still going ``timeout``
   seconds after its start gets SIGTERM, then 60 s to end, then SIGKILL, and ``finish``
@@ -41,6 +42,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 STOP_GRACE = 60.0
 """Seconds a run has to end after SIGTERM (a Spark cluster tears its JVMs down) before SIGKILL."""
+STAGGER = 10.0
+"""Seconds at least between two runs' starts, in the order they were registered: their JVMs
+do not all start at once beside the test then running."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,10 @@ class AheadRun:
     _process: subprocess.Popen[bytes] | None = None
     _workdir: Path | None = None
     _started: float = 0.0
+
+    @property
+    def started(self) -> bool:
+        return self._process is not None
 
     def start(self, tmp_path_factory: pytest.TempPathFactory) -> None:
         if self._process is not None:
@@ -163,24 +171,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ]
 
 
+@dataclass
+class _Schedule:
+    runs: list[AheadRun]  # the registered runs the session's tests collect, in order
+    last_start: float = -STAGGER
+
+    def start_next(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        waiting = [run for run in self.runs if not run.started]
+        if waiting and time.monotonic() - self.last_start >= STAGGER:
+            waiting[0].start(tmp_path_factory)
+            self.last_start = time.monotonic()
+
+
 @pytest.fixture(scope="session")
-def _ahead_runs(request: pytest.FixtureRequest) -> Iterator[list[AheadRun]]:
+def _ahead_runs(request: pytest.FixtureRequest) -> Iterator[_Schedule]:
     """The registered runs the session's tests collect; stopped at its end."""
     wanted = {name for item in request.session.items for name in _collected(item)}
     unknown = wanted - set(_RUNS)
     assert not unknown, f"tests marked ahead() with no run registered: {sorted(unknown)}"
-    runs = [run for name, run in _RUNS.items() if name in wanted]
-    yield runs
-    for run in runs:
+    schedule = _Schedule([run for name, run in _RUNS.items() if name in wanted])
+    yield schedule
+    for run in schedule.runs:
         run.stop()
 
 
 @pytest.fixture(autouse=True)
 def _start_ahead_runs(
     request: pytest.FixtureRequest,
-    _ahead_runs: list[AheadRun],
+    _ahead_runs: _Schedule,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     if request.node.get_closest_marker("cluster") is None:
-        for run in _ahead_runs:
-            run.start(tmp_path_factory)
+        _ahead_runs.start_next(tmp_path_factory)
