@@ -14,11 +14,13 @@ Contract:
   process's environment as it stands when the run starts), from the repository's root.
 - A test (or a parametrized case) that collects a run carries ``@pytest.mark.ahead(name)``;
   those tests run after all the others (in their own order). A run that one of the
-  selected tests collects starts as a test not marked ``cluster`` starts (the two-host
-  tests run a Spark cluster, servers and drivers of their own under deadlines: nothing
-  else runs beside them), one run at a time, in the order of registration, at least
-  ``STAGGER`` seconds apart; its stdout and stderr go to ``name.stdout`` and
-  ``name.stderr`` in ``workdir``. The other runs never start.
+  selected tests collects starts as a test not marked ``cluster`` starts (none starts at
+  a two-host test, which runs a Spark cluster, servers and drivers of its own; the first
+  run, started with tests/client, still goes on beside them: measured, that costs less
+  than starting the runs after them, beside the fault tests' loads), one run at a time,
+  in the order of registration, at least ``STAGGER`` seconds apart; its stdout and
+  stderr go to ``name.stdout`` and ``name.stderr`` in ``workdir``. The other runs never
+  start.
 - ``AheadRun.finish(tmp_path_factory)`` waits for the run to end (starting it then if it
   has not started) and returns what it left: a ``Finished``. A run still going ``timeout``
   seconds after its start gets SIGTERM, then 60 s to end, then SIGKILL, and ``finish``
