@@ -10,7 +10,8 @@ shut down after the test. Tests on Spark share one SparkSession
 ``tests.spark_marker`` marks every test that uses ``spark_session`` and
 proves that a run without spark tests (``pytest -m "not spark"``) starts no JVM.
 ``tests.brokers`` adds the real brokers (``redis_server``, ``nats_server``,
-``broker``: each in turn), started on first use.
+``broker``: each in turn), started on first use. ``tests.ahead`` starts early the long child
+runs some tests only read the outcome of, and runs those tests last.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from drpc.testing import LocalDRPC
 
-pytest_plugins = ["tests.spark_marker", "tests.brokers"]
+pytest_plugins = ["tests.spark_marker", "tests.brokers", "tests.ahead"]
 
 EXECUTORS = [
     "local",

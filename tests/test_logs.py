@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from drpc import (
 from drpc.logs import ContextFilter, JSONFormatter, TextFormatter, log_context, request_extra
 from drpc.observe import Observer
 from drpc.testing import LocalDRPC
+from tests import ahead
 from tests.server.helpers import EPHEMERAL_PORTS, http_get
 from tests.topologies.bolts import SleepThenEcho
 
@@ -188,46 +190,75 @@ LISTENING = re.compile(
 )
 
 
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize("executor", ["local", "spark"])
-def test_the_server_logs_one_json_object_per_line_with_request_ids(executor: str) -> None:
+def _server_argv(executor: str) -> list[str]:
     spark = ["--master", "local[1]"] if executor == "spark" else []
-    timeout = 3 if executor == "spark" else 1  # resident tasks on a loaded machine: slack
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "drpc.server",
-            "--log-format",
-            "json",
-            "--topology",
-            "drpc.examples.reach:topology",
-            "--topology",
-            "tests.server.helpers:failing_topology",
-            "--topology",
-            "tests.test_logs:sleepy",
-            "--topology",
-            "tests.test_logs:logged",
-            "--executor",
-            executor,
-            *spark,
-            "--timeout",
-            str(timeout),
-            *EPHEMERAL_PORTS,
-        ],
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
+    return [
+        sys.executable,
+        "-m",
+        "drpc.server",
+        "--log-format",
+        "json",
+        "--topology",
+        "drpc.examples.reach:topology",
+        "--topology",
+        "tests.server.helpers:failing_topology",
+        "--topology",
+        "tests.test_logs:sleepy",
+        "--topology",
+        "tests.test_logs:logged",
+        "--executor",
+        executor,
+        *spark,
+        "--timeout",
+        str(_timeout(executor)),
+        *EPHEMERAL_PORTS,
+    ]
+
+
+def _timeout(executor: str) -> int:
+    return 3 if executor == "spark" else 1  # resident tasks on a loaded machine: slack
+
+
+SPARK_SERVER = ahead.register(
+    "json-logging-spark-server",
+    lambda workdir: ahead.Command(_server_argv("spark")),
+    timeout=180,
+)
+"""The Spark case's server and its JVM, started early in the session: it starts beside
+the other tests, and the case runs last (tests/ahead.py)."""
+
+
+def _local_server(workdir: Path) -> ahead.Running:
+    stdout, stderr = workdir / "server.stdout", workdir / "server.stderr"
+    with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        process = subprocess.Popen(_server_argv("local"), cwd=ROOT, stdout=out, stderr=err)
+    return ahead.Running(process, stdout, stderr, workdir)
+
+
+def _listening(server: ahead.Running) -> re.Match[str]:
+    """Waits for the server's line saying where it listens (every line before it is JSON)."""
+    while True:
+        for line in server.stderr.read_text().splitlines(keepends=True):
+            if line.endswith("\n") and (listening := LISTENING.search(json.loads(line)["message"])):
+                return listening
+        if server.process.poll() is not None:
+            pytest.fail("the server exited without listening:\n" + server.stderr.read_text())
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "executor", ["local", pytest.param("spark", marks=pytest.mark.ahead(SPARK_SERVER.name))]
+)
+def test_the_server_logs_one_json_object_per_line_with_request_ids(
+    executor: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    timeout = _timeout(executor)
+    server = (
+        SPARK_SERVER.running(tmp_path_factory) if executor == "spark" else _local_server(tmp_path)
     )
-    assert server.stderr is not None
-    lines: list[str] = []
     try:
-        for line in server.stderr:
-            lines.append(line)
-            if listening := LISTENING.search(json.loads(line)["message"]):
-                break
-        else:
-            pytest.fail("the server exited without listening:\n" + "".join(lines))
+        listening = _listening(server)
         http = int(listening["http"])
         assert http_get(http, "/drpc/reach/foo.com%2Fblog%2F1") == (200, b"16")
         status, body = http_get(http, "/drpc/failing/bad?trace=1")
@@ -239,10 +270,10 @@ def test_the_server_logs_one_json_object_per_line_with_request_ids(executor: str
         status, body = http_get(http, f"/drpc/sleepy/{timeout + 2}")
         assert status == 504
     finally:
-        server.send_signal(signal.SIGTERM)
-        _, rest = server.communicate(timeout=60)
-        lines.extend(rest.splitlines(keepends=True))
-    assert server.returncode == 0, "".join(lines)
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(60)
+    lines = server.stderr.read_text().splitlines(keepends=True)
+    assert server.process.returncode == 0, "".join(lines)
     entries = [json.loads(line) for line in lines]  # every line is one JSON object
     for entry in entries:
         assert {"time", "level", "logger", "message"} <= set(entry), entry

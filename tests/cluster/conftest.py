@@ -4,6 +4,7 @@ run. Module-scoped: a test module shares one cluster (a test that kills a worker
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,23 @@ def two_hosts() -> Iterator[TwoHosts]:
 
 
 @pytest.fixture(scope="module")
+def _packing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[dict[str, Path]]]:
+    """``shipped``, packed on a thread of its own while the cluster's JVMs start."""
+    folder = tmp_path_factory.mktemp("shipped")
+    with ThreadPoolExecutor(1, thread_name_prefix="packing") as pool:
+        yield pool.submit(
+            lambda: {
+                "environment": pack_environment(folder / "drpc-env.tar.gz"),
+                "code": zip_packages(folder / "tests.zip", "tests"),
+            }
+        )
+
+
+@pytest.fixture(scope="module")
 def spark_cluster(
-    two_hosts: TwoHosts, tmp_path_factory: pytest.TempPathFactory
+    two_hosts: TwoHosts,
+    tmp_path_factory: pytest.TempPathFactory,
+    _packing: Future[dict[str, Path]],
 ) -> Iterator[SparkCluster]:
     """A Spark master and two one-core workers on ``two_hosts.cluster``."""
     with SparkCluster(two_hosts.cluster, tmp_path_factory.mktemp("spark-cluster")) as cluster:
@@ -36,12 +52,8 @@ def spark_cluster(
 
 
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def shipped(_packing: Future[dict[str, Path]]) -> dict[str, Path]:
     """What reaches the executors: ``environment``, a packed environment with drpc and its
     executor-side dependencies (``spark.archives``), and ``code``, the repository's tests
     package as a zip (``spark.submit.pyFiles``: the test topologies' modules)."""
-    folder = tmp_path_factory.mktemp("shipped")
-    return {
-        "environment": pack_environment(folder / "drpc-env.tar.gz"),
-        "code": zip_packages(folder / "tests.zip", "tests"),
-    }
+    return _packing.result()

@@ -114,14 +114,14 @@ def test_a_driver_the_executors_cannot_reach_fails_the_start_loudly(
     refused = two_hosts.server.run(
         [BIN / "drpc-server", "--master", spark_cluster.master_url,
          "--spark-conf", "spark.driver.host=127.0.0.1", "--spark-conf", EXECUTOR_MEMORY,
-         "--start-timeout", "5", "--topology", "drpc.examples.exclamation:topology",
+         "--start-timeout", "3", "--topology", "drpc.examples.exclamation:topology",
          "--http-port", "-1"],
         timeout=240,
     )  # fmt: skip
     assert refused.returncode == 1, refused.stderr[-4000:]
     [error] = [line for line in refused.stderr.splitlines() if "cannot serve" in line]
     assert f"on master {spark_cluster.master_url}" in error
-    assert "no Spark executor registered within 5 s" in error
+    assert "no Spark executor registered within 3 s" in error
     assert "reach the driver at 127.0.0.1" in error
     assert "127.0.0.1 is a loopback address" in error
     assert "Traceback" not in refused.stderr  # never a hang either: run() has a timeout

@@ -82,8 +82,8 @@ def _scenario(cluster: Any, executor: str) -> dict[str, Any]:
     server = DRPCServer(host=HOST, port=0, invocations_port=0, http_port=None, timeout=200)
     if executor == "spark":  # a resident task on each executor: either kill hits one
         options: dict[str, object] = {"slots": 2}
-    else:
-        options = {"max_batch_size": 5, "max_jobs_in_flight": 2}
+    else:  # five jobs of 20 calls: two run when the executor dies, the others wait behind
+        options = {"max_batch_size": 20, "max_jobs_in_flight": 2}
     deadline = time.monotonic() + 120
     runtime = server.register(
         build_reach(), executor=executor, master=cluster.master_url, **options

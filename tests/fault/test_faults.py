@@ -34,6 +34,7 @@ from drpc.errors import DRPCError, DRPCExceptionType
 from drpc.examples.exclamation import build_exclamation
 from drpc.state import CoordinatorState
 from drpc.state.topology import TopologyState
+from tests import ahead
 from tests.fault.kill_executor import SCENARIO_MARK
 from tests.fault.processes import free_port, kill
 from tests.server.helpers import HOST, server_options, wait_until
@@ -47,37 +48,30 @@ ROOT = Path(__file__).resolve().parents[2]
 KILLED_EXECUTORS = ("spark-batch", "spark")  # one cluster: the batch jobs' kill first
 
 
+def _kill_run(workdir: Path) -> ahead.Command:
+    return ahead.Command(
+        [sys.executable, "-m", "tests.fault.kill_executor", str(workdir), *KILLED_EXECUTORS]
+    )
+
+
+KILL_RUN = ahead.register("kill-executor", _kill_run, timeout=400)
+"""One cluster for both (a cluster and its session take half a minute to start), started
+early in the session: it runs beside the other tests, and these run last (tests/ahead.py)."""
+
+
 @pytest.fixture(scope="module")
 def executor_kill_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Each executor's report from ``tests.fault.kill_executor``, run once on one cluster
-    for both (a cluster and its session take half a minute to start)."""
-    workdir = tmp_path_factory.mktemp("kill-executor")
-    run = subprocess.Popen(
-        [sys.executable, "-m", "tests.fault.kill_executor", str(workdir), *KILLED_EXECUTORS],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        stdout, stderr = run.communicate(timeout=400)
-    except subprocess.TimeoutExpired:
-        run.terminate()  # it tears its cluster down on SIGTERM; a kill would leave the JVMs
-        try:
-            stdout, stderr = run.communicate(timeout=60)
-        finally:
-            run.kill()
-        raise AssertionError(
-            f"no report within 400 s; its output ended:\n{stderr[-4000:]}"
-        ) from None
-    assert run.returncode == 0, stderr[-4000:]
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    """Each executor's report from ``tests.fault.kill_executor``."""
+    run = KILL_RUN.finish(tmp_path_factory)
+    assert run.returncode == 0, run.stderr[-4000:]
+    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     reports = {report["executor"]: report for report in map(json.loads, lines)}
-    assert set(reports) == set(KILLED_EXECUTORS), stdout
-    return {"reports": reports, "stderr": stderr}
+    assert set(reports) == set(KILLED_EXECUTORS), run.stdout
+    return {"reports": reports, "stderr": run.stderr}
 
 
-@pytest.mark.timeout(480)  # 400 s for both runs, then their teardown
+@pytest.mark.timeout(480)  # 400 s for both runs from their start, then their teardown
+@pytest.mark.ahead(KILL_RUN.name)
 @pytest.mark.parametrize("executor", KILLED_EXECUTORS)
 def test_sigkill_of_an_executor_jvm_with_100_reach_calls_in_flight(
     executor: str, executor_kill_reports: dict[str, Any]

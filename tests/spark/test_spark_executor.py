@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -16,6 +16,7 @@ from drpc import DRPCExceptionType, DRPCExecutionException, LinearDRPCTopologyBu
 from drpc.examples.reach import EXPECTED_REACH, build_reach
 from drpc.resources import WorkerResource
 from drpc.testing import LocalDRPC
+from tests import ahead
 from tests.cluster.harness import package_listing, spark_home_view
 from tests.waiting import SLACK, wait_until
 
@@ -108,46 +109,53 @@ def test_a_worker_resource_is_loaded_once_per_python_worker(tmp_path: Path) -> N
     assert str(os.getpid()) not in loads  # the driver never loaded it
 
 
+LOCAL_CLUSTER_SCRIPT = textwrap.dedent(
+    """
+    from drpc.testing import LocalDRPC
+    from drpc.examples.reach import build_reach, EXPECTED_REACH
+    from drpc.examples.exclamation import build_exclamation
+    from drpc.executors.resident import current_cluster
+    master = "local-cluster[2,1,1024]"
+    with (
+        LocalDRPC(executor="spark", master=master, timeout=120) as resident,
+        LocalDRPC(executor="spark-batch", master=master, timeout=120) as batch,
+    ):
+        resident.register(build_reach())
+        batch.register(build_exclamation())
+        for url, reach in EXPECTED_REACH.items():
+            assert resident.execute("reach", url) == reach, url
+            assert batch.execute("exclamation", url) == url + "!"
+        from drpc import runtime
+        sc = runtime.current_session().sparkContext
+        print("executors", sc._jsc.sc().getExecutorMemoryStatus().size() - 1)
+        print("slots", current_cluster().slots)
+    print("ok")
+    """
+)
+
+
+def _local_cluster_run(workdir: Path) -> ahead.Command:
+    (workdir / "package-before.json").write_text(json.dumps(package_listing()))
+    home = spark_home_view(workdir / "spark-home")  # its workers write work/ under SPARK_HOME
+    return ahead.Command([sys.executable, "-c", LOCAL_CLUSTER_SCRIPT], {"SPARK_HOME": str(home)})
+
+
+LOCAL_CLUSTER_RUN = ahead.register("local-cluster", _local_cluster_run, timeout=300)
+"""Its own driver, workers and executor JVMs, started early in the session: it runs beside
+the other tests, and this one runs last (tests/ahead.py)."""
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(360)  # its own subprocess may take 300 s on a loaded machine
+@pytest.mark.ahead(LOCAL_CLUSTER_RUN.name)
 def test_resident_and_batch_functions_on_a_local_cluster_with_separate_executor_jvms(
-    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    script = textwrap.dedent(
-        """
-        from drpc.testing import LocalDRPC
-        from drpc.examples.reach import build_reach, EXPECTED_REACH
-        from drpc.examples.exclamation import build_exclamation
-        from drpc.executors.resident import current_cluster
-        master = "local-cluster[2,1,1024]"
-        with (
-            LocalDRPC(executor="spark", master=master, timeout=120) as resident,
-            LocalDRPC(executor="spark-batch", master=master, timeout=120) as batch,
-        ):
-            resident.register(build_reach())
-            batch.register(build_exclamation())
-            for url, reach in EXPECTED_REACH.items():
-                assert resident.execute("reach", url) == reach, url
-                assert batch.execute("exclamation", url) == url + "!"
-            from drpc import runtime
-            sc = runtime.current_session().sparkContext
-            print("executors", sc._jsc.sc().getExecutorMemoryStatus().size() - 1)
-            print("slots", current_cluster().slots)
-        print("ok")
-        """
-    )
-    before = package_listing()
-    home = spark_home_view(tmp_path / "spark-home")  # its workers write work/ under SPARK_HOME
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "SPARK_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    out = LOCAL_CLUSTER_RUN.finish(tmp_path_factory)
     assert out.returncode == 0, out.stderr[-3000:]
     # One resident task on one executor JVM, batch jobs on the other.
     assert out.stdout.split() == ["executors", "2", "slots", "1", "ok"]
+    home = out.workdir / "spark-home"
     assert list(home.glob("work/app-*")), "the workers wrote their work directories elsewhere"
+    before = json.loads((out.workdir / "package-before.json").read_text())
     assert package_listing() == before  # and nothing inside the installed pyspark

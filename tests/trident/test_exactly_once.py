@@ -5,10 +5,10 @@ a local run with an error naming the setting instead of replaying forever."""
 
 from __future__ import annotations
 
-import os
-import random
+import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,9 +20,9 @@ from drpc.examples.transactional_global_count import DATA
 from drpc.state import StateEnvironment
 from drpc.transactional import MemoryTransactionalSpout
 from drpc.trident import Count, LMDBMapState, TridentTopology, run, transactional_topology
+from tests import ahead
 from tests.conftest import SPARK_TEST_MASTER
 from tests.state.processes import kill_writer_mid_publish
-from tests.transactional.faults import kill_after_commits
 from tests.transactional.test_faults import write_words
 from tests.transactional.test_growth import (  # noqa: F401  (pytest fixtures)
     LEVELS,
@@ -33,72 +33,84 @@ from tests.transactional.test_growth import (  # noqa: F401  (pytest fixtures)
     write_kind,
 )
 
-from .faults import TXID, counts_state, word_count
+from .faults import counts_state, word_count
+from .killed_runs import TAKE, KilledRuns
 from .ops import SlowFilter
 from .test_word_count import committed
 
-SIGKILL_CASES = [
-    # (executor, opaque, words, txids killed after, flaky): each Spark run starts a JVM (40-100
-    # s on the loaded 2-core machine), so one kill there. The opaque file log on the resident
-    # tasks takes the general path; the transactional one as Spark jobs Trident's compiled
-    # path (drpc.trident.fused); flaky: its killed runs fail the first attempt of every Spark
-    # task midway under local[2,2], so Spark retries each task and a partial count that
-    # doubled would show in the final counts.
-    pytest.param("local", False, 20_000, (3, 9, 17, 28), False, id="local-transactional"),
-    pytest.param("local", True, 20_000, (4, 11, 20, 30), False, id="local-opaque"),
-    pytest.param("spark", True, 6_000, (2,), False, id="spark-opaque", marks=pytest.mark.spark),
-    pytest.param(
-        "spark-batch",
-        False,
-        6_000,
-        (2,),
-        True,
-        id="spark-batch-fused-retried",
-        marks=pytest.mark.spark,
-    ),
-]
 RETRYING_MASTER = "local[2,2]"  # two attempts per Spark task
-TAKE = 100  # lines per partition per batch: 400 words a batch over the 4 partitions
+# Each Spark run starts a JVM (40-100 s on the loaded 2-core machine), so one kill there. The
+# opaque file log on the resident tasks takes the general path; the transactional one as
+# Spark jobs Trident's compiled path (drpc.trident.fused); flaky: its killed runs fail the
+# first attempt of every Spark task midway under local[2,2], so Spark retries each task and
+# a partial count that doubled would show in the final counts.
+SIGKILL_CASES = {
+    "local-transactional": KilledRuns("local", None, False, 20_000, (3, 9, 17, 28), False),
+    "local-opaque": KilledRuns("local", None, True, 20_000, (4, 11, 20, 30), False),
+    "spark-opaque": KilledRuns("spark", SPARK_TEST_MASTER, True, 6_000, (2,), False),
+    "spark-batch-fused-retried": KilledRuns(
+        "spark-batch", RETRYING_MASTER, False, 6_000, (2,), True
+    ),
+}
+
+
+def _killed_early(case: KilledRuns) -> Callable[[Path], ahead.Command]:
+    def prepare(workdir: Path) -> ahead.Command:
+        return ahead.Command(
+            [sys.executable, "-m", "tests.trident.killed_runs", str(workdir), case.to_json()]
+        )
+
+    return prepare
+
+
+KILLED_EARLY = {
+    case_id: ahead.register(f"trident-killed-{case_id}", _killed_early(case), timeout=300)
+    for case_id, case in SIGKILL_CASES.items()
+    if case.executor != "local"
+}
+"""A Spark case's killed runs start early in the session (tests/ahead.py): their JVM starts
+beside the other tests, and the case runs last."""
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize(("executor", "opaque", "words", "targets", "flaky"), SIGKILL_CASES)
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            case,
+            id=case_id,
+            marks=[pytest.mark.spark, pytest.mark.ahead(KILLED_EARLY[case_id].name)]
+            if case_id in KILLED_EARLY
+            else [],
+        )
+        for case_id, case in SIGKILL_CASES.items()
+    ],
+)
 def test_sigkill_at_random_points_then_restart(
-    executor: str,
-    opaque: bool,
-    words: int,
-    targets: tuple[int, ...],
-    flaky: bool,
+    case: KilledRuns,
     tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> None:
     """Runs of the command line SIGKILLed, then a run in this process (on the shared Spark
     session for spark) finishes the input."""
-    expected = write_words(tmp_path / "log", seed=19, count=words)
-    state_dir = tmp_path / "state"
-    env = {
-        **os.environ,
-        "DRPC_TEST_LOG_DIR": str(tmp_path / "log"),
-        "DRPC_TEST_OPAQUE": "1" if opaque else "0",
-        "DRPC_TEST_TAKE": str(TAKE),
-        "DRPC_STATE_DIR": str(state_dir),
-        "DRPC_TEST_FLAKY": "1" if flaky else "0",
-    }
-    command = [
-        sys.executable, "-m", "drpc.transactional.cli", "run", "tests.trident.faults:topology",
-        "--state-dir", str(state_dir), "--max-spout-pending", "3", "--executor", executor,
-    ]  # fmt: skip
-    if executor != "local":
-        command += ["--master", RETRYING_MASTER if flaky else SPARK_TEST_MASTER]
-    kills = kill_after_commits(command, env, state_dir, TXID, list(targets), random.Random(5))
-    assert kills == len(targets), "a run finished before it was killed; make the input larger"
-    if executor != "local":
+    if case.executor == "local":
+        workdir = tmp_path
+        kills, expected = case.run(workdir)
+    else:
+        early = KILLED_EARLY[request.node.callspec.id].finish(tmp_path_factory)
+        assert early.returncode == 0, early.stderr[-3000:]
+        report = json.loads(early.stdout)
+        workdir, kills, expected = early.workdir, report["kills"], Counter(report["expected"])
+    assert kills == len(case.targets), "a run finished before it was killed; make the input larger"
+    if case.executor != "local":
         request.getfixturevalue("spark_session")
-    topology = word_count(str(tmp_path / "log"), opaque, TAKE)
-    final = run(topology, state_dir=str(state_dir), executor=executor, max_spout_pending=3)
-    assert final.commits and final.commits[0].txid > targets[-1]  # it resumed after the kills
-    assert committed(state_dir, counts_state(opaque)) == dict(expected)
+    state_dir = workdir / "state"
+    topology = word_count(str(workdir / "log"), case.opaque, TAKE)
+    final = run(topology, state_dir=str(state_dir), executor=case.executor, max_spout_pending=3)
+    assert final.commits and final.commits[0].txid > case.targets[-1]  # it resumed after the kills
+    assert committed(state_dir, counts_state(case.opaque)) == dict(expected)
 
 
 def test_a_run_resumes_after_a_commit_whose_writer_died_before_publishing_it(
