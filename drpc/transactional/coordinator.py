@@ -7,7 +7,9 @@ Events in (``next_tuple``, ``ack``, ``fail``), decisions out (``EmitBatch``,
   txids starting at the oldest uncommitted one (``current_txid``);
 - a new transaction gets a fresh attempt id and its metadata: cached
   metadata if the txid has some (a replay, or a batch emitted before a
-  restart), else from the spout's coordinator, only when it is ready;
+  restart), else from the spout's coordinator, only when it is ready, which is
+  asked at most once per pass over the window (so a spout turning ready
+  mid-pass cannot start a txid before an earlier one it was not ready for);
 - ``ack`` of a processing attempt marks it processed; once the current txid is
   processed it is emitted for commit (one commit at a time, strictly in txid
   order); ``ack`` of the committing attempt means committed: the window moves
@@ -136,11 +138,18 @@ class TransactionalCoordinator:
             decisions.append(EmitCommit(current.attempt))
         if len(self._active) < self.max_spout_pending:
             last_committed = self.current_txid - 1 if self.current_txid > 1 else None
+            # The spout is asked once a sync: asked per txid, as Storm does, a spout that
+            # became ready between two answers (a broker back) had txid n + 1 start while n,
+            # not ready, had no metadata yet, which the strict metadata state refuses.
+            ready: bool | None = None
             for txid in range(self.current_txid, self.current_txid + self.max_spout_pending):
                 if txid in self._active:
                     continue
-                if not (source.has_cache(txid) or source.is_ready()):
-                    continue
+                if not source.has_cache(txid):
+                    if ready is None:
+                        ready = source.is_ready()
+                    if not ready:
+                        continue
                 attempt = TransactionAttempt(txid, self.attempt_ids())
                 metadata = source.get_state(txid)
                 self._active[txid] = _Active(attempt)

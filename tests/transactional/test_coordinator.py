@@ -190,6 +190,34 @@ def test_a_txid_neither_cached_nor_ready_is_skipped_not_the_ones_after_it() -> N
     assert batches(coordinator.next_tuple(source)) == [(8, "new"), (10, "new")]
 
 
+class TurningReady(Source):
+    """A spout that turns ready after its first answer (a broker back in between)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[bool] = []
+
+    def is_ready(self) -> bool:
+        self.answers.append(bool(self.answers))
+        return self.answers[-1]
+
+    def get_state(self, txid: int) -> Any:
+        assert txid == 1 or txid - 1 in self.cache, f"txid {txid} before txid {txid - 1}"
+        return super().get_state(txid)
+
+
+def test_a_spout_turning_ready_within_a_sync_starts_no_txid_before_the_one_it_skipped() -> None:
+    source = TurningReady()
+    source.value = "m"
+    coordinator = TransactionalCoordinator(
+        max_spout_pending=2, attempt_ids=itertools.count(1).__next__
+    )
+    assert coordinator.next_tuple(source) == []  # not ready: neither 1 nor 2 starts
+    assert source.answers == [False]  # asked once for the whole window
+    assert batches(coordinator.next_tuple(source)) == [(1, "m"), (2, "m")]
+    assert source.answers == [False, True]
+
+
 def test_attempts_order_hash_and_name_the_txid() -> None:
     from drpc import stable_hash
 
