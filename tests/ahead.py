@@ -77,62 +77,47 @@ class AheadRun:
     name: str
     prepare: Callable[[Path], Command]
     timeout: float
-    _process: subprocess.Popen[bytes] | None = None
-    _workdir: Path | None = None
+    _running: Running | None = None
     _started: float = 0.0
 
     @property
     def started(self) -> bool:
-        return self._process is not None
+        return self._running is not None
 
     def start(self, tmp_path_factory: pytest.TempPathFactory) -> None:
-        if self._process is not None:
+        if self._running is not None:
             return
         workdir = tmp_path_factory.mktemp(self.name)
-        command = self.prepare(workdir)
-        with (
-            open(workdir / f"{self.name}.stdout", "wb") as stdout,
-            open(workdir / f"{self.name}.stderr", "wb") as stderr,
-        ):
-            self._process = subprocess.Popen(
-                command.argv,
-                cwd=ROOT,
-                env={**os.environ, **command.env},
-                stdout=stdout,
-                stderr=stderr,
-            )
-        self._workdir, self._started = workdir, time.monotonic()
+        self._running = spawn(self.name, self.prepare(workdir), workdir)
+        self._started = time.monotonic()
 
     def running(self, tmp_path_factory: pytest.TempPathFactory) -> Running:
         self.start(tmp_path_factory)
-        assert self._process is not None and self._workdir is not None
-        return Running(
-            self._process,
-            self._workdir / f"{self.name}.stdout",
-            self._workdir / f"{self.name}.stderr",
-            self._workdir,
-        )
+        assert self._running is not None
+        return self._running
 
     def finish(self, tmp_path_factory: pytest.TempPathFactory) -> Finished:
-        self.start(tmp_path_factory)
-        assert self._process is not None and self._workdir is not None
+        run = self.running(tmp_path_factory)
         left = self._started + self.timeout - time.monotonic()
         try:
-            self._process.wait(max(left, 0.0))
+            run.process.wait(max(left, 0.0))
         except subprocess.TimeoutExpired:
             self.stop()
             raise AssertionError(
                 f"{self.name}: no outcome within {self.timeout:g} s; its output ended:\n"
-                f"{self._read('stderr')[-4000:]}"
+                f"{run.stderr.read_text(errors='replace')[-4000:]}"
             ) from None
         return Finished(
-            self._process.returncode, self._read("stdout"), self._read("stderr"), self._workdir
+            run.process.returncode,
+            run.stdout.read_text(errors="replace"),
+            run.stderr.read_text(errors="replace"),
+            run.workdir,
         )
 
     def stop(self) -> None:
-        process = self._process
-        if process is None or process.poll() is not None:
+        if self._running is None or self._running.process.poll() is not None:
             return
+        process = self._running.process
         process.terminate()
         try:
             process.wait(STOP_GRACE)
@@ -140,9 +125,16 @@ class AheadRun:
             process.kill()
             process.wait()
 
-    def _read(self, stream: str) -> str:
-        assert self._workdir is not None
-        return (self._workdir / f"{self.name}.{stream}").read_text(errors="replace")
+
+def spawn(name: str, command: Command, workdir: Path) -> Running:
+    """``command`` started from the repository's root, its stdout and stderr going to
+    ``name.stdout`` and ``name.stderr`` in ``workdir``."""
+    stdout, stderr = workdir / f"{name}.stdout", workdir / f"{name}.stderr"
+    with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        process = subprocess.Popen(
+            command.argv, cwd=ROOT, env={**os.environ, **command.env}, stdout=out, stderr=err
+        )
+    return Running(process, stdout, stderr, workdir)
 
 
 _RUNS: dict[str, AheadRun] = {}

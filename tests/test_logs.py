@@ -228,13 +228,6 @@ SPARK_SERVER = ahead.register(
 the other tests, and the case runs last (tests/ahead.py)."""
 
 
-def _local_server(workdir: Path) -> ahead.Running:
-    stdout, stderr = workdir / "server.stdout", workdir / "server.stderr"
-    with open(stdout, "wb") as out, open(stderr, "wb") as err:
-        process = subprocess.Popen(_server_argv("local"), cwd=ROOT, stdout=out, stderr=err)
-    return ahead.Running(process, stdout, stderr, workdir)
-
-
 def _listening(server: ahead.Running) -> re.Match[str]:
     """Waits for the server's line saying where it listens (every line before it is JSON)."""
     while True:
@@ -255,7 +248,9 @@ def test_the_server_logs_one_json_object_per_line_with_request_ids(
 ) -> None:
     timeout = _timeout(executor)
     server = (
-        SPARK_SERVER.running(tmp_path_factory) if executor == "spark" else _local_server(tmp_path)
+        SPARK_SERVER.running(tmp_path_factory)
+        if executor == "spark"
+        else ahead.spawn("server", ahead.Command(_server_argv("local")), tmp_path)
     )
     try:
         listening = _listening(server)
