@@ -171,6 +171,27 @@ def coordination_config(
     )
 
 
+def counts_to_completion(topology: Topology, source: str, stream: str, receiver: str) -> bool:
+    """Whether coordination alone keeps ``source``'s tuples on ``stream`` to ``receiver``
+    in their request's tuple tree, so they need no edge ids of their own.
+
+    It does when ``receiver`` is coordinated without an id stream, waits for ``source``'s
+    count reports and ``stream`` is data to it: each of its tasks holds the reports (whose
+    edges keep the tree open) until it has received and acked as many tuples of the id as
+    they count, and a tuple that fails fails the id, whose held tuples fail the tree. An
+    emit whose processing has children with edges of their own acks those (its edge is 0,
+    its ack the XOR of theirs). A receiver with an id stream acks reports as they come and
+    holds only the id tuple, at the task owning the id, so its tuples keep their edges."""
+    coordination = topology.components[receiver].coordination
+    return (
+        coordination is not None
+        and coordination.id_stream is None
+        and source in coordination.sources
+        and stream != COORDINATED_STREAM_ID
+        and GlobalStreamId(source, stream) != coordination.commit_stream
+    )
+
+
 class TaskCore:
     """One task's bolt, routing and coordination (see the module doc)."""
 
@@ -247,6 +268,7 @@ class TaskCore:
         # making and hashing a (component, stream) key for each tuple
         self._fields: dict[str, dict[str, Fields]] = {}
         self._kinds: dict[str, dict[str, InputKind]] = {}
+        self._counted: dict[str, frozenset[int]] = {}
         self.on_finish: Callable[[Hashable], Callable[[], None]] | None = None
         """Called as an id's finish begins; returns what to call when it ends (timing)."""
 
@@ -308,6 +330,20 @@ class TaskCore:
                 kind = DATA
             of_source[stream] = kind
         return kind
+
+    def counted_targets(self, stream: str) -> frozenset[int]:
+        """The tasks whose coordination keeps this task's tuples on ``stream`` in their tree
+        (``counts_to_completion``): those need no edge ids."""
+        counted = self._counted.get(stream)
+        if counted is None:
+            topology = self.topology
+            counted = self._counted[stream] = frozenset(
+                task
+                for receiver, _ in topology.subscribers(self.component_id, stream)
+                if counts_to_completion(topology, self.component_id, stream, receiver)
+                for task in topology.component_task_ids[receiver]
+            )
+        return counted
 
     def is_data(self, received: Tuple) -> bool:
         """A coordinated input the tracker counts: not a count report, id or commit tuple."""

@@ -417,15 +417,21 @@ class BoltTask(Actor):
     ) -> None:
         if not targets:
             return
-        payload = self.core.router.freeze(stream, values)
+        core = self.core
+        payload = core.router.freeze(stream, values)
         if self.engine.recorder is not None:
             self.last_sent = time.monotonic()  # before a receiver can act on it
+        counted = core.counted_targets(stream)
+        roots: dict[int, int] | None = None
         for target in targets:
+            if target in counted:  # coordination keeps it in its tree: no edge
+                if roots is None:
+                    roots = roots_of(anchors)
+                message_id = roots
+            else:
+                message_id = anchored_to(anchors)
             self.to_task(
-                target,
-                TupleMessage(
-                    self.component_id, stream, self.task_id, payload, anchored_to(anchors)
-                ),
+                target, TupleMessage(self.component_id, stream, self.task_id, payload, message_id)
             )
 
     def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
@@ -579,7 +585,10 @@ class BoltTask(Actor):
             self.engine.to_acker(root, message)
 
     def ack_to_acker(self, root: int, ack_val: int) -> None:
-        """Ack ``ack_val`` into ``root``'s tree (its acks in a turn fold into one)."""
+        """Ack ``ack_val`` into ``root``'s tree (its acks in a turn fold into one); 0, the
+        ack of an edgeless tuple without children (``roots_of``), changes nothing."""
+        if not ack_val:
+            return
         outbox = self.turn_outbox
         if outbox is not None:
             outbox.add_ack(root, ack_val)
@@ -669,3 +678,21 @@ def anchored_to(anchors: Sequence[Tuple]) -> dict[int, int]:
             before = message_id.get(root)
             message_id[root] = edge if before is None else before ^ edge
     return message_id
+
+
+def roots_of(anchors: Sequence[Tuple]) -> dict[int, int]:
+    """The ``message_id`` of a tuple emitted anchored to ``anchors`` whose tree its
+    receiver's coordination keeps (``TaskCore.counted_targets``): their roots, each with
+    edge 0, so the anchors' values and the ackers never hear of it. An anchor that is such a
+    tuple itself lends its own (message ids are never changed once made)."""
+    if len(anchors) == 1:
+        message_id = anchors[0].message_id
+        for edge in message_id.values():
+            if edge:
+                return dict.fromkeys(message_id, 0)
+        return message_id
+    roots: dict[int, int] = {}
+    for anchor in anchors:
+        for root in anchor.message_id:
+            roots[root] = 0
+    return roots
