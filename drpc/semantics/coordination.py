@@ -34,7 +34,6 @@ Driver contract: after ``FinishBatch`` call ``finish_done`` or
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 
@@ -184,8 +183,10 @@ class CoordinationTracker:
     ) -> None:
         self.config = config
         self._owns_id = owns_id
-        self._tracks: OrderedDict[Hashable, _Track] = OrderedDict()
-        self._tombstones: OrderedDict[Hashable, float] = OrderedDict()
+        # Plain dicts, insertion-ordered (the compiled build's own, unlike an OrderedDict's
+        # methods): the oldest entry is the first, and only expiry takes from the front.
+        self._tracks: dict[Hashable, _Track] = {}
+        self._tombstones: dict[Hashable, float] = {}
 
     # -- introspection ---------------------------------------------------------------
 
@@ -321,7 +322,7 @@ class CoordinationTracker:
             if track.deadline > now or track.finishing:
                 break
             status = self.status(id)
-            self._tracks.popitem(last=False)
+            del self._tracks[id]
             self._tombstones[id] = now + self.config.timeout
             decisions.append(
                 Failed(
@@ -340,7 +341,7 @@ class CoordinationTracker:
             id, deadline = next(iter(self._tombstones.items()))
             if deadline > now:
                 break
-            self._tombstones.popitem(last=False)
+            del self._tombstones[id]
         return decisions
 
     # -- internals -------------------------------------------------------------------

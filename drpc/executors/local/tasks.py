@@ -96,6 +96,14 @@ class BoltTask(Actor):
         # the held count reports no tuple was made for, per id: root -> their edges XORed
         self.held_edges: dict[Hashable, dict[int, int]] = {}
         self.roots_of_id: dict[Hashable, set[int]] = {}  # the roots of each tracked id
+        # The last id and message id ``note_roots`` noted: a run of tuples sharing one
+        # message id (``edgeless``) notes it once. Reset when the id is forgotten.
+        self.noted_id: Hashable = None
+        self.noted_message_id: dict[int, int] = {}
+        # The message id of the last anchor ``edgeless`` made edgeless, and what it made:
+        # the emits anchored to one input share one message id.
+        self.edgeless_source: dict[int, int] = {}
+        self.edgeless_made: dict[int, int] = {}
         self.dead_roots: OrderedDict[int, float] = OrderedDict()
         self.done_with_id = False  # set when an id completes, fails or is given up here
         self.last_sent: float | None = None  # when spans are kept: the handling's last send
@@ -373,8 +381,10 @@ class BoltTask(Actor):
             self.settle(received, failure)
 
     def note_roots(self, id: Hashable, message_id: dict[int, int]) -> None:
-        if not message_id:
+        if not message_id or (message_id is self.noted_message_id and id is self.noted_id):
             return
+        self.noted_id = id
+        self.noted_message_id = message_id
         roots = self.roots_of_id.get(id)
         if roots is None:
             self.roots_of_id[id] = set(message_id)
@@ -386,6 +396,9 @@ class BoltTask(Actor):
     def forget_roots(self, id: Hashable) -> None:
         self.done_with_id = True
         self.roots_of_id.pop(id, None)
+        if id is self.noted_id or id == self.noted_id:
+            self.noted_id = None
+            self.noted_message_id = {}
 
     def ids_of_root(self, root: int) -> list[Hashable]:
         """The tracked ids whose tuples came from ``root``'s tree (a scan: only a failed
@@ -426,13 +439,23 @@ class BoltTask(Actor):
         for target in targets:
             if target in counted:  # coordination keeps it in its tree: no edge
                 if roots is None:
-                    roots = roots_of(anchors)
+                    roots = self.edgeless(anchors)
                 message_id = roots
             else:
                 message_id = anchored_to(anchors)
             self.to_task(
                 target, TupleMessage(self.component_id, stream, self.task_id, payload, message_id)
             )
+
+    def edgeless(self, anchors: Sequence[Tuple]) -> dict[int, int]:
+        """``roots_of(anchors)``, the same dict for each emit anchored to one input."""
+        if len(anchors) != 1:
+            return roots_of(anchors)
+        source = anchors[0].message_id
+        if source is not self.edgeless_source:
+            self.edgeless_made = roots_of(anchors)
+            self.edgeless_source = source
+        return self.edgeless_made
 
     def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
         if self.engine.recorder is not None and self.first_report is None:
