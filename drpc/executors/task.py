@@ -89,6 +89,9 @@ EMIT_CHUNK = 1024
 
 _first = itemgetter(0)
 
+Anchors = Tuple | Sequence[Tuple] | _CurrentAnchor | None
+"""What an emit may be anchored to (``OutputCollector``'s methods take the same)."""
+
 
 class InputKind(enum.Enum):
     """What an input stream of a coordinated task is to the coordination rules."""
@@ -655,7 +658,10 @@ class TaskCollector(OutputCollector):
     # the lock already, and taking a re-entrant lock again costs more than the check.
 
     def emit(
-        self, values: Sequence[Any], anchors: Any = None, stream: str = DEFAULT_STREAM_ID
+        self,
+        values: Sequence[Any],
+        anchors: Anchors = None,
+        stream: str = DEFAULT_STREAM_ID,
     ) -> list[int]:
         if self._core.turn_thread == _get_ident():
             return self._emit(values, anchors, stream)
@@ -675,7 +681,7 @@ class TaskCollector(OutputCollector):
     def emit_many(
         self,
         many: Iterable[Sequence[Any]],
-        anchors: Any = None,
+        anchors: Anchors = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
         if self._core.turn_thread == _get_ident():
@@ -695,7 +701,7 @@ class TaskCollector(OutputCollector):
         self,
         task: int,
         values: Sequence[Any],
-        anchors: Any = None,
+        anchors: Anchors = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
         if self._core.turn_thread == _get_ident():

@@ -1,7 +1,9 @@
-"""The collectors a basic bolt and a batch bolt emit through, over their task's collector.
+"""The collectors bolts emit through: a task's, and a basic and a batch bolt's over it.
 
 Contract:
 
+- ``OutputCollector``: what a rich bolt emits, acks and fails through; an executor's
+  task collector subclasses it (``drpc.executors.task.TaskCollector``).
 - ``BasicOutputCollector(output, input)``: ``emit`` and ``emit_direct`` anchor to
   ``input``; the executor acks the input when the bolt's ``execute`` returns. An
   executor may point one collector at each input in turn (``_input``), as Storm's
@@ -13,8 +15,9 @@ Contract:
 
 These wrappers run once per emit, so the compiled build compiles them
 (``drpc.compiled``): interpreted, a wrapper's frame cost more than the task collector's
-own work for the emit. ``output`` is any ``OutputCollector``; methods take their
-arguments by position, since the task collector parses keyword arguments far slower.
+own work for the emit. ``output`` is any ``OutputCollector``: compiled, the base class
+here lets a wrapper call a compiled task collector's methods directly, without a Python
+method call or parsing its arguments (an interpreted subclass is called as Python).
 """
 
 from __future__ import annotations
@@ -22,12 +25,59 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from drpc.model.anchors import CURRENT_ANCHOR
+from mypy_extensions import mypyc_attr
+
+from drpc.model.anchors import CURRENT_ANCHOR, _CurrentAnchor
 from drpc.model.streams import DEFAULT_STREAM_ID
 
 if TYPE_CHECKING:
-    from drpc.model.components import OutputCollector
+    from drpc.errors import Failure
     from drpc.model.tuples import Tuple
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class OutputCollector:
+    """What a rich bolt emits, acks and fails through. Executors implement it."""
+
+    def emit(
+        self,
+        values: Sequence[Any],
+        anchors: Tuple | Sequence[Tuple] | _CurrentAnchor | None = None,
+        stream: str = DEFAULT_STREAM_ID,
+    ) -> list[int]:
+        """Send ``values`` on ``stream``; returns the ids of the receiving tasks."""
+        raise NotImplementedError
+
+    def emit_direct(
+        self,
+        task: int,
+        values: Sequence[Any],
+        anchors: Tuple | Sequence[Tuple] | _CurrentAnchor | None = None,
+        stream: str = DEFAULT_STREAM_ID,
+    ) -> None:
+        """Send ``values`` on the direct ``stream`` to task id ``task`` only."""
+        raise NotImplementedError
+
+    def emit_many(
+        self,
+        many: Iterable[Sequence[Any]],
+        anchors: Tuple | Sequence[Tuple] | _CurrentAnchor | None = None,
+        stream: str = DEFAULT_STREAM_ID,
+    ) -> None:
+        """``emit`` each of ``many`` in order, with the same anchors (an executor may do it in
+        one step: one lock, one count per receiving task)."""
+        for values in many:
+            self.emit(values, anchors, stream)
+
+    def ack(self, tuple: Tuple) -> None:
+        raise NotImplementedError
+
+    def fail(self, tuple: Tuple, reason: Failure | BaseException | str | None = None) -> None:
+        """Fail ``tuple`` and with it its request or batch; ``reason`` ends up in the error."""
+        raise NotImplementedError
+
+    def report_error(self, error: BaseException) -> None:
+        raise NotImplementedError
 
 
 class BasicOutputCollector:

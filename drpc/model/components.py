@@ -21,13 +21,13 @@ heavy read-only data out of them: see ``drpc.resources``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from drpc.model.anchors import CURRENT_ANCHOR as CURRENT_ANCHOR
-from drpc.model.anchors import _CurrentAnchor
 from drpc.model.collectors import BasicOutputCollector as BasicOutputCollector
 from drpc.model.collectors import BatchOutputCollector as BatchOutputCollector
+from drpc.model.collectors import OutputCollector as OutputCollector
 from drpc.model.streams import DEFAULT_STREAM_ID, OutputFieldsDeclarer
 
 if TYPE_CHECKING:
@@ -58,50 +58,6 @@ class IComponent:
     def get_component_configuration(self) -> Conf | None:
         """Configuration overriding the topology's for this component only."""
         return None
-
-
-class OutputCollector:
-    """What a rich bolt emits, acks and fails through. Executors implement it."""
-
-    def emit(
-        self,
-        values: Sequence[Any],
-        anchors: Tuple | Sequence[Tuple] | _CurrentAnchor | None = None,
-        stream: str = DEFAULT_STREAM_ID,
-    ) -> list[int]:
-        """Send ``values`` on ``stream``; returns the ids of the receiving tasks."""
-        raise NotImplementedError
-
-    def emit_direct(
-        self,
-        task: int,
-        values: Sequence[Any],
-        anchors: Tuple | Sequence[Tuple] | _CurrentAnchor | None = None,
-        stream: str = DEFAULT_STREAM_ID,
-    ) -> None:
-        """Send ``values`` on the direct ``stream`` to task id ``task`` only."""
-        raise NotImplementedError
-
-    def emit_many(
-        self,
-        many: Iterable[Sequence[Any]],
-        anchors: Tuple | Sequence[Tuple] | _CurrentAnchor | None = None,
-        stream: str = DEFAULT_STREAM_ID,
-    ) -> None:
-        """``emit`` each of ``many`` in order, with the same anchors (an executor may do it in
-        one step: one lock, one count per receiving task)."""
-        for values in many:
-            self.emit(values, anchors, stream)
-
-    def ack(self, tuple: Tuple) -> None:
-        raise NotImplementedError
-
-    def fail(self, tuple: Tuple, reason: Failure | BaseException | str | None = None) -> None:
-        """Fail ``tuple`` and with it its request or batch; ``reason`` ends up in the error."""
-        raise NotImplementedError
-
-    def report_error(self, error: BaseException) -> None:
-        raise NotImplementedError
 
 
 class SpoutOutputCollector:
