@@ -61,6 +61,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "drpc.executors.local.spouts",
     "drpc.executors.local.ackers",
     "drpc.executors.local.actors",
+    "drpc.executors.local.calls",
     "drpc.executors.local.executor",
 )
 

@@ -36,11 +36,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from drpc.builders.coordinated_drpc import CoordinatedDRPCTopologyBuilder
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.errors import DRPCError, DRPCExceptionType, DRPCExecutionException
+from drpc.executors.local.calls import Call
 from drpc.hosting import Host, Wakeups
 from drpc.model.topology import Topology
 from drpc.observe import Observer
@@ -55,6 +56,9 @@ from drpc.requests import (
 from drpc.sparkconf import DEFAULT_START_TIMEOUT, session_options
 
 log = logging.getLogger(__name__)
+
+W = TypeVar("W", Future[str], Call)
+"""Where a call's outcome goes: a caller's ``Future``, or a ``Call`` its own thread waits on."""
 
 
 class LocalDRPC:
@@ -115,6 +119,10 @@ class LocalDRPC:
 
     def submit(self, function: str, args: str, timeout: float | None = None) -> Future[str]:
         future: Future[str] = Future()
+        return self._submit(function, args, timeout, future)
+
+    def _submit(self, function: str, args: str, timeout: float | None, future: W) -> W:
+        """Queue a call whose outcome goes to ``future`` (a ``Future`` or a ``Call``)."""
         if not isinstance(args, str):
             raise TypeError(f"DRPC arguments are strings, got {type(args).__name__}")
         with self._lock:
@@ -146,8 +154,10 @@ class LocalDRPC:
         call_inline = getattr(runtime, "call_inline", None)
         if call_inline is None:
             return self.submit(function, args, timeout).result()
-        future: Future[str] = call_inline(lambda: self.submit(function, args, timeout))
-        return future.result()
+        # a Call, not a Future: this thread is the only one waiting for it
+        call: Call = call_inline(lambda: self._submit(function, args, timeout, Call()))
+        result: str = call.result()
+        return result
 
     # -- the invocations handle hosted topologies use ---------------------------------------
 

@@ -90,7 +90,9 @@ def _hash_value(value: Any) -> int:
                     _str_hashes.clear()
                 _str_hashes[value] = known
         return known
-    if kind is int or kind is bool or kind is PinnedRequest:  # a pinned request: its number
+    if kind is int:
+        return _hash_int(value)
+    if kind is bool or kind is PinnedRequest:  # a pinned request: its number
         return _hash_int(int(value))
     if value is None:
         return _NONE_HASH

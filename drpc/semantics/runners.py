@@ -298,10 +298,16 @@ class BatchBoltRunner(BoltRunner):
         try:
             self.instance(id).finish_batch()
         finally:
-            self._open.pop(id, None)
+            self._drop(id)
 
     def failed_id(self, id: Hashable) -> None:
-        self._open.pop(id, None)
+        self._drop(id)
+
+    def _drop(self, id: Hashable) -> None:
+        """Forget ``id``'s bolt instance, if it has one."""
+        instances = self._open
+        if id in instances:  # not ``pop(id, None)``: compiled, that is a Python call
+            del instances[id]
 
 
 def runner_for(bolt: IComponent, component_id: str) -> BoltRunner:

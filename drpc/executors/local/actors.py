@@ -42,9 +42,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from contextlib import suppress
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from mypy_extensions import mypyc_attr
 
@@ -60,6 +59,13 @@ HANDOFF = 0.002
 
 SLEPT: Final = object()
 """What a helper's ``_take_or_sleep`` returns after it slept (``Scheduler.help_until``)."""
+
+
+class Awaited(Protocol):
+    """A call's outcome a helper runs turns for (``Scheduler.help_until``): a ``Future``, or
+    a ``drpc.executors.local.calls.Call``."""
+
+    def add_done_callback(self, fn: Callable[[Any], object], /) -> None: ...
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -304,7 +310,7 @@ class Scheduler:
         with self._lock:
             self._callers -= 1
 
-    def help_until(self, sleep: threading.Lock, finished: Future[Any]) -> None:
+    def help_until(self, sleep: threading.Lock, finished: Awaited) -> None:
         """Run turns on this thread, as a worker does, until ``finished`` is done (or the
         scheduler stops); then stop helping. What is still queued then goes to a worker
         woken for it when other callers wait; else it waits for the next helper (a

@@ -58,7 +58,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
 from typing import Any, Protocol, cast
 
@@ -67,6 +66,7 @@ from drpc.builders.drpc_components import INVOCATIONS_SERVICE
 from drpc.errors import Failure, InvalidTopologyError
 from drpc.executors.local.ackers import AckerTask
 from drpc.executors.local.actors import HANDOFF, Actor, Scheduler, Timer, Turns
+from drpc.executors.local.calls import Call
 from drpc.executors.local.gathering import (
     IdleFinish,
     IdleGiveUp,
@@ -292,15 +292,15 @@ class LocalExecutor(Turns):
 
     # -- messaging ------------------------------------------------------------------------
 
-    def call_inline(self, submit: Callable[[], Future[Any]]) -> Future[Any]:
-        """``submit()`` a call and wait until it is done; returns its future. When no worker
-        thread is awake, this thread runs the engine's turns meanwhile, as a worker
+    def call_inline(self, submit: Callable[[], Call]) -> Call:
+        """``submit()`` a call and wait until it is done; returns its outcome. When no
+        worker thread is awake, this thread runs the engine's turns meanwhile, as a worker
         (``Scheduler.help_until``): a sequential caller's call runs with no hand-off to a
         worker and back."""
         scheduler = self.scheduler
         sleep = scheduler.begin_help()
         try:
-            future = submit()
+            call = submit()
         except BaseException:
             if sleep is None:
                 scheduler.end_call()
@@ -308,15 +308,13 @@ class LocalExecutor(Turns):
                 scheduler.end_help(sleep)
             raise
         if sleep is not None:
-            scheduler.help_until(sleep, future)
+            scheduler.help_until(sleep, call)
         else:
             try:
-                future.exception()  # waits; cheaper than concurrent.futures.wait
-            except CancelledError:
-                pass
+                call.wait()
             finally:
                 scheduler.end_call()
-        return future
+        return call
 
     def post(self, actor: Actor, message: Message) -> None:
         if self.running:

@@ -395,7 +395,9 @@ class BoltTask(Actor):
 
     def forget_roots(self, id: Hashable) -> None:
         self.done_with_id = True
-        self.roots_of_id.pop(id, None)
+        roots_of_id = self.roots_of_id
+        if id in roots_of_id:  # not ``pop(id, None)``: compiled, that is a Python call
+            del roots_of_id[id]
         if id is self.noted_id or id == self.noted_id:
             self.noted_id = None
             self.noted_message_id = {}
@@ -530,11 +532,13 @@ class BoltTask(Actor):
             self.fail_roots(done, failure)
 
     def completed(self, id: Hashable) -> None:
-        held = self.held.pop(id, None)
-        if held:
+        held = self.held.get(id)  # get and del, not ``pop``: compiled, that is a Python call
+        if held is not None:
+            del self.held[id]
             self.ack_all(held)
-        edges = self.held_edges.pop(id, None)
-        if edges:
+        edges = self.held_edges.get(id)
+        if edges is not None:
+            del self.held_edges[id]
             for root, edge in edges.items():
                 self.ack_to_acker(root, edge)
         self.forget_roots(id)
