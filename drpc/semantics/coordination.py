@@ -183,6 +183,9 @@ class CoordinationTracker:
     ) -> None:
         self.config = config
         self._owns_id = owns_id
+        # A report's counts start as a copy of this (copying a dict is one step; filling
+        # a new one is an insertion per downstream task)
+        self._no_counts = {task: 0 for task in config.downstream_tasks}
         # Plain dicts, insertion-ordered (the compiled build's own, unlike an OrderedDict's
         # methods): the oldest entry is the first, and only expiry takes from the front.
         self._tracks: dict[Hashable, _Track] = {}
@@ -297,8 +300,10 @@ class CoordinationTracker:
         downstream = self.config.downstream_tasks
         if not downstream:  # the last step: nobody to report to
             return [Completed(id)]
-        emitted = track.emitted
-        counts = {task: emitted.get(task, 0) for task in downstream}
+        counts = self._no_counts.copy()
+        for task, count in track.emitted.items():
+            if task in counts:  # not a receiver that takes no reports
+                counts[task] = count
         return [SendReports(id, counts), Completed(id)]
 
     def finish_failed(self, id: Hashable, failure: Failure, now: float) -> list[Decision]:
