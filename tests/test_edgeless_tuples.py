@@ -225,3 +225,26 @@ def test_a_counted_tuple_that_fails_fails_its_request() -> None:
             drpc.execute("failing", "4")
         assert drpc.execute("failing", "2") == "2"  # indices 0 and 1 only
         wait_until(lambda: engine.pending_roots() == 0 and engine.held_tuples() == 0)
+
+
+def test_a_task_finds_each_root_of_an_id_whose_tuples_shared_or_differed_in_message_ids() -> None:
+    with LocalDRPC() as drpc:
+        engine = drpc.register(build_reach())
+        task = engine.tasks[engine.topology.component_task_ids["bolt2"][0]]
+        assert isinstance(task, BoltTask)
+        shared = {ROOT: 0}
+        task.note_roots(7, shared)
+        task.note_roots(7, shared)  # the same message id again: nothing new
+        task.note_roots(7, {ROOT: 5})  # another dict, the same root
+        task.note_roots(7, {ROOT: 0, 11: 0})  # a second root
+        task.note_roots(8, {11: 3})
+        assert task.ids_of_root(ROOT) == [7]
+        assert task.ids_of_root(11) == [7, 8]
+        assert task.ids_of_root(12) == []
+        task.forget_roots(7)
+        assert task.ids_of_root(ROOT) == [] and task.ids_of_root(11) == [8]
+        task.note_roots(7, shared)  # noted again after it was forgotten
+        assert task.ids_of_root(ROOT) == [7]
+        task.forget_roots(7)
+        task.forget_roots(8)
+        assert task.roots_of_id == {} and task.more_roots_of_id == {}

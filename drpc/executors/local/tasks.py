@@ -95,7 +95,10 @@ class BoltTask(Actor):
         self.held: dict[Hashable, list[Tuple]] = {}
         # the held count reports no tuple was made for, per id: root -> their edges XORed
         self.held_edges: dict[Hashable, dict[int, int]] = {}
-        self.roots_of_id: dict[Hashable, set[int]] = {}  # the roots of each tracked id
+        # The roots of each tracked id: the keys of the first message id noted for it (most
+        # ids have one root), and any other roots in ``more_roots_of_id``.
+        self.roots_of_id: dict[Hashable, dict[int, int]] = {}
+        self.more_roots_of_id: dict[Hashable, set[int]] = {}
         # The last id and message id ``note_roots`` noted: a run of tuples sharing one
         # message id (``edgeless``) notes it once. Reset when the id is forgotten.
         self.noted_id: Hashable = None
@@ -385,19 +388,28 @@ class BoltTask(Actor):
             return
         self.noted_id = id
         self.noted_message_id = message_id
-        roots = self.roots_of_id.get(id)
-        if roots is None:
-            self.roots_of_id[id] = set(message_id)
+        first = self.roots_of_id.get(id)
+        if first is None:
+            self.roots_of_id[id] = message_id  # kept, not copied: never changed once made
+            return
+        if first is message_id:
             return
         for root in message_id:
-            if root not in roots:
-                roots.add(root)
+            if root not in first:
+                more = self.more_roots_of_id.get(id)
+                if more is None:
+                    self.more_roots_of_id[id] = {root}
+                else:
+                    more.add(root)
 
     def forget_roots(self, id: Hashable) -> None:
         self.done_with_id = True
         roots_of_id = self.roots_of_id
         if id in roots_of_id:  # not ``pop(id, None)``: compiled, that is a Python call
             del roots_of_id[id]
+            more = self.more_roots_of_id
+            if more and id in more:
+                del more[id]
         if id is self.noted_id or id == self.noted_id:
             self.noted_id = None
             self.noted_message_id = {}
@@ -406,7 +418,12 @@ class BoltTask(Actor):
         """The tracked ids whose tuples came from ``root``'s tree (a scan: only a failed
         or timed-out tree asks, far more rarely than tuples come). Safe from another thread:
         the items are copied in one step before they are looked at."""
-        return [id for id, roots in list(self.roots_of_id.items()) if root in roots]
+        more = self.more_roots_of_id
+        return [
+            id
+            for id, first in list(self.roots_of_id.items())
+            if root in first or root in more.get(id, ())
+        ]
 
     def abandon_root(self, root: int) -> None:
         now = time.monotonic()
