@@ -16,7 +16,9 @@ same choices:
 
 A module of its own so the compiled build (``drpc/compiled.py``) can compile it: a
 partitioner runs for every tuple a step emits, while the grouping specs are dataclasses
-the build leaves alone (they are pickled with the topology).
+the build leaves alone (they are pickled with the topology). The one-task choices are
+made once and typed ``tuple[int, ...]``: compiled, a ``tuple[int]`` would be kept unboxed
+and boxed into a new tuple at every choice.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class RoundRobin(Partitioner):
 
     def __init__(self, num_tasks: int, start: int) -> None:
         self._num_tasks = num_tasks
-        self._singletons = [(i,) for i in range(num_tasks)]
+        self._singletons: list[tuple[int, ...]] = [(i,) for i in range(num_tasks)]
         self._next = start % num_tasks
 
     def choose(self, values: Sequence[Any]) -> tuple[int, ...]:
@@ -96,7 +98,7 @@ class ByFields(Partitioner):
         self._positions = positions
         self._single = positions[0] if len(positions) == 1 else None
         self._num_tasks = num_tasks
-        self._singletons = [(i,) for i in range(num_tasks)]
+        self._singletons: list[tuple[int, ...]] = [(i,) for i in range(num_tasks)]
 
     def choose(self, values: Sequence[Any]) -> tuple[int, ...]:
         if self._single is not None:
@@ -131,7 +133,7 @@ class ByBatch(Partitioner):
 
     def __init__(self, num_tasks: int) -> None:
         self._num_tasks = num_tasks
-        self._singletons = [(i,) for i in range(num_tasks)]
+        self._singletons: list[tuple[int, ...]] = [(i,) for i in range(num_tasks)]
         self._last: Any = _NO_BATCH
         self._chosen: tuple[int, ...] = ()
 
