@@ -11,22 +11,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import pytest
 
 from drpc import (
     BaseBasicBolt,
-    BaseBatchBolt,
     BaseRichSpout,
     BasicOutputCollector,
-    BatchOutputCollector,
     DRPCExecutionException,
     Fields,
     LinearDRPCTopologyBuilder,
     OutputFieldsDeclarer,
     TopologyBuilder,
-    TopologyContext,
     Tuple,
 )
 from drpc.builders.coordinated_drpc import JOIN_ID, PREPARE_ID
@@ -155,27 +151,12 @@ class Fanout(BaseBasicBolt):
         declarer.declare(Fields("id", "n"))
 
 
-class SlowCount(BaseBatchBolt):
+class SlowCount(bolts.CountPerRequest):
     """Counts its tuples, slowly."""
-
-    def prepare(
-        self,
-        conf: dict[str, Any],
-        context: TopologyContext,
-        collector: BatchOutputCollector,
-        id: Any,
-    ) -> None:
-        self.collector, self.id, self.count = collector, id, 0
 
     def execute(self, tuple: Tuple) -> None:
         time.sleep(0.005)
-        self.count += 1
-
-    def finish_batch(self) -> None:
-        self.collector.emit([self.id, self.count])
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(Fields("id", "count"))
+        super().execute(tuple)
 
 
 def slow_chain() -> LinearDRPCTopologyBuilder:
