@@ -7,7 +7,9 @@ Contract.
   supplies the streaming effects: an emitted tuple's values are frozen once
   (``freeze_values``: shared when immutable, else pickled) and delivered to
   each target with its acking ``message_id`` (the anchors' roots, a fresh
-  edge id per target XORed into each anchor); a count report
+  edge id per target XORed into each anchor; edge 0 for a target whose
+  coordination keeps the tuple in its tree, ``TaskCore.counted_targets``,
+  whose ack of 0 is not sent); a count report
   is a real tuple on the direct ``__coord`` stream anchored to its trigger;
   id, commit and (without an id stream) report tuples are held, keeping the
   request's tree open until the id completes (acked) or fails (failed with
