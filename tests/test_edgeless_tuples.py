@@ -24,13 +24,14 @@ from drpc import (
     OutputFieldsDeclarer,
     TopologyBuilder,
     Tuple,
+    config,
 )
 from drpc.builders.coordinated_drpc import JOIN_ID, PREPARE_ID
 from drpc.builders.drpc_components import RETURN_STREAM
 from drpc.examples.reach import build_reach
 from drpc.executors.local.messages import Outbox, TupleMessage
 from drpc.executors.local.tasks import BoltTask, roots_of
-from drpc.executors.task import counts_to_completion
+from drpc.executors.task import TaskCore, TaskEffects, counts_to_completion
 from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
 from drpc.model.topology import CoordinatedBolt, SourceArgs
 from drpc.testing import LocalDRPC
@@ -92,6 +93,15 @@ def test_a_commit_stream_and_an_uncoordinated_receiver_keep_their_edges() -> Non
     assert counts_to_completion(topology, "a", DEFAULT_STREAM_ID, "b")
     assert not counts_to_completion(topology, "a", "commit", "b")
     assert not counts_to_completion(topology, "a", DEFAULT_STREAM_ID, "plain")
+    core = TaskCore(
+        topology,
+        "a",
+        topology.component_task_ids["a"][0],
+        conf=config.resolve(None),
+        effects=TaskEffects(),
+    )
+    assert core.counted_targets(DEFAULT_STREAM_ID) == frozenset(topology.component_task_ids["b"])
+    assert core.counted_targets("commit") == frozenset()
 
 
 def test_an_emit_to_a_counted_task_takes_no_edge_and_one_to_another_task_does() -> None:

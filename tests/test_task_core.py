@@ -37,7 +37,7 @@ from drpc.model.components import CURRENT_ANCHOR
 from drpc.model.context import TopologyContext
 from drpc.model.tuples import Tuple
 from drpc.semantics.coordination import CoordinationConfig, Failed, Ignored
-from drpc.state.versions import PinnedRequest, pinned_version
+from drpc.state.versions import READS, PinnedRequest, pinned_version
 from drpc.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder
 
 from .topologies import bolts
@@ -921,20 +921,47 @@ def test_a_pinned_request_s_versions_are_the_thread_s_where_the_bolt_reads_state
     request = PinnedRequest(7, ((PINNED_DIR, 41),))
     SEEN_VERSIONS.clear()
     data = [core.make_tuple("bolt0", "default", 1, [request, word]) for word in "abc"]
-    core.tracker.tuple_received(request, 0)
-    core.execute_data(data[0])
-    for _ in data[1:]:
+    # what the thread read before, and the input it was working on, come back after each
+    outer = core.make_tuple("bolt0", "default", 1, [8, "outer"])
+    core.current = outer
+    READS.reads = ((PINNED_DIR, 40),)
+    try:
         core.tracker.tuple_received(request, 0)
-    core.execute_id_run(request, data[1:])
-    report = core.make_tuple("bolt0", "__coord", 1, [request, 3])
-    core.apply(core.tracker.report_received(request, 3, 0), report)
-    assert expected == SEEN_VERSIONS
-    assert pinned_version(PINNED_DIR) is None  # restored after each
+        core.execute_data(data[0])
+        assert core.current is outer and pinned_version(PINNED_DIR) == 40
+        for _ in data[1:]:
+            core.tracker.tuple_received(request, 0)
+        core.execute_id_run(request, data[1:])
+        assert core.current is outer and pinned_version(PINNED_DIR) == 40
+        report = core.make_tuple("bolt0", "__coord", 1, [request, 3])
+        core.apply(core.tracker.report_received(request, 3, 0), report)
+        assert core.current is outer and pinned_version(PINNED_DIR) == 40
+    finally:
+        READS.reads = None
+    assert [(where, 40 if version is None else version) for where, version in expected] == (
+        SEEN_VERSIONS
+    )
 
 
 def test_a_bolt_s_state_reads_must_be_one_of_the_three() -> None:
     class ReadsSometimes(ReadsAnywhere):
         state_reads = "sometimes"
 
-    with pytest.raises(InvalidTopologyError, match="state_reads must be one of anywhere, finish"):
+    with pytest.raises(
+        InvalidTopologyError,
+        match="component 'bolt1': state_reads must be one of anywhere, finish",
+    ):
         core_of(drpc(bolts.RichUpper(), ReadsSometimes()), "bolt1", 2)
+
+
+def test_tracker_events_carry_the_turn_s_time_in_a_turn_and_the_clock_s_outside() -> None:
+    core, _ = core_of(drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt1", 2)
+    core.clock = lambda: 100.0
+    assert core.now() == 100.0
+    core.begin_turn(5.0)
+    assert core.now() == 5.0
+    core.end_turn()
+    assert core.now() == 100.0
+    core.begin_turn()  # a turn that gives no time takes the clock's
+    assert core.now() == 100.0
+    core.end_turn()

@@ -218,7 +218,8 @@ def test_choose_many_chooses_as_choose_one_by_one(grouping: Grouping) -> None:
     many: list[list[Any]] = [
         [n, value]
         for n, value in enumerate(
-            [f"w{n % 37}" for n in range(200)] + ["x" * 100, 3, 1.5, b"w1", ("t", 1), None]
+            [f"w{n % 37}" for n in range(200)]
+            + ["x" * 100, 3, 1.5, b"w1", ("t", 1), [1, "w1"], None]
         )
     ]
     one_by_one = grouping.partitioner(fields, 1, 3, 4)
@@ -226,6 +227,18 @@ def test_choose_many_chooses_as_choose_one_by_one(grouping: Grouping) -> None:
     expected = [one_by_one.choose(values) for values in many]
     assert at_once.choose_many(many[:50]) + at_once.choose_many(many[50:]) == expected
     assert at_once.choose_many([]) == []
+
+
+def test_a_batch_global_grouping_chooses_as_a_fields_grouping_on_the_batch_id() -> None:
+    fields = Fields("batch", "x")
+    by_batch = BatchGlobalGrouping().partitioner(fields, 0, 1, 5)
+    by_fields = FieldsGrouping(Fields("batch")).partitioner(fields, 0, 1, 5)
+    # runs of one batch, a batch seen again later, an equal id that is another object
+    batches = [None, None, 1, 1, 2, 3, 3, 3, 4, 1, 10**20, int("1" + "0" * 20), "b", 7]
+    rows = [[batch, f"x{index}"] for index, batch in enumerate(batches)]
+    chosen = [by_batch.choose(row) for row in rows]
+    assert chosen == [by_fields.choose(row) for row in rows]
+    assert len(set(chosen)) > 1  # the batches do not all go to one task
 
 
 @pytest.mark.parametrize(
