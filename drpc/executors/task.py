@@ -60,6 +60,7 @@ from mypy_extensions import mypyc_attr
 from drpc import config
 from drpc.errors import Failure, InvalidTopologyError, InvalidTupleError
 from drpc.model.anchors import CURRENT_ANCHOR, _CurrentAnchor
+from drpc.model.collectors import Anchors
 from drpc.model.components import STATE_READS, OutputCollector
 from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
@@ -88,9 +89,6 @@ EMIT_CHUNK = 1024
 """Emits ``send_many`` routes and delivers together."""
 
 _first = itemgetter(0)
-
-Anchors = Tuple | Sequence[Tuple] | _CurrentAnchor | None
-"""What an emit may be anchored to (``OutputCollector``'s methods take the same)."""
 
 
 class InputKind(enum.Enum):

@@ -29,10 +29,13 @@ from mypy_extensions import mypyc_attr
 
 from drpc.model.anchors import CURRENT_ANCHOR, _CurrentAnchor
 from drpc.model.streams import DEFAULT_STREAM_ID
+from drpc.model.tuples import Tuple
 
 if TYPE_CHECKING:
     from drpc.errors import Failure
-    from drpc.model.tuples import Tuple
+
+Anchors = Tuple | Sequence[Tuple] | _CurrentAnchor | None
+"""What an emit may be anchored to."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -42,7 +45,7 @@ class OutputCollector:
     def emit(
         self,
         values: Sequence[Any],
-        anchors: Tuple | Sequence[Tuple] | _CurrentAnchor | None = None,
+        anchors: Anchors = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> list[int]:
         """Send ``values`` on ``stream``; returns the ids of the receiving tasks."""
@@ -52,7 +55,7 @@ class OutputCollector:
         self,
         task: int,
         values: Sequence[Any],
-        anchors: Tuple | Sequence[Tuple] | _CurrentAnchor | None = None,
+        anchors: Anchors = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
         """Send ``values`` on the direct ``stream`` to task id ``task`` only."""
@@ -61,7 +64,7 @@ class OutputCollector:
     def emit_many(
         self,
         many: Iterable[Sequence[Any]],
-        anchors: Tuple | Sequence[Tuple] | _CurrentAnchor | None = None,
+        anchors: Anchors = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
         """``emit`` each of ``many`` in order, with the same anchors (an executor may do it in
