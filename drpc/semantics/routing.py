@@ -160,17 +160,14 @@ def freeze_values(component_id: str, stream: str, values: Sequence[Any]) -> Payl
     ``SHAREABLE`` type (exactly: a subclass may be mutable), which every receiver may
     share; otherwise pickled (``serialize_values``), so a receiver gets a copy of its own
     and a value that could not travel between processes fails here as on Spark."""
-    if isinstance(values, list):  # most emits: compiled, a list's own loop and copy
-        for value in values:
-            kind = type(value)
-            if kind is not str and kind is not int and kind not in SHAREABLE:
-                return serialize_values(component_id, stream, values)
-        return tuple(values)
-    for value in values:
+    # most emits are lists: compiled, a list's own loop and copy (``serialize_values``
+    # pickles a list of the values either way)
+    items = values if isinstance(values, list) else list(values)
+    for value in items:
         kind = type(value)
         if kind is not str and kind is not int and kind not in SHAREABLE:
-            return serialize_values(component_id, stream, values)
-    return tuple(values)
+            return serialize_values(component_id, stream, items)
+    return tuple(items)
 
 
 def thaw_values(payload: Payload) -> list[Any]:
