@@ -16,7 +16,6 @@ import pytest
 
 from drpc import (
     BaseBasicBolt,
-    BaseRichSpout,
     BasicOutputCollector,
     DRPCExecutionException,
     Fields,
@@ -42,14 +41,6 @@ from .waiting import wait_until
 ROOT = 1 << 63 | 5
 
 
-class OneWord(BaseRichSpout):
-    def next_tuple(self) -> None:
-        pass
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(Fields("id", "i"))
-
-
 def test_a_step_holding_its_sources_reports_keeps_their_data_tuples_in_the_tree() -> None:
     topology = build_reach().create_topology()
     assert counts_to_completion(topology, "bolt0", DEFAULT_STREAM_ID, "bolt1")  # single source
@@ -72,7 +63,7 @@ class WithCommits(bolts.Identity):
 
 def test_a_commit_stream_and_an_uncoordinated_receiver_keep_their_edges() -> None:
     builder = TopologyBuilder()
-    builder.set_spout("s", OneWord())
+    builder.set_spout("s", bolts.Silent())
     builder.set_bolt("a", CoordinatedBolt(WithCommits(), {}), 2).shuffle_grouping("s")
     (
         builder.set_bolt(

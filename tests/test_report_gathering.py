@@ -8,12 +8,10 @@ from typing import Any
 import pytest
 
 from drpc import (
-    BaseRichSpout,
     DRPCExecutionException,
     FailedException,
     Fields,
     LinearDRPCTopologyBuilder,
-    OutputFieldsDeclarer,
     TopologyBuilder,
 )
 from drpc.examples.reach import EXPECTED_REACH, TWEETERS_DB, build_reach
@@ -343,21 +341,13 @@ def test_a_sender_that_fails_its_finish_fails_the_request_and_leaves_nothing_gat
         assert engine.gatherer.failed_roots == 0
 
 
-class OneWord(BaseRichSpout):
-    def next_tuple(self) -> None:
-        pass
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(Fields("id", "i"))
-
-
 def coordinated(sources: dict[str, SourceArgs], **kwargs: Any) -> CoordinatedBolt:
     return CoordinatedBolt(bolts.Identity(), sources, **kwargs)
 
 
 def test_only_a_step_every_task_of_which_reports_to_every_receiver_is_gathered() -> None:
     builder = TopologyBuilder()
-    builder.set_spout("s", OneWord())
+    builder.set_spout("s", bolts.Silent())
     builder.set_bolt("no-receivers", coordinated({}), 3).shuffle_grouping("s")
     builder.set_bolt("a", coordinated({}), 2).shuffle_grouping("s")
     (

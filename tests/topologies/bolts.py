@@ -1,4 +1,5 @@
-"""Bolts used by the topology tests (module-level so every executor can pickle them)."""
+"""Bolts (and a spout) used by the topology tests (module-level so every executor can
+pickle them)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from drpc import (
     BaseBasicBolt,
     BaseBatchBolt,
     BaseRichBolt,
+    BaseRichSpout,
     BasicOutputCollector,
     BatchOutputCollector,
     FailedException,
@@ -19,6 +21,17 @@ from drpc import (
     TopologyContext,
     Tuple,
 )
+
+
+class Silent(BaseRichSpout):
+    """A spout of [id, i] tuples that emits none: a topology's source when a test drives
+    its bolts by hand or only inspects its wiring."""
+
+    def next_tuple(self) -> None:
+        pass
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "i"))
 
 
 class EmitN(BaseBasicBolt):
