@@ -108,7 +108,7 @@ def test_an_emit_to_a_counted_task_takes_no_edge_and_one_to_another_task_does() 
         with sender.lock:
             sender.turn_outbox = outbox
             try:
-                sender.deliver(DEFAULT_STREAM_ID, [7, "sally"], [counted, other], [anchor])
+                sender.deliver(DEFAULT_STREAM_ID, [7, "sally"], [counted, other], (anchor,))
                 sender.ack_to_acker(ROOT, 0)
             finally:
                 sender.turn_outbox = None
@@ -124,10 +124,10 @@ def test_an_emit_to_a_counted_task_takes_no_edge_and_one_to_another_task_does() 
 def test_an_edgeless_anchor_lends_its_roots_and_an_edged_one_is_copied_without_edges() -> None:
     edgeless = Tuple([7, "a"], Fields("id", "x"), "bolt0", DEFAULT_STREAM_ID, 1, {ROOT: 0})
     edged = Tuple([7, "b"], Fields("id", "x"), "bolt0", DEFAULT_STREAM_ID, 1, {ROOT: 3, 11: 4})
-    assert roots_of([edgeless]) is edgeless.message_id
-    assert roots_of([edged]) == {ROOT: 0, 11: 0} and edged.message_id == {ROOT: 3, 11: 4}
-    assert roots_of([edgeless, edged]) == {ROOT: 0, 11: 0}
-    assert roots_of([]) == {}
+    assert roots_of((edgeless,)) is edgeless.message_id
+    assert roots_of((edged,)) == {ROOT: 0, 11: 0} and edged.message_id == {ROOT: 3, 11: 4}
+    assert roots_of((edgeless, edged)) == {ROOT: 0, 11: 0}
+    assert roots_of(()) == {}
     assert edged._ack_val == 0  # anchoring edgelessly owes the anchor nothing
 
 

@@ -51,7 +51,7 @@ class Recorder(TaskEffects):
         self.trace: list[str] = []
 
     def deliver(
-        self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: tuple[Tuple, ...]
     ) -> None:
         anchored = [anchor.values for anchor in anchors]
         self.trace.append(f"deliver {stream} {list(values)} to {list(targets)} anchored {anchored}")

@@ -392,7 +392,7 @@ class TaskRun(TaskEffects):
     # -- the task's effects (TaskEffects) ---------------------------------------------------
 
     def deliver(
-        self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: tuple[Tuple, ...]
     ) -> None:
         self._sink(stream, targets)(list(values))
 
@@ -401,7 +401,7 @@ class TaskRun(TaskEffects):
         stream: str,
         many: Sequence[Sequence[Any]],
         targets: Sequence[Sequence[int]],
-        anchors: Sequence[Tuple],
+        anchors: tuple[Tuple, ...],
     ) -> None:
         sinks: dict[Sequence[int], Callable[[list[Any]], None]] = {}
         for values, receivers in zip(many, targets, strict=True):

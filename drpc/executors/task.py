@@ -115,7 +115,7 @@ class TaskEffects:
     compiled executor's effects directly)."""
 
     def deliver(
-        self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: tuple[Tuple, ...]
     ) -> None:
         """Send an emitted tuple to ``targets`` (empty: nobody subscribes to ``stream``)."""
         raise NotImplementedError
@@ -125,12 +125,12 @@ class TaskEffects:
         stream: str,
         many: Sequence[Sequence[Any]],
         targets: Sequence[Sequence[int]],
-        anchors: Sequence[Tuple],
+        anchors: tuple[Tuple, ...],
     ) -> None:
         """``deliver`` each of ``many`` to its ``targets`` (same positions), in order (an
         executor may do it in fewer steps)."""
         for values, receivers in zip(many, targets, strict=True):
-            self.deliver(stream, values, receivers, anchors)
+            self.deliver(stream, values, list(receivers), anchors)
 
     def report(self, id: Hashable, counts: dict[int, int], trigger: Tuple | None) -> None:
         """Tell each downstream task in ``counts`` how many tuples of ``id`` this task sent
@@ -381,7 +381,7 @@ class TaskCore:
         if self.unacked is not None and not received._done:
             self.unacked[id(received)] = received
 
-    def execute_id_run(self, id: Hashable, run: Sequence[Tuple]) -> None:
+    def execute_id_run(self, id: Hashable, run: list[Tuple]) -> None:
         """Execute a non-empty run of data tuples of one id, in order, on a batch bolt
         (``acks_in_bulk``) and ack them: what ``execute_data`` and one ack per tuple do,
         with one tracker event for the acks. The tracker has counted them received. A tuple
@@ -523,12 +523,16 @@ class TaskCore:
     # -- output --------------------------------------------------------------------------------
 
     def send(
-        self, stream: str, values: Sequence[Any], targets: list[int], anchors: Sequence[Tuple]
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: tuple[Tuple, ...]
     ) -> None:
         self.effects.deliver(stream, values, targets, anchors)
         tracker = self.tracker
         if tracker is not None and stream != COORDINATED_STREAM_ID:
-            id = values[0]
+            # compiled, the list branch (most emits) indexes the list directly
+            if isinstance(values, list):  # noqa: SIM108
+                id = values[0]
+            else:
+                id = values[0]
             for target in targets:
                 tracker.tuple_emitted(id, target)
         if self.debug:
@@ -545,7 +549,7 @@ class TaskCore:
         )
 
     def send_many(
-        self, stream: str, many: Iterable[Sequence[Any]], anchors: Sequence[Tuple]
+        self, stream: str, many: Iterable[Sequence[Any]], anchors: tuple[Tuple, ...]
     ) -> None:
         """``check``, route and ``send`` each of ``many`` on data stream ``stream`` (the
         coordination stream is direct: the check refuses it), ``EMIT_CHUNK`` emits at a
@@ -574,7 +578,7 @@ class TaskCore:
         stream: str,
         chunk: list[Sequence[Any]],
         width: int,
-        anchors: Sequence[Tuple],
+        anchors: tuple[Tuple, ...],
         counted: Counter[tuple[Hashable, tuple[int, ...]]],
     ) -> None:
         """Route and deliver ``chunk`` up to its first invalid emit, then raise for that."""
@@ -613,7 +617,9 @@ class TaskCore:
         for (id, target), count in per_task.items():
             tracker.tuple_emitted(id, target, count)
 
-    def anchors(self, anchors: Any) -> Sequence[Tuple]:
+    def anchors(self, anchors: Any) -> tuple[Tuple, ...]:
+        """What an emit is anchored to, as a tuple (which the compiled build indexes
+        directly), each checked not acked or failed yet."""
         if anchors is None:
             return ()
         if type(anchors) is Tuple:  # a basic bolt's emit: its input
@@ -623,12 +629,11 @@ class TaskCore:
         if anchors is CURRENT_ANCHOR or isinstance(anchors, _CurrentAnchor):
             current = self.current
             return () if current is None else (current,)
-        if isinstance(anchors, Tuple):
-            anchors = (anchors,)
-        for anchor in anchors:
+        anchored = (anchors,) if isinstance(anchors, Tuple) else tuple(anchors)
+        for anchor in anchored:
             if anchor._done:
                 self._anchored_done()
-        return anchors
+        return anchored
 
     def _anchored_done(self) -> None:
         raise InvalidTupleError(

@@ -139,9 +139,16 @@ def _hash_value(value: Any) -> int:
 def stable_hash_at(values: Sequence[Any], positions: tuple[int, ...]) -> int:
     """``stable_hash([values[p] for p in positions])`` (``positions`` not empty), without
     making that list."""
+    if isinstance(values, list):  # most emits: the list's own indexing, when compiled
+        if len(positions) == 1:
+            return _fmix32(_hash_value(values[positions[0]]))
+        h: i64 = 1
+        for position in positions:
+            h = (31 * h + _hash_value(values[position])) & _MASK
+        return _fmix32(h)
     if len(positions) == 1:
         return _fmix32(_hash_value(values[positions[0]]))
-    h: i64 = 1
+    h = 1
     for position in positions:
         h = (31 * h + _hash_value(values[position])) & _MASK
     return _fmix32(h)

@@ -78,8 +78,10 @@ class OutputRouter:
             self.direct_targets[stream_id] = direct
 
     def check(self, stream: str, values: Sequence[Any], direct: bool) -> None:
-        if type(values) is list and not direct and self.list_widths.get(stream) == len(values):
-            return  # the common emit, checked with one look-up
+        if type(values) is list and not direct:
+            width = self.list_widths.get(stream)
+            if width is not None and width == len(values):
+                return  # the common emit, checked with one look-up
         info = self.check_stream(stream, direct)
         # list and tuple first: the Sequence check goes through the ABC machinery, in Python
         if not isinstance(values, (list, tuple)) and (

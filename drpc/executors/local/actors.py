@@ -41,7 +41,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from typing import Any, Final, Protocol
 
@@ -146,7 +146,7 @@ class Turns:
     def end_turn(self, turn: object) -> None:
         pass
 
-    def under_lock(self, turn: object, posts: Sequence[tuple[Actor, Iterable[Message]]]) -> object:
+    def under_lock(self, turn: object, posts: list[tuple[Actor, list[Message]]]) -> object:
         """Called by ``Scheduler.post_each`` with its lock held, when given a ``turn``."""
         return None
 
@@ -204,20 +204,18 @@ class Scheduler:
         self._watchdog.start()
 
     def post(self, actor: Actor, message: Message) -> None:
-        self.post_many(actor, (message,))
+        self.post_each([(actor, [message])])
 
     def post_many(self, actor: Actor, messages: Iterable[Message]) -> None:
         """Post ``messages`` in order, as one hand-off."""
-        self.post_each([(actor, messages)])
+        self.post_each([(actor, list(messages))])
 
     @property
     def lock(self) -> threading.Lock:
         """The lock of the ready queue and every mailbox (see ``post_each``'s ``turn``)."""
         return self._lock
 
-    def post_each(
-        self, posts: Sequence[tuple[Actor, Iterable[Message]]], turn: object = None
-    ) -> object:
+    def post_each(self, posts: list[tuple[Actor, list[Message]]], turn: object = None) -> object:
         """``post_many`` for each actor in ``posts``, in order, under one lock: what a turn
         sends leaves at once. With ``turn``, the ``Turns`` hooks' ``under_lock(turn,
         posts)`` runs first under the same lock (it may add posts); returns what it

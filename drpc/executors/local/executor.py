@@ -57,7 +57,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, cast
 
@@ -395,9 +395,9 @@ class LocalExecutor(Turns):
             for decision in after:
                 self._decided_after(decision)
 
-    def under_lock(self, turn: object, posts: Sequence[tuple[Actor, Iterable[Message]]]) -> object:
+    def under_lock(self, turn: object, posts: list[tuple[Actor, list[Message]]]) -> object:
         """The scheduler's hook, its lock held: apply ``turn``'s acks (``_ack_here``)."""
-        assert isinstance(turn, Outbox) and isinstance(posts, list)
+        assert isinstance(turn, Outbox)
         return self._ack_here(turn, posts) or None
 
     def _decided_after(self, decision: AckerDecision) -> None:

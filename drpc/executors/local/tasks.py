@@ -447,7 +447,7 @@ class BoltTask(Actor):
     # -- the task's effects (TaskEffects, through BoltEffects) ----------------------------
 
     def deliver(
-        self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: tuple[Tuple, ...]
     ) -> None:
         if not targets:
             return
@@ -468,7 +468,7 @@ class BoltTask(Actor):
                 target, TupleMessage(self.component_id, stream, self.task_id, payload, message_id)
             )
 
-    def edgeless(self, anchors: Sequence[Tuple]) -> dict[int, int]:
+    def edgeless(self, anchors: tuple[Tuple, ...]) -> dict[int, int]:
         """``roots_of(anchors)``, the same dict for each emit anchored to one input."""
         if len(anchors) != 1:
             return roots_of(anchors)
@@ -654,7 +654,7 @@ class BoltEffects(TaskEffects):
         self.task = task
 
     def deliver(
-        self, stream: str, values: Sequence[Any], targets: Sequence[int], anchors: Sequence[Tuple]
+        self, stream: str, values: Sequence[Any], targets: list[int], anchors: tuple[Tuple, ...]
     ) -> None:
         self.task.deliver(stream, values, targets, anchors)
 
@@ -701,7 +701,7 @@ def _run_end(batch: list[Message], start: int, first: TupleMessage) -> int:
     return end
 
 
-def anchored_to(anchors: Sequence[Tuple]) -> dict[int, int]:
+def anchored_to(anchors: tuple[Tuple, ...]) -> dict[int, int]:
     """The acking ``message_id`` of a tuple emitted anchored to ``anchors``: a fresh edge
     id, XORed into each anchor's value and into the tuple's id for each of their roots.
 
@@ -726,7 +726,7 @@ def anchored_to(anchors: Sequence[Tuple]) -> dict[int, int]:
     return message_id
 
 
-def roots_of(anchors: Sequence[Tuple]) -> dict[int, int]:
+def roots_of(anchors: tuple[Tuple, ...]) -> dict[int, int]:
     """The ``message_id`` of a tuple emitted anchored to ``anchors`` whose tree its
     receiver's coordination keeps (``TaskCore.counted_targets``): their roots, each with
     edge 0, so the anchors' values and the ackers never hear of it. An anchor that is such a
