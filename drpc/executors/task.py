@@ -64,7 +64,12 @@ from drpc.model.collectors import Anchors
 from drpc.model.components import STATE_READS, OutputCollector
 from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
-from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
+from drpc.model.streams import (
+    COORDINATED_STREAM_FIELDS,
+    COORDINATED_STREAM_ID,
+    DEFAULT_STREAM_ID,
+    GlobalStreamId,
+)
 from drpc.model.topology import CoordinatedBolt, Topology
 from drpc.model.tuples import EMPTY_MESSAGE_ID, Tuple
 from drpc.semantics.coordination import (
@@ -270,6 +275,12 @@ class TaskCore:
         self._fields: dict[str, dict[str, Fields]] = {}
         self._kinds: dict[str, dict[str, InputKind]] = {}
         self._counted: dict[str, frozenset[int]] = {}
+        # ...and the last answer of each, for the same (component, stream) strings: a turn's
+        # messages mostly come from one stream, whose strings are the topology's own objects
+        self._fields_key: tuple[str, str] = ("", "")
+        self._fields_last: Fields | None = None
+        self._kind_key: tuple[str, str] = ("", "")
+        self._kind_last: InputKind | None = None
         self.on_finish: Callable[[Hashable], Callable[[], None]] | None = None
         """Called as an id's finish begins; returns what to call when it ends (timing)."""
 
@@ -301,18 +312,44 @@ class TaskCore:
             values, self.fields_of(source, stream), source, stream, source_task, message_id
         )
 
+    def make_report_tuple(
+        self, source: str, source_task: int, id: Hashable, count: int, message_id: dict[int, int]
+    ) -> Tuple:
+        """``make_tuple`` of a count report: every coordinated step declares the
+        ``__coord`` stream with the same fields, so none are looked up."""
+        return Tuple(
+            [id, count],
+            COORDINATED_STREAM_FIELDS,
+            source,
+            COORDINATED_STREAM_ID,
+            source_task,
+            message_id,
+        )
+
     def fields_of(self, source: str, stream: str) -> Fields:
         """The declared fields of ``source``'s ``stream``."""
+        last = self._fields_last
+        if last is not None:
+            key = self._fields_key
+            if key[0] is source and key[1] is stream:
+                return last
         of_source = self._fields.get(source)
         if of_source is None:
             of_source = self._fields[source] = {}
         fields = of_source.get(stream)
         if fields is None:
             fields = of_source[stream] = self.topology.output_fields(source, stream)
+        self._fields_key = (source, stream)
+        self._fields_last = fields
         return fields
 
     def input_kind(self, source: str, stream: str) -> InputKind:
         """What ``source``'s ``stream`` is to this coordinated task's rules."""
+        last = self._kind_last
+        if last is not None:
+            key = self._kind_key
+            if key[0] is source and key[1] is stream:
+                return last
         of_source = self._kinds.get(source)
         if of_source is None:
             of_source = self._kinds[source] = {}
@@ -330,6 +367,8 @@ class TaskCore:
             else:
                 kind = DATA
             of_source[stream] = kind
+        self._kind_key = (source, stream)
+        self._kind_last = kind
         return kind
 
     def counted_targets(self, stream: str) -> frozenset[int]:

@@ -53,7 +53,6 @@ from drpc.executors.local.messages import (
 from drpc.executors.local.spans import HANDLING, StepRecorder
 from drpc.executors.task import DATA, ID, TaskCore, TaskEffects
 from drpc.logs import pop_context, push_context
-from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
 from drpc.semantics.acker import new_edge_id
@@ -229,16 +228,18 @@ class BoltTask(Actor):
 
     def handle(self, message: Message) -> None:
         """One message, under the task's lock (``handle_batch`` holds it)."""
-        match message:
-            case TupleMessage() | ReportMessage():
-                if self.engine.recorder is not None and message.message_id:
-                    self._handle_traced(message)
-                    return
-                self.receive(message)
-            case Abandon(root):
-                self.abandon_root(root)
-            case Tick(now):
-                self.tick(now)
+        # type checks, not ``match``: compiled, a class pattern is a generic isinstance call
+        kind = type(message)
+        if kind is TupleMessage or kind is ReportMessage:
+            assert isinstance(message, (TupleMessage, ReportMessage))
+            if self.engine.recorder is not None and message.message_id:
+                self._handle_traced(message)
+                return
+            self.receive(message)
+        elif isinstance(message, Abandon):
+            self.abandon_root(message.root)
+        elif isinstance(message, Tick):
+            self.tick(message.now)
 
     def _handle_traced(self, message: TupleMessage | ReportMessage) -> None:
         spans = self.engine.recorder
@@ -293,11 +294,11 @@ class BoltTask(Actor):
             if self.tracker is not None:
                 self.receive_report(message)
                 return
-            received = core.make_tuple(
+            received = core.make_report_tuple(
                 message.source,
-                COORDINATED_STREAM_ID,
                 message.source_task,
-                [message.id, message.tuples],
+                message.id,
+                message.tuples,
                 message.message_id,
             )
         else:
@@ -372,12 +373,8 @@ class BoltTask(Actor):
                 for root, edge in roots.items():
                     self.ack_to_acker(root, edge)
             return
-        received = self.core.make_tuple(
-            message.source,
-            COORDINATED_STREAM_ID,
-            message.source_task,
-            [id, message.tuples],
-            roots,
+        received = self.core.make_report_tuple(
+            message.source, message.source_task, id, message.tuples, roots
         )
         if hold:
             self.held.setdefault(id, []).append(received)
