@@ -112,8 +112,8 @@ def test_an_emit_to_a_counted_task_takes_no_edge_and_one_to_another_task_does() 
                 sender.ack_to_acker(ROOT, 0)
             finally:
                 sender.turn_outbox = None
-        [to_counted] = outbox.tasks[counted]
-        [to_other] = outbox.tasks[other]
+        [to_counted] = outbox.to(counted)
+        [to_other] = outbox.to(other)
         assert isinstance(to_counted, TupleMessage) and isinstance(to_other, TupleMessage)
         assert to_counted.message_id == {ROOT: 0}
         [edge] = to_other.message_id.values()

@@ -7,7 +7,7 @@ turn takes up to ``batch`` messages from one actor's mailbox at once and
 handles them in order, so a busy actor cannot starve the others; an exception
 from ``handle`` is logged and the actor goes on. ``Turns`` hooks (the engine's
 outbox) bracket every turn: what the actor sends during it leaves when it
-ends, every destination's messages in one hand-off (``post_each``); a worker
+ends, all of it in one hand-off (``post_each``); a worker
 thread does nothing but take and run turns. One lock
 guards the ready queue and every mailbox, so a turn takes it twice: to post
 what it sent, and to take the next turn. Ready actors wait in one
@@ -146,8 +146,9 @@ class Turns:
     def end_turn(self, turn: object) -> None:
         pass
 
-    def under_lock(self, turn: object, posts: list[tuple[Actor, list[Message]]]) -> object:
-        """Called by ``Scheduler.post_each`` with its lock held, when given a ``turn``."""
+    def under_lock(self, turn: object, actors: list[Actor], messages: list[Message]) -> object:
+        """Called by ``Scheduler.post_each`` with its lock held, when given a ``turn``; it
+        may add posts (an actor and a message at the same position)."""
         return None
 
 
@@ -204,22 +205,26 @@ class Scheduler:
         self._watchdog.start()
 
     def post(self, actor: Actor, message: Message) -> None:
-        self.post_each([(actor, [message])])
+        self.post_each([actor], [message])
 
     def post_many(self, actor: Actor, messages: Iterable[Message]) -> None:
         """Post ``messages`` in order, as one hand-off."""
-        self.post_each([(actor, list(messages))])
+        posted = list(messages)
+        self.post_each([actor] * len(posted), posted)
 
     @property
     def lock(self) -> threading.Lock:
         """The lock of the ready queue and every mailbox (see ``post_each``'s ``turn``)."""
         return self._lock
 
-    def post_each(self, posts: list[tuple[Actor, list[Message]]], turn: object = None) -> object:
-        """``post_many`` for each actor in ``posts``, in order, under one lock: what a turn
-        sends leaves at once. With ``turn``, the ``Turns`` hooks' ``under_lock(turn,
-        posts)`` runs first under the same lock (it may add posts); returns what it
-        returned."""
+    def post_each(
+        self, actors: list[Actor], messages: list[Message], turn: object = None
+    ) -> object:
+        """Post each of ``messages`` to the actor at its position in ``actors``, in order,
+        under one lock: what a turn sends leaves at once, and each actor is made ready
+        in the order of its first message. With ``turn``, the ``Turns`` hooks'
+        ``under_lock(turn, actors, messages)`` runs first under the same lock (it may add
+        posts); returns what it returned."""
         # acquire and release, not ``with``: compiled, a ``with`` on a lock makes and calls
         # two bound methods, and this runs for every turn
         lock = self._lock
@@ -227,10 +232,11 @@ class Scheduler:
         try:
             hooked = None
             if turn is not None and self._turns is not None:
-                hooked = self._turns.under_lock(turn, posts)
+                hooked = self._turns.under_lock(turn, actors, messages)
             readied = False
-            for actor, messages in posts:
-                actor._mailbox.extend(messages)
+            for index in range(len(actors)):
+                actor = actors[index]
+                actor._mailbox.append(messages[index])
                 if not actor._scheduled:
                     actor._scheduled = True
                     self._ready.append(actor)

@@ -168,6 +168,9 @@ class LocalExecutor(Turns):
         self.scheduler = Scheduler(threads, label, turns=self, handoff=handoff)
         self.timer = Timer(label)
         self.tasks: dict[int, BoltTask | SpoutTask] = {}
+        # the same, indexed by task id (None: a task of another engine): ``_send`` looks one
+        # up per message
+        self._task_slots: list[BoltTask | SpoutTask | None] = []
         self.bolt_tasks: list[BoltTask] = []
         self.coordinated_tasks: list[BoltTask] = []
         self.spout_tasks: list[SpoutTask] = []
@@ -207,6 +210,9 @@ class LocalExecutor(Turns):
                     if bolt_task.tracker is not None:
                         self.coordinated_tasks.append(bolt_task)
                     self.tasks[task_id] = bolt_task
+        self._task_slots = [
+            self.tasks.get(task_id) for task_id in range(max(self.tasks, default=-1) + 1)
+        ]
         # what a task reporting 0 to one of these does in its stead (``gathering``)
         # the tasks a gathered report of 0 need not reach when they do not own its id
         self.idle_giveups: dict[int, IdleGiveUp] = idle_giveups(
@@ -355,17 +361,28 @@ class LocalExecutor(Turns):
                 self._send(outbox)
 
     def _send(self, outbox: Outbox) -> None:
-        """Send what an outbox collected: one post per destination task or acker, all under
-        one scheduler lock."""
-        posts: list[tuple[Actor, list[Message]]] = []
-        for task_id, messages in outbox.tasks.items():
-            task = self.tasks.get(task_id)
-            if task is not None:
-                posts.append((task, messages))
-                continue
-            assert self.remote is not None, f"task {task_id} is in no engine"
-            for message in messages:
-                self.remote.deliver(task_id, message)
+        """Send what an outbox collected: its task messages in order, and its acks applied,
+        all under one scheduler lock (a task in another engine gets its messages first,
+        through the remote)."""
+        messages = outbox.messages
+        actors: list[Actor] = []
+        slots = self._task_slots
+        local: list[Message] | None = None  # the messages kept, once one went elsewhere
+        targets = outbox.targets
+        for index in range(len(targets)):
+            task_id = targets[index]
+            task = slots[task_id] if 0 <= task_id < len(slots) else None
+            if task is None:
+                assert self.remote is not None, f"task {task_id} is in no engine"
+                self.remote.deliver(task_id, messages[index])
+                if local is None:
+                    local = messages[:index]
+            else:
+                actors.append(task)
+                if local is not None:
+                    local.append(messages[index])
+        if local is not None:
+            messages = local
         acking = bool(outbox.ack_root or outbox.acker)
         if acking and self.root_modulus:
             assert self.remote is not None
@@ -382,23 +399,23 @@ class LocalExecutor(Turns):
                 lock = self._acker_lock
                 lock.acquire()
                 try:
-                    self._ack_here(outbox, [])
+                    self._ack_here(outbox, [], [])
                 finally:
                     lock.release()
             return
-        if not posts and not acking:
+        if not actors and not acking:
             return
         # The ledgers are applied to under the scheduler's lock as the posts go (``under_lock``)
-        after = self.scheduler.post_each(posts, outbox if acking else None)
+        after = self.scheduler.post_each(actors, messages, outbox if acking else None)
         if after is not None:
             assert isinstance(after, list)
             for decision in after:
                 self._decided_after(decision)
 
-    def under_lock(self, turn: object, posts: list[tuple[Actor, list[Message]]]) -> object:
+    def under_lock(self, turn: object, actors: list[Actor], messages: list[Message]) -> object:
         """The scheduler's hook, its lock held: apply ``turn``'s acks (``_ack_here``)."""
         assert isinstance(turn, Outbox)
-        return self._ack_here(turn, posts) or None
+        return self._ack_here(turn, actors, messages) or None
 
     def _decided_after(self, decision: AckerDecision) -> None:
         """A root's outcome ``_ack_here`` left for after the posts: its failure, or its
@@ -410,14 +427,14 @@ class LocalExecutor(Turns):
         self.remote.deliver(cast(int, decision.owner), RootDone(decision.root, None))
 
     def _ack_here(
-        self, outbox: Outbox, posts: list[tuple[Actor, list[Message]]]
+        self, outbox: Outbox, actors: list[Actor], messages: list[Message]
     ) -> list[AckerDecision]:
         """Apply ``outbox``'s acker messages to this engine's ackers' ledgers at once (the
         others first, then one ``Ack`` per root, as ``Outbox.acker_messages`` orders them),
-        instead of posting them, with the ackers' lock (the scheduler's) held: ``posts``
-        gets each completed root's ``RootDone`` for a spout here; returns the outcomes to
-        see to once the lock is released: failed roots (``root_failed``) and completions
-        for spouts elsewhere."""
+        instead of posting them, with the ackers' lock (the scheduler's) held: each completed
+        root's ``RootDone`` for a spout here is added to the posts (``actors`` and
+        ``messages``); returns the outcomes to see to once the lock is released: failed
+        roots (``root_failed``) and completions for spouts elsewhere."""
         now = outbox.began or time.monotonic()  # deadlines are seconds long
         ackers = self.ackers
         count = self.acker_count
@@ -444,7 +461,8 @@ class LocalExecutor(Turns):
             owner = cast(int, decision.owner)  # the task id of the spout that made the root
             task = self.tasks.get(owner)
             if task is not None:
-                posts.append((task, [RootDone(decision.root, None)]))
+                actors.append(task)
+                messages.append(RootDone(decision.root, None))
             else:
                 after.append(decision)
         return after

@@ -26,7 +26,8 @@ their edges XORed per root); ``fold_acks`` makes each run of consecutive
 ``Ack`` messages one per root. A run is never reordered past another message.
 
 An ``Outbox`` collects what one turn of a task sends, for the engine to send
-as the turn ends: the messages for each destination task in order, and for
+as the turn ends: the messages for the tasks in the order sent (each
+destination's in order), and for
 the ackers every ``Ack`` of a root folded into one (its values XORed: the
 acker's ledger is order-independent, so one ack carrying the XOR of several
 is the same as each of them) beside the other acker messages in order.
@@ -160,10 +161,13 @@ class Outbox:
     turns ack one root) are folded in ``ack_root``/``ack_value``, without a dict look-up;
     any other root's in ``acks``."""
 
-    __slots__ = ("ack_root", "ack_value", "acker", "acks", "began", "tasks")
+    __slots__ = ("ack_root", "ack_value", "acker", "acks", "began", "messages", "targets")
 
     def __init__(self) -> None:
-        self.tasks: dict[int, list[Message]] = {}
+        # the task messages as sent, each with its destination task at the same position:
+        # two appends per message, no look-up (the engine groups none: see ``Scheduler.post``)
+        self.targets: list[int] = []
+        self.messages: list[Message] = []
         self.ack_root = 0  # the first root acked, 0 until one is (roots are never 0)
         self.ack_value = 0  # the XOR of its acks' values
         self.acks: dict[int, int] = {}  # every other root -> the XOR of its acks' values
@@ -171,11 +175,13 @@ class Outbox:
         self.began = 0.0  # when its turn began, if the actor read the clock (else 0)
 
     def add(self, task_id: int, message: Message) -> None:
-        messages = self.tasks.get(task_id)
-        if messages is None:
-            self.tasks[task_id] = [message]
-        else:
-            messages.append(message)
+        self.targets.append(task_id)
+        self.messages.append(message)
+
+    def to(self, task_id: int) -> list[Message]:
+        """The messages for task ``task_id``, in order."""
+        messages = self.messages
+        return [messages[i] for i, target in enumerate(self.targets) if target == task_id]
 
     def add_acker(self, root: int, message: Message) -> None:
         if type(message) is Ack:
@@ -207,8 +213,8 @@ class Outbox:
 
     def take(self, other: Outbox) -> None:
         """Add what ``other`` collected after what this one has."""
-        for task_id, messages in other.tasks.items():
-            self.tasks.setdefault(task_id, []).extend(messages)
+        self.targets.extend(other.targets)
+        self.messages.extend(other.messages)
         for root, value in other.ack_values():
             self.add_ack(root, value)
         self.acker.extend(other.acker)
