@@ -281,6 +281,8 @@ class TaskCore:
         self._fields_last: Fields | None = None
         self._kind_key: tuple[str, str] = ("", "")
         self._kind_last: InputKind | None = None
+        self._counted_stream: str | None = None
+        self._counted_last: frozenset[int] = frozenset()
         self.on_finish: Callable[[Hashable], Callable[[], None]] | None = None
         """Called as an id's finish begins; returns what to call when it ends (timing)."""
 
@@ -374,6 +376,8 @@ class TaskCore:
     def counted_targets(self, stream: str) -> frozenset[int]:
         """The tasks whose coordination keeps this task's tuples on ``stream`` in their tree
         (``counts_to_completion``): those need no edge ids."""
+        if stream is self._counted_stream:
+            return self._counted_last
         counted = self._counted.get(stream)
         if counted is None:
             topology = self.topology
@@ -383,6 +387,8 @@ class TaskCore:
                 if counts_to_completion(topology, self.component_id, stream, receiver)
                 for task in topology.component_task_ids[receiver]
             )
+        self._counted_stream = stream
+        self._counted_last = counted
         return counted
 
     def is_data(self, received: Tuple) -> bool:

@@ -76,12 +76,25 @@ class OutputRouter:
                 routes.append(_Route(subscriber, partitioner, tasks))
             self.routes[stream_id] = routes
             self.direct_targets[stream_id] = direct
+        # The last stream ``check`` passed a list emit on, and ``targets`` routed on, with
+        # what was looked up for it: a step mostly emits on one stream, and the same string
+        # object (a literal, or the default) needs no look-up.
+        self._checked_stream: str | None = None
+        self._checked_width = 0
+        self._routed_stream: str | None = None
+        self._routed: list[_Route] = []
 
     def check(self, stream: str, values: Sequence[Any], direct: bool) -> None:
-        if type(values) is list and not direct:
-            width = self.list_widths.get(stream)
-            if width is not None and width == len(values):
-                return  # the common emit, checked with one look-up
+        if type(values) is list and not direct:  # the common emit
+            if stream is self._checked_stream:
+                if self._checked_width == len(values):
+                    return
+            else:
+                width = self.list_widths.get(stream)
+                if width is not None and width == len(values):
+                    self._checked_stream = stream
+                    self._checked_width = width
+                    return
         info = self.check_stream(stream, direct)
         # list and tuple first: the Sequence check goes through the ABC machinery, in Python
         if not isinstance(values, (list, tuple)) and (
@@ -114,8 +127,13 @@ class OutputRouter:
         return info
 
     def targets(self, stream: str, values: Sequence[Any]) -> list[int]:
+        if stream is self._routed_stream:
+            routes = self._routed
+        else:
+            routes = self._routed = self.routes[stream]
+            self._routed_stream = stream
         chosen: list[int] = []
-        for route in self.routes[stream]:
+        for route in routes:
             for index in route.partitioner.choose(values):
                 chosen.append(route.tasks[index])
         return chosen
