@@ -24,9 +24,11 @@ from drpc.executors.local.gathering import (
     idle_giveups,
 )
 from drpc.executors.local.messages import ReportMessage
+from drpc.model.partitioners import ByFields
 from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
 from drpc.model.topology import CoordinatedBolt, SourceArgs
 from drpc.semantics.coordination import CoordinationConfig
+from drpc.semantics.routing import IdOwner
 from drpc.testing import LocalDRPC
 
 from .topologies import bolts
@@ -235,10 +237,18 @@ def test_a_task_with_one_report_to_wait_for_and_no_finish_callback_is_finished_i
     assert (finishes[9].component, finishes[9].counts) == ("other", {10: 0})
 
 
-def test_a_zero_report_skips_a_task_that_gives_up_an_id_it_does_not_own() -> None:
-    def owns(id: object) -> bool:
-        return id == "mine"
+def _owner_of(mine: str, theirs: str) -> IdOwner:
+    """The id ownership of the task that a 2-task fields grouping sends ``mine`` to, and
+    ``theirs`` not."""
+    partitioner = ByFields((0,), 2)
+    [index] = partitioner.choose([mine])
+    assert partitioner.choose([theirs]) != (index,)
+    return IdOwner(partitioner, index, 1)
 
+
+def test_a_zero_report_skips_a_task_that_gives_up_an_id_it_does_not_own() -> None:
+    owns = _owner_of("mine", "yours")
+    assert owns("mine") and not owns("yours")
     giveups = {21: IdleGiveUp(owns, expected_reports=2)}
     gatherer = ReportGatherer({"step": 2}, timeout=30.0)
     senders = [(10, {20: 1, 21: 0, 22: 0}, {ROOT: 111}), (11, {20: 2, 21: 0, 22: 0}, {ROOT: 222})]
@@ -248,8 +258,8 @@ def test_a_zero_report_skips_a_task_that_gives_up_an_id_it_does_not_own() -> Non
         assert gatherer.add("step", first[0], id, first[1], dict(first[2]), 1.0, giveups) == []
         return gatherer.add("step", second[0], id, second[1], dict(second[2]), 1.0, giveups)
 
-    # task 21 does not own "theirs": it is skipped, task 22 (no give-up) is not
-    sent = gathered("theirs")
+    # task 21 does not own "yours": it is skipped, task 22 (no give-up) is not
+    sent = gathered("yours")
     assert [(task, report.tuples, report.reports) for task, report in sent] == [
         (20, 3, 2),
         (22, 0, 2),
@@ -268,10 +278,7 @@ def test_a_zero_report_skips_a_task_that_gives_up_an_id_it_does_not_own() -> Non
 
 def test_the_tasks_given_up_idle_wait_for_the_id_alone_and_do_nothing_on_giving_up() -> None:
     gatherer = ReportGatherer({"step": 2}, timeout=30.0)
-
-    def owns(id: object) -> bool:
-        return False
-
+    owns = _owner_of("mine", "yours")
     by_id = CoordinationConfig(expected_reports=2, waits_for_id=True)
     candidates = [
         (1, by_id, owns, True),

@@ -14,7 +14,7 @@ the same process may share (``thaw_values`` gives each its own list).
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, Final
 
 from drpc.errors import InvalidTupleError, UnserializableValueError
@@ -205,9 +205,26 @@ def serialize_values(component_id: str, stream: str, values: Any) -> bytes:
         ) from error
 
 
-def id_owner_check(
-    topology: Topology, component_id: str, index: int
-) -> Callable[[Hashable], bool] | None:
+class IdOwner:
+    """Whether task ``index`` owns an id: the id stream's grouping sends a tuple carrying it
+    (the id first, the other fields None) to that task. A class, not a closure: compiled,
+    a caller typed with it calls ``owns`` directly."""
+
+    __slots__ = ("_index", "_padding", "_partitioner")
+
+    def __init__(self, partitioner: Partitioner, index: int, fields: int) -> None:
+        self._partitioner = partitioner
+        self._index = index
+        self._padding: list[Any] = [None] * (fields - 1)
+
+    def owns(self, id: Hashable) -> bool:
+        return self._index in self._partitioner.choose([id, *self._padding])
+
+    def __call__(self, id: Hashable) -> bool:
+        return self.owns(id)
+
+
+def id_owner_check(topology: Topology, component_id: str, index: int) -> IdOwner | None:
     """Whether task ``index`` of a coordinated component owns an id (receives its id tuple).
 
     None when every task owns every id it sees (no id stream, or a single task).
@@ -223,5 +240,4 @@ def id_owner_check(
     fields = topology.output_fields(stream.component_id, stream.stream_id)
     source_tasks = topology.components[stream.component_id].parallelism
     partitioner = spec.inputs[stream].partitioner(fields, 0, source_tasks, spec.parallelism)
-    padding = [None] * (len(fields) - 1)
-    return lambda id: index in partitioner.choose([id, *padding])
+    return IdOwner(partitioner, index, len(fields))

@@ -51,13 +51,14 @@ turn is saved.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 
 from drpc.executors.local.messages import ReportMessage
 from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology
 from drpc.semantics.acker import new_edge_id
 from drpc.semantics.coordination import CoordinationConfig
+from drpc.semantics.routing import IdOwner
 
 
 def gathered_senders(topology: Topology, hosted: Collection[int] | None = None) -> dict[str, int]:
@@ -125,16 +126,16 @@ class IdleGiveUp:
     """A task that gives up, silently, an id it does not own once its reports are in
     (see the module doc): its ownership check and how many reports it expects."""
 
-    __slots__ = ("expected_reports", "owns")
+    __slots__ = ("expected_reports", "owner")
 
-    def __init__(self, owns: Callable[[Hashable], bool], expected_reports: int) -> None:
-        self.owns = owns
+    def __init__(self, owner: IdOwner, expected_reports: int) -> None:
+        self.owner = owner
         self.expected_reports = expected_reports
 
 
 def idle_giveups(
     gatherer: ReportGatherer,
-    tasks: Iterable[tuple[int, CoordinationConfig, Callable[[Hashable], bool] | None, bool]],
+    tasks: Iterable[tuple[int, CoordinationConfig, IdOwner | None, bool]],
 ) -> dict[int, IdleGiveUp]:
     """The tasks a gathered report of 0 may skip, by task id: of ``(task id, coordination
     config, ownership check or None when every task owns every id, whether its runner
@@ -144,17 +145,23 @@ def idle_giveups(
     giveups: dict[int, IdleGiveUp] = {}
     if not gatherer.senders:
         return giveups
-    for task_id, coordination, owns, silent in tasks:
+    for task_id, coordination, owner, silent in tasks:
         waits_for_id_alone = coordination.waits_for_id and not coordination.waits_for_commit
-        if owns is not None and silent and waits_for_id_alone:
-            giveups[task_id] = IdleGiveUp(owns, coordination.expected_reports)
+        if owner is not None and silent and waits_for_id_alone:
+            giveups[task_id] = IdleGiveUp(owner, coordination.expected_reports)
     return giveups
 
 
 class _Gathering:
-    __slots__ = ("counts", "deadline", "edges", "reports")
+    """One id's reports so far: the receiving tasks (the first report's, in its order) and
+    their counts summed at the same positions, and the senders' edges XORed per root."""
 
-    def __init__(self, counts: dict[int, int], edges: dict[int, int], deadline: float) -> None:
+    __slots__ = ("counts", "deadline", "edges", "reports", "tasks")
+
+    def __init__(
+        self, tasks: list[int], counts: list[int], edges: dict[int, int], deadline: float
+    ) -> None:
+        self.tasks = tasks
         self.counts = counts
         self.edges = edges
         self.reports = 1
@@ -216,18 +223,26 @@ class ReportGatherer:
         pending = self._pending[component]
         gathering = pending.get(id)
         if gathering is None:
-            if senders == 1:
-                gathering = _Gathering(dict(counts), edges, now + self.timeout)
-            else:
-                first = {task: count * senders for task, count in counts.items()}
-                gathering = _Gathering(first, edges, now + self.timeout)
-                gathering.reports = senders
+            totals = list(counts.values())
+            if senders != 1:
+                totals = [count * senders for count in totals]
+            gathering = _Gathering(list(counts), totals, edges, now + self.timeout)
+            gathering.reports = senders
             pending[id] = gathering
         else:
+            # Every sender of a component counts every receiving task, in one order (its
+            # coordination's downstream tasks): summed by position, without the items.
             gathered = gathering.counts
-            for task, count in counts.items():  # every sender counts every receiving task
+            values = list(counts.values())
+            if len(values) != len(gathered):
+                raise ValueError(
+                    f"task {source_task} of {component!r} reported to {len(values)} tasks, "
+                    f"its other tasks to {len(gathered)}"
+                )
+            for index in range(len(values)):
+                count = values[index]
                 if count:  # most are 0
-                    gathered[task] += count * senders
+                    gathered[index] = gathered[index] + count * senders
             gathered_edges = gathering.edges
             for root, edge in edges.items():
                 before = gathered_edges.get(root)
@@ -280,12 +295,12 @@ class ReportGatherer:
         giveups: Mapping[int, IdleGiveUp] | None,
     ) -> list[tuple[int, ReportMessage]]:
         reports = gathering.reports
-        tasks = list(gathering.counts.items())
+        tasks = list(zip(gathering.tasks, gathering.counts, strict=True))
         if giveups:
             kept: list[tuple[int, int]] = []
             for task, count in tasks:
                 giveup = giveups.get(task) if count == 0 else None
-                if giveup is None or giveup.expected_reports != reports or giveup.owns(id):
+                if giveup is None or giveup.expected_reports != reports or giveup.owner.owns(id):
                     kept.append((task, count))
             if kept:  # else every receiver gives it up here: the last carries the edges
                 tasks = kept
