@@ -122,6 +122,11 @@ class WakeupSource(Protocol):
         """Register ``callback``; returns a function that unregisters it."""
         ...
 
+    def has_requests(self, function: str) -> bool:
+        """Whether a request for ``function`` waits to be fetched (a hint: one may arrive,
+        calling the listeners, or be fetched elsewhere, at once)."""
+        ...
+
 
 SHUTDOWN_MESSAGE = "Server Shutting Down"
 TIMEOUT_MESSAGE = "Timed Out"

@@ -181,6 +181,11 @@ class LocalDRPC:
     def add_listener(self, function: str, callback: Callable[[], None]) -> Callable[[], None]:
         return self._wakeups.add(function, callback)
 
+    def has_requests(self, function: str) -> bool:
+        # no lock: the answer is a hint either way (``WakeupSource``), and a dict read is
+        # atomic under the GIL
+        return self._table.queue_depth(function) > 0
+
     @property
     def late_results(self) -> int:
         return self._table.late_results

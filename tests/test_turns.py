@@ -344,6 +344,15 @@ def test_a_drpc_spout_that_asks_to_be_woken_serves_calls_with_idle_polls_an_hour
         assert [drpc.execute("square", str(n)) for n in range(3)] == ["0", "1", "4"]
 
 
+def test_a_backlog_of_calls_is_served_though_the_spout_is_not_polled_after_an_emit() -> None:
+    # Not polled again after an emit, the DRPC spout asks for its next poll while requests
+    # wait: with idle polls an hour apart, a backlog it did not ask for would stall.
+    with LocalDRPC(max_idle_wait=3600.0) as drpc:
+        drpc.register(build_square())
+        calls = [drpc.submit("square", str(n)) for n in range(40)]
+        assert [call.result(timeout=10) for call in calls] == [str(n * n) for n in range(40)]
+
+
 def test_the_ready_queue_is_first_in_first_out_whatever_the_interleaving() -> None:
     queue = ReadyQueue()
     actors = [Recording(f"actor-{i}") for i in range(6)]

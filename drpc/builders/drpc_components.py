@@ -100,6 +100,9 @@ class DRPCSpout(BaseRichSpout):
         self._invocations: Invocations | None = None
         self._collector: SpoutOutputCollector | None = None
         self._unsubscribe: Callable[[], None] | None = None
+        # with a handle that calls back on arrivals: asks for its next poll itself
+        self._wakeup: Callable[[], None] | None = None
+        self._has_requests: Callable[[str], bool] | None = None
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(Fields("args", "return-info"))
@@ -110,6 +113,8 @@ class DRPCSpout(BaseRichSpout):
         add_listener = getattr(self._invocations, "add_listener", None)
         if add_listener is not None:
             self._unsubscribe = add_listener(self.function, context.request_wakeup)
+            self._wakeup = context.request_wakeup
+            self._has_requests = getattr(self._invocations, "has_requests", None)
             context.declare_wakeups()
 
     def next_tuple(self) -> None:
@@ -117,6 +122,13 @@ class DRPCSpout(BaseRichSpout):
         request = self._invocations.fetch_request(self.function)
         if request is not None:
             self._collector.emit([request.args, request.return_info], msg_id=request.return_info)
+            # a spout that declared its wake-ups is not polled again after an emit: it asks
+            # while requests wait (all of them, when the handle cannot tell)
+            wakeup = self._wakeup
+            if wakeup is not None and (
+                self._has_requests is None or self._has_requests(self.function)
+            ):
+                wakeup()
 
     def ack(self, msg_id: Any) -> None:
         release_request_pins(msg_id)

@@ -4,7 +4,8 @@ Contract: read-only facts (this task's id and index, every component's task
 ids and output fields, this component's sources and targets) plus hooks an
 executor fills in: ``request_wakeup()`` (a spout whose source can notify asks
 for ``next_tuple`` to run soon; one that calls ``declare_wakeups()`` promises to
-ask whenever its source has something, so idle polls become a slow safety net),
+ask whenever its source has something, so it is not polled again after an emit
+and idle polls become a slow safety net),
 ``services`` (objects the executor lends to
 built-in components, such as the DRPC invocations handle) and ``state`` (the
 LMDB state maps of a transactional run, see ``drpc.state.topology``).
@@ -91,6 +92,7 @@ class TopologyContext:
 
     def declare_wakeups(self) -> None:
         """Promise that this spout calls ``request_wakeup()`` whenever its source has
-        something to emit: while idle it is then polled only at the executor's longest
-        idle pause, not with Storm's back-off from 1 ms."""
+        something to emit, also after an emit while more waits: it is then not polled
+        again at once after an emit, and while idle only at the executor's longest idle
+        pause, not with Storm's back-off from 1 ms."""
         self.wakeups_declared = True

@@ -317,6 +317,10 @@ class RemoteInvocations:
     def add_listener(self, function: str, callback: Callable[[], None]) -> Callable[[], None]:
         return self._wakeups.add(function, callback)
 
+    def has_requests(self, function: str) -> bool:
+        # no lock: the answer is a hint either way (``WakeupSource``)
+        return bool(self._buffers.get(function))
+
     # -- internals ---------------------------------------------------------------------------
 
     def _queue(self, outcome: Outcome) -> None:

@@ -1,6 +1,7 @@
 """The in-process engine's spout tasks.
 
-Contract. ``SpoutTask`` polls its spout with a short idle back-off (``wake``
+Contract. ``SpoutTask`` polls its spout again at once after an emit (unless it
+declares its wake-ups: it asks then), else with a short idle back-off (``wake``
 polls at once; a spout that declares wake-ups waits ``max_idle_wait``), gives
 each emit with a message id a root and tells the acker, and hands ``ack``/``fail``
 back to the spout when the root settles. What the spout emits on its turn's
@@ -162,11 +163,16 @@ class SpoutTask(Actor):
             self.spout.next_tuple()
         except Exception:
             log.exception("spout %r next_tuple raised", self.component_id)
-        if self.emitted > before:
+        declared = self.context is not None and self.context.wakeups_declared
+        if declared:
+            # it asks for its next poll while more waits, also after an emit: the idle
+            # poll is the safety net
+            if self.next_posted:
+                return
+            self.idle_wait = self.engine.max_idle_wait
+        elif self.emitted > before:
             self.wake()
             return
-        if self.context is not None and self.context.wakeups_declared:
-            self.idle_wait = self.engine.max_idle_wait
         else:
             self.idle_wait = min(max(self.idle_wait * 2, 0.001), self.engine.max_idle_wait)
         if not self.timer_armed:
