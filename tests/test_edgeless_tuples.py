@@ -28,7 +28,7 @@ from drpc import (
 from drpc.builders.coordinated_drpc import JOIN_ID, PREPARE_ID
 from drpc.builders.drpc_components import RETURN_STREAM
 from drpc.examples.reach import build_reach
-from drpc.executors.local.messages import Outbox, TupleMessage
+from drpc.executors.local.messages import Outbox
 from drpc.executors.local.tasks import BoltTask, roots_of
 from drpc.executors.task import TaskCore, TaskEffects, counts_to_completion
 from drpc.model.streams import COORDINATED_STREAM_ID, DEFAULT_STREAM_ID, GlobalStreamId
@@ -114,7 +114,7 @@ def test_an_emit_to_a_counted_task_takes_no_edge_and_one_to_another_task_does() 
                 sender.turn_outbox = None
         [to_counted] = outbox.to(counted)
         [to_other] = outbox.to(other)
-        assert isinstance(to_counted, TupleMessage) and isinstance(to_other, TupleMessage)
+        assert isinstance(to_counted, Tuple) and isinstance(to_other, Tuple)
         assert to_counted.message_id == {ROOT: 0}
         [edge] = to_other.message_id.values()
         assert edge != 0 and anchor._ack_val == edge  # only the other tuple's edge is owed

@@ -314,7 +314,7 @@ def test_reach_s_idle_getfollowers_tasks_never_hear_of_a_request() -> None:
         assert all(isinstance(engine.idle_finishes.get(task.task_id), IdleFinish) for task in bolt1)
         for _ in range(calls):
             assert drpc.execute("reach", URL) == EXPECTED_REACH[URL]
-        tuples = [task.messages_handled.get("TupleMessage", 0) for task in bolt1]
+        tuples = [task.messages_handled.get("Tuple", 0) for task in bolt1]
         reports = [task.messages_handled.get("ReportMessage", 0) for task in bolt1]
         # a report only where a tweeter went (shuffled over the 12 tasks): one per tuple
         assert reports == tuples

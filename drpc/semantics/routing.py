@@ -18,6 +18,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any, Final
 
 from drpc.errors import InvalidTupleError, UnserializableValueError
+from drpc.model.fields import Fields
 from drpc.model.partitioners import Partitioner
 from drpc.model.streams import StreamInfo
 from drpc.model.topology import Topology
@@ -83,6 +84,8 @@ class OutputRouter:
         self._checked_width = 0
         self._routed_stream: str | None = None
         self._routed: list[_Route] = []
+        self._fields_stream: str | None = None
+        self._fields: Fields | None = None
 
     def check(self, stream: str, values: Sequence[Any], direct: bool) -> None:
         if type(values) is list and not direct:  # the common emit
@@ -125,6 +128,14 @@ class OutputRouter:
                 f"stream {stream!r}, which is {'' if info.direct else 'not '}declared direct"
             )
         return info
+
+    def fields(self, stream: str) -> Fields:
+        """The declared fields of ``stream``: its receivers' tuples carry them."""
+        fields = self._fields
+        if fields is None or stream is not self._fields_stream:
+            fields = self._fields = self.outputs[stream].fields
+            self._fields_stream = stream
+        return fields
 
     def targets(self, stream: str, values: Sequence[Any]) -> list[int]:
         if stream is self._routed_stream:

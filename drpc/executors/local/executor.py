@@ -75,15 +75,24 @@ from drpc.executors.local.gathering import (
     idle_finishes,
     idle_giveups,
 )
-from drpc.executors.local.messages import Abandon, Message, Outbox, ReportMessage, RootDone, Tick
+from drpc.executors.local.messages import (
+    Abandon,
+    Message,
+    Outbox,
+    ReportMessage,
+    RootDone,
+    Tick,
+    TupleMessage,
+)
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
 from drpc.executors.local.spouts import MAX_IDLE_WAIT, SpoutTask
 from drpc.executors.local.tasks import BoltTask
 from drpc.model.topology import Topology
+from drpc.model.tuples import Tuple
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 from drpc.semantics.acker import AckerDecision, RootFailed
 from drpc.semantics.coordination import TrackStatus
-from drpc.semantics.routing import id_owner_check
+from drpc.semantics.routing import id_owner_check, thaw_values
 
 log = logging.getLogger(__name__)
 
@@ -482,6 +491,17 @@ class LocalExecutor(Turns):
             assert self.remote is not None, f"task {owner} is in no engine"
             self.remote.deliver(owner, done)
         self.broadcast_abandon(decision.root)
+
+    def tuple_of(self, message: TupleMessage) -> Tuple:
+        """The ``Tuple`` a message from another process stands for, with values of its own."""
+        return Tuple(
+            thaw_values(message.payload),
+            self.topology.output_fields(message.source, message.stream),
+            message.source,
+            message.stream,
+            message.source_task,
+            message.message_id,
+        )
 
     def deliver(self, task_id: int, message: Message) -> None:
         outbox = self.turn_outbox()

@@ -1,10 +1,14 @@
 """The messages of the in-process engine's mailboxes.
 
-Tasks and ackers exchange these within one process (a tuple's values travel in
-``payload``, frozen once by the emitter: see ``drpc.semantics.routing.freeze_values``):
+Tasks and ackers exchange these within one process:
 
-- ``TupleMessage``: a tuple for a bolt task, with its acking ``message_id``
-  (root id -> edge id);
+- ``Tuple`` (``drpc.model.tuples``): a tuple for a bolt task, made by its sender
+  for that task alone, with its acking ``message_id`` (root id -> edge id); its
+  values are the receiver's own (the sender freezes them once and thaws a copy
+  per receiver: see ``drpc.semantics.routing.freeze_values``);
+- ``TupleMessage``: a tuple between processes (the resident executor), its
+  values frozen in ``payload``; the receiving engine makes it a ``Tuple``
+  (``LocalExecutor.tuple_of``);
 - ``ReportMessage``: a coordination count report (a tuple on the ``__coord``
   stream, anchored like any other, but engine-made: it carries its id and
   count as they are instead of a pickled payload);
@@ -38,7 +42,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from drpc.errors import Failure
-from drpc.semantics.routing import Payload
+from drpc.model.tuples import Tuple
+from drpc.semantics.routing import Payload, freeze_values
 from drpc.semantics.values import Value
 
 
@@ -153,7 +158,18 @@ class Next(Value):
 
 NEXT: Final = Next()
 
-Message = TupleMessage | ReportMessage | AckInit | Ack | AckFail | RootDone | Abandon | Tick | Next
+Message = (
+    Tuple
+    | TupleMessage
+    | ReportMessage
+    | AckInit
+    | Ack
+    | AckFail
+    | RootDone
+    | Abandon
+    | Tick
+    | Next
+)
 
 
 class Outbox:
@@ -325,7 +341,16 @@ _KIND_OF: Final = {kind: number for number, kind in enumerate(_KINDS)}
 
 def encode(message: Message) -> tuple[object, ...]:
     """``message`` as a plain tuple of its kind's number and its fields (pickles far
-    cheaper than an object)."""
+    cheaper than an object); a ``Tuple`` as the ``TupleMessage`` of its values."""
+    if isinstance(message, Tuple):
+        return (
+            _KIND_OF[TupleMessage],
+            message.source_component,
+            message.source_stream,
+            message.source_task,
+            freeze_values(message.source_component, message.source_stream, message.values),
+            message.message_id,
+        )
     return (_KIND_OF[type(message)], *message.fields())
 
 

@@ -27,7 +27,6 @@ from drpc.executors.local.messages import (
     Next,
     Outbox,
     RootDone,
-    TupleMessage,
 )
 from drpc.executors.local.spans import HANDLING
 from drpc.executors.local.tasks import task_conf
@@ -35,9 +34,10 @@ from drpc.model.components import BaseRichSpout, FailureAwareSpout, SpoutOutputC
 from drpc.model.context import TopologyContext
 from drpc.model.streams import DEFAULT_STREAM_ID
 from drpc.model.topology import ComponentSpec
+from drpc.model.tuples import Tuple
 from drpc.requests import ReturnInfo
 from drpc.semantics.acker import new_edge_id, new_root_id
-from drpc.semantics.routing import OutputRouter
+from drpc.semantics.routing import OutputRouter, thaw_values
 from drpc.semantics.runners import instantiate
 
 if TYPE_CHECKING:
@@ -207,6 +207,7 @@ class SpoutTask(Actor):
 
     def send(self, stream: str, values: Sequence[Any], targets: list[int], msg_id: Any) -> None:
         payload = self.router.freeze(stream, values)
+        fields = self.router.fields(stream)
         self.emitted += 1
         # into the turn's outbox when the turn's own thread emits (a spout emitting from a
         # thread of its own delivers directly)
@@ -214,7 +215,9 @@ class SpoutTask(Actor):
         engine = self.engine
         if msg_id is None:
             for target in targets:
-                message = TupleMessage(self.component_id, stream, self.task_id, payload, {})
+                message = Tuple(
+                    thaw_values(payload), fields, self.component_id, stream, self.task_id, {}
+                )
                 if outbox is not None:
                     outbox.add(target, message)
                 else:
@@ -237,7 +240,14 @@ class SpoutTask(Actor):
             messages.append(
                 (
                     target,
-                    TupleMessage(self.component_id, stream, self.task_id, payload, {root: edge}),
+                    Tuple(
+                        thaw_values(payload),
+                        fields,
+                        self.component_id,
+                        stream,
+                        self.task_id,
+                        {root: edge},
+                    ),
                 )
             )
         if outbox is not None:

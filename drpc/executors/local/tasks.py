@@ -170,8 +170,8 @@ class BoltTask(Actor):
             message = batch[index]
             kind = type(message)
             end = index + 1
-            if kind is TupleMessage:
-                assert type(message) is TupleMessage
+            if kind is Tuple:
+                assert type(message) is Tuple
                 end = _run_end(batch, index, message)
             handled[kind] = handled.get(kind, 0) + end - index
             try:
@@ -184,39 +184,29 @@ class BoltTask(Actor):
             index = end
 
     def receive_run(self, batch: list[Message], start: int, end: int) -> None:
-        """``batch[start:end]``, tuple messages of one source stream whose first values are
-        one id: when the stream is data, each is received (the tracker counts them with one
-        event) and the run goes through ``TaskCore.execute_id_run``; else one by one."""
+        """``batch[start:end]``, tuples of one source stream whose first values are one id:
+        when the stream is data, each is received (the tracker counts them with one event)
+        and the run goes through ``TaskCore.execute_id_run``; else one by one."""
         core = self.core
         tracker = self.tracker
         assert tracker is not None
         first = batch[start]
-        assert type(first) is TupleMessage
-        if core.input_kind(first.source, first.stream) is not DATA:
+        assert type(first) is Tuple
+        if core.input_kind(first.source_component, first.source_stream) is not DATA:
             for index in range(start, end):
                 message = batch[index]
-                assert type(message) is TupleMessage
+                assert type(message) is Tuple
                 self.receive(message)
             return
-        fields = core.fields_of(first.source, first.stream)
         dead = self.dead_roots
         run: list[Tuple] = []
         for index in range(start, end):
             message = batch[index]
-            assert type(message) is TupleMessage
+            assert type(message) is Tuple
             roots = message.message_id
             if dead and roots and all(root in dead for root in roots):
                 continue
-            run.append(
-                Tuple(
-                    thaw_values(message.payload),
-                    fields,
-                    message.source,
-                    message.stream,
-                    message.source_task,
-                    roots,
-                )
-            )
+            run.append(message)
         if not run:
             return
         id = run[0].values[0]
@@ -230,24 +220,26 @@ class BoltTask(Actor):
         """One message, under the task's lock (``handle_batch`` holds it)."""
         # type checks, not ``match``: compiled, a class pattern is a generic isinstance call
         kind = type(message)
-        if kind is TupleMessage or kind is ReportMessage:
-            assert isinstance(message, (TupleMessage, ReportMessage))
+        if kind is Tuple or kind is ReportMessage:
+            assert isinstance(message, (Tuple, ReportMessage))
             if self.engine.recorder is not None and message.message_id:
                 self._handle_traced(message)
                 return
             self.receive(message)
+        elif isinstance(message, TupleMessage):  # from another process, not made a Tuple yet
+            self.handle(self.engine.tuple_of(message))
         elif isinstance(message, Abandon):
             self.abandon_root(message.root)
         elif isinstance(message, Tick):
             self.tick(message.now)
 
-    def _handle_traced(self, message: TupleMessage | ReportMessage) -> None:
+    def _handle_traced(self, message: Tuple | ReportMessage) -> None:
         spans = self.engine.recorder
         assert spans is not None
         with spans.holding():
             self._traced(spans, message)
 
-    def _traced(self, spans: StepRecorder, message: TupleMessage | ReportMessage) -> None:
+    def _traced(self, spans: StepRecorder, message: Tuple | ReportMessage) -> None:
         roots = message.message_id
         started = time.monotonic()
         self._begin_handling()
@@ -288,9 +280,11 @@ class BoltTask(Actor):
             return self.first_report
         return time.monotonic()
 
-    def receive(self, message: TupleMessage | ReportMessage) -> None:
+    def receive(self, message: Tuple | ReportMessage) -> None:
         core = self.core
-        if type(message) is ReportMessage:
+        if type(message) is Tuple:
+            received = message
+        elif type(message) is ReportMessage:
             if self.tracker is not None:
                 self.receive_report(message)
                 return
@@ -302,14 +296,7 @@ class BoltTask(Actor):
                 message.message_id,
             )
         else:
-            assert type(message) is TupleMessage
-            received = core.make_tuple(
-                message.source,
-                message.stream,
-                message.source_task,
-                thaw_values(message.payload),
-                message.message_id,
-            )
+            raise TypeError(f"not a tuple or count report: {type(message).__name__}")
         if self.tracker is None:
             core.execute(received)
         else:
@@ -449,7 +436,9 @@ class BoltTask(Actor):
         if not targets:
             return
         core = self.core
-        payload = core.router.freeze(stream, values)
+        router = core.router
+        payload = router.freeze(stream, values)
+        fields = router.fields(stream)
         if self.engine.recorder is not None:
             self.last_sent = time.monotonic()  # before a receiver can act on it
         counted = core.counted_targets(stream)
@@ -462,7 +451,15 @@ class BoltTask(Actor):
             else:
                 message_id = anchored_to(anchors)
             self.to_task(
-                target, TupleMessage(self.component_id, stream, self.task_id, payload, message_id)
+                target,
+                Tuple(
+                    thaw_values(payload),
+                    fields,
+                    self.component_id,
+                    stream,
+                    self.task_id,
+                    message_id,
+                ),
             )
 
     def edgeless(self, anchors: tuple[Tuple, ...]) -> dict[int, int]:
@@ -612,7 +609,7 @@ class BoltTask(Actor):
         for root in done.message_id:
             self.to_acker(root, AckFail(root, failure))
 
-    def to_task(self, task_id: int, message: TupleMessage | ReportMessage) -> None:
+    def to_task(self, task_id: int, message: Tuple | ReportMessage) -> None:
         """Send ``message`` to task ``task_id``: into the turn's outbox during a turn."""
         outbox = self.turn_outbox
         if outbox is not None:
@@ -671,26 +668,25 @@ class BoltEffects(TaskEffects):
         self.task.abandoned(id)
 
 
-def _run_end(batch: list[Message], start: int, first: TupleMessage) -> int:
-    """Where the run of tuple messages from ``first``'s source stream with ``first``'s id
-    (the first of its shared values) that begins at ``start`` ends."""
-    payload = first.payload
+def _run_end(batch: list[Message], start: int, first: Tuple) -> int:
+    """Where the run of tuples from ``first``'s source stream with ``first``'s id (its
+    first value) that begins at ``start`` ends."""
+    values = first.values
     end = start + 1
-    if type(payload) is not tuple or not payload:
+    if not values:
         return end
-    id = payload[0]
-    source, stream = first.source, first.stream
+    id = values[0]
+    source, stream = first.source_component, first.source_stream
     count = len(batch)
     while end < count:
         message = batch[end]
-        if type(message) is not TupleMessage:
+        if type(message) is not Tuple:
             break
-        other = message.payload
+        other = message.values
         if (
-            type(other) is not tuple
-            or not other
-            or message.stream != stream
-            or message.source != source
+            not other
+            or message.source_stream != stream
+            or message.source_component != source
             or (other[0] is not id and other[0] != id)
         ):
             break
