@@ -19,7 +19,7 @@ from drpc.builders.coordinated_drpc import (
 )
 from drpc.builders.drpc_components import RETURN_STREAM, request_numbers
 from drpc.examples.reach import build_reach
-from drpc.executors.local.messages import Ack, AckInit, Outbox, TupleMessage
+from drpc.executors.local.messages import Ack, AckInit, Outbox, TupleMessage, decode
 from drpc.executors.resident.control import Deploy, DeployFailed
 from drpc.executors.resident.routing import (
     ACKER,
@@ -34,8 +34,10 @@ from drpc.executors.resident.routing import (
 from drpc.executors.resident.transport import Node
 from drpc.executors.resident.worker import ResidentWorker
 from drpc.model.context import TopologyContext
+from drpc.model.fields import Fields
+from drpc.model.tuples import Tuple
 from drpc.semantics.acker import new_root_id
-from drpc.semantics.routing import OutputRouter
+from drpc.semantics.routing import OutputRouter, thaw_values
 from drpc.semantics.runners import freeze
 
 
@@ -52,8 +54,9 @@ class _Sent:
         return [(node, item[2][0]) for node, item in self.items if item[1] == FIELDS]
 
 
-def _tuple(root: int) -> TupleMessage:
-    return TupleMessage("step", "default", 0, b"", {root: 1})
+def _tuple(root: int) -> Tuple:
+    """A tuple as an engine sends it to a task in another process."""
+    return Tuple(["word"], Fields("word"), "step", "default", 0, {root: 1})
 
 
 def test_fields_are_told_once_per_worker_and_forgotten_when_the_request_is_over() -> None:
@@ -71,6 +74,27 @@ def test_fields_are_told_once_per_worker_and_forgotten_when_the_request_is_over(
     route.deliver(1, _tuple(7))
     route.deliver(2, _tuple(7))
     assert sent.fields().count((1, 7)) == 1 and sent.fields().count((2, 7)) == 1
+    live[11] = {"request_id": "11"}
+    route.deliver(2, TupleMessage("step", "default", 0, ("word",), {11: 1}))  # passed on
+    assert sent.fields().count((2, 11)) == 1
+
+
+def test_a_tuple_crosses_to_another_process_as_its_frozen_values_and_arrives_a_tuple() -> None:
+    sent = _Sent()
+    Route(cast(Node, sent), "key", {3: 2}).deliver(
+        3, Tuple([7, ["a"]], Fields("id", "words"), "step", "default", 1, {5: 6})
+    )
+    [(node, (key, task, payload))] = sent.items
+    assert (node, key, task) == (2, "key", 3)
+    message = decode(payload)
+    assert isinstance(message, TupleMessage)
+    assert (message.source, message.stream, message.source_task, message.message_id) == (
+        "step",
+        "default",
+        1,
+        {5: 6},
+    )
+    assert thaw_values(message.payload) == [7, ["a"]]
 
 
 def test_a_root_names_the_worker_whose_ackers_track_it() -> None:

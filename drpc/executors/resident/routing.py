@@ -46,6 +46,7 @@ from drpc.executors.local.messages import Message, TupleMessage, decode, encode
 from drpc.executors.local.spans import KNOWN_REQUESTS, ShippedSpans, SpanEvent, record_shipped
 from drpc.executors.resident.transport import Node
 from drpc.model.topology import Topology
+from drpc.model.tuples import Tuple
 
 DRIVER = 0
 ACKER = -1
@@ -126,7 +127,7 @@ class Route:
 
     def deliver(self, task_id: int, message: Message) -> None:
         node = self.node_of[task_id]
-        if self.log_fields is not None and type(message) is TupleMessage:
+        if self.log_fields is not None and isinstance(message, (Tuple, TupleMessage)):
             self._tell_fields(node, message.message_id)
         self.node.send(node, (self.key, task_id, encode(message)))
 
@@ -204,7 +205,10 @@ def dispatch_items(
 def dispatch(engine: LocalExecutor, destination: int, payload: Any) -> None:
     """Hand an item that arrived for ``engine``'s share to it."""
     if destination >= 0:
-        engine.deliver(destination, decode(payload))
+        message = decode(payload)
+        if isinstance(message, TupleMessage):
+            message = engine.tuple_of(message)
+        engine.deliver(destination, message)
     elif destination == ACKER:
         message = decode(payload)
         engine.to_acker(message.root, message)  # type: ignore[union-attr]
