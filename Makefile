@@ -50,7 +50,7 @@ PURE_TESTS ?= tests/test_compiled.py::test_the_build_this_run_expects_is_the_one
 	tests/semantics tests/topologies tests/test_turns.py tests/test_local_executor.py \
 	tests/test_task_core.py tests/test_batch_task.py tests/test_executor_events.py \
 	tests/model tests/test_resident_routing.py tests/test_report_gathering.py \
-	tests/test_edgeless_tuples.py tests/test_calls.py
+	tests/test_edgeless_tuples.py tests/test_calls.py tests/test_mutex.py
 
 # Mutation testing of the pure cores ([tool.mutmut] in pyproject.toml lists them and the
 # tests that run): mutmut mutates them one change at a time, then tests/mutation/score.py

@@ -60,6 +60,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "drpc.executors.local.tasks",
     "drpc.executors.local.spouts",
     "drpc.executors.local.ackers",
+    "drpc.executors.local.mutex",
     "drpc.executors.local.actors",
     "drpc.executors.local.calls",
     "drpc.executors.local.executor",

@@ -10,12 +10,12 @@ outside a turn.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import TYPE_CHECKING, cast
 
 from drpc.executors.local.actors import Actor
 from drpc.executors.local.messages import Ack, AckFail, AckInit, Message, RootDone, Tick, fold_acks
+from drpc.executors.local.mutex import Mutex
 from drpc.semantics.acker import Acker, AckerDecision, RootCompleted
 
 if TYPE_CHECKING:
@@ -30,9 +30,7 @@ class AckerTask(Actor):
     (``LocalExecutor``), on whatever thread ran it; only ticks and acker messages from
     outside a turn come through the mailbox."""
 
-    def __init__(
-        self, engine: LocalExecutor, index: int, timeout: float, lock: threading.Lock
-    ) -> None:
+    def __init__(self, engine: LocalExecutor, index: int, timeout: float, lock: Mutex) -> None:
         super().__init__()
         self.engine = engine
         self.name = f"__acker[{index}]"

@@ -48,6 +48,7 @@ from typing import Any, Final, Protocol
 from mypy_extensions import mypyc_attr
 
 from drpc.executors.local.messages import Message
+from drpc.executors.local.mutex import Mutex
 
 log = logging.getLogger(__name__)
 
@@ -174,11 +175,11 @@ class Scheduler:
             raise ValueError(f"batch must be >= 1, got {batch}")
         if not handoff > 0:
             raise ValueError(f"handoff must be positive, got {handoff}")
-        # One lock guards the ready queue and the counts. A sleeping worker blocks on a lock of
-        # its own, held until a waker releases it; the watchdog likewise on _watch_wakeup.
-        # Raw locks, not Conditions: a Condition's methods are Python code, and actors are
-        # made ready tens of times per request.
-        self._lock = threading.Lock()
+        # One lock guards the ready queue and the counts (a ``Mutex``: taken twice a turn). A
+        # sleeping worker blocks on a lock of its own, held until a waker releases it; the
+        # watchdog likewise on _watch_wakeup. Raw locks, not Conditions: a Condition's
+        # methods are Python code, and actors are made ready tens of times per request.
+        self._lock = Mutex()
         self._ready = ReadyQueue()
         self._sleepers: list[threading.Lock] = []  # one per sleeping worker, held
         self._callers = 0  # callers waiting for a call, helping or not (``begin_help``)
@@ -213,7 +214,7 @@ class Scheduler:
         self.post_each([actor] * len(posted), posted)
 
     @property
-    def lock(self) -> threading.Lock:
+    def lock(self) -> Mutex:
         """The lock of the ready queue and every mailbox (see ``post_each``'s ``turn``)."""
         return self._lock
 

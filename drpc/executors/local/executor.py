@@ -84,6 +84,7 @@ from drpc.executors.local.messages import (
     Tick,
     TupleMessage,
 )
+from drpc.executors.local.mutex import Mutex
 from drpc.executors.local.spans import ObservedInvocations, RequestSpans, StepRecorder
 from drpc.executors.local.spouts import MAX_IDLE_WAIT, SpoutTask
 from drpc.executors.local.tasks import BoltTask
@@ -203,7 +204,7 @@ class LocalExecutor(Turns):
         self.running = False
         self._outbox = threading.local()
         self.gatherer = ReportGatherer(gathered_senders(topology, hosted), self.message_timeout)
-        self._gather_lock = threading.Lock()
+        self._gather_lock = Mutex()
         for component_id, task_ids in topology.component_task_ids.items():
             spec = topology.components[component_id]
             for task_id in task_ids:
