@@ -94,6 +94,10 @@ EMIT_CHUNK = 1024
 """Emits ``send_many`` routes and delivers together."""
 
 _first = itemgetter(0)
+# Imported values read per tuple, held in C variables when compiled (see ``DATA`` below)
+_PINNED_REQUEST: Final = PinnedRequest
+_CURRENT_ANCHOR: Final = CURRENT_ANCHOR
+_COORDINATED_FIELDS: Final = COORDINATED_STREAM_FIELDS
 
 
 class InputKind(enum.Enum):
@@ -321,7 +325,7 @@ class TaskCore:
         ``__coord`` stream with the same fields, so none are looked up."""
         return Tuple(
             [id, count],
-            COORDINATED_STREAM_FIELDS,
+            _COORDINATED_FIELDS,
             source,
             COORDINATED_STREAM_ID,
             source_task,
@@ -403,7 +407,7 @@ class TaskCore:
         # ``collector.ack`` would come to, without the call through the collector)
         previous, self.current = self.current, received
         values = received.values
-        if self.pinned_execute and values and type(values[0]) is PinnedRequest:
+        if self.pinned_execute and values and type(values[0]) is _PINNED_REQUEST:
             scope = READS
             restore = scope.reads
             scope.reads = values[0].reads
@@ -439,7 +443,7 @@ class TaskCore:
         effects = self.effects
         acked = 0
         previous = self.current
-        pinned = self.pinned_execute and type(id) is PinnedRequest
+        pinned = self.pinned_execute and type(id) is _PINNED_REQUEST
         restore = READS.reads if pinned else None
         if pinned:
             READS.reads = cast(PinnedRequest, id).reads
@@ -523,7 +527,7 @@ class TaskCore:
         assert tracker is not None
         done = self.on_finish(id) if self.on_finish is not None else None
         previous, self.current = self.current, trigger
-        pinned = self.pinned_finish and type(id) is PinnedRequest
+        pinned = self.pinned_finish and type(id) is _PINNED_REQUEST
         restore = READS.reads if pinned else None
         if pinned:
             READS.reads = cast(PinnedRequest, id).reads
@@ -671,7 +675,7 @@ class TaskCore:
             if anchors._done:
                 self._anchored_done()
             return (anchors,)
-        if anchors is CURRENT_ANCHOR or isinstance(anchors, _CurrentAnchor):
+        if anchors is _CURRENT_ANCHOR or isinstance(anchors, _CurrentAnchor):
             current = self.current
             return () if current is None else (current,)
         anchored = (anchors,) if isinstance(anchors, Tuple) else tuple(anchors)

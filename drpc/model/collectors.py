@@ -23,13 +23,15 @@ method call or parsing its arguments (an interpreted subclass is called as Pytho
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from mypy_extensions import mypyc_attr
 
 from drpc.model.anchors import CURRENT_ANCHOR, _CurrentAnchor
 from drpc.model.streams import DEFAULT_STREAM_ID
 from drpc.model.tuples import Tuple
+
+_CURRENT_ANCHOR: Final = CURRENT_ANCHOR  # held in a C variable when compiled
 
 if TYPE_CHECKING:
     from drpc.errors import Failure
@@ -109,16 +111,16 @@ class BatchOutputCollector:
         self._output = output
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID) -> list[int]:
-        return self._output.emit(values, CURRENT_ANCHOR, stream)
+        return self._output.emit(values, _CURRENT_ANCHOR, stream)
 
     def emit_direct(
         self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM_ID
     ) -> None:
-        self._output.emit_direct(task, values, CURRENT_ANCHOR, stream)
+        self._output.emit_direct(task, values, _CURRENT_ANCHOR, stream)
 
     def emit_many(self, many: Iterable[Sequence[Any]], stream: str = DEFAULT_STREAM_ID) -> None:
         """``emit`` each of ``many``, in order."""
-        self._output.emit_many(many, CURRENT_ANCHOR, stream)
+        self._output.emit_many(many, _CURRENT_ANCHOR, stream)
 
     def report_error(self, error: BaseException) -> None:
         self._output.report_error(error)

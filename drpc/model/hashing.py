@@ -38,6 +38,7 @@ _crc32: Final = zlib.crc32  # bound once: a module attribute is a look-up per us
 _STR_MEMO_ENTRIES: Final = 32768
 _STR_MEMO_LENGTH: Final = 64
 _str_hashes: Final[dict[str, int]] = {}
+_PINNED_REQUEST: Final = PinnedRequest  # held in a C variable when compiled
 
 
 # The arithmetic is on ``i64``: an int to Python, and to the compiled build a C integer,
@@ -92,7 +93,7 @@ def _hash_value(value: Any) -> int:
         return known
     if kind is int:
         return _hash_int(value)
-    if kind is bool or kind is PinnedRequest:  # a pinned request: its number
+    if kind is bool or kind is _PINNED_REQUEST:  # a pinned request: its number
         return _hash_int(int(value))
     if value is None:
         return _NONE_HASH

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from drpc.errors import InvalidTopologyError
 from drpc.model.fields import Fields
 
-DEFAULT_STREAM_ID = "default"
-COORDINATED_STREAM_ID = "__coord"
+# Final: the compiled engine inlines them instead of looking them up at each use
+DEFAULT_STREAM_ID: Final = "default"
+COORDINATED_STREAM_ID: Final = "__coord"
 """Direct stream on which a coordinated task tells each downstream task how many
 tuples it sent it for an id: values ``[id, count]``."""
 
