@@ -672,6 +672,7 @@ class TaskCore:
         if anchors is None:
             return ()
         if type(anchors) is Tuple:  # a basic bolt's emit: its input
+            assert isinstance(anchors, Tuple)  # compiled: its fields read directly
             if anchors._done:
                 self._anchored_done()
             return (anchors,)

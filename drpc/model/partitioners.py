@@ -101,8 +101,13 @@ class ByFields(Partitioner):
         self._singletons: list[tuple[int, ...]] = [(i,) for i in range(num_tasks)]
 
     def choose(self, values: Sequence[Any]) -> tuple[int, ...]:
-        if self._single is not None:
-            value = values[self._single]
+        single = self._single
+        if single is not None:
+            # compiled, the list branch (most emits) indexes the list directly
+            if isinstance(values, list):  # noqa: SIM108
+                value = values[single]
+            else:
+                value = values[single]
             if type(value) is str:
                 return self._singletons[string_hash(value) % self._num_tasks]
         return self._singletons[stable_hash_at(values, self._positions) % self._num_tasks]

@@ -41,7 +41,8 @@ class Tuple:
         source_task: int,
         message_id: dict[int, int] = EMPTY_MESSAGE_ID,
     ) -> None:
-        self.values = values if type(values) is list else list(values)
+        # typed a list: compiled, reading a value is then the list's own indexing
+        self.values: list[Any] = values if isinstance(values, list) else list(values)
         self.fields = fields
         self.source_component = source_component
         self.source_stream = source_stream

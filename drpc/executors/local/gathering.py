@@ -295,7 +295,8 @@ class ReportGatherer:
         giveups: Mapping[int, IdleGiveUp] | None,
     ) -> list[tuple[int, ReportMessage]]:
         reports = gathering.reports
-        tasks = list(zip(gathering.tasks, gathering.counts, strict=True))
+        receivers, totals = gathering.tasks, gathering.counts
+        tasks = [(receivers[index], totals[index]) for index in range(len(receivers))]
         if giveups:
             kept: list[tuple[int, int]] = []
             for task, count in tasks:
