@@ -300,10 +300,16 @@ class CoordinationTracker:
         downstream = self.config.downstream_tasks
         if not downstream:  # the last step: nobody to report to
             return [Completed(id)]
-        counts = self._no_counts.copy()
-        for task, count in track.emitted.items():
-            if task in counts:  # not a receiver that takes no reports
-                counts[task] = count
+        # every downstream task in their order, with what it was sent (one C-level update)
+        no_counts = self._no_counts
+        counts = no_counts.copy()
+        emitted = track.emitted
+        if emitted:
+            counts.update(emitted)
+            if len(counts) != len(no_counts):  # sent to a receiver that takes no reports
+                for task in emitted:
+                    if task not in no_counts:
+                        del counts[task]
         return [SendReports(id, counts), Completed(id)]
 
     def finish_failed(self, id: Hashable, failure: Failure, now: float) -> list[Decision]:

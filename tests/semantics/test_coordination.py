@@ -44,6 +44,19 @@ def test_first_step_finishes_when_its_request_tuple_is_acked() -> None:
     assert len(t) == 0
 
 
+def test_reports_go_to_every_downstream_task_in_its_order_and_to_no_other_receiver() -> None:
+    t = tracker(0, downstream=(5, 6, 8))
+    assert t.tuple_received(1, 0) == []
+    t.tuple_emitted(1, 9)  # a receiver that takes no reports
+    t.tuple_emitted(1, 8)
+    t.tuple_emitted(1, 5)
+    t.tuple_emitted(1, 9)
+    assert t.tuple_acked(1, 0) == [FinishBatch(1)]
+    [reports, completed] = t.finish_done(1)
+    assert isinstance(reports, SendReports) and completed == Completed(1)
+    assert list(reports.counts.items()) == [(5, 1), (6, 0), (8, 1)]
+
+
 def test_middle_step_waits_for_every_report_and_matching_count() -> None:
     t = tracker(2)
     assert t.tuple_received(7, 0) == []
