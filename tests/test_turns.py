@@ -106,6 +106,11 @@ def test_a_run_of_count_reports_of_one_id_and_roots_folds_into_one_standing_for_
     single: list[Message] = [report(1, 1, 2, {7: 1})]
     assert fold_reports(single) == single
     assert batch[0] == report(1, 1, 2, {7: 0b0001})  # the batch's messages are not changed
+    nothing_folds: list[Message] = [report(1, 1, 2, {7: 1}), data, report(2, 1, 0, {7: 2})]
+    assert fold_reports(nothing_folds) is nothing_folds  # no copy when nothing folds
+    # a fold after unfolded messages keeps them, in order
+    late = [data, report(3, 1, 1, {7: 1}), report(3, 2, 1, {7: 2})]
+    assert fold_reports(late) == [data, ReportMessage("step", 2, 3, 2, {7: 3}, reports=2)]
 
 
 def test_a_run_of_acks_folds_into_one_per_root_and_other_acker_messages_end_runs() -> None:

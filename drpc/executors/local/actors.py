@@ -47,8 +47,9 @@ from typing import Any, Final, Protocol
 
 from mypy_extensions import mypyc_attr
 
-from drpc.executors.local.messages import Message
+from drpc.executors.local.messages import Message, ReportMessage
 from drpc.executors.local.mutex import Mutex
+from drpc.model.tuples import Tuple
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +87,30 @@ class Actor:
         self._mailbox: list[Message] = []
         self._scheduled = False
         self.turns_taken = 0
-        self._handled: dict[type, int] = {}  # by class: cheaper to count than by name
+        # by class (cheaper to count than by name); the two kinds most messages are, in
+        # counters of their own (``count_handled``)
+        self._tuples_handled = 0
+        self._reports_handled = 0
+        self._handled: dict[type, int] = {}
 
     @property
     def messages_handled(self) -> dict[str, int]:
-        return {kind.__name__: count for kind, count in self._handled.items()}
+        handled = {kind.__name__: count for kind, count in self._handled.items()}
+        if self._tuples_handled:
+            handled[Tuple.__name__] = self._tuples_handled
+        if self._reports_handled:
+            handled[ReportMessage.__name__] = self._reports_handled
+        return handled
+
+    def count_handled(self, kind: type, count: int) -> None:
+        """``count`` messages of class ``kind`` handled (``messages_handled``)."""
+        if kind is Tuple:
+            self._tuples_handled += count
+        elif kind is ReportMessage:
+            self._reports_handled += count
+        else:
+            handled = self._handled
+            handled[kind] = handled.get(kind, 0) + count
 
     def handle(self, message: Message) -> None:
         raise NotImplementedError
@@ -101,10 +121,8 @@ class Actor:
         folded one comes to the same (``drpc.executors.local.messages``). ``turn``: what
         the scheduler's ``Turns.begin_turn`` returned for this turn."""
         self.turns_taken += 1
-        handled = self._handled
         for message in batch:
-            kind = type(message)
-            handled[kind] = handled.get(kind, 0) + 1
+            self.count_handled(type(message), 1)
             try:
                 self.handle(message)
             except Exception:

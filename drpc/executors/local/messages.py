@@ -261,15 +261,17 @@ class Outbox:
 
 def fold_reports(batch: list[Message]) -> list[Message]:
     """``batch`` with each run of consecutive count reports of one id and one set of roots
-    folded into one (see the module doc)."""
-    folded: list[Message] = []
+    folded into one (see the module doc); ``batch`` itself when none folds."""
+    folded: list[Message] | None = None  # made at the first run that folds
     count = len(batch)
     index = 0
     while index < count:
         first = batch[index]
+        start = index
         index += 1
         if type(first) is not ReportMessage:
-            folded.append(first)
+            if folded is not None:
+                folded.append(first)
             continue
         end = index
         while end < count:
@@ -282,8 +284,11 @@ def fold_reports(batch: list[Message]) -> list[Message]:
                 break
             end += 1
         if end == index:
-            folded.append(first)
+            if folded is not None:
+                folded.append(first)
             continue
+        if folded is None:
+            folded = batch[:start]
         tuples, reports, edges = first.tuples, first.reports, dict(first.message_id)
         for message in batch[index:end]:
             assert type(message) is ReportMessage
@@ -297,7 +302,7 @@ def fold_reports(batch: list[Message]) -> list[Message]:
             ReportMessage(last.source, last.source_task, first.id, tuples, edges, reports)
         )
         index = end
-    return folded
+    return batch if folded is None else folded
 
 
 def _same_keys(one: dict[int, int], other: dict[int, int]) -> bool:

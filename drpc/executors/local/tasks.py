@@ -163,7 +163,6 @@ class BoltTask(Actor):
         pickled: the id is read without unpickling) is received, executed and acked as
         one (``receive_run``); every other message one by one."""
         self.turns_taken += 1
-        handled = self._handled
         count = len(batch)
         index = 0
         while index < count:
@@ -173,7 +172,7 @@ class BoltTask(Actor):
             if kind is Tuple:
                 assert type(message) is Tuple
                 end = _run_end(batch, index, message)
-            handled[kind] = handled.get(kind, 0) + end - index
+            self.count_handled(kind, end - index)
             try:
                 if end - index > 1:
                     self.receive_run(batch, index, end)
