@@ -178,6 +178,9 @@ class OutputRouter:
     def freeze(self, stream: str, values: Sequence[Any]) -> Payload:
         return freeze_values(self.component_id, stream, values)
 
+    def pickled(self, stream: str, values: Sequence[Any]) -> bytes | None:
+        return pickled_values(self.component_id, stream, values)
+
 
 Payload = bytes | tuple[Any, ...]
 """Emitted values for receivers in the same process (``freeze_values``)."""
@@ -194,16 +197,41 @@ def freeze_values(component_id: str, stream: str, values: Sequence[Any]) -> Payl
     # most emits are lists: compiled, a list's own loop and copy (``serialize_values``
     # pickles a list of the values either way)
     items = values if isinstance(values, list) else list(values)
+    if _shareable(items):
+        return tuple(items)
+    return serialize_values(component_id, stream, items)
+
+
+def _shareable(items: list[Any]) -> bool:
     for value in items:
         kind = type(value)
         if kind is not str and kind is not int and kind not in SHAREABLE:
-            return serialize_values(component_id, stream, items)
-    return tuple(items)
+            return False
+    return True
 
 
 def thaw_values(payload: Payload) -> list[Any]:
     """A receiver's own list of the values ``freeze_values`` made ``payload`` from."""
     return pickle.loads(payload) if isinstance(payload, bytes) else list(payload)
+
+
+def pickled_values(component_id: str, stream: str, values: Sequence[Any]) -> bytes | None:
+    """``freeze_values`` for receivers an emitter hands its values to at once: None when
+    each one is ``SHAREABLE`` (each receiver then gets a copy of ``values`` themselves,
+    ``receiver_values``), else pickled. One copy per receiver, none in between."""
+    if isinstance(values, list):
+        if _shareable(values):
+            return None
+        return serialize_values(component_id, stream, values)
+    return pickled_values(component_id, stream, list(values))
+
+
+def receiver_values(values: Sequence[Any], pickled: bytes | None) -> list[Any]:
+    """A receiver's own list of emitted ``values``: unpickled from ``pickled`` (what
+    ``pickled_values`` made of them), else copied."""
+    if pickled is not None:
+        return pickle.loads(pickled)
+    return values.copy() if isinstance(values, list) else list(values)
 
 
 def serialize_values(component_id: str, stream: str, values: Any) -> bytes:

@@ -37,7 +37,7 @@ from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
 from drpc.requests import ReturnInfo
 from drpc.semantics.acker import new_edge_id, new_root_id
-from drpc.semantics.routing import OutputRouter, thaw_values
+from drpc.semantics.routing import OutputRouter, receiver_values
 from drpc.semantics.runners import instantiate
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ class SpoutTask(Actor):
             self.wake()
 
     def send(self, stream: str, values: Sequence[Any], targets: list[int], msg_id: Any) -> None:
-        payload = self.router.freeze(stream, values)
+        pickled = self.router.pickled(stream, values)
         fields = self.router.fields(stream)
         self.emitted += 1
         # into the turn's outbox when the turn's own thread emits (a spout emitting from a
@@ -216,7 +216,12 @@ class SpoutTask(Actor):
         if msg_id is None:
             for target in targets:
                 message = Tuple(
-                    thaw_values(payload), fields, self.component_id, stream, self.task_id, {}
+                    receiver_values(values, pickled),
+                    fields,
+                    self.component_id,
+                    stream,
+                    self.task_id,
+                    {},
                 )
                 if outbox is not None:
                     outbox.add(target, message)
@@ -241,7 +246,7 @@ class SpoutTask(Actor):
                 (
                     target,
                     Tuple(
-                        thaw_values(payload),
+                        receiver_values(values, pickled),
                         fields,
                         self.component_id,
                         stream,

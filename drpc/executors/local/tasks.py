@@ -4,9 +4,10 @@ Contract.
 
 - ``BoltTask`` is an actor around a ``TaskCore`` (``drpc.executors.task``):
   it turns mailbox messages into tuples and coordination events, and
-  supplies the streaming effects: an emitted tuple's values are frozen once
-  (``freeze_values``: shared when immutable, else pickled) and delivered to
-  each target with its acking ``message_id`` (the anchors' roots, a fresh
+  supplies the streaming effects: an emitted tuple goes to each target as a
+  ``Tuple`` of its own, its values a copy for that target (``pickled_values``:
+  copied when immutable, else pickled once and unpickled per target), with its
+  acking ``message_id`` (the anchors' roots, a fresh
   edge id per target XORed into each anchor; edge 0 for a target whose
   coordination keeps the tuple in its tree, ``TaskCore.counted_targets``,
   whose ack of 0 is not sent); a count report
@@ -57,7 +58,7 @@ from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
 from drpc.semantics.acker import new_edge_id
 from drpc.semantics.coordination import Failed, is_ignored
-from drpc.semantics.routing import thaw_values
+from drpc.semantics.routing import receiver_values
 
 if TYPE_CHECKING:
     from drpc.executors.local.executor import LocalExecutor
@@ -159,9 +160,8 @@ class BoltTask(Actor):
 
     def handle_runs(self, batch: list[Message]) -> None:
         """``Actor.handle_batch`` for a batch bolt (``TaskCore.acks_in_bulk``): each run of
-        consecutive data tuples of one id from one source stream (values shared, not
-        pickled: the id is read without unpickling) is received, executed and acked as
-        one (``receive_run``); every other message one by one."""
+        consecutive data tuples of one id from one source stream is received, executed and
+        acked as one (``receive_run``); every other message one by one."""
         self.turns_taken += 1
         count = len(batch)
         index = 0
@@ -436,7 +436,7 @@ class BoltTask(Actor):
             return
         core = self.core
         router = core.router
-        payload = router.freeze(stream, values)
+        pickled = router.pickled(stream, values)
         fields = router.fields(stream)
         if self.engine.recorder is not None:
             self.last_sent = time.monotonic()  # before a receiver can act on it
@@ -452,7 +452,7 @@ class BoltTask(Actor):
             self.to_task(
                 target,
                 Tuple(
-                    thaw_values(payload),
+                    receiver_values(values, pickled),
                     fields,
                     self.component_id,
                     stream,
