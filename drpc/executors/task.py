@@ -88,7 +88,6 @@ from drpc.semantics.runners import BatchBoltRunner, BoltRunner, instantiate, run
 from drpc.state.versions import READS, PinnedRequest
 
 log = logging.getLogger(__name__)
-_get_ident: Final = threading.get_ident
 
 EMIT_CHUNK = 1024
 """Emits ``send_many`` routes and delivers together."""
@@ -238,9 +237,6 @@ class TaskCore:
             instantiate(spec.user_component, component_id), component_id
         )
         self.lock = threading.RLock()
-        self.turn_thread = 0
-        """The ident of a thread that holds ``lock`` for an executor's turn, else 0: its
-        collector calls need not take the lock again (``begin_turn``/``end_turn``)."""
         self.turn_now = 0.0
         self.collector = TaskCollector(self)
         self.current: Tuple | None = None
@@ -481,12 +477,10 @@ class TaskCore:
     def begin_turn(self, now: float = 0.0) -> None:
         """This thread holds ``lock`` for a turn (call under it); ``now``, when given, is the
         time the tracker events of the turn carry (``now()``) instead of ``clock``'s."""
-        self.turn_thread = _get_ident()
         self.turn_now = now
 
     def end_turn(self) -> None:
         """The turn ends (call before releasing ``lock``)."""
-        self.turn_thread = 0
         self.turn_now = 0.0
 
     def now(self) -> float:
@@ -706,9 +700,12 @@ class TaskCollector(OutputCollector):
     def __init__(self, core: TaskCore) -> None:
         self._core = core
         self._lock = core.lock
+        # Whether this thread holds the lock: the RLock's own check (what a Condition on
+        # it asks), bound once; it reads the thread's ident without making an int of it.
+        self._held: Callable[[], bool] = core.lock._is_owned  # type: ignore[attr-defined]
 
-    # Each call holds the task's lock, unless this thread runs the task's turn: it holds
-    # the lock already, and taking a re-entrant lock again costs more than the check.
+    # Each call holds the task's lock, unless this thread holds it already (it runs the
+    # task's turn): taking a re-entrant lock again costs more than the check.
 
     def emit(
         self,
@@ -716,7 +713,7 @@ class TaskCollector(OutputCollector):
         anchors: Anchors = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> list[int]:
-        if self._core.turn_thread == _get_ident():
+        if self._held():
             return self._emit(values, anchors, stream)
         with self._lock:
             return self._emit(values, anchors, stream)
@@ -737,7 +734,7 @@ class TaskCollector(OutputCollector):
         anchors: Anchors = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
-        if self._core.turn_thread == _get_ident():
+        if self._held():
             self._emit_many(many, anchors, stream)
             return
         with self._lock:
@@ -757,7 +754,7 @@ class TaskCollector(OutputCollector):
         anchors: Anchors = None,
         stream: str = DEFAULT_STREAM_ID,
     ) -> None:
-        if self._core.turn_thread == _get_ident():
+        if self._held():
             self._emit_direct(task, values, anchors, stream)
             return
         with self._lock:
@@ -772,7 +769,7 @@ class TaskCollector(OutputCollector):
         core.send(stream, values, core.router.direct_target(stream, task), core.anchors(anchors))
 
     def ack(self, tuple: Tuple) -> None:
-        if self._core.turn_thread == _get_ident():
+        if self._held():
             self._ack(tuple)
             return
         with self._lock:
@@ -790,7 +787,7 @@ class TaskCollector(OutputCollector):
         core.on_ack(tuple)
 
     def fail(self, tuple: Tuple, reason: Failure | BaseException | str | None = None) -> None:
-        if self._core.turn_thread == _get_ident():
+        if self._held():
             self._fail(tuple, reason)
             return
         with self._lock:
