@@ -62,6 +62,20 @@ def test_an_outbox_folds_each_roots_acks_and_keeps_the_other_acker_messages_in_o
     ]
 
 
+def test_outboxes_share_nothing_they_were_sent() -> None:
+    one, other, third = Outbox(), Outbox(), Outbox()
+    one.add_acker(7, AckInit(7, 1, owner=1))
+    one.add_ack(8, 2)
+    one.add_ack(9, 4)  # a second root: kept beside the first
+    assert other.acker_messages() == [] and other.ack_values() == []
+    other.add_ack(5, 1)
+    other.add_ack(6, 2)
+    third.take(one)
+    assert third.acker_messages() == [(7, AckInit(7, 1, 1)), (8, Ack(8, 2)), (9, Ack(9, 4))]
+    assert other.ack_values() == [(5, 1), (6, 2)]
+    assert Outbox().acker_messages() == []
+
+
 def test_a_folded_ack_completes_a_root_as_the_acks_it_folds_do() -> None:
     edges = [0x1111, 0x2222, 0x4444]
     separately, folded = Acker(30.0), Acker(30.0)

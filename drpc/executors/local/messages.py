@@ -172,6 +172,10 @@ Message = (
 )
 
 
+_NO_ACKS: Final[dict[int, int]] = {}
+_NO_ACKER: Final[list[tuple[int, Message]]] = []
+
+
 class Outbox:
     """What one turn sends (see the module doc). The acks of the turn's first root (most
     turns ack one root) are folded in ``ack_root``/``ack_value``, without a dict look-up;
@@ -186,8 +190,10 @@ class Outbox:
         self.messages: list[Message] = []
         self.ack_root = 0  # the first root acked, 0 until one is (roots are never 0)
         self.ack_value = 0  # the XOR of its acks' values
-        self.acks: dict[int, int] = {}  # every other root -> the XOR of its acks' values
-        self.acker: list[tuple[int, Message]] = []  # (root, message): inits and fails
+        # Most turns ack one root and send no other acker message: these two start as
+        # shared empty ones, replaced by their own at the first write (never written).
+        self.acks: dict[int, int] = _NO_ACKS  # every other root -> the XOR of its acks' values
+        self.acker: list[tuple[int, Message]] = _NO_ACKER  # (root, message): inits and fails
         self.began = 0.0  # when its turn began, if the actor read the clock (else 0)
 
     def add(self, task_id: int, message: Message) -> None:
@@ -202,6 +208,8 @@ class Outbox:
     def add_acker(self, root: int, message: Message) -> None:
         if type(message) is Ack:
             self.add_ack(root, message.ack_val)
+        elif self.acker is _NO_ACKER:
+            self.acker = [(root, message)]
         else:
             self.acker.append((root, message))
 
@@ -218,6 +226,9 @@ class Outbox:
             self.ack_value = ack_val
             return
         acks = self.acks
+        if acks is _NO_ACKS:
+            self.acks = {root: ack_val}
+            return
         value = acks.get(root)
         acks[root] = ack_val if value is None else value ^ ack_val
 
@@ -233,7 +244,8 @@ class Outbox:
         self.messages.extend(other.messages)
         for root, value in other.ack_values():
             self.add_ack(root, value)
-        self.acker.extend(other.acker)
+        if other.acker:
+            self.acker = [*self.acker, *other.acker]
 
     def split_foreign(self, modulus: int, residue: int) -> list[tuple[int, Message]]:
         """Take out the acker messages of roots not congruent to ``residue`` modulo
