@@ -198,7 +198,7 @@ class SendsAsTurnsEnd(Turns):
         self.turns = 0
         self.sent = False
 
-    def begin_turn(self) -> object:
+    def begin_turn(self, actor: Actor) -> object:
         self.turns += 1
         return None
 
@@ -241,7 +241,7 @@ class Outgoing(Turns):
         self.queued: list[tuple[Actor, Message]] = []
         self.turn = 0
 
-    def begin_turn(self) -> object:
+    def begin_turn(self, actor: Actor) -> object:
         self.turn += 1
         return None
 
@@ -397,7 +397,7 @@ class TokenPerTurn(Turns):
         self.begun: list[object] = []
         self.ended: list[object] = []
 
-    def begin_turn(self) -> object:
+    def begin_turn(self, actor: Actor) -> object:
         token = object()
         self.begun.append(token)
         return token

@@ -86,6 +86,7 @@ class Actor:
         # build's own (a deque's methods are Python calls).
         self._mailbox: list[Message] = []
         self._scheduled = False
+        self.turn_box: object = None  # what the engine's turn hooks keep for the actor's turns
         self.turns_taken = 0
         # by class (cheaper to count than by name); the two kinds most messages are, in
         # counters of their own (``count_handled``)
@@ -159,7 +160,8 @@ class Turns:
     ``begin_turn`` returns what the scheduler hands the actor's ``handle_batch`` and
     then ``end_turn`` for that turn (an engine's outbox: no look-up of it by thread)."""
 
-    def begin_turn(self) -> object:
+    def begin_turn(self, actor: Actor) -> object:
+        """What ``actor``'s turn, about to run, is handed (``handle_batch``'s ``turn``)."""
         return None
 
     def end_turn(self, turn: object) -> None:
@@ -474,7 +476,7 @@ class Scheduler:
         """One turn of ``actor`` on ``batch``, between the turn hooks; an exception from
         either is logged, and the thread goes on."""
         turns = self._turns
-        turn = turns.begin_turn() if turns is not None else None
+        turn = turns.begin_turn(actor) if turns is not None else None
         try:
             actor.handle_batch(batch, turn)
         except Exception:

@@ -336,15 +336,23 @@ class LocalExecutor(Turns):
         if self.running:
             self.scheduler.post(actor, message)
 
-    def begin_turn(self) -> Outbox:
-        """A turn's outbox. The actor running the turn sends into it (bolt and spout tasks
+    def begin_turn(self, actor: Actor) -> Outbox:
+        """A turn's outbox: the actor's own, emptied after each of its turns (its turns run
+        one at a time). The actor running the turn sends into it (bolt and spout tasks
         keep it for the turn: no look-up of a thread-local outbox per message); ``deliver``
         and ``to_acker`` from the turn's thread post at once, outside a ``holding`` block."""
-        return Outbox()
+        outbox = actor.turn_box
+        if outbox is None:
+            outbox = actor.turn_box = Outbox()
+        assert isinstance(outbox, Outbox)
+        return outbox
 
     def end_turn(self, turn: object) -> None:
         assert isinstance(turn, Outbox)
-        self._send(turn)
+        try:
+            self._send(turn)
+        finally:
+            turn.empty()
 
     def turn_outbox(self) -> Outbox | None:
         """The outbox of the ``holding`` block this thread runs, if any."""

@@ -196,6 +196,16 @@ class Outbox:
         self.acker: list[tuple[int, Message]] = _NO_ACKER  # (root, message): inits and fails
         self.began = 0.0  # when its turn began, if the actor read the clock (else 0)
 
+    def empty(self) -> None:
+        """Forget everything collected, to collect a next turn's (once it is sent)."""
+        self.targets.clear()
+        self.messages.clear()
+        self.ack_root = 0
+        self.ack_value = 0
+        self.acks = _NO_ACKS
+        self.acker = _NO_ACKER
+        self.began = 0.0
+
     def add(self, task_id: int, message: Message) -> None:
         self.targets.append(task_id)
         self.messages.append(message)
