@@ -143,11 +143,16 @@ class ReadyQueue:
 
     def popleft(self) -> Actor:
         front = self._front
-        if not front:
-            front = self._back
-            front.reverse()
-            self._back, self._front = [], front
+        if not front:  # the back, reversed, becomes the front; the empty front, the back
+            back = self._back
+            back.reverse()
+            self._back, self._front = front, back
+            front = back
         return front.pop()
+
+    def waiting(self) -> bool:
+        """Whether an actor waits (``bool(queue)``, called directly when compiled)."""
+        return bool(self._back) or bool(self._front)
 
     def __len__(self) -> int:
         return len(self._back) + len(self._front)
@@ -301,7 +306,7 @@ class Scheduler:
                 if done is not None:
                     wake = self._settle(done)
                     done = None
-                if self._ready:
+                if self._ready.waiting():
                     return self._take()
                 if self._stopped:
                     return None
@@ -396,7 +401,7 @@ class Scheduler:
             # a set look-up, not the future's ``done()``: a Future's methods are Python code
             if sleep in self._done_calls or self._stopped:
                 return None
-            if self._ready:
+            if self._ready.waiting():
                 return self._take()
             self._awake -= 1
             self._sleepers.append(sleep)
