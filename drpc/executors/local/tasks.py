@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from drpc import config
@@ -91,6 +91,9 @@ class BoltTask(Actor):
             effects=BoltEffects(self),
         )
         self.lock = self.core.lock
+        # bound once: compiled, ``lock.acquire()`` would look the method up at every turn
+        self._lock_acquire: Callable[[], object] = self.lock.acquire
+        self._lock_release: Callable[[], None] = self.lock.release
         self.runner = self.core.runner
         self.tracker = self.core.tracker
         self.coordination = self.core.coordination
@@ -138,8 +141,7 @@ class BoltTask(Actor):
             batch = fold_reports(batch)
         # The task's lock once per turn, not per message: a thread of the bolt's own that
         # emits waits for the turn to end.
-        lock = self.lock
-        lock.acquire()
+        self._lock_acquire()
         try:
             outbox = turn if isinstance(turn, Outbox) else self.engine.turn_outbox()
             self.turn_outbox = outbox
@@ -156,7 +158,7 @@ class BoltTask(Actor):
                 self.core.end_turn()
                 self.turn_outbox = None
         finally:
-            lock.release()
+            self._lock_release()
 
     def handle_runs(self, batch: list[Message]) -> None:
         """``Actor.handle_batch`` for a batch bolt (``TaskCore.acks_in_bulk``): each run of
