@@ -87,6 +87,18 @@ def test_the_reports_of_several_senders_are_added_at_once() -> None:
     many = ReportGatherer({"step": 2}, timeout=30.0)
     ((_, report),) = many.add("step", 11, "req", {20: 2}, {ROOT: 5}, 1.0, senders=2)
     assert (report.tuples, report.reports) == (4, 2)
+    # ...and so is a later add's
+    later = ReportGatherer({"step": 3}, timeout=30.0)
+    assert later.add("step", 10, "req", {20: 1}, {ROOT: 5}, 1.0) == []
+    ((_, report),) = later.add("step", 11, "req", {20: 2}, {ROOT: 6}, 1.0, senders=2)
+    assert (report.tuples, report.reports) == (5, 3) and type(report.tuples) is int
+
+
+def test_a_sender_reporting_to_other_tasks_than_the_others_is_refused_naming_it() -> None:
+    gatherer = ReportGatherer({"step": 2}, timeout=30.0)
+    assert gatherer.add("step", 10, "req", {20: 1, 21: 0}, {ROOT: 5}, 1.0) == []
+    with pytest.raises(ValueError, match=r"task 11 of 'step' reported to 1 tasks, its other"):
+        gatherer.add("step", 11, "req", {20: 1}, {ROOT: 6}, 1.0)
 
 
 def test_ids_and_components_are_gathered_apart() -> None:
@@ -268,6 +280,10 @@ def test_a_zero_report_skips_a_task_that_gives_up_an_id_it_does_not_own() -> Non
     assert xor([report.message_id[ROOT] for _, report in sent]) == 111 ^ 222
     # the id's owner gets its report of 0
     assert [task for task, _ in gathered("mine")] == [20, 21, 22]
+    # a task that does not own the id but was sent tuples of it gets its report
+    assert gatherer.add("step", 10, "yours", {20: 0, 21: 1, 22: 0}, {ROOT: 1}, 1.0, giveups) == []
+    sent = gatherer.add("step", 11, "yours", {20: 0, 21: 2, 22: 0}, {ROOT: 2}, 1.0, giveups)
+    assert [(task, report.tuples) for task, report in sent] == [(20, 0), (21, 3), (22, 0)]
     # a report that is not the task's last is sent
     early = {21: IdleGiveUp(owns, expected_reports=3)}
     gatherer.add("step", 10, "x", {21: 0}, {ROOT: 1}, 1.0, early)

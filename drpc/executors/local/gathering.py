@@ -159,12 +159,17 @@ class _Gathering:
     __slots__ = ("counts", "deadline", "edges", "reports", "tasks")
 
     def __init__(
-        self, tasks: list[int], counts: list[int], edges: dict[int, int], deadline: float
+        self,
+        tasks: list[int],
+        counts: list[int],
+        edges: dict[int, int],
+        deadline: float,
+        reports: int,
     ) -> None:
         self.tasks = tasks
         self.counts = counts
         self.edges = edges
-        self.reports = 1
+        self.reports = reports
         self.deadline = deadline
 
 
@@ -226,8 +231,7 @@ class ReportGatherer:
             totals = list(counts.values())
             if senders != 1:
                 totals = [count * senders for count in totals]
-            gathering = _Gathering(list(counts), totals, edges, now + self.timeout)
-            gathering.reports = senders
+            gathering = _Gathering(list(counts), totals, edges, now + self.timeout, senders)
             pending[id] = gathering
         else:
             # Every sender of a component counts every receiving task, in one order (its
