@@ -22,6 +22,7 @@ from drpc.model.fields import Fields
 from drpc.model.partitioners import Partitioner
 from drpc.model.streams import StreamInfo
 from drpc.model.topology import Topology
+from drpc.model.tuples import Tuple
 from drpc.requests import ReturnInfo
 from drpc.state.versions import PinnedRequest
 
@@ -232,6 +233,20 @@ def receiver_values(values: Sequence[Any], pickled: bytes | None) -> list[Any]:
     if pickled is not None:
         return pickle.loads(pickled)
     return values.copy() if isinstance(values, list) else list(values)
+
+
+def receiver_tuple(
+    values: Sequence[Any],
+    pickled: bytes | None,
+    fields: Fields,
+    source: str,
+    stream: str,
+    source_task: int,
+    message_id: dict[int, int],
+) -> Tuple:
+    """The ``Tuple`` one receiver of an emit gets: its own values (``receiver_values``),
+    where they came from and its acking ``message_id``."""
+    return Tuple(receiver_values(values, pickled), fields, source, stream, source_task, message_id)
 
 
 def serialize_values(component_id: str, stream: str, values: Any) -> bytes:

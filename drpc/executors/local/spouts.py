@@ -34,10 +34,9 @@ from drpc.model.components import BaseRichSpout, FailureAwareSpout, SpoutOutputC
 from drpc.model.context import TopologyContext
 from drpc.model.streams import DEFAULT_STREAM_ID
 from drpc.model.topology import ComponentSpec
-from drpc.model.tuples import Tuple
 from drpc.requests import ReturnInfo
 from drpc.semantics.acker import new_edge_id, new_root_id
-from drpc.semantics.routing import OutputRouter, receiver_values
+from drpc.semantics.routing import OutputRouter, receiver_tuple
 from drpc.semantics.runners import instantiate
 
 if TYPE_CHECKING:
@@ -215,13 +214,8 @@ class SpoutTask(Actor):
         engine = self.engine
         if msg_id is None:
             for target in targets:
-                message = Tuple(
-                    receiver_values(values, pickled),
-                    fields,
-                    self.component_id,
-                    stream,
-                    self.task_id,
-                    {},
+                message = receiver_tuple(
+                    values, pickled, fields, self.component_id, stream, self.task_id, {}
                 )
                 if outbox is not None:
                     outbox.add(target, message)
@@ -242,19 +236,10 @@ class SpoutTask(Actor):
         for target in targets:
             edge = new_edge_id()
             ack_val ^= edge
-            messages.append(
-                (
-                    target,
-                    Tuple(
-                        receiver_values(values, pickled),
-                        fields,
-                        self.component_id,
-                        stream,
-                        self.task_id,
-                        {root: edge},
-                    ),
-                )
+            message = receiver_tuple(
+                values, pickled, fields, self.component_id, stream, self.task_id, {root: edge}
             )
+            messages.append((target, message))
         if outbox is not None:
             outbox.add_acker(root, AckInit(root, ack_val, self.task_id))
             for target, message in messages:

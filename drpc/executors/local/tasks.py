@@ -58,7 +58,7 @@ from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
 from drpc.semantics.acker import new_edge_id
 from drpc.semantics.coordination import Failed, is_ignored
-from drpc.semantics.routing import receiver_values
+from drpc.semantics.routing import receiver_tuple
 
 if TYPE_CHECKING:
     from drpc.executors.local.executor import LocalExecutor
@@ -453,13 +453,8 @@ class BoltTask(Actor):
                 message_id = anchored_to(anchors)
             self.to_task(
                 target,
-                Tuple(
-                    receiver_values(values, pickled),
-                    fields,
-                    self.component_id,
-                    stream,
-                    self.task_id,
-                    message_id,
+                receiver_tuple(
+                    values, pickled, fields, self.component_id, stream, self.task_id, message_id
                 ),
             )
 
