@@ -275,10 +275,9 @@ class TaskCore:
         self._fields: dict[str, dict[str, Fields]] = {}
         self._kinds: dict[str, dict[str, InputKind]] = {}
         self._counted: dict[str, frozenset[int]] = {}
-        # ...and the last answer of each, for the same (component, stream) strings: a turn's
-        # messages mostly come from one stream, whose strings are the topology's own objects
-        self._fields_key: tuple[str, str] = ("", "")
-        self._fields_last: Fields | None = None
+        # ...and the last answer of the last two, for the same strings: a turn's messages
+        # mostly come from one stream, and a step mostly emits on one, whose strings are the
+        # topology's own objects
         self._kind_key: tuple[str, str] = ("", "")
         self._kind_last: InputKind | None = None
         self._counted_stream: str | None = None
@@ -330,19 +329,12 @@ class TaskCore:
 
     def fields_of(self, source: str, stream: str) -> Fields:
         """The declared fields of ``source``'s ``stream``."""
-        last = self._fields_last
-        if last is not None:
-            key = self._fields_key
-            if key[0] is source and key[1] is stream:
-                return last
         of_source = self._fields.get(source)
         if of_source is None:
             of_source = self._fields[source] = {}
         fields = of_source.get(stream)
         if fields is None:
             fields = of_source[stream] = self.topology.output_fields(source, stream)
-        self._fields_key = (source, stream)
-        self._fields_last = fields
         return fields
 
     def input_kind(self, source: str, stream: str) -> InputKind:
