@@ -7,8 +7,10 @@ per subscription built from the grouping spec; ``targets_many`` routes a
 batch of checked emits at once, choosing exactly as ``targets`` would. Both executors route through
 it, so a tuple lands on the same task on each. ``serialize`` pickles values
 and turns a failure into ``UnserializableValueError`` naming the step;
-``freeze`` does the same unless every value is immutable, which receivers in
-the same process may share (``thaw_values`` gives each its own list).
+``pickled`` does the same unless every value is immutable, for an emit handed to
+receivers in the same process at once (``receiver_tuple`` gives each its own
+``Tuple`` and list of values); ``freeze_values``/``thaw_values`` are the same for
+values that travel between processes first (the resident executor).
 """
 
 from __future__ import annotations
@@ -175,9 +177,6 @@ class OutputRouter:
 
     def serialize(self, stream: str, values: Sequence[Any]) -> bytes:
         return serialize_values(self.component_id, stream, values)
-
-    def freeze(self, stream: str, values: Sequence[Any]) -> Payload:
-        return freeze_values(self.component_id, stream, values)
 
     def pickled(self, stream: str, values: Sequence[Any]) -> bytes | None:
         return pickled_values(self.component_id, stream, values)

@@ -4,8 +4,8 @@ Tasks and ackers exchange these within one process:
 
 - ``Tuple`` (``drpc.model.tuples``): a tuple for a bolt task, made by its sender
   for that task alone, with its acking ``message_id`` (root id -> edge id); its
-  values are the receiver's own (the sender freezes them once and thaws a copy
-  per receiver: see ``drpc.semantics.routing.freeze_values``);
+  values are the receiver's own (copied, or unpickled, per receiver: see
+  ``drpc.semantics.routing.receiver_tuple``);
 - ``TupleMessage``: a tuple between processes (the resident executor), its
   values frozen in ``payload``; the receiving engine makes it a ``Tuple``
   (``LocalExecutor.tuple_of``);
@@ -185,7 +185,7 @@ class Outbox:
 
     def __init__(self) -> None:
         # the task messages as sent, each with its destination task at the same position:
-        # two appends per message, no look-up (the engine groups none: see ``Scheduler.post``)
+        # two appends per message, no look-up (``Scheduler.post_each`` takes them as they are)
         self.targets: list[int] = []
         self.messages: list[Message] = []
         self.ack_root = 0  # the first root acked, 0 until one is (roots are never 0)
