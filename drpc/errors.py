@@ -283,6 +283,30 @@ class VersionReclaimedError(StateError):
         return (type(self), (self.path, self.version, self.oldest, self.latest))
 
 
+class PartitionLostError(StateError):
+    """A partition of a partitioned state is gone: no process holds its data any more (its
+    worker or disk was lost), or what was found is behind the state's global commit record.
+    The run stops and queries that need the partition fail with this error; no answer is
+    made from the partitions left."""
+
+    def __init__(self, group: str, partition: int, host: str | None, detail: str) -> None:
+        where = f" (last on host {host})" if host else ""
+        super().__init__(f"partition {partition} of state {group!r}{where} is lost: {detail}")
+        self.group = group
+        self.partition = partition
+        self.host = host
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.group, self.partition, self.host, self.detail))
+
+
+class PartitionKeyError(StateError, ValueError):
+    """A committer task wrote a key that belongs to another partition of its state: its
+    input is not grouped by the key it writes (group it with ``fields_grouping`` on the
+    key's fields)."""
+
+
 class StateFormatError(StateError):
     """A record of drpc's own in a state directory (a commit record, a spout's batch
     metadata) is in no format drpc reads, or was refused because reading it would have

@@ -18,7 +18,11 @@ lands on the same task index locally and on Spark:
 - direct: chosen by the emitter with ``emit_direct``; ``choose`` is never called;
 - local-or-shuffle: the task with the same index when both components have
   the same number of tasks (no repartitioning: executors fuse such steps),
-  otherwise shuffle.
+  otherwise shuffle;
+- key group (``KeyGroupGrouping(fields, key_groups)``): what a fields grouping into a
+  partitioned state's committer becomes: the task owning the partition whose key
+  groups hold the selected values' state key (``drpc.state.keygroups``), so each key
+  is written where it is read. Equal values still meet in one task.
 
 ``NamedGroupings`` gives a declarer Storm's named grouping methods
 (``shuffle_grouping(component_id, stream_id)``, ...), each a call of the
@@ -36,12 +40,14 @@ from drpc.model.fields import Fields
 from drpc.model.partitioners import (
     ByBatch,
     ByFields,
+    ByKeyGroup,
     Direct,
     Fixed,
     Partitioner,
     RoundRobin,
 )
 from drpc.model.streams import DEFAULT_STREAM_ID
+from drpc.state.keygroups import DEFAULT_KEY_GROUPS
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,21 @@ class FieldsGrouping(Grouping):
 
     def describe(self) -> str:
         return f"fields({', '.join(self.fields)})"
+
+
+@dataclass(frozen=True)
+class KeyGroupGrouping(FieldsGrouping):
+    key_groups: int = DEFAULT_KEY_GROUPS
+    kind: ClassVar[str] = "key_group"
+
+    def partitioner(
+        self, source_fields: Fields, source_index: int, source_tasks: int, target_tasks: int
+    ) -> Partitioner:
+        positions = tuple(source_fields.field_index(name) for name in self.fields)
+        return ByKeyGroup(positions, target_tasks, self.key_groups)
+
+    def describe(self) -> str:
+        return f"key groups({', '.join(self.fields)})"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ same choices:
   (never Python's salted ``hash``), short strings' hashes remembered process-wide;
 - ``ByBatch(num_tasks)``: ``stable_hash(field 0) % num_tasks``, as ``ByFields((0,), ...)``,
   remembering the last field 0 it hashed (the tuples of a batch share their batch id);
+- ``ByKeyGroup(positions, num_tasks, key_groups)``: the partition of ``num_tasks`` whose
+  key groups hold the state key of the values at positions (``drpc.state.keygroups``):
+  the task that owns that key's partition of a partitioned state;
 - ``Direct()``: never asked, as a direct stream's emitter names the task.
 
 A module of its own so the compiled build (``drpc/compiled.py``) can compile it: a
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drpc.model.hashing import stable_hash, stable_hash_at
+from drpc.state.keygroups import key_hash
 
 
 class Partitioner:
@@ -148,6 +152,29 @@ class ByBatch(Partitioner):
             self._chosen = self._singletons[stable_hash((batch,)) % self._num_tasks]
             self._last = batch
         return self._chosen
+
+
+class ByKeyGroup(Partitioner):
+    """The task owning the partition of the selected values' state key (see the module doc)."""
+
+    __slots__ = ("_key_groups", "_num_tasks", "_positions", "_single", "_singletons")
+
+    def __init__(self, positions: tuple[int, ...], num_tasks: int, key_groups: int) -> None:
+        self._positions = positions
+        self._single = positions[0] if len(positions) == 1 else None
+        self._num_tasks = num_tasks
+        self._key_groups = key_groups
+        self._singletons: list[tuple[int, ...]] = [(i,) for i in range(num_tasks)]
+
+    def choose(self, values: Sequence[Any]) -> tuple[int, ...]:
+        single = self._single
+        key: Any = (
+            values[single]
+            if single is not None
+            else tuple([values[position] for position in self._positions])
+        )
+        groups = self._key_groups
+        return self._singletons[key_hash(key) % groups * self._num_tasks // groups]
 
 
 class Direct(Partitioner):

@@ -443,12 +443,16 @@ class StateEnvironment:
             local_pins=local.count,
         )
 
-    def run_write(self, fn: Callable[[StateTxn], T], *, what: str = "a write") -> T:
+    def run_write(
+        self, fn: Callable[[StateTxn], T], *, what: str = "a write", keep_from: int | None = None
+    ) -> T:
         """Run ``fn(txn)`` once in one write transaction, commit, and return its result.
 
         If ``fn`` raises, the transaction aborts and the exception propagates. If
         the map is full, its buffered writes are applied again after the map grew
         (see module doc); ``what`` names the write in the log line saying so.
+        ``keep_from``: a version that stays readable whatever the pins say (a state
+        partition's readers pin elsewhere: ``drpc.state.partition``).
         """
         self._check()
         if getattr(self._local, "writing", False):
@@ -459,7 +463,7 @@ class StateEnvironment:
         with self._write_lock:
             self._local.writing = True
             try:
-                return self._write_once(fn, what)
+                return self._write_once(fn, what, keep_from)
             finally:
                 self._local.writing = False
 
@@ -503,6 +507,11 @@ class StateEnvironment:
     def map_size(self) -> int:
         self._check()
         return int(self._lmdb.info()["map_size"])
+
+    def bytes_used(self) -> int:
+        """Bytes of the map in use (LMDB's last page), what a copy of it would hold."""
+        self._check()
+        return (int(self._lmdb.info()["last_pgno"]) + 1) * int(self._lmdb.stat()["psize"])
 
     def lmdb_flags(self) -> dict[str, bool]:
         """The flags LMDB reports for this environment (``sync``, ``metasync``, ...)."""
@@ -621,7 +630,7 @@ class StateEnvironment:
             except lmdb.Error as error:
                 raise self._wrap(error, "begin") from error
 
-    def _write_once(self, fn: Callable[[StateTxn], T], what: str) -> T:
+    def _write_once(self, fn: Callable[[StateTxn], T], what: str, keep_from: int | None) -> T:
         self.reader_check()
         raw = self._begin_write()
         txn = StateTxn(self, raw, write=True, remember=_VERSIONED)
@@ -632,8 +641,11 @@ class StateEnvironment:
             if any(writes.get(name) for name in VERSIONED_DBS):
                 now = time.time()
                 oldest = self._oldest_pin(now)
+                kept = [
+                    v for v in (keep_from, None if oldest is None else oldest[0]) if v is not None
+                ]
                 self.versions.capture(
-                    raw, writes, committed, VERSIONS_DB, now, None if oldest is None else oldest[0]
+                    raw, writes, committed, VERSIONS_DB, now, min(kept) if kept else None
                 )
         except BaseException as error:
             txn._end(commit=False)

@@ -160,6 +160,12 @@ class StateTxn:
             return
         yield from _merge(committed, _pending_range(pending, prefix, start, reverse), reverse)
 
+    def entries(self, db: str) -> int:
+        """How many records ``db`` holds in LMDB's snapshot (this transaction's own writes
+        and an earlier version's overlay not counted)."""
+        self._check_usable(mutate=False)
+        return int(self._raw.stat(self._env._db(db))["entries"])
+
     def _scan_committed(
         self, db: str, prefix: bytes, start: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:

@@ -15,7 +15,11 @@ structure:
   component it subscribes to;
 - a committer also waits for the coordinator's commit tuple (``commit``
   stream, all grouping) before ``finish_batch``: it finishes only in the commit
-  phase, in txid order; bolts after a committer finish after it.
+  phase, in txid order; bolts after a committer finish after it;
+- a committer with more than one task writes a partitioned state
+  (``drpc.transactional.partitions``): its fields groupings become key-group
+  groupings (``KeyGroupGrouping``, ``drpc.state.key.groups`` of ``conf`` key groups),
+  so each task receives the keys its partition holds.
 
 ``topology.transactional`` records the id, the committers and the commit
 components (the committers and everything downstream of one: what runs in the
@@ -40,6 +44,7 @@ from drpc.model.components import (
     IComponent,
 )
 from drpc.model.fields import Fields
+from drpc.model.grouping import FieldsGrouping, KeyGroupGrouping
 from drpc.model.streams import COORDINATED_STREAM_ID, GlobalStreamId, OutputFieldsDeclarer
 from drpc.model.topology import (
     BOLT_TYPES,
@@ -50,6 +55,7 @@ from drpc.model.topology import (
     Topology,
     TopologyBuilder,
 )
+from drpc.state.keygroups import DEFAULT_KEY_GROUPS
 from drpc.transactional.spouts import (
     BATCH_STREAM,
     COMMIT_STREAM,
@@ -59,6 +65,8 @@ from drpc.transactional.spouts import (
 )
 
 COORDINATOR_SUFFIX = "/coordinator"
+KEY_GROUPS_CONF = "drpc.state.key.groups"
+"""Key groups of the partitioned states the topology's committers write (default 128)."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,7 @@ class TransactionalTopologyBuilder:
 
     def create_topology(self, conf: Mapping[str, Any] | None = None) -> Topology:
         coordinator = self.spout_id + COORDINATOR_SUFFIX
+        key_groups = int((conf or {}).get(KEY_GROUPS_CONF) or DEFAULT_KEY_GROUPS)
         builder = TopologyBuilder()
         builder.set_spout(coordinator, TransactionalSpoutCoordinator(self.spout))
         builder.set_bolt(
@@ -193,6 +202,8 @@ class TransactionalTopologyBuilder:
             )
             declarer.add_configurations(spec.conf)
             for stream, grouping in spec.inputs.items():
+                if committer and spec.parallelism > 1 and type(grouping) is FieldsGrouping:
+                    grouping = KeyGroupGrouping(grouping.fields, key_groups)
                 declarer.grouping(stream.component_id, grouping, stream.stream_id)
             for source in sources:
                 declarer.direct_grouping(source, COORDINATED_STREAM_ID)

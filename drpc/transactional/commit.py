@@ -11,12 +11,18 @@ of this txid and the commit record are written in the same transaction, so
 a crash keeps all of a commit or none of it. Returns what commit-phase bolts
 emitted to no one, by component. A task that fails the batch raises
 ``CommitFailed`` with its failure (the caller replays the batch).
+
+The tasks of a partitioned state's committer already committed in their partitions
+(``drpc.transactional.partitions``): ``run(..., done=...)`` takes, by task, what each
+sent on and emitted to no one there, and runs only the rest. ``inbox(task, attempt,
+captured)`` is what such a task commits over: what the processing phase sent it, and
+the commit tuple.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from drpc.errors import Failure
 from drpc.executors.batch import TaskHints, TaskRun
@@ -31,6 +37,17 @@ from drpc.transactional.spouts import (
     TransactionalServices,
     commit_opaque_metas,
 )
+
+
+class Done(Protocol):
+    """What a committer task did where its partition lives: what it sent on, by receiving
+    task, and what it emitted to no one."""
+
+    @property
+    def shipments(self) -> dict[int, Shipment]: ...
+
+    @property
+    def unrouted(self) -> list[tuple[str, list[Any]]]: ...
 
 
 class CommitFailed(Exception):
@@ -73,18 +90,29 @@ class CommitPhase:
         }
         self._coordinator_task = topology.component_task_ids[info.coordinator_id][0]
 
+    def commit_tuple(self, attempt: TransactionAttempt) -> Shipment:
+        return Shipment(
+            self.info.coordinator_id, self._coordinator_task, [(COMMIT_STREAM, [[attempt]])]
+        )
+
+    def inbox(
+        self, task: int, attempt: TransactionAttempt, captured: Mapping[int, list[Shipment]]
+    ) -> list[Shipment]:
+        """What committer task ``task`` commits over (see the module doc)."""
+        return [*captured.get(task, ()), self.commit_tuple(attempt)]
+
     def run(
         self,
         txn: StateTxn,
         attempt: TransactionAttempt,
         captured: Mapping[int, list[Shipment]],
         log_fields: dict[str, Any],
+        done: Mapping[int, Done] | None = None,
     ) -> dict[str, list[list[Any]]]:
         topology, info = self.topology, self.info
+        done = done or {}
         inboxes = {task: list(shipments) for task, shipments in captured.items()}
-        commit_tuple = Shipment(
-            info.coordinator_id, self._coordinator_task, [(COMMIT_STREAM, [[attempt]])]
-        )
+        commit_tuple = self.commit_tuple(attempt)
         for committer in info.committers:
             for task in topology.component_task_ids[committer]:
                 inboxes.setdefault(task, []).append(commit_tuple)
@@ -92,6 +120,14 @@ class CommitPhase:
         with commit_scope(txn, attempt.txid):
             for component in info.commit_components:
                 for index, task in enumerate(topology.component_task_ids[component]):
+                    finished = done.get(task)
+                    if finished is not None:
+                        inboxes.pop(task, None)
+                        for target, shipment in finished.shipments.items():
+                            inboxes.setdefault(target, []).append(shipment)
+                        for _, values in finished.unrouted:
+                            outputs.setdefault(component, []).append(values)
+                        continue
                     run = TaskRun(
                         topology,
                         component,

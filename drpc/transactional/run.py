@@ -66,14 +66,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drpc import config
-from drpc.errors import InvalidTopologyError, StateFullError, TransactionalError
+from drpc.errors import (
+    InvalidTopologyError,
+    PartitionLostError,
+    StateError,
+    StateFullError,
+    TransactionalError,
+)
 from drpc.executors import EXECUTORS
+from drpc.executors.resident.executor import resident_cluster_of
 from drpc.gcpolicy import collected_less_often
 from drpc.model.context import TopologyContext
 from drpc.model.topology import Topology
 from drpc.observe import OBSERVER_SERVICE, Observer, bus
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
-from drpc.state import CoordinatorState, StateEnvironment
+from drpc.state import CoordinatorState, StateEnvironment, StateTxn
+from drpc.state.partition import partition_root
+from drpc.state.partitioned import record_layout, record_maps
 from drpc.state.topology import STATE_DIR_CONF, STATE_SERVICE, TopologyState
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.builder import TransactionalInfo, TransactionalTopologyBuilder
@@ -84,13 +93,24 @@ from drpc.transactional.coordinator import (
     EmitCommit,
     TransactionalCoordinator,
 )
+from drpc.transactional.global_commit import PartitionRef
 from drpc.transactional.local_backend import LocalBackend
+from drpc.transactional.partitions import (
+    DEFAULT_WRITERS,
+    CommitContext,
+    LocalPartitionHost,
+    PartitionedCommit,
+    PartitionHost,
+    PartitionOutcome,
+    partition_layouts,
+)
 from drpc.transactional.processing import (
     Event,
     Processed,
     ProcessingBackend,
     batch_log_fields,
 )
+from drpc.transactional.resident_partitions import PARTITIONS_SERVICE, ResidentPartitionHost
 from drpc.transactional.spark_backend import ResidentBackend, SparkBackend
 from drpc.transactional.spouts import (
     TRANSACTIONAL_SERVICE,
@@ -252,6 +272,7 @@ class TransactionalRunner:
         state_options: dict[str, Any] | None = None,
         observer: Observer | None = None,
         spark_backend: Callable[..., ProcessingBackend] | None = None,
+        partition_writers: int = DEFAULT_WRITERS,
     ) -> None:
         """
         :param max_spout_pending: batches processed at once; None (default) takes the
@@ -263,6 +284,8 @@ class TransactionalRunner:
         :param state_options: options of ``StateEnvironment.open`` for ``state_dir``
             (e.g. ``map_size``, ``max_map_size``, ``sync``); defaults otherwise.
         :param observer: receives ``tx_*`` events (``drpc.observe``).
+        :param partition_writers: partitions of a partitioned state this process applies at
+            once, when they live here (default 4; ``drpc.transactional.partitions``).
         :param spark_backend: the processing backend of ``executor="spark-batch"`` (called
             with ``SparkBackend``'s arguments); None: the topology's own
             (``TransactionalInfo.spark_backend``, Trident's compiled path sets it), else
@@ -335,6 +358,29 @@ class TransactionalRunner:
                 spark_conf,
                 start_timeout,
             )
+        self.layouts = partition_layouts(topology, self.conf)
+        self.partitioned: PartitionedCommit | None = None
+        if self.layouts:
+            commit_context = CommitContext(
+                topology, self.conf, self.services, self.commit_phase.hints
+            )
+            host: PartitionHost
+            if executor == "spark":
+                host = ResidentPartitionHost(
+                    partition_root(str(state_dir), self.conf),
+                    commit_context,
+                    lambda: resident_cluster_of(master, spark_conf, start_timeout),
+                    state_options=state_options,
+                )
+                self.services[PARTITIONS_SERVICE] = host
+            else:
+                host = LocalPartitionHost(
+                    str(state_dir),
+                    commit_context,
+                    writers=partition_writers,
+                    state_options=state_options,
+                )
+            self.partitioned = PartitionedCommit(topology, info, self.layouts, host)
         self.max_attempts = max_attempts
         self.max_timeouts = max_timeouts
         self._failures: collections.Counter[int] = collections.Counter()
@@ -381,10 +427,46 @@ class TransactionalRunner:
 
     def start(self) -> None:
         if not self._started:
+            if self.partitioned is not None:
+                self._start_partitions(self.partitioned)
             self.backend.start(self._events.put)
             self._started = True
             self._unwatch = watch_of(self.spout_coordinator, self._wake)
             self.metadata.watching = self._unwatch is not None
+
+    def _start_partitions(self, partitioned: PartitionedCommit) -> None:
+        """Record the partitioned states' layouts and bring their partitions in line with
+        the global record (``drpc.transactional.partitions``)."""
+
+        def record(txn: StateTxn) -> None:
+            for layout in self.layouts.values():
+                record_layout(txn, layout)
+
+        self.env.run_write(record, what=f"the partition layouts of topology {self.info.id!r}")
+        global_txid = self.coordinator_state.next_txid() - 1
+        partitioned.start(global_txid)
+        log.info(
+            "transactional topology %r: %s at txid %d",
+            self.info.id,
+            ", ".join(
+                f"state {layout.group!r} in {layout.partitions} partitions"
+                for layout in self.layouts.values()
+            ),
+            global_txid,
+            extra={"topology": self.info.id},
+        )
+
+    def _oldest_read_txid(self, global_txid: int) -> int:
+        """The oldest global txid a live request may read (partitions keep its version)."""
+        oldest = self.env.pins.oldest(time.time())
+        if oldest is None:
+            return global_txid
+        try:
+            with self.env.read(version=oldest[0]) as txn:
+                record = self.coordinator_state.last_commit(txn=txn)
+        except StateError:  # reclaimed: that pin outlived its retention
+            return global_txid
+        return min(global_txid, 0 if record is None else record.txid)
 
     def _wake(self) -> None:
         """The spout's coordinator says input may have arrived (from its watcher's thread)."""
@@ -399,6 +481,8 @@ class TransactionalRunner:
         if self._started:
             self._started = False
             self.backend.stop()
+        if self.partitioned is not None:
+            self.partitioned.stop()
         self._writer.release()
         for emitter in self.transactional.emitters():
             close = getattr(emitter, "close", None)
@@ -599,6 +683,35 @@ class TransactionalRunner:
         if self.max_timeouts is not None and self._timeouts[txid] >= self.max_timeouts:
             raise TransactionalError(f"transactional topology {self.info.id!r}: {advice}")
 
+    def _commit_write(self, attempt: TransactionAttempt, processed: Processed) -> Any:
+        """The commit of ``attempt``: one write of the state directory, after the partitions
+        of its partitioned states applied it when it has some."""
+        log_fields = self._log_fields(attempt, "commit")
+        what = f"the commit of txid {attempt.txid} of topology {self.info.id!r}"
+        captured = processed.captured
+        partitioned = self.partitioned
+        if partitioned is None:
+            return self.env.run_write(
+                lambda txn: self.commit_phase.run(txn, attempt, captured, log_fields), what=what
+            )
+        inboxes = {
+            ref: self.commit_phase.inbox(partitioned.task_of(ref), attempt, captured)
+            for ref in partitioned.machine.partitions
+        }
+        keep_from = self._oldest_read_txid(attempt.txid - 1)
+
+        def record(outcomes: dict[PartitionRef, PartitionOutcome]) -> Any:
+            done = {partitioned.task_of(ref): outcome for ref, outcome in outcomes.items()}
+
+            def write(txn: StateTxn) -> Any:
+                for ref, outcome in outcomes.items():
+                    record_maps(txn, ref.group, outcome.maps)
+                return self.commit_phase.run(txn, attempt, captured, log_fields, done=done)
+
+            return self.env.run_write(write, what=what)
+
+        return partitioned.commit(attempt, inboxes, keep_from, log_fields, record)
+
     def _forget_inactive(self) -> None:
         for attempt in list(self._captured):
             if self.coordinator.attempt_of(attempt.txid) != attempt:
@@ -617,12 +730,12 @@ class TransactionalRunner:
         started = time.monotonic()
         try:
             with collected_less_often():
-                outputs = self.env.run_write(
-                    lambda txn: self.commit_phase.run(
-                        txn, attempt, processed.captured, self._log_fields(attempt, "commit")
-                    ),
-                    what=f"the commit of txid {attempt.txid} of topology {self.info.id!r}",
-                )
+                outputs = self._commit_write(attempt, processed)
+        except PartitionLostError as error:
+            raise TransactionalError(
+                f"transactional topology {self.info.id!r}: batch {attempt.txid} cannot commit: "
+                f"{error}; the run stops (nothing of batch {attempt.txid} was committed)"
+            ) from error
         except StateFullError as error:
             raise TransactionalError(
                 f"transactional topology {self.info.id!r}: batch {attempt.txid} cannot commit: "

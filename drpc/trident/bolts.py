@@ -39,11 +39,12 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from drpc.errors import InvalidTupleError, StateError
+from drpc.executors.resident.staging import STAGED
 from drpc.model.components import BaseBatchBolt, BatchOutputCollector, ICommitter
 from drpc.model.fields import Fields
 from drpc.model.streams import OutputFieldsDeclarer
@@ -71,6 +72,21 @@ class KeyedPartials:
     """A batch's combiner partials by group key (``key_of`` the group's values), in one tuple."""
 
     partials: dict[Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StagedPartials:
+    """A batch's combiner partials of one partition, staged at the task owning it by the
+    processing tasks ``senders`` under ``key`` (``drpc.executors.resident.staging``): the
+    committer takes them there, so they never pass through the driver."""
+
+    key: tuple[Any, ...]
+    senders: tuple[int, ...]
+
+
+STAGED_WAIT = 30.0
+"""Seconds a committer waits for staged partials still on their way (then the commit fails
+and the batch is replayed)."""
 
 
 class SegmentBolt(BaseBatchBolt):
@@ -104,14 +120,26 @@ class PersistBolt(BaseBatchBolt, ICommitter):
     """Applies a batch's per-group aggregates to a map state in its commit (see module doc)."""
 
     def __init__(
-        self, state: MapStateFactory, group: Selection, input: Selection, aggregator: Any
+        self,
+        state: MapStateFactory,
+        group: Selection,
+        input: Selection,
+        aggregator: Any,
+        *,
+        partitioned: bool = False,
     ) -> None:
         self.state = state
         self.group = group
         self.input = input
         self.aggregator = aggregator
+        self.partitioned = partitioned
         self.partials: dict[Any, Any] = {}
         self.tuples: defaultdict[Any, list[TridentTuple]] = defaultdict(list)
+
+    @property
+    def partitioned_state(self) -> str | None:
+        """The partitioned state its tasks write (its map state's name), if partitioned."""
+        return self.state.name if self.partitioned else None
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         pass
@@ -127,6 +155,12 @@ class PersistBolt(BaseBatchBolt, ICommitter):
         values = (*tuple.values[1:],)
         if len(values) == 1 and isinstance(values[0], KeyedPartials):
             self._absorb(values[0].partials)
+            return
+        if len(values) == 1 and isinstance(values[0], StagedPartials):
+            staged = values[0]
+            for partials in STAGED.take(staged.key, staged.senders, STAGED_WAIT):
+                self._absorb(partials)
+            STAGED.drop(functools.partial(_given_up, staged.key))
             return
         key = key_of(self.group.values(values))
         if isinstance(self.aggregator, CombinerAggregator):
@@ -176,29 +210,51 @@ class PersistBolt(BaseBatchBolt, ICommitter):
             state.multi_update({key: reduced(tuples) for key, tuples in self.tuples.items()})
 
 
+def _given_up(taken: tuple[Any, ...], key: Hashable) -> bool:
+    """Whether ``key`` was staged for an attempt at or before ``taken``'s txid, of the same
+    partition (``fused.stage_key``): no commit will take it any more."""
+    return isinstance(key, tuple) and key[:3] == taken[:3] and key[3] <= taken[3]
+
+
 def _combined(combine: Callable[[Any, Any], Any], batch: Any, stored: Any) -> Any:
     """A key's value after a batch's partial ``batch``: Storm's combiner value updater."""
     return batch if stored is None else combine(stored, batch)
 
 
-def _commit_state(factory: MapStateFactory, context: Any, conf: dict[str, Any]) -> CommitMapState:
-    """The map state of ``factory`` inside the commit that is finishing this batch."""
+def _commit_state(
+    factory: MapStateFactory, context: Any, conf: dict[str, Any], *, checked: bool = False
+) -> CommitMapState:
+    """The map state of ``factory`` inside the commit that is finishing this batch
+    (``checked``: in a partition, refuse keys other partitions hold)."""
     commit = current_commit()
     if commit is None:
         raise StateError("a Trident state write finished outside its commit")
     txn, txid = commit
-    env = state_for(context.services, conf).env
-    return CommitMapState(factory.open(env), txn, txid)
+    state = state_for(context.services, conf)
+    owner = state.owner if checked else None
+    return CommitMapState(factory.open(state.env), txn, txid, owner)
 
 
 class PartitionPersistBolt(BaseBatchBolt, ICommitter):
     """Hands its task's batch tuples to a state updater in the commit (see the module doc)."""
 
-    def __init__(self, state: MapStateFactory, input: Selection, updater: StateUpdater) -> None:
+    def __init__(
+        self,
+        state: MapStateFactory,
+        input: Selection,
+        updater: StateUpdater,
+        *,
+        partitioned: bool = False,
+    ) -> None:
         self.state = state
         self.input = input
         self.updater = updater
+        self.partitioned = partitioned
         self.tuples: list[TridentTuple] = []
+
+    @property
+    def partitioned_state(self) -> str | None:
+        return self.state.name if self.partitioned else None
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         pass
@@ -215,7 +271,7 @@ class PartitionPersistBolt(BaseBatchBolt, ICommitter):
 
     def finish_batch(self) -> None:
         if self.tuples:
-            state = _commit_state(self.state, self.context, self.conf)
+            state = _commit_state(self.state, self.context, self.conf, checked=True)
             self.updater.update_state(state, self.tuples, _Dropped(0, type(self.updater).__name__))
 
 

@@ -265,10 +265,19 @@ class _Compiler:
         stream = self.emit(parent, segment, node.fields)
         input = Input(segment.name, stream, operation.how, operation.fields)
         parallelism = 1 if input.is_global else segment.parallelism
-        steps = [child for child in node.children if not isinstance(child.operation, Persist)]
-        persists = [child for child in node.children if isinstance(child.operation, Persist)]
+        persists = [
+            child
+            for child in node.children
+            if isinstance(child.operation, Persist)
+            or (_partitioned_persist(child) and operation.how == "fields")
+        ]
+        steps = [child for child in node.children if child not in persists]
         for child in persists:
-            self.persist(child, node.fields, input, parallelism)
+            if isinstance(child.operation, Persist):
+                self.persist(child, node.fields, input, parallelism)
+            else:
+                assert isinstance(child.operation, PartitionPersist)
+                self.partition_persist_of(child, child.operation, node.fields, input)
         if steps or not persists:  # a stream ending in a repartition still gets its tasks
             after = self.segment([input], parallelism)
             self.place(node, steps, node.fields, self.root_of(after), after)
@@ -282,11 +291,25 @@ class _Compiler:
         segment: Component,
     ) -> None:
         stream = self.emit(parent, segment, fields)
-        bolt = PartitionPersistBolt(
-            operation.state, Selection(fields, operation.input), operation.updater
-        )
         input = Input(segment.name, stream, "local")
-        tasks = node.parallelism or segment.parallelism
+        self.partition_persist_of(node, operation, fields, input, segment.parallelism)
+
+    def partition_persist_of(
+        self,
+        node: Node,
+        operation: PartitionPersist,
+        fields: Names,
+        input: Input,
+        parallelism: int = 1,
+    ) -> None:
+        """The committer of ``partition_persist`` ``node`` over ``input`` (see module doc)."""
+        bolt = PartitionPersistBolt(
+            operation.state,
+            Selection(fields, operation.input),
+            operation.updater,
+            partitioned=_partitioned_persist(node),
+        )
+        tasks = node.parallelism or parallelism
         self.components.append(
             Component(f"persist{len(self.components)}", [input], tasks, persist=bolt)
         )
@@ -322,6 +345,7 @@ class _Compiler:
             Selection(fields, operation.group),
             Selection(fields, operation.input),
             operation.aggregator,
+            partitioned=_partitioned_persist(node),
         )
         component = Component(
             f"persist{len(self.components)}",
@@ -330,6 +354,12 @@ class _Compiler:
             persist=bolt,
         )
         self.components.append(component)
+
+
+def _partitioned_persist(node: Node) -> bool:
+    """Whether a state's committer writes a partitioned state: a ``parallelism_hint`` of
+    more than one task on the state itself (without one its tasks share one directory)."""
+    return isinstance(node.operation, Persist | PartitionPersist) and (node.parallelism or 1) > 1
 
 
 def _single_emit(segment: Component) -> Grouping | None:

@@ -40,13 +40,14 @@ import pickle
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from drpc import runtime
 from drpc.errors import DRPCExceptionType, Failure, InvalidTopologyError
 from drpc.executors.records import Shipment
 from drpc.executors.resident.executor import resident_cluster_of
+from drpc.executors.resident.worker import current_worker
 from drpc.executors.spark.stages import load_topology, loaded_topology, tagged_job
 from drpc.gcpolicy import collected_less_often
 from drpc.model.context import TopologyContext
@@ -54,12 +55,15 @@ from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology
 from drpc.semantics.runners import freeze
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
+from drpc.state.keygroups import DEFAULT_KEY_GROUPS, key_hash
 from drpc.transactional.attempt import TransactionAttempt
-from drpc.transactional.builder import TransactionalInfo
+from drpc.transactional.builder import KEY_GROUPS_CONF, TransactionalInfo
+from drpc.transactional.global_commit import PartitionRef
 from drpc.transactional.processing import Event, Processed, ProcessingFailed
 from drpc.transactional.ranges import RangePlanner, RangeSpout, owned_by, reads_on_executors
+from drpc.transactional.resident_partitions import PARTITIONS_SERVICE
 from drpc.transactional.spouts import TransactionalServices
-from drpc.trident.bolts import KeyedPartials, PersistBolt, SegmentBolt
+from drpc.trident.bolts import KeyedPartials, PersistBolt, SegmentBolt, StagedPartials
 from drpc.trident.builtins import key_of
 from drpc.trident.operations import CombinerAggregator
 from drpc.trident.processors import (
@@ -81,11 +85,27 @@ _STEPS = (EachProcessor, FilterProcessor, ProjectProcessor, MapProcessor, FlatMa
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where one emitted stream of the segment goes: a combiner's committer task."""
+    """Where one emitted stream of the segment goes: a combiner's committer tasks (one, or
+    one per partition of a partitioned state, whose keys spread by ``key_groups``)."""
 
     stream: str
-    task: int
+    tasks: tuple[int, ...]
     persist: PersistBolt
+    key_groups: int = DEFAULT_KEY_GROUPS
+
+    def split(self, combined: dict[Any, Any]) -> list[tuple[int, dict[Any, Any]]]:
+        """``combined`` by committer task: all to the first, or each key to its partition's."""
+        if not self.persist.partitioned:
+            return [(self.tasks[0], combined)] if combined else []
+        return [(self.tasks[index], part) for index, part in self.split_by_partition(combined)]
+
+    def split_by_partition(self, combined: dict[Any, Any]) -> list[tuple[int, dict[Any, Any]]]:
+        """``combined`` by the partition each key belongs to (those with keys)."""
+        parts: list[dict[Any, Any]] = [{} for _ in self.tasks]
+        partitions, groups = len(self.tasks), self.key_groups
+        for key, value in combined.items():
+            parts[key_hash(key) % groups * partitions // groups][key] = value
+        return [(index, part) for index, part in enumerate(parts) if part]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +128,30 @@ class RangeTask:
 
 @dataclass(frozen=True, slots=True)
 class TaskOutput:
-    """What one Spark task sends the driver: its partials by group key per stream, its tuple
-    count."""
+    """What one Spark task sends the driver: its partials by group key per stream (but those
+    of streams it staged at their partitions' owners), its tuple count, and the partitions
+    it staged partials for, by stream."""
 
     partials: dict[str, dict[Any, Any]]
     tuples: int
+    staged: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Staging:
+    """Where a resident task hands its partials of partitioned targets: the owner task of
+    each partition, by stream (``drpc.transactional.resident_partitions``)."""
+
+    token: str
+    sender: int  # the emitter share this task computes
+    owners: dict[str, tuple[int, ...]]  # stream -> the node owning each partition
+
+
+def stage_key(
+    token: str, stream: str, partition: int, attempt: TransactionAttempt
+) -> tuple[Any, ...]:
+    """The key a batch attempt's partials of one partition are staged under at its owner."""
+    return (token, stream, partition, attempt.txid, attempt.attempt_id)
 
 
 def _steps_fit(processor: Processor) -> bool:
@@ -165,8 +204,9 @@ def fused_plan(topology: Topology) -> FusedPlan | None:
             persist.aggregator, CombinerAggregator
         ):
             return None
-        task = topology.component_task_ids[readers[0].id][0]
-        targets.append(Target(emit.stream, task, persist))
+        tasks = tuple(topology.component_task_ids[readers[0].id])
+        key_groups = int(topology.conf.get(KEY_GROUPS_CONF) or DEFAULT_KEY_GROUPS)
+        targets.append(Target(emit.stream, tasks, persist, key_groups))
     if not targets:
         return None
     spout_streams = {s.stream_id for s in segment.inputs if s.stream_id != COORDINATED_STREAM_ID}
@@ -244,10 +284,26 @@ def resident_ranges(
     conf: dict[str, Any],
     attempt: TransactionAttempt,
     ranges: list[RangeTask],
+    staging: Staging | None = None,
 ) -> TaskOutput:
     """What a resident task runs for its ranges of a batch (a call; the topology is
-    unpickled once per process)."""
-    return range_partials(loaded_topology(token, frozen), plan, conf, attempt, ranges)
+    unpickled once per process). With ``staging`` the partials of partitioned targets go
+    to their partitions' owners, task to task, and only which partitions got some returns."""
+    output = range_partials(loaded_topology(token, frozen), plan, conf, attempt, ranges)
+    if staging is None:
+        return output
+    worker = current_worker()
+    staged: dict[str, list[int]] = {}
+    for target in plan.targets:
+        owners = staging.owners.get(target.stream)
+        if owners is None:
+            continue
+        partials = output.partials.pop(target.stream)
+        for index, part in target.split_by_partition(partials):
+            key = stage_key(staging.token, target.stream, index, attempt)
+            worker.stage(owners[index], key, staging.sender, part)
+            staged.setdefault(target.stream, []).append(index)
+    return TaskOutput(output.partials, output.tuples, staged)
 
 
 def _shares(ranges: list[RangeTask], tasks: int) -> list[list[RangeTask]]:
@@ -289,6 +345,7 @@ class _FusedBatches:
         self.info = info
         self.conf = conf
         self.transactional = transactional
+        self.services = services
         self.master = master
         self.spark_conf = spark_conf
         self.start_timeout = start_timeout
@@ -350,15 +407,28 @@ class _FusedBatches:
         """The batch's partials combined per group key: one tuple to each committer."""
         captured: dict[int, list[Shipment]] = {}
         for target in self.plan.targets:
+            senders: dict[int, list[int]] = {}
+            for sender, output in enumerate(outputs):
+                for index in output.staged.get(target.stream, ()):
+                    senders.setdefault(index, []).append(sender)
+            for index, staged_by in sorted(senders.items()):
+                key = stage_key(self._token, target.stream, index, attempt)
+                runs = [(target.stream, [[attempt, StagedPartials(key, tuple(staged_by))]])]
+                shipment = Shipment(self.plan.segment, self.plan.segment_task, runs)
+                shipment.reports[attempt] = 1
+                captured.setdefault(target.tasks[index], []).append(shipment)
+            if senders:
+                continue
             combined: dict[Any, Any] = {}
             combine = target.persist.aggregator.combine
             for output in outputs:
-                for key, partial in output.partials[target.stream].items():
+                for key, partial in output.partials.get(target.stream, {}).items():
                     combined[key] = combine(combined[key], partial) if key in combined else partial
-            runs = [(target.stream, [[attempt, KeyedPartials(combined)]])] if combined else []
-            shipment = Shipment(self.plan.segment, self.plan.segment_task, runs)
-            shipment.reports[attempt] = len(runs)
-            captured.setdefault(target.task, []).append(shipment)
+            for task, part in target.split(combined):
+                runs = [(target.stream, [[attempt, KeyedPartials(part)]])]
+                shipment = Shipment(self.plan.segment, self.plan.segment_task, runs)
+                shipment.reports[attempt] = len(runs)
+                captured.setdefault(task, []).append(shipment)
         return captured
 
 
@@ -427,6 +497,7 @@ class ResidentFusedBackend(_FusedBatches):
     ) -> list[TaskOutput]:
         cluster = self._cluster
         workers = cluster.workers
+        owners = self._owners()
         calls = [
             cluster.call(
                 workers[index % len(workers)],
@@ -437,8 +508,25 @@ class ResidentFusedBackend(_FusedBatches):
                 self.conf,
                 attempt,
                 share,
+                None if owners is None else Staging(self._token, index, owners),
             )
             for index, share in enumerate(shares)
         ]
         with collected_less_often():
             return [call.result() for call in calls]
+
+    def _owners(self) -> dict[str, tuple[int, ...]] | None:
+        """The owner task of each partition of the partitioned targets, by stream (None:
+        no target is partitioned, or the partitions are not on the resident tasks)."""
+        host = self.services.get(PARTITIONS_SERVICE)
+        partitioned = [target for target in self.plan.targets if target.persist.partitioned]
+        if host is None or not partitioned:
+            return None
+        placed = host.owners()
+        return {
+            target.stream: tuple(
+                placed[PartitionRef(target.persist.state.name, index)]
+                for index in range(len(target.tasks))
+            )
+            for target in partitioned
+        }

@@ -282,7 +282,9 @@ class StateQueryProcessor(Applies[QueryFunction]):
 
     def prepare(self, batch: BatchContext) -> None:
         services = getattr(batch.topology_context, "services", {})
-        self.query = QueryMapState(self.state.open(state_for(services, batch.conf).env))
+        self.query = QueryMapState(
+            self.state.query(state_for(services, batch.conf).env, batch.conf)
+        )
         super().prepare(batch)
 
     def execute(self, values: Values) -> None:

@@ -19,13 +19,18 @@ Contract.
   ``multi_remove(keys)`` (Storm's ``RemovableMapState``; a removed key reads
   as absent; the kind's txid rules hold through it: see ``drpc.state.maps``),
   each one pass over the batch's keys, written in the commit's LMDB
-  transaction.
+  transaction. With ``owner`` (a partition's layout and index) a write of a key
+  another partition holds raises ``PartitionKeyError``.
 - ``QueryMapState`` is a map as queries see it (``state_query``, DRPC):
   ``multi_get(keys)`` reads committed values in one read transaction; absent
   keys read as None. ``page(limit, after=, prefix=)`` lists at most ``limit``
   entries in key order (a ``MapPage``: the entries and the key the next page
   starts after, None at the end). Both read at the request's pinned version
   inside a DRPC request.
+- ``factory.query(env, conf)`` is the map as queries see it: the map of ``env`` (the
+  run's state directory), or, when the directory's catalog says the map belongs to a
+  partitioned state, a ``PartitionedMap`` reading every partition at one global
+  commit (``drpc.state.partitioned``).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ from drpc.state import (
     TransactionalMap,
 )
 from drpc.state.maps import MapHandle, MapPage, Updater
+from drpc.state.partitioned import PartitionedMap, group_of
+from drpc.state.topology import Owner, check_owned, partitioned_map
 
 StateMapKind = type[TransactionalMap] | type[OpaqueMap] | type[NonTransactionalMap]
 AnyStateMap = TransactionalMap | OpaqueMap | NonTransactionalMap
@@ -73,6 +80,14 @@ class MapStateFactory:
 
     def open(self, env: StateEnvironment) -> AnyStateMap:
         return _open_map(env, self)
+
+    def query(
+        self, env: StateEnvironment, conf: Mapping[str, Any] | None = None
+    ) -> AnyStateMap | PartitionedMap:
+        group = group_of(env, self.name)
+        if group is None:
+            return self.open(env)
+        return partitioned_map(env, group, self.KINDS[self.kind], self.name, None, conf)
 
 
 class LMDBMapState:
@@ -108,26 +123,37 @@ def _open_map(env: StateEnvironment, factory: MapStateFactory) -> AnyStateMap:
 class CommitMapState:
     """A map state inside the commit of one txid (see the module doc)."""
 
-    def __init__(self, state_map: AnyStateMap, txn: StateTxn, txid: int) -> None:
+    def __init__(
+        self, state_map: AnyStateMap, txn: StateTxn, txid: int, owner: Owner | None = None
+    ) -> None:
         self.handle: MapHandle[Any] = state_map.handle(txn, txid)
+        self.owner = owner
+
+    def _check(self, keys: Iterable[Any]) -> None:
+        if self.owner is not None:
+            check_owned(self.owner, self.handle.map.name, keys)
 
     def multi_get(self, keys: Iterable[Any]) -> list[Any]:
         return self.handle.multi_get(keys)
 
     def multi_update(self, updaters: Mapping[Any, Updater]) -> dict[Any, Any]:
+        self._check(updaters)
         return self.handle.multi_update(updaters)
 
     def multi_put(self, values: Mapping[Any, Any]) -> None:
+        self._check(values)
         self.handle.multi_put(values)
 
     def multi_remove(self, keys: Iterable[Any]) -> None:
+        keys = list(keys)
+        self._check(keys)
         self.handle.multi_remove(keys)
 
 
 class QueryMapState:
     """A map state's committed values, for queries (see the module doc)."""
 
-    def __init__(self, state_map: AnyStateMap) -> None:
+    def __init__(self, state_map: AnyStateMap | PartitionedMap) -> None:
         self.map = state_map
 
     def multi_get(self, keys: Iterable[Any]) -> list[Any]:

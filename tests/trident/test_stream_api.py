@@ -347,12 +347,13 @@ def test_committer_hints_on_the_compiled_path_and_partition_persist(tmp_path: Pa
         .parallelism_hint(3)
     )
     compiled = transactional_topology(topology, str(tmp_path))
-    plan = fused_plan(compiled)  # the compiled path still takes it: its commit is one task's
+    plan = fused_plan(compiled)  # the compiled path still takes it: a partition per task
     assert plan is not None
     (target,) = plan.targets
     (committer,) = compiled.transactional.committers if compiled.transactional else ()
-    assert target.task == compiled.component_task_ids[committer][0]
+    assert target.tasks == tuple(compiled.component_task_ids[committer])
     assert len(compiled.component_task_ids[committer]) == 3
+    assert target.persist.partitioned_state == "counts"
     # a global aggregation is a step after a repartition: the general path runs it
     whole = TridentTopology()
     total = whole.new_stream("log", log).aggregate(Count(), ["n"]).parallelism_hint(2)

@@ -22,7 +22,11 @@ Control items travel as wire items ``(None, CONTROL, message)``
   its arguments frozen with cloudpickle) on a thread of its own, and the worker
   answers ``CallDone(call_id, node, result, error)``: what it returned (pickled),
   or why it raised (``error``, then ``result`` is None). Transactional runs on the resident
-  tasks process their batches through calls.
+  tasks process their batches through calls;
+- ``Stage(key, sender, payload)``, from one worker to another: a payload the receiver
+  keeps under ``key`` until a call takes it (``drpc.executors.resident.staging``): what a
+  batch's processing task hands the task that owns a partition of its state, without
+  passing through the driver.
 """
 
 from __future__ import annotations
@@ -77,4 +81,10 @@ class CallDone(NamedTuple):
     error: str | None
 
 
-Control = Ready | Deploy | Deployed | DeployFailed | Undeploy | Stop | Call | CallDone
+class Stage(NamedTuple):
+    key: Any
+    sender: Any
+    payload: Any
+
+
+Control = Ready | Deploy | Deployed | DeployFailed | Undeploy | Stop | Call | CallDone | Stage

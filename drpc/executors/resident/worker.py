@@ -22,7 +22,11 @@ the driver sends ``Stop`` or its connection to the driver breaks:
 - ``Undeploy``: stop that share (the requests its spouts hold fail with
   SERVER_SHUTDOWN);
 - ``Call``: run the function on a thread of the worker's call pool (``threads``
-  of them) and answer ``CallDone`` with what it returned or why it raised;
+  of them) and answer ``CallDone`` with what it returned or why it raised; a function
+  running in a call finds this worker with ``current_worker()`` (its node index, and
+  ``stage(node, key, sender, payload)`` to hand a peer something: ``Stage``);
+- ``Stage``: keep the payload in the process's ``STAGED`` (``drpc.executors.resident.
+  staging``) until a call takes it;
 - a deployment's items go to its share (``routing.dispatch``); items for a
   deployment this worker does not run (an undeployed one) are dropped.
 
@@ -53,6 +57,7 @@ from drpc.executors.resident.control import (
     Deployed,
     DeployFailed,
     Ready,
+    Stage,
     Stop,
     Undeploy,
 )
@@ -64,6 +69,7 @@ from drpc.executors.resident.routing import (
     dispatch_items,
     hosted_by,
 )
+from drpc.executors.resident.staging import STAGED
 from drpc.executors.resident.transport import Address, Node
 from drpc.logs import configure_worker_logging
 
@@ -71,6 +77,15 @@ log = logging.getLogger(__name__)
 
 PEER_TIMEOUT = 60.0
 """Seconds a resident task waits for the tasks after it to connect before it gives up."""
+
+_current: ResidentWorker | None = None
+
+
+def current_worker() -> ResidentWorker:
+    """The resident task this process runs (for functions running in its calls)."""
+    if _current is None:
+        raise RuntimeError("no resident task runs in this process")
+    return _current
 
 
 class ResidentWorker:
@@ -133,6 +148,8 @@ class ResidentWorker:
             ).start()
         elif isinstance(message, Call):
             self.calls.submit(self._call, message)
+        elif isinstance(message, Stage):
+            STAGED.put(message.key, message.sender, message.payload)
         elif isinstance(message, Stop):
             self._finish("stopped by the driver")
 
@@ -145,6 +162,14 @@ class ResidentWorker:
             log.exception("resident task %d: call %d raised", self.index, message.call_id)
             done = CallDone(message.call_id, self.index, None, f"{type(error).__name__}: {error}")
         self.node.send(DRIVER, (None, CONTROL, done))
+
+    def stage(self, node: int, key: Any, sender: Any, payload: Any) -> None:
+        """Hand ``payload`` from ``sender`` to worker ``node`` under ``key`` (this worker:
+        directly)."""
+        if node == self.index:
+            STAGED.put(key, sender, payload)
+        elif not self.node.send(node, (None, CONTROL, Stage(key, sender, payload))):
+            raise RuntimeError(f"resident task {self.index}: resident task {node} is not connected")
 
     def _stop_share(self, key: str, failure: Failure) -> None:
         """Stop a deployment's share: its fetching, its engine, then the requests its
@@ -251,7 +276,8 @@ def resident_task(
     context = BarrierTaskContext.get()
     node_index = context.partitionId() + 1
     executor_host = context.getTaskInfos()[context.partitionId()].address.rsplit(":", 1)[0]
-    worker = ResidentWorker(node_index, token, threads)
+    global _current
+    worker = _current = ResidentWorker(node_index, token, threads)
     host, port = worker.node.listen(executor_host)
     peers = [json.loads(entry) for entry in context.allGather(json.dumps([node_index, host, port]))]
     worker.node.connect(DRIVER, driver)

@@ -1,0 +1,377 @@
+"""Partitioned states as readers see them: the global record's catalog, and maps read across
+partitions at one global commit.
+
+Contract.
+
+- **The catalog** (in the state directory the run's driver writes, ``CATALOG_DB``):
+  ``record_layout(txn, layout)`` keeps a partitioned state's ``PartitionLayout``;
+  recording another layout under the same group raises ``StateError`` naming both (a
+  state's partitions and key groups are fixed once it has data). ``record_maps(txn,
+  group, names)`` records which group holds each map; a map already held by another
+  group raises ``StateError``. ``layouts(env)`` and ``group_of(env, map)`` read them.
+- **Which commit a read sees.** A DRPC request pins one version of the state directory
+  (``drpc.state.versions``); for each partitioned state the directory holds,
+  ``pinned_commits(txn)`` gives the read keys its request carries: the global commit of
+  the state's topology at that version (``commit_read_key``). A read of a partitioned
+  map reads every partition at that txid (``StatePartition.read``), so an answer never
+  mixes two commits, wherever the partitions are. Outside such a request it reads at the
+  latest global commit when this host has the directory's global record, else at each
+  partition's latest.
+- ``PartitionedMap(source, layout, kind, name, default)`` reads one map of a partitioned
+  state like a map of one directory (``drpc.state.maps``): ``get``, ``multi_get``,
+  ``stored``, ``items`` and ``page`` (at most ``limit`` keys in key order across every
+  partition, merged by their stored encoding: the order of a one-directory map).
+  ``source`` reaches the partitions (``PartitionSource``): ``LocalPartitions`` opens the
+  ones under a partition root of this host; a partition it does not find raises
+  ``PartitionLostError`` naming it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from drpc.errors import InvalidQueryError, PartitionLostError, StateError
+from drpc.state.codec import StateKey, encode_key, encode_name
+from drpc.state.coordinator import CoordinatorState
+from drpc.state.env import CATALOG_DB, StateEnvironment, StateTxn
+from drpc.state.keygroups import partition_of
+from drpc.state.maps import MapPage, NonTransactionalMap, OpaqueMap, TransactionalMap
+from drpc.state.partition import (
+    PartitionLayout,
+    StatePartition,
+    partition_path,
+    partition_root,
+)
+from drpc.state.records import decode_plain, encode_plain
+from drpc.state.versions import READS
+
+T = TypeVar("T")
+
+MapKind = type[TransactionalMap] | type[OpaqueMap] | type[NonTransactionalMap]
+AnyMap = TransactionalMap | OpaqueMap | NonTransactionalMap
+
+_GROUP = b"\x00group"
+_MAP = b"\x00map"
+CATALOG_RECORDS = b"\x00"
+"""What the partition catalog's keys start with: no map name's (its length byte is >= 1)."""
+_MISSING: Any = object()
+
+
+# -- the catalog ------------------------------------------------------------------------------
+
+
+def record_layout(txn: StateTxn, layout: PartitionLayout) -> None:
+    key = _GROUP + encode_name(layout.group, "a partitioned state's name")
+    stored = txn.get(CATALOG_DB, key)
+    if stored is not None:
+        found = PartitionLayout.from_plain(decode_plain(stored, "a partition layout"))
+        if found != layout:
+            raise StateError(
+                f"state directory {txn.env.path!r} holds state {layout.group!r} in "
+                f"{found.partitions} partition(s) of {found.key_groups} key groups (topology "
+                f"{found.topology!r}); this run asks for {layout.partitions} partition(s) of "
+                f"{layout.key_groups} (topology {layout.topology!r}). A state keeps its "
+                "partitions: run with the committer's parallelism it was made with, or use "
+                "a new state directory"
+            )
+        return
+    txn.put(CATALOG_DB, key, encode_plain(layout.as_plain(), "a partition layout"))
+
+
+def layouts(env: StateEnvironment, txn: StateTxn | None = None) -> dict[str, PartitionLayout]:
+    """Every partitioned state the directory's catalog records, by group."""
+    with env.reading(txn) as t:
+        return {
+            layout.group: layout
+            for _, value in t.scan(CATALOG_DB, _GROUP)
+            if (layout := PartitionLayout.from_plain(decode_plain(value, "a partition layout")))
+        }
+
+
+def record_maps(txn: StateTxn, group: str, names: Iterable[str]) -> None:
+    for name in names:
+        key = _MAP + encode_name(name, "map name")
+        stored = txn.get(CATALOG_DB, key)
+        if stored is None:
+            txn.put(CATALOG_DB, key, encode_plain(group, "a map's partitioned state"))
+            continue
+        holder = decode_plain(stored, "a map's partitioned state")
+        if holder != group:
+            raise StateError(
+                f"map {name!r} in {txn.env.path!r} is written by partitioned state {holder!r}; "
+                f"{group!r} cannot write it too"
+            )
+
+
+def group_of(env: StateEnvironment, name: str, txn: StateTxn | None = None) -> str | None:
+    """The partitioned state holding map ``name``, or None (a map of the directory itself)."""
+    with env.reading(txn) as t:
+        stored = t.get(CATALOG_DB, _MAP + encode_name(name, "map name"))
+    return None if stored is None else str(decode_plain(stored, "a map's partitioned state"))
+
+
+# -- which commit a read sees ----------------------------------------------------------------
+
+
+def commit_read_key(directory: str, topology: str) -> str:
+    """The read key a request carries for the global commit of ``topology``'s partitioned
+    states in ``directory`` (a NUL never appears in a path, so no directory's own key)."""
+    return f"{directory}\x00{topology}"
+
+
+def pinned_commits(env: StateEnvironment, txn: StateTxn) -> tuple[tuple[str, int], ...]:
+    """The read keys and global txids of the partitioned states ``txn``'s version holds."""
+    topologies = sorted({layout.topology for layout in layouts(env, txn).values()})
+    commits = []
+    for topology in topologies:
+        record = CoordinatorState(env, topology).last_commit(txn=txn)
+        commits.append((commit_read_key(env.path, topology), 0 if record is None else record.txid))
+    return tuple(commits)
+
+
+def pinned_commit(directory: str, topology: str) -> int | None:
+    """The global txid of ``topology`` this thread's request reads at, if it pinned one."""
+    reads = READS.reads
+    if reads:
+        key = commit_read_key(directory, topology)
+        for read_key, txid in reads:
+            if read_key == key:
+                return txid
+    return None
+
+
+def has_global_record(state_dir: str) -> bool:
+    """Whether this host holds ``state_dir``'s own LMDB files (the driver's directory)."""
+    return os.path.exists(os.path.join(state_dir, "data.mdb"))
+
+
+# -- reading across partitions ---------------------------------------------------------------
+
+
+class PartitionSource(Protocol):
+    """Runs a read on a partition of a partitioned state, wherever the partition is."""
+
+    def read(
+        self,
+        layout: PartitionLayout,
+        index: int,
+        txid: int | None,
+        fn: Callable[[StatePartition, Any], T],
+    ) -> T: ...
+
+
+class LocalPartitions:
+    """The partitions under a partition root of this host, each opened once."""
+
+    def __init__(self, root: str, options: Mapping[str, Any] | None = None) -> None:
+        """:param options: ``StateEnvironment.open``'s, for a writer (none: a reader takes
+        the environment this process has open, whatever its options)."""
+        self.root = root
+        self.options = dict(options or {})
+        self._lock = threading.Lock()
+        self._open: dict[tuple[str, int], StatePartition] = {}
+
+    def exists(self, layout: PartitionLayout, index: int) -> bool:
+        path = partition_path(self.root, layout.group, index)
+        return os.path.exists(os.path.join(path, "data.mdb"))
+
+    def partition(
+        self, layout: PartitionLayout, index: int, *, create_at: int | None = None
+    ) -> StatePartition:
+        """Partition ``index`` of ``layout``; made holding ``create_at`` when it is not
+        there and that is given, else ``PartitionLostError`` naming this host."""
+        key = (layout.group, index)
+        with self._lock:
+            partition = self._open.get(key)
+            if partition is not None and not partition.env.closed:
+                return partition
+            if create_at is None and not self.exists(layout, index):
+                raise PartitionLostError(
+                    layout.group, index, os.uname().nodename, f"it is not under {self.root!r}"
+                )
+            path = partition_path(self.root, layout.group, index)
+            partition = self._open[key] = StatePartition.open(
+                path, layout, index, start_txid=create_at or 0, **self.options
+            )
+            return partition
+
+    def close(self) -> None:
+        """Close every partition opened here."""
+        with self._lock:
+            opened, self._open = list(self._open.values()), {}
+        for partition in opened:
+            if not partition.env.closed:
+                partition.env.close()
+
+    def read(
+        self,
+        layout: PartitionLayout,
+        index: int,
+        txid: int | None,
+        fn: Callable[[StatePartition, Any], T],
+    ) -> T:
+        partition = self.partition(layout, index)
+        with partition.read(txid) as txn:
+            return fn(partition, txn)
+
+
+_sources: dict[str, LocalPartitions] = {}
+_sources_lock = threading.Lock()
+
+
+def local_partitions(state_dir: str, conf: Mapping[str, Any] | None = None) -> LocalPartitions:
+    """This process's ``LocalPartitions`` of ``state_dir`` (one per partition root)."""
+    root = partition_root(state_dir, conf)
+    with _sources_lock:
+        source = _sources.get(root)
+        if source is None:
+            source = _sources[root] = LocalPartitions(root)
+        return source
+
+
+_maps: dict[tuple[str, str, str], AnyMap] = {}
+_maps_lock = threading.Lock()
+
+
+def partition_map(partition: StatePartition, kind: MapKind, name: str, default: Any) -> AnyMap:
+    """The process's one map object of ``kind`` and ``name`` in ``partition``."""
+    key = (partition.env.path, kind.__name__, name)
+    with _maps_lock:
+        found = _maps.get(key)
+        if found is None or found.env is not partition.env or found.default != default:
+            found = _maps[key] = kind(partition.env, name, default=default)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    entries: list[tuple[bytes, StateKey, Any]]
+    more: bool
+
+
+class PartitionedMap:
+    """One map of a partitioned state, read across its partitions (see the module doc)."""
+
+    def __init__(
+        self,
+        source: PartitionSource,
+        layout: PartitionLayout,
+        kind: MapKind,
+        name: str,
+        default: Any = None,
+        *,
+        state_dir: str | None = None,
+        latest_txid: Callable[[], int | None] | None = None,
+    ) -> None:
+        self.source = source
+        self.layout = layout
+        self.kind = kind
+        self.name = name
+        self.default = default
+        self.state_dir = state_dir
+        self._latest_txid = latest_txid
+
+    def __repr__(self) -> str:
+        return (
+            f"<PartitionedMap {self.name!r} of {self.layout.group!r} "
+            f"({self.layout.partitions} partitions)>"
+        )
+
+    def read_txid(self) -> int | None:
+        """The global txid reads see now (see the module doc)."""
+        if self.state_dir is not None:
+            pinned = pinned_commit(self.state_dir, self.layout.topology)
+            if pinned is not None:
+                return pinned
+        return None if self._latest_txid is None else self._latest_txid()
+
+    def _by_partition(self, keys: list[StateKey]) -> dict[int, list[int]]:
+        layout = self.layout
+        spread: dict[int, list[int]] = {}
+        for at, key in enumerate(keys):
+            index = partition_of(key, layout.partitions, layout.key_groups)
+            spread.setdefault(index, []).append(at)
+        return spread
+
+    def multi_get(self, keys: Iterable[StateKey], default: Any = _MISSING) -> list[Any]:
+        fallback = self.default if default is _MISSING else default
+        keys = list(keys)
+        values: list[Any] = [fallback] * len(keys)
+        txid = self.read_txid()
+        kind, name, map_default = self.kind, self.name, self.default
+        for index, positions in self._by_partition(keys).items():
+            wanted = [keys[at] for at in positions]
+
+            def read(partition: StatePartition, txn: Any, wanted: list[Any] = wanted) -> list[Any]:
+                state_map = partition_map(partition, kind, name, map_default)
+                return state_map.multi_get(wanted, fallback, txn=txn)
+
+            found = self.source.read(self.layout, index, txid, read)
+            for at, value in zip(positions, found, strict=True):
+                values[at] = value
+        return values
+
+    def get(self, key: StateKey, default: Any = _MISSING) -> Any:
+        [value] = self.multi_get([key], default)
+        return value
+
+    def stored(self, key: StateKey) -> Any:
+        index = partition_of(key, self.layout.partitions, self.layout.key_groups)
+        kind, name, default = self.kind, self.name, self.default
+        return self.source.read(
+            self.layout,
+            index,
+            self.read_txid(),
+            lambda partition, txn: partition_map(partition, kind, name, default).stored(
+                key, txn=txn
+            ),
+        )
+
+    def items(self) -> list[tuple[StateKey, Any]]:
+        """Every key and committed value, in key order."""
+        entries: list[tuple[bytes, StateKey, Any]] = []
+        txid = self.read_txid()
+        kind, name, default = self.kind, self.name, self.default
+        for index in range(self.layout.partitions):
+            listed = self.source.read(
+                self.layout,
+                index,
+                txid,
+                lambda partition, txn: partition_map(partition, kind, name, default).items(txn=txn),
+            )
+            entries.extend((encode_key(key), key, value) for key, value in listed)
+        entries.sort(key=lambda entry: entry[0])
+        return [(key, value) for _, key, value in entries]
+
+    def page(
+        self, limit: int, *, after: StateKey | None = None, prefix: StateKey | None = None
+    ) -> MapPage:
+        """At most ``limit`` keys and values after ``after`` among those starting with
+        ``prefix``, in key order across every partition (see the module doc)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidQueryError(f"{self!r}: a page's limit is an int >= 1, got {limit!r}")
+        txid = self.read_txid()
+        kind, name, default = self.kind, self.name, self.default
+
+        def listed(partition: StatePartition, txn: Any) -> _Listed:
+            page = partition_map(partition, kind, name, default).page(
+                limit, after=after, prefix=prefix, txn=txn
+            )
+            return _Listed(
+                [(encode_key(key), key, value) for key, value in page.entries],
+                page.next_after is not None,
+            )
+
+        pages = [
+            self.source.read(self.layout, index, txid, listed)
+            for index in range(self.layout.partitions)
+        ]
+        merged = list(heapq.merge(*(page.entries for page in pages), key=lambda e: e[0]))
+        entries = [(key, value) for _, key, value in merged[:limit]]
+        more = len(merged) > limit or any(page.more for page in pages)
+        return MapPage(entries, entries[-1][0] if more and entries else None)

@@ -1,0 +1,430 @@
+"""A run's partitioned states: which committers they are, where their partitions live, and
+the commit of a txid across them.
+
+Contract.
+
+- ``partition_layouts(topology, conf)``: a committer component with more than one task
+  writes a partitioned state (Storm's way: a state's partitions are its committer's
+  tasks). Its group is the committer bolt's ``partitioned_state`` (Trident's persist
+  bolts name their map state when a ``parallelism_hint`` on the state asked for
+  partitions, and None otherwise: their tasks then share the directory), else the
+  component id; its key groups the topology's ``drpc.state.key.groups``
+  (``DEFAULT_KEY_GROUPS``), which its groupings used. A partitioned committer must
+  take its input from the processing phase (its partitions apply before the global
+  record): one fed by another commit-phase component raises ``InvalidTopologyError``.
+- ``apply_partition(partition, context, work)`` is what runs where a partition lives:
+  the committer task's commit (``TaskRun``, its ``finish_batch``) inside the partition's
+  write transaction (``StatePartition.apply``), with ``context.state`` the partition's
+  maps; a write of a key another partition owns raises ``PartitionKeyError``. It returns
+  a ``PartitionOutcome``: what the task sent on (to commit-phase bolts after it, run by
+  the driver) and emitted to no one, the maps the partition holds, or the failure (the
+  write then aborts; a ``PartitionLostError`` or ``StateFullError`` as ``lost`` or
+  ``full``, which stop the run), and never raises.
+- A ``PartitionHost`` keeps the partitions somewhere: ``LocalPartitionHost`` in this
+  process, under ``partition_root`` (the local and spark-batch executors), applying
+  the partitions of a txid on ``writers`` threads at once, and closing them when it
+  stops.
+- ``PartitionedCommit(topology, info, layouts, host, ...)`` drives the rules of
+  ``drpc.transactional.global_commit``: ``start(global_txid)`` finds what each
+  partition holds (making new ones, raising ``PartitionLostError`` for a lost one), and
+  ``commit(attempt, inboxes, record)`` applies ``attempt`` to every partition, then
+  calls ``record(outcomes)`` (the driver's write: the commit-phase bolts after the
+  committers and the global commit record, in one transaction) and returns what it
+  returned. A partition that failed raises ``CommitFailed`` (the run replays the txid);
+  a lost one ``PartitionLostError`` (the run stops).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from drpc.errors import (
+    DRPCExceptionType,
+    Failure,
+    InvalidTopologyError,
+    PartitionLostError,
+    StateFullError,
+)
+from drpc.executors.batch import TaskHints, TaskRun
+from drpc.executors.records import Shipment
+from drpc.model.topology import Topology
+from drpc.state import StateTxn
+from drpc.state.env import CATALOG_DB
+from drpc.state.keygroups import DEFAULT_KEY_GROUPS
+from drpc.state.partition import (
+    PartitionLayout,
+    PartitionStatus,
+    StatePartition,
+    partition_root,
+)
+from drpc.state.partitioned import LocalPartitions
+from drpc.state.topology import STATE_SERVICE, TopologyState, commit_scope
+from drpc.transactional.attempt import TransactionAttempt
+from drpc.transactional.builder import KEY_GROUPS_CONF, TransactionalInfo
+from drpc.transactional.commit import CommitFailed
+from drpc.transactional.global_commit import (
+    Apply,
+    Create,
+    Decision,
+    GlobalCommit,
+    Lost,
+    PartitionRef,
+    RecordGlobal,
+    Replay,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WRITERS = 4
+"""Partitions a ``LocalPartitionHost`` applies at once."""
+
+T = TypeVar("T")
+
+
+def partition_layouts(topology: Topology, conf: Mapping[str, Any]) -> dict[str, PartitionLayout]:
+    """The partitioned state of each committer with more than one task (see module doc)."""
+    info = topology.transactional
+    if info is None:
+        return {}
+    key_groups = int(topology.conf.get(KEY_GROUPS_CONF) or DEFAULT_KEY_GROUPS)
+    commit = set(info.commit_components)
+    found: dict[str, PartitionLayout] = {}
+    for component in sorted(info.committers):
+        spec = topology.components[component]
+        if spec.parallelism < 2:
+            continue
+        feeding = sorted(
+            {
+                stream.component_id
+                for stream in spec.inputs
+                if stream.component_id in commit and stream.component_id != info.coordinator_id
+            }
+        )
+        if feeding:
+            raise InvalidTopologyError(
+                f"a committer with {spec.parallelism} tasks writes a partitioned state, whose "
+                "partitions apply each batch before the global commit record; it must take its "
+                f"input from the processing phase, not from commit-phase {feeding}",
+                component,
+            )
+        group = getattr(spec.user_component, "partitioned_state", component)
+        if group is None:  # a committer whose tasks share the directory (Trident's unhinted)
+            continue
+        found[component] = PartitionLayout(group, info.id, spec.parallelism, key_groups)
+    groups = [layout.group for layout in found.values()]
+    if len(set(groups)) != len(groups):
+        raise InvalidTopologyError(
+            f"two partitioned committers write the same state: {sorted(groups)}"
+        )
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionWork:
+    """What partition ``ref`` applies for ``attempt``: its committer task's inbox."""
+
+    ref: PartitionRef
+    component: str
+    attempt: TransactionAttempt
+    inbox: list[Shipment]
+    keep_from: int
+    log_fields: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    """What applying a ``PartitionWork`` did."""
+
+    ref: PartitionRef
+    held: int
+    shipments: dict[int, Shipment] = field(default_factory=dict)
+    unrouted: list[tuple[str, list[Any]]] = field(default_factory=list)
+    maps: tuple[str, ...] = ()
+    failure: Failure | None = None
+    lost: PartitionLostError | None = None
+    full: StateFullError | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitContext:
+    """What a partition's commit needs of the run, wherever it runs."""
+
+    topology: Topology
+    conf: dict[str, Any]
+    services: dict[str, Any]
+    hints: dict[str, TaskHints]
+
+
+class _Failed(Exception):
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def apply_partition(
+    partition: StatePartition, context: CommitContext, work: PartitionWork
+) -> PartitionOutcome:
+    """Apply ``work`` to ``partition`` (see the module doc)."""
+    attempt = work.attempt
+    ref = work.ref
+    services = {
+        **context.services,
+        STATE_SERVICE: TopologyState(partition.env, owner=(partition.layout, partition.index)),
+    }
+
+    def commit(txn: StateTxn) -> PartitionOutcome:
+        with commit_scope(txn, attempt.txid):
+            run = TaskRun(
+                context.topology,
+                work.component,
+                ref.index,
+                job_ids=(attempt,),
+                conf=context.conf,
+                services=services,
+                hints=context.hints.get(work.component),
+                log_fields={attempt: work.log_fields},
+            ).run(work.inbox)
+        if run.failures:
+            raise _Failed(next(iter(run.failures.values())))
+        maps = tuple(
+            sorted(
+                key[1:].decode("utf-8")
+                for key, _ in txn.scan(CATALOG_DB, b"")
+                if key[:1] != b"\x00" and key[0] == len(key) - 1
+            )
+        )
+        return PartitionOutcome(ref, attempt.txid, run.shipments(), list(run.unrouted), maps)
+
+    try:
+        return partition.apply(attempt.txid, commit, keep_from=work.keep_from)
+    except _Failed as failed:
+        return PartitionOutcome(ref, partition.held(), failure=failed.failure)
+    except PartitionLostError as error:
+        return PartitionOutcome(ref, -1, lost=error)
+    except StateFullError as error:  # stops the run: a replay would not fit either
+        return PartitionOutcome(ref, -1, full=error)
+    except Exception as error:
+        message = (
+            f"Request failed: the commit of txid {attempt.txid} in partition {ref.index} of "
+            f"{ref.group!r} raised {type(error).__name__}: {error}"
+        )
+        return PartitionOutcome(
+            ref,
+            -1,
+            failure=Failure(DRPCExceptionType.FAILED_REQUEST, message, work.component, ref.index),
+        )
+
+
+class PartitionHost(Protocol):
+    """Where a run's partitions live (see the module doc)."""
+
+    def held(
+        self, layouts: Mapping[str, PartitionLayout]
+    ) -> tuple[dict[PartitionRef, int | None], dict[PartitionRef, str | None]]:
+        """What each partition holds (None: found nowhere), and the host it is on."""
+        ...
+
+    def create(self, layout: PartitionLayout, index: int, start_txid: int) -> None: ...
+
+    def apply(self, works: list[PartitionWork]) -> list[PartitionOutcome]: ...
+
+    def status(self, layouts: Mapping[str, PartitionLayout]) -> list[dict[str, Any]]: ...
+
+    def stop(self) -> None: ...
+
+
+class LocalPartitionHost:
+    """The partitions in this process, under ``partition_root(state_dir, conf)``."""
+
+    def __init__(
+        self,
+        state_dir: str,
+        context: CommitContext,
+        *,
+        writers: int = DEFAULT_WRITERS,
+        state_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.context = context
+        self.partitions = LocalPartitions(partition_root(state_dir, context.conf), state_options)
+        self.host = os.uname().nodename
+        self._layouts: dict[str, PartitionLayout] = {}
+        self._pool = ThreadPoolExecutor(max(1, writers), thread_name_prefix="drpc-partition")
+
+    def held(
+        self, layouts: Mapping[str, PartitionLayout]
+    ) -> tuple[dict[PartitionRef, int | None], dict[PartitionRef, str | None]]:
+        held: dict[PartitionRef, int | None] = {}
+        partitions = self.partitions
+        for layout in layouts.values():
+            self._layouts[layout.group] = layout
+            for index in range(layout.partitions):
+                ref = PartitionRef(layout.group, index)
+                exists = partitions.exists(layout, index)
+                held[ref] = partitions.partition(layout, index).held() if exists else None
+        return held, dict.fromkeys(held, self.host)
+
+    def create(self, layout: PartitionLayout, index: int, start_txid: int) -> None:
+        self.partitions.partition(layout, index, create_at=start_txid)
+
+    def apply(self, works: list[PartitionWork]) -> list[PartitionOutcome]:
+        def one(work: PartitionWork) -> PartitionOutcome:
+            layout = self._layouts[work.ref.group]
+            try:
+                partition = self.partitions.partition(layout, work.ref.index)
+            except PartitionLostError as error:
+                return PartitionOutcome(work.ref, -1, lost=error, host=self.host)
+            return apply_partition(partition, self.context, work)
+
+        if len(works) == 1:
+            return [one(works[0])]
+        return list(self._pool.map(one, works))
+
+    def status(self, layouts: Mapping[str, PartitionLayout]) -> list[dict[str, Any]]:
+        found = []
+        for layout in layouts.values():
+            for index in range(layout.partitions):
+                try:
+                    status = self.partitions.partition(layout, index).status()
+                except Exception as error:
+                    found.append({"group": layout.group, "index": index, "error": str(error)})
+                    continue
+                found.append(_status_record(status, self.host, 0))
+        return found
+
+    def stop(self) -> None:
+        """Close the partitions: a stopped run holds no state open (readers reopen them)."""
+        self._pool.shutdown(wait=True)
+        self.partitions.close()
+
+
+def _status_record(status: PartitionStatus, host: str, task: int) -> dict[str, Any]:
+    return {
+        "group": status.group,
+        "index": status.index,
+        "host": host,
+        "task": task,
+        "txid": status.held,
+        "keys": status.keys,
+        "bytes": status.bytes,
+        "path": status.path,
+    }
+
+
+class PartitionedCommit:
+    """The commits of a run's partitioned states (see the module doc)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        info: TransactionalInfo,
+        layouts: Mapping[str, PartitionLayout],
+        host: PartitionHost,
+    ) -> None:
+        self.topology = topology
+        self.info = info
+        self.layouts = dict(layouts)  # by committer component
+        self.host = host
+        self._component_of = {layout.group: component for component, layout in layouts.items()}
+        self.machine = GlobalCommit(
+            tuple(
+                PartitionRef(layout.group, index)
+                for layout in layouts.values()
+                for index in range(layout.partitions)
+            )
+        )
+
+    def ref_of_task(self, task: int) -> PartitionRef | None:
+        """The partition a committer task owns, if its component is partitioned."""
+        component = self.topology.task_component[task]
+        layout = self.layouts.get(component)
+        if layout is None:
+            return None
+        return PartitionRef(layout.group, self.topology.component_task_ids[component].index(task))
+
+    def task_of(self, ref: PartitionRef) -> int:
+        component = self._component_of[ref.group]
+        return self.topology.component_task_ids[component][ref.index]
+
+    def start(self, global_txid: int) -> None:
+        by_group = {layout.group: layout for layout in self.layouts.values()}
+        held, hosts = self.host.held(self.layouts)
+        for decision in self.machine.recover(global_txid, held, hosts):
+            if isinstance(decision, Create):
+                self.host.create(
+                    by_group[decision.partition.group], decision.partition.index, global_txid
+                )
+            elif isinstance(decision, Lost):
+                raise PartitionLostError(
+                    decision.partition.group,
+                    decision.partition.index,
+                    decision.host,
+                    decision.reason,
+                )
+
+    def commit(
+        self,
+        attempt: TransactionAttempt,
+        inboxes: Mapping[PartitionRef, list[Shipment]],
+        keep_from: int,
+        log_fields: dict[str, Any],
+        record: Callable[[dict[PartitionRef, PartitionOutcome]], T],
+    ) -> T:
+        decisions = self.machine.begin(attempt.txid)
+        works = [
+            PartitionWork(
+                decision.partition,
+                self._component_of[decision.partition.group],
+                attempt,
+                list(inboxes.get(decision.partition, ())),
+                keep_from,
+                log_fields,
+            )
+            for decision in decisions
+            if isinstance(decision, Apply)
+        ]
+        outcomes = {outcome.ref: outcome for outcome in self.host.apply(works)}
+        after: list[Decision] = []
+        for ref in sorted(outcomes):
+            outcome = outcomes[ref]
+            if outcome.full is not None:
+                self.machine.abandon(attempt.txid, str(outcome.full))
+                raise outcome.full
+            if outcome.lost is not None:
+                after += self.machine.lost(ref, outcome.host, outcome.lost.detail)
+            elif outcome.failure is not None:
+                after += self.machine.failed(ref, attempt.txid, outcome.failure.message)
+            else:
+                after += self.machine.applied(ref, attempt.txid)
+        for decision in after:
+            if isinstance(decision, Lost):
+                lost = outcomes[decision.partition].lost
+                assert lost is not None
+                raise lost
+            if isinstance(decision, Replay):
+                failed = next(o for o in outcomes.values() if o.failure is not None)
+                assert failed.failure is not None
+                raise CommitFailed(failed.failure)
+            if isinstance(decision, RecordGlobal):
+                try:
+                    result = record(outcomes)
+                except BaseException:
+                    self.machine.abandon(attempt.txid, "the global commit failed")
+                    raise
+                self.machine.committed(attempt.txid)
+                return result
+        raise AssertionError(f"the commit of txid {attempt.txid} ended without a decision")
+
+    def abandon(self, txid: int) -> None:
+        self.machine.abandon(txid, "abandoned")
+
+    def status(self) -> list[dict[str, Any]]:
+        return self.host.status(self.layouts)
+
+    def stop(self) -> None:
+        self.host.stop()

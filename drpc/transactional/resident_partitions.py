@@ -1,0 +1,326 @@
+"""Partitions on the resident Spark tasks: each lives on the local disk of the task that owns
+it, and applies its txids there (``executor="spark"``).
+
+Contract. ``ResidentPartitionHost(state_dir, context, cluster, ...)`` is a
+``PartitionHost`` (``drpc.transactional.partitions``) whose partitions live on the
+resident tasks (``drpc.executors.resident``), under ``partition_root(state_dir, conf)``
+as each task's host resolves it (``drpc.state.local.dir``, else the state directory's
+path on that host): never on the driver.
+
+- **Placement.** Partition ``i`` of a state belongs to resident task ``1 + i mod
+  slots``, unless only other tasks find it on their disk (a task of another host), then
+  to the one of them holding the latest txid. ``held`` asks every task what it finds
+  (``worker_held``); a partition no task finds is None (made anew while nothing was
+  committed, lost otherwise). Placement is done again whenever the resident job
+  restarted (its tasks are new processes, maybe on other hosts).
+- ``apply(works)`` sends each partition's work to its owner as a call
+  (``worker_apply``), all at once; the owner applies it in its own LMDB write
+  transaction (``apply_partition``). A call that fails (the resident job broke, the
+  task died) is that partition's failure: the txid is replayed, on the new job.
+- ``owners()`` maps each partition to its task, for processing tasks that hand their
+  per-key partials straight to the owner (``drpc.trident.fused``).
+- Nothing per key goes through the driver: it sends each owner the txid's work (the
+  inbox the processing phase captured for that committer task, or on Trident's compiled
+  path a marker of the partials staged at the owner) and gets an outcome back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from drpc.errors import DRPCExceptionType, Failure, PartitionLostError
+from drpc.executors.resident.cluster import ResidentCluster
+from drpc.executors.resident.worker import current_worker
+from drpc.executors.spark.stages import loaded_topology
+from drpc.semantics.runners import freeze
+from drpc.state.partition import PartitionLayout
+from drpc.state.partitioned import LocalPartitions
+from drpc.transactional.global_commit import PartitionRef
+from drpc.transactional.partitions import (
+    CommitContext,
+    PartitionOutcome,
+    PartitionWork,
+    apply_partition,
+)
+
+log = logging.getLogger(__name__)
+
+PARTITIONS_SERVICE = "drpc.partitions"
+"""The run's partition host, for processing backends that stage partials at the owners."""
+
+# -- on the resident tasks --------------------------------------------------------------------
+
+_roots: dict[tuple[str, tuple[tuple[str, Any], ...]], LocalPartitions] = {}
+_roots_lock = threading.Lock()
+
+
+def _partitions(root: str, options: Mapping[str, Any]) -> LocalPartitions:
+    """This task's partitions under ``root`` (one ``LocalPartitions`` per root and options)."""
+    key = (root, tuple(sorted(options.items())))
+    with _roots_lock:
+        found = _roots.get(key)
+        if found is None:
+            found = _roots[key] = LocalPartitions(root, options)
+        return found
+
+
+def worker_held(
+    root: str, layouts: list[PartitionLayout], options: Mapping[str, Any]
+) -> tuple[str, dict[tuple[str, int], int]]:
+    """This task's host, and what each partition found on its disk holds."""
+    found: dict[tuple[str, int], int] = {}
+    partitions = _partitions(root, options)
+    for layout in layouts:
+        for index in range(layout.partitions):
+            if partitions.exists(layout, index):
+                found[(layout.group, index)] = partitions.partition(layout, index).held()
+    return os.uname().nodename, found
+
+
+def worker_create(
+    root: str, layout: PartitionLayout, index: int, start_txid: int, options: Mapping[str, Any]
+) -> None:
+    _partitions(root, options).partition(layout, index, create_at=start_txid)
+
+
+def worker_apply(
+    root: str,
+    token: str,
+    frozen: bytes,
+    conf: dict[str, Any],
+    hints: dict[str, Any],
+    layout: PartitionLayout,
+    work: PartitionWork,
+    options: Mapping[str, Any],
+) -> PartitionOutcome:
+    """Apply ``work`` to this task's partition (see the module doc)."""
+    host = os.uname().nodename
+    try:
+        partition = _partitions(root, options).partition(layout, work.ref.index)
+    except PartitionLostError as error:
+        return PartitionOutcome(work.ref, -1, lost=error, host=host)
+    context = CommitContext(loaded_topology(token, frozen), conf, {}, hints)
+    outcome = apply_partition(partition, context, work)
+    return PartitionOutcome(
+        outcome.ref,
+        outcome.held,
+        outcome.shipments,
+        outcome.unrouted,
+        outcome.maps,
+        outcome.failure,
+        outcome.lost,
+        outcome.full,
+        host,
+    )
+
+
+def worker_status(
+    root: str,
+    layouts: list[PartitionLayout],
+    owned: list[tuple[str, int]],
+    options: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    node = current_worker().index
+    by_group = {layout.group: layout for layout in layouts}
+    found = []
+    for group, index in owned:
+        try:
+            status = _partitions(root, options).partition(by_group[group], index).status()
+        except Exception as error:
+            found.append({"group": group, "index": index, "task": node, "error": str(error)})
+            continue
+        found.append(
+            {
+                "group": status.group,
+                "index": status.index,
+                "host": os.uname().nodename,
+                "task": node,
+                "txid": status.held,
+                "keys": status.keys,
+                "bytes": status.bytes,
+                "path": status.path,
+            }
+        )
+    return found
+
+
+# -- on the driver ----------------------------------------------------------------------------
+
+
+class ResidentPartitionHost:
+    """The run's partitions on the resident tasks (see the module doc)."""
+
+    def __init__(
+        self,
+        root: str,
+        context: CommitContext,
+        cluster: Callable[[], ResidentCluster],
+        *,
+        state_options: Mapping[str, Any] | None = None,
+        token: str = "",
+    ) -> None:
+        """:param cluster: gives the process's resident job (asked when first needed)."""
+        self.root = root
+        self.context = context
+        self._cluster_of = cluster
+        self._cluster: ResidentCluster | None = None
+        self.options = dict(state_options or {})
+        self.token = token or f"partitions-{id(self)}"
+        self._frozen = freeze(context.topology)
+        self._layouts: dict[str, PartitionLayout] = {}
+        self._owners: dict[PartitionRef, int] = {}
+        self._hosts: dict[PartitionRef, str | None] = {}
+        self._generation = -1
+        self._lock = threading.Lock()
+
+    @property
+    def cluster(self) -> ResidentCluster:
+        if self._cluster is None:
+            self._cluster = self._cluster_of()
+        return self._cluster
+
+    def _default_owner(self, ref: PartitionRef) -> int:
+        workers = self.cluster.workers
+        return workers[ref.index % len(workers)]
+
+    def held(
+        self, layouts: Mapping[str, PartitionLayout]
+    ) -> tuple[dict[PartitionRef, int | None], dict[PartitionRef, str | None]]:
+        self._layouts = {layout.group: layout for layout in layouts.values()}
+        return self._discover()
+
+    def _discover(
+        self,
+    ) -> tuple[dict[PartitionRef, int | None], dict[PartitionRef, str | None]]:
+        cluster = self.cluster
+        generation = cluster.generation
+        layouts = list(self._layouts.values())
+        calls = {
+            node: cluster.call(node, worker_held, self.root, layouts, self.options)
+            for node in cluster.workers
+        }
+        found: dict[PartitionRef, dict[int, int]] = {}
+        hosts: dict[int, str] = {}
+        for node, call in calls.items():
+            host, held = call.result()
+            hosts[node] = host
+            for (group, index), txid in held.items():
+                found.setdefault(PartitionRef(group, index), {})[node] = txid
+        held_by: dict[PartitionRef, int | None] = {}
+        owners: dict[PartitionRef, int] = {}
+        for layout in layouts:
+            for index in range(layout.partitions):
+                ref = PartitionRef(layout.group, index)
+                default = self._default_owner(ref)
+                on = found.get(ref, {})
+                if not on:
+                    held_by[ref] = None
+                    owners[ref] = default
+                    continue
+                best = max(on.values())
+                owner = (
+                    default
+                    if on.get(default) == best
+                    else min(node for node, txid in on.items() if txid == best)
+                )
+                owners[ref] = owner
+                held_by[ref] = best
+        with self._lock:
+            self._owners = owners
+            self._hosts = {ref: hosts.get(node) for ref, node in owners.items()}
+            self._generation = generation
+        log.info(
+            "partitions on the resident tasks: %s",
+            ", ".join(
+                f"{ref.group}[{ref.index}] on task {node} ({hosts.get(node)})"
+                for ref, node in sorted(owners.items())
+            ),
+        )
+        return held_by, dict(self._hosts)
+
+    def owners(self) -> dict[PartitionRef, int]:
+        if self.cluster.generation != self._generation:
+            self._discover()
+        with self._lock:
+            return dict(self._owners)
+
+    def create(self, layout: PartitionLayout, index: int, start_txid: int) -> None:
+        ref = PartitionRef(layout.group, index)
+        node = self.owners()[ref]
+        self.cluster.call(
+            node, worker_create, self.root, layout, index, start_txid, self.options
+        ).result()
+
+    def apply(self, works: list[PartitionWork]) -> list[PartitionOutcome]:
+        try:
+            owners = self.owners()
+        except Exception as error:
+            return [self._failed(work, error) for work in works]
+        calls: list[tuple[PartitionWork, Future[PartitionOutcome] | Exception]] = []
+        for work in works:
+            try:
+                calls.append(
+                    (
+                        work,
+                        self.cluster.call(
+                            owners[work.ref],
+                            worker_apply,
+                            self.root,
+                            self.token,
+                            self._frozen,
+                            self.context.conf,
+                            self.context.hints,
+                            self._layouts[work.ref.group],
+                            work,
+                            self.options,
+                        ),
+                    )
+                )
+            except Exception as error:
+                calls.append((work, error))
+        outcomes = []
+        for work, call in calls:
+            if isinstance(call, Exception):
+                outcomes.append(self._failed(work, call))
+                continue
+            try:
+                outcomes.append(call.result())
+            except Exception as error:
+                outcomes.append(self._failed(work, error))
+        return outcomes
+
+    def _failed(self, work: PartitionWork, error: BaseException) -> PartitionOutcome:
+        message = (
+            f"the commit of txid {work.attempt.txid} in partition {work.ref.index} of "
+            f"{work.ref.group!r} on the resident tasks failed: {error}"
+        )
+        return PartitionOutcome(
+            work.ref,
+            -1,
+            failure=Failure(DRPCExceptionType.INTERNAL_ERROR, message, work.component),
+            host=self._hosts.get(work.ref),
+        )
+
+    def status(self, layouts: Mapping[str, PartitionLayout]) -> list[dict[str, Any]]:
+        owners = self.owners()
+        by_node: dict[int, list[tuple[str, int]]] = {}
+        for ref, node in owners.items():
+            by_node.setdefault(node, []).append((ref.group, ref.index))
+        found: list[dict[str, Any]] = []
+        calls = [
+            self.cluster.call(
+                node, worker_status, self.root, list(self._layouts.values()), owned, self.options
+            )
+            for node, owned in by_node.items()
+        ]
+        for call in calls:
+            found.extend(call.result())
+        return sorted(found, key=lambda entry: (entry["group"], entry["index"]))
+
+    def stop(self) -> None:
+        pass
