@@ -9,7 +9,9 @@ configuration the reads go key by key as Storm's Trident does, and some answers 
 
 ``build_vocabulary_counts(batches)`` declares it: a transactional spout of ``batches``
 batches, each the ``VOCABULARY`` once (200 words), counted into the transactional map
-``counts`` (and, with ``doubles``, summing 2 a word into ``doubles``); the ``counts``
+``counts`` (in ``partitions`` partitions: a ``parallelism_hint`` on the state, each
+partition its own LMDB directory; and, with ``doubles``, summing 2 a word into
+``doubles``); the ``counts``
 stream splits its argument into words, reads each word's count (and double) over 4
 tasks and answers ``[[word, count(, double)], ...]``. ``before_split`` and
 ``after_split`` add ``each`` steps to the query (on ``args``, then on ``word``),
@@ -95,6 +97,7 @@ def build_vocabulary_counts(
     before_split: Sequence[Function] = (),
     after_split: Sequence[Function] = (),
     query_function: QueryFunction | None = None,
+    partitions: int = 1,
 ) -> TridentTopology:
     """The writer's stream and the ``counts`` query (see the module doc); the query reads
     the counts with ``query_function`` (default ``MapGet()``)."""
@@ -106,6 +109,8 @@ def build_vocabulary_counts(
     counts = stream.group_by(["word"]).persistent_aggregate(
         LMDBMapState.transactional("counts"), Count(), ["count"]
     )
+    if partitions > 1:
+        counts.parallelism_hint(partitions)
     query = topology.new_drpc_stream("counts")
     for function in before_split:
         query = query.each(["args"], function, [])

@@ -8,7 +8,9 @@ Contract.
   recording another layout under the same group raises ``StateError`` naming both (a
   state's partitions and key groups are fixed once it has data). ``record_maps(txn,
   group, names)`` records which group holds each map; a map already held by another
-  group raises ``StateError``. ``layouts(env)`` and ``group_of(env, map)`` read them.
+  group raises ``StateError``. ``record_placement`` keeps where each partition lives
+  (its host, and the resident task owning it). ``layouts``, ``group_of`` and
+  ``placements`` read them.
 - **Which commit a read sees.** A DRPC request pins one version of the state directory
   (``drpc.state.versions``); for each partitioned state the directory holds,
   ``pinned_commits(txn)`` gives the read keys its request carries: the global commit of
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from drpc.errors import InvalidQueryError, PartitionLostError, StateError
-from drpc.state.codec import StateKey, encode_key, encode_name
+from drpc.state.codec import StateKey, decode_names, encode_key, encode_name
 from drpc.state.coordinator import CoordinatorState
 from drpc.state.env import CATALOG_DB, StateEnvironment, StateTxn
 from drpc.state.keygroups import partition_of
@@ -57,6 +59,7 @@ AnyMap = TransactionalMap | OpaqueMap | NonTransactionalMap
 
 _GROUP = b"\x00group"
 _MAP = b"\x00map"
+_PLACE = b"\x00place"
 CATALOG_RECORDS = b"\x00"
 """What the partition catalog's keys start with: no map name's (its length byte is >= 1)."""
 _MISSING: Any = object()
@@ -113,6 +116,25 @@ def group_of(env: StateEnvironment, name: str, txn: StateTxn | None = None) -> s
     with env.reading(txn) as t:
         stored = t.get(CATALOG_DB, _MAP + encode_name(name, "map name"))
     return None if stored is None else str(decode_plain(stored, "a map's partitioned state"))
+
+
+def record_placement(txn: StateTxn, group: str, index: int, host: str | None, task: int) -> None:
+    """Record where partition ``index`` of ``group`` lives (its host, and the resident task
+    owning it; 0: the run's own process), for status tools on any host."""
+    key = _PLACE + encode_name(group, "a partitioned state's name") + index.to_bytes(4, "big")
+    txn.put(CATALOG_DB, key, encode_plain({"host": host, "task": task}, "a partition's place"))
+
+
+def placements(
+    env: StateEnvironment, txn: StateTxn | None = None
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Where each partition lived when the run last recorded it, by (group, index)."""
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    with env.reading(txn) as t:
+        for key, value in t.scan(CATALOG_DB, _PLACE):
+            [group], rest = decode_names(key[len(_PLACE) :], 1)
+            found[(group, int.from_bytes(rest, "big"))] = decode_plain(value, "a place")
+    return found
 
 
 # -- which commit a read sees ----------------------------------------------------------------

@@ -12,9 +12,11 @@
 otherwise; it stops when the source runs dry (``--until-idle``, the default),
 after ``--max-batches`` commits, or on SIGINT/SIGTERM (finishing the commit in
 progress). Exit status: 0 done, 1 the run failed, 2 bad arguments.
-``status`` lists each topology's last committed txid and time, and the
-committed state maps with their sizes; it only reads, so a directory that does
-not exist or holds no state is reported (exit 2), never created.
+``status`` lists each topology's last committed txid and time, the committed
+state maps with their sizes, and each partition of a partitioned state: where the
+run last had it (host, resident task) and, when it is on this host, the txid it
+holds, its keys and bytes; it only reads, so a directory that does not exist or
+holds no state is reported (exit 2), never created.
 ``MODULE`` is imported as ``python -m`` would, the working directory first
 (``drpc.commandline``); usage errors are one line on stderr.
 """
@@ -52,6 +54,8 @@ from drpc.state.env import (
     MIN_MAP_SIZE,
     parse_size,
 )
+from drpc.state.partition import PartitionLayout, partition_root
+from drpc.state.partitioned import CATALOG_RECORDS, LocalPartitions, layouts, placements
 from drpc.transactional.run import DEFAULT_MAX_TIMEOUTS, CommitInfo, TransactionalRunner
 
 
@@ -249,14 +253,19 @@ def status(state_dir: str) -> dict[str, Any]:
         }
         maps: dict[str, dict[str, Any]] = {}
         for key, kind in txn.scan(CATALOG_DB, b""):
+            if key.startswith(CATALOG_RECORDS):  # partitioned states' records
+                continue
             [name], _ = decode_names(key, 1)
             keys = sum(1 for _ in txn.scan(MAPS_DB, key))
             maps[name] = {"kind": kind.decode(), "keys": keys}
+        groups = layouts(env, txn)
+        places = placements(env, txn)
     versions = env.version_status()
     return {
         "state_dir": state_dir,
         "topologies": topologies,
         "maps": maps,
+        "partitions": partition_report(state_dir, groups, places),
         "versions": {
             "latest": versions.latest,
             "oldest_readable": versions.horizon,
@@ -265,6 +274,33 @@ def status(state_dir: str) -> dict[str, Any]:
             "oldest_pin_age": versions.oldest_pin_age,
         },
     }
+
+
+def partition_report(
+    state_dir: str,
+    groups: dict[str, PartitionLayout],
+    places: dict[tuple[str, int], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Each partition of the directory's partitioned states: where the run last had it
+    (host, resident task) and, when it is on this host, what it holds."""
+    partitions = LocalPartitions(partition_root(state_dir))
+    report = []
+    try:
+        for layout in groups.values():
+            for index in range(layout.partitions):
+                entry: dict[str, Any] = {
+                    "group": layout.group,
+                    "index": index,
+                    **places.get((layout.group, index), {"host": None, "task": None}),
+                }
+                if partitions.exists(layout, index):
+                    found = partitions.partition(layout, index).status()
+                    entry.update(txid=found.held, keys=found.keys, bytes=found.bytes)
+                    entry["path"] = found.path
+                report.append(entry)
+    finally:
+        partitions.close()
+    return report
 
 
 def _status(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -286,6 +322,16 @@ def _status(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print("  no commits yet")
     for name, info in sorted(report["maps"].items()):
         print(f"  map {name} ({info['kind']}): {info['keys']} keys")
+    for entry in report["partitions"]:
+        where = f"on {entry['host'] or 'an unknown host'}"
+        if entry["task"]:
+            where += f", resident task {entry['task']}"
+        held = (
+            f"txid {entry['txid']}, {entry['keys']} keys, {entry['bytes']} bytes"
+            if "txid" in entry
+            else "not on this host"
+        )
+        print(f"  partition {entry['index']} of {entry['group']} {where}: {held}")
     versions = report["versions"]
     pinned = (
         f"oldest pinned {versions['oldest_pinned']} ({versions['oldest_pin_age']:.1f} s ago)"

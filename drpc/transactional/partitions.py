@@ -36,6 +36,7 @@ Contract.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -56,12 +57,7 @@ from drpc.model.topology import Topology
 from drpc.state import StateTxn
 from drpc.state.env import CATALOG_DB
 from drpc.state.keygroups import DEFAULT_KEY_GROUPS
-from drpc.state.partition import (
-    PartitionLayout,
-    PartitionStatus,
-    StatePartition,
-    partition_root,
-)
+from drpc.state.partition import PartitionLayout, StatePartition, partition_root
 from drpc.state.partitioned import LocalPartitions
 from drpc.state.topology import STATE_SERVICE, TopologyState, commit_scope
 from drpc.transactional.attempt import TransactionAttempt
@@ -149,6 +145,19 @@ class PartitionOutcome:
     lost: PartitionLostError | None = None
     full: StateFullError | None = None
     host: str | None = None
+    task: int = 0  # the resident task it lives on (0: this process)
+    keys: int = 0  # records the partition holds after it, and the bytes of its map in use
+    bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a partition was found: the txid it holds (None: found nowhere), its host and
+    the resident task it lives on (0: this process)."""
+
+    txid: int | None
+    host: str | None
+    task: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +211,9 @@ def apply_partition(
         return PartitionOutcome(ref, attempt.txid, run.shipments(), list(run.unrouted), maps)
 
     try:
-        return partition.apply(attempt.txid, commit, keep_from=work.keep_from)
+        outcome = partition.apply(attempt.txid, commit, keep_from=work.keep_from)
+        status = partition.status()
+        return dataclasses.replace(outcome, keys=status.keys, bytes=status.bytes)
     except _Failed as failed:
         return PartitionOutcome(ref, partition.held(), failure=failed.failure)
     except PartitionLostError as error:
@@ -224,17 +235,13 @@ def apply_partition(
 class PartitionHost(Protocol):
     """Where a run's partitions live (see the module doc)."""
 
-    def held(
-        self, layouts: Mapping[str, PartitionLayout]
-    ) -> tuple[dict[PartitionRef, int | None], dict[PartitionRef, str | None]]:
-        """What each partition holds (None: found nowhere), and the host it is on."""
+    def held(self, layouts: Mapping[str, PartitionLayout]) -> dict[PartitionRef, Placement]:
+        """Where each partition of ``layouts`` is, and what it holds."""
         ...
 
     def create(self, layout: PartitionLayout, index: int, start_txid: int) -> None: ...
 
     def apply(self, works: list[PartitionWork]) -> list[PartitionOutcome]: ...
-
-    def status(self, layouts: Mapping[str, PartitionLayout]) -> list[dict[str, Any]]: ...
 
     def stop(self) -> None: ...
 
@@ -256,18 +263,16 @@ class LocalPartitionHost:
         self._layouts: dict[str, PartitionLayout] = {}
         self._pool = ThreadPoolExecutor(max(1, writers), thread_name_prefix="drpc-partition")
 
-    def held(
-        self, layouts: Mapping[str, PartitionLayout]
-    ) -> tuple[dict[PartitionRef, int | None], dict[PartitionRef, str | None]]:
-        held: dict[PartitionRef, int | None] = {}
+    def held(self, layouts: Mapping[str, PartitionLayout]) -> dict[PartitionRef, Placement]:
+        held: dict[PartitionRef, Placement] = {}
         partitions = self.partitions
         for layout in layouts.values():
             self._layouts[layout.group] = layout
             for index in range(layout.partitions):
-                ref = PartitionRef(layout.group, index)
                 exists = partitions.exists(layout, index)
-                held[ref] = partitions.partition(layout, index).held() if exists else None
-        return held, dict.fromkeys(held, self.host)
+                txid = partitions.partition(layout, index).held() if exists else None
+                held[PartitionRef(layout.group, index)] = Placement(txid, self.host)
+        return held
 
     def create(self, layout: PartitionLayout, index: int, start_txid: int) -> None:
         self.partitions.partition(layout, index, create_at=start_txid)
@@ -279,41 +284,17 @@ class LocalPartitionHost:
                 partition = self.partitions.partition(layout, work.ref.index)
             except PartitionLostError as error:
                 return PartitionOutcome(work.ref, -1, lost=error, host=self.host)
-            return apply_partition(partition, self.context, work)
+            outcome = apply_partition(partition, self.context, work)
+            return dataclasses.replace(outcome, host=self.host)
 
         if len(works) == 1:
             return [one(works[0])]
         return list(self._pool.map(one, works))
 
-    def status(self, layouts: Mapping[str, PartitionLayout]) -> list[dict[str, Any]]:
-        found = []
-        for layout in layouts.values():
-            for index in range(layout.partitions):
-                try:
-                    status = self.partitions.partition(layout, index).status()
-                except Exception as error:
-                    found.append({"group": layout.group, "index": index, "error": str(error)})
-                    continue
-                found.append(_status_record(status, self.host, 0))
-        return found
-
     def stop(self) -> None:
         """Close the partitions: a stopped run holds no state open (readers reopen them)."""
         self._pool.shutdown(wait=True)
         self.partitions.close()
-
-
-def _status_record(status: PartitionStatus, host: str, task: int) -> dict[str, Any]:
-    return {
-        "group": status.group,
-        "index": status.index,
-        "host": host,
-        "task": task,
-        "txid": status.held,
-        "keys": status.keys,
-        "bytes": status.bytes,
-        "path": status.path,
-    }
 
 
 class PartitionedCommit:
@@ -331,6 +312,8 @@ class PartitionedCommit:
         self.layouts = dict(layouts)  # by committer component
         self.host = host
         self._component_of = {layout.group: component for component, layout in layouts.items()}
+        self.placed: dict[PartitionRef, PartitionOutcome] = {}
+        """The last outcome of each partition: where it lives and what it holds."""
         self.machine = GlobalCommit(
             tuple(
                 PartitionRef(layout.group, index)
@@ -353,7 +336,18 @@ class PartitionedCommit:
 
     def start(self, global_txid: int) -> None:
         by_group = {layout.group: layout for layout in self.layouts.values()}
-        held, hosts = self.host.held(self.layouts)
+        found = self.host.held(self.layouts)
+        self.placed = {
+            ref: PartitionOutcome(
+                ref,
+                global_txid if place.txid is None else place.txid,
+                host=place.host,
+                task=place.task,
+            )
+            for ref, place in found.items()
+        }
+        held = {ref: place.txid for ref, place in found.items()}
+        hosts = {ref: place.host for ref, place in found.items()}
         for decision in self.machine.recover(global_txid, held, hosts):
             if isinstance(decision, Create):
                 self.host.create(
@@ -389,6 +383,9 @@ class PartitionedCommit:
             if isinstance(decision, Apply)
         ]
         outcomes = {outcome.ref: outcome for outcome in self.host.apply(works)}
+        for ref, outcome in outcomes.items():
+            if outcome.failure is None and outcome.lost is None and outcome.full is None:
+                self.placed[ref] = outcome
         after: list[Decision] = []
         for ref in sorted(outcomes):
             outcome = outcomes[ref]
@@ -424,7 +421,20 @@ class PartitionedCommit:
         self.machine.abandon(txid, "abandoned")
 
     def status(self) -> list[dict[str, Any]]:
-        return self.host.status(self.layouts)
+        """Each partition's owner (host, task), the txid it holds, its keys and bytes, as
+        of its last commit."""
+        return [
+            {
+                "group": ref.group,
+                "index": ref.index,
+                "host": outcome.host,
+                "task": outcome.task,
+                "txid": outcome.held,
+                "keys": outcome.keys,
+                "bytes": outcome.bytes,
+            }
+            for ref, outcome in sorted(self.placed.items())
+        ]
 
     def stop(self) -> None:
         self.host.stop()

@@ -19,6 +19,7 @@ path on that host): never on the driver.
   task died) is that partition's failure: the txid is replayed, on the new job.
 - ``owners()`` maps each partition to its task, for processing tasks that hand their
   per-key partials straight to the owner (``drpc.trident.fused``).
+- ``stop()`` closes the partitions on the tasks: a stopped run holds none open.
 - Nothing per key goes through the driver: it sends each owner the txid's work (the
   inbox the processing phase captured for that committer task, or on Trident's compiled
   path a marker of the partials staged at the owner) and gets an outcome back.
@@ -26,6 +27,7 @@ path on that host): never on the driver.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -45,6 +47,7 @@ from drpc.transactional.partitions import (
     CommitContext,
     PartitionOutcome,
     PartitionWork,
+    Placement,
     apply_partition,
 )
 
@@ -103,50 +106,19 @@ def worker_apply(
     try:
         partition = _partitions(root, options).partition(layout, work.ref.index)
     except PartitionLostError as error:
-        return PartitionOutcome(work.ref, -1, lost=error, host=host)
+        return PartitionOutcome(work.ref, -1, lost=error, host=host, task=current_worker().index)
     context = CommitContext(loaded_topology(token, frozen), conf, {}, hints)
     outcome = apply_partition(partition, context, work)
-    return PartitionOutcome(
-        outcome.ref,
-        outcome.held,
-        outcome.shipments,
-        outcome.unrouted,
-        outcome.maps,
-        outcome.failure,
-        outcome.lost,
-        outcome.full,
-        host,
-    )
+    return dataclasses.replace(outcome, host=host, task=current_worker().index)
 
 
-def worker_status(
-    root: str,
-    layouts: list[PartitionLayout],
-    owned: list[tuple[str, int]],
-    options: Mapping[str, Any],
-) -> list[dict[str, Any]]:
-    node = current_worker().index
-    by_group = {layout.group: layout for layout in layouts}
-    found = []
-    for group, index in owned:
-        try:
-            status = _partitions(root, options).partition(by_group[group], index).status()
-        except Exception as error:
-            found.append({"group": group, "index": index, "task": node, "error": str(error)})
-            continue
-        found.append(
-            {
-                "group": status.group,
-                "index": status.index,
-                "host": os.uname().nodename,
-                "task": node,
-                "txid": status.held,
-                "keys": status.keys,
-                "bytes": status.bytes,
-                "path": status.path,
-            }
-        )
-    return found
+def worker_close(root: str) -> None:
+    """Close this task's partitions under ``root`` (a stopped run holds none open)."""
+    with _roots_lock:
+        closing = [key for key in _roots if key[0] == root]
+        found = [_roots.pop(key) for key in closing]
+    for partitions in found:
+        partitions.close()
 
 
 # -- on the driver ----------------------------------------------------------------------------
@@ -188,15 +160,11 @@ class ResidentPartitionHost:
         workers = self.cluster.workers
         return workers[ref.index % len(workers)]
 
-    def held(
-        self, layouts: Mapping[str, PartitionLayout]
-    ) -> tuple[dict[PartitionRef, int | None], dict[PartitionRef, str | None]]:
+    def held(self, layouts: Mapping[str, PartitionLayout]) -> dict[PartitionRef, Placement]:
         self._layouts = {layout.group: layout for layout in layouts.values()}
         return self._discover()
 
-    def _discover(
-        self,
-    ) -> tuple[dict[PartitionRef, int | None], dict[PartitionRef, str | None]]:
+    def _discover(self) -> dict[PartitionRef, Placement]:
         cluster = self.cluster
         generation = cluster.generation
         layouts = list(self._layouts.values())
@@ -241,7 +209,7 @@ class ResidentPartitionHost:
                 for ref, node in sorted(owners.items())
             ),
         )
-        return held_by, dict(self._hosts)
+        return {ref: Placement(held_by[ref], hosts.get(node), node) for ref, node in owners.items()}
 
     def owners(self) -> dict[PartitionRef, int]:
         if self.cluster.generation != self._generation:
@@ -306,21 +274,14 @@ class ResidentPartitionHost:
             host=self._hosts.get(work.ref),
         )
 
-    def status(self, layouts: Mapping[str, PartitionLayout]) -> list[dict[str, Any]]:
-        owners = self.owners()
-        by_node: dict[int, list[tuple[str, int]]] = {}
-        for ref, node in owners.items():
-            by_node.setdefault(node, []).append((ref.group, ref.index))
-        found: list[dict[str, Any]] = []
-        calls = [
-            self.cluster.call(
-                node, worker_status, self.root, list(self._layouts.values()), owned, self.options
-            )
-            for node, owned in by_node.items()
-        ]
-        for call in calls:
-            found.extend(call.result())
-        return sorted(found, key=lambda entry: (entry["group"], entry["index"]))
-
     def stop(self) -> None:
-        pass
+        """Close the partitions on the resident tasks (when the job still runs)."""
+        cluster = self._cluster
+        if cluster is None:
+            return
+        try:
+            calls = [cluster.call(node, worker_close, self.root) for node in cluster.workers]
+            for call in calls:
+                call.result(timeout=30)
+        except Exception as error:  # a stopped or broken job took its processes with it
+            log.debug("could not close the partitions on the resident tasks: %s", error)

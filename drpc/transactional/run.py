@@ -82,7 +82,7 @@ from drpc.observe import OBSERVER_SERVICE, Observer, bus
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
 from drpc.state import CoordinatorState, StateEnvironment, StateTxn
 from drpc.state.partition import partition_root
-from drpc.state.partitioned import record_layout, record_maps
+from drpc.state.partitioned import record_layout, record_maps, record_placement
 from drpc.state.topology import STATE_DIR_CONF, STATE_SERVICE, TopologyState
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.builder import TransactionalInfo, TransactionalTopologyBuilder
@@ -393,6 +393,7 @@ class TransactionalRunner:
             maxlen=SLOWEST_OF
         )
         self._captured: dict[TransactionAttempt, Processed] = {}
+        self._recorded_places: dict[PartitionRef, tuple[str | None, int]] = {}
         self._started = False
         self._status_lock = threading.Lock()
         self._status: dict[str, Any] = {
@@ -494,11 +495,18 @@ class TransactionalRunner:
 
     def status(self) -> dict[str, Any]:
         """Last committed txid, batches in flight, commits, tuples and replays of this run,
-        and what its spout's coordinator waits for (``waiting``: ``"waiting for redis at
-        HOST:PORT"`` while a broker is away, else None)."""
+        what its spout's coordinator waits for (``waiting``: ``"waiting for redis at
+        HOST:PORT"`` while a broker is away, else None), and its partitions (``partitions``:
+        each one's state, index, owner host and task, txid held, keys and bytes)."""
         waiting = waiting_of(self.spout_coordinator)
+        partitions = [] if self.partitioned is None else self.partitioned.status()
         with self._status_lock:
-            return {**self._status, "replays": dict(self._status["replays"]), "waiting": waiting}
+            return {
+                **self._status,
+                "replays": dict(self._status["replays"]),
+                "waiting": waiting,
+                "partitions": partitions,
+            }
 
     def _update_status(self, **changes: Any) -> None:
         with self._status_lock:
@@ -706,9 +714,17 @@ class TransactionalRunner:
             def write(txn: StateTxn) -> Any:
                 for ref, outcome in outcomes.items():
                     record_maps(txn, ref.group, outcome.maps)
+                    place = (outcome.host, outcome.task)
+                    if self._recorded_places.get(ref) != place:
+                        record_placement(txn, ref.group, ref.index, *place)
                 return self.commit_phase.run(txn, attempt, captured, log_fields, done=done)
 
-            return self.env.run_write(write, what=what)
+            def recorded(result: Any) -> Any:
+                for ref, outcome in outcomes.items():
+                    self._recorded_places[ref] = (outcome.host, outcome.task)
+                return result
+
+            return recorded(self.env.run_write(write, what=what))
 
         return partitioned.commit(attempt, inboxes, keep_from, log_fields, record)
 

@@ -105,7 +105,12 @@ def test_a_full_map_stops_the_run_typed_and_a_roomier_restart_commits_it(
     assert runner.status()["error"] is not None and not runner.status()["running"]
     assert events.committed == [1]
 
-    assert written_size == SMALL_STATE["max_map_size"]  # it did grow, up to the limit
+    # it did grow, up to the limit (as the error says; where the run wrote in this process,
+    # its map shows it too: resident partitions live in the Spark tasks' processes)
+    limit = SMALL_STATE["max_map_size"]
+    assert f"did not fit in {limit} bytes and max_map_size is {limit}" in str(raised.value)
+    if committers == 1 or tx_executor != "spark":
+        assert written_size == limit
     # Nothing of batch 2 is visible: neither its counts nor its payload; batch 1 is whole.
     next_txid, counts, payloads = committed_state(runner.env)
     assert next_txid == 2
@@ -128,9 +133,10 @@ def test_a_full_map_stops_the_run_typed_and_a_roomier_restart_commits_it(
         next_txid, counts, payloads = committed_state(runner.env)
         assert counts == {"apple": 2, "bean": 2, "corn": 1, "date": 1, "big": 1, "fig": 1}
         assert payloads == {"big": BIG}
-        written = written_env(runner, ROOMY_STATE)
-        assert written.map_size > SMALL_STATE["max_map_size"]
-        assert written.resizes >= 1
+        if committers == 1 or tx_executor != "spark":
+            written = written_env(runner, ROOMY_STATE)
+            assert written.map_size > SMALL_STATE["max_map_size"]
+            assert written.resizes >= 1
         assert runner.status()["last_txid"] == 4
     close_state(tmp_path)
 

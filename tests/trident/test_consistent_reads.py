@@ -44,9 +44,12 @@ ENOUGH = {"local": 1000, "spark": 200, "spark-batch": 12}
 
 
 @contextmanager
-def writer(state_dir: Path, doubles: bool = False, **state_options: Any) -> Iterator[list[int]]:
+def writer(
+    state_dir: Path, doubles: bool = False, partitions: int = 1, **state_options: Any
+) -> Iterator[list[int]]:
     """A Trident run committing batches without end in a thread (``doubles``: into the
-    second map too); yields the txids its ``on_commit`` reported, in order."""
+    second map too; ``partitions``: of the counts); yields the txids its ``on_commit``
+    reported, in order."""
     stop, reported = threading.Event(), []
 
     def on_commit(info: CommitInfo) -> None:
@@ -54,7 +57,7 @@ def writer(state_dir: Path, doubles: bool = False, **state_options: Any) -> Iter
 
     thread = threading.Thread(
         target=run,
-        args=(build_vocabulary_counts(10**6, doubles=doubles),),
+        args=(build_vocabulary_counts(10**6, doubles=doubles, partitions=partitions),),
         kwargs={
             "state_dir": str(state_dir),
             "executor": "local",
@@ -86,11 +89,16 @@ def check_whole(answer: str, doubles: bool = False) -> int:
     return int(value[0])
 
 
+@pytest.mark.parametrize("partitions", [1, 4], ids=["one directory", "4 partitions"])
 def test_no_answer_mixes_two_commits_and_each_reads_its_commits(
-    executor: str, tmp_path: Path
+    executor: str, tmp_path: Path, partitions: int
 ) -> None:
+    """Over 4 partitions each answer reads every partition at one global commit."""
     state = tmp_path / "state"
-    with writer(state) as reported, LocalDRPC(executor=executor, timeout=60.0) as drpc:
+    with (
+        writer(state, partitions=partitions) as reported,
+        LocalDRPC(executor=executor, timeout=60.0) as drpc,
+    ):
         drpc.register(counts_function(str(state)))
         seen: list[int] = []
         while len(seen) < ENOUGH[executor]:

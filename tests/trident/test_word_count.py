@@ -7,6 +7,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from drpc import Fields
 from drpc.state import StateEnvironment
 from drpc.testing import LocalDRPC
@@ -38,8 +40,9 @@ WORDS = Counter(word for rows in DATA.values() for (sentence,) in rows for word 
 
 
 def word_count(
-    spout: object, state: MapStateFactory, split: object, count: object
+    spout: object, state: MapStateFactory, split: object, count: object, partitions: int = 1
 ) -> TridentTopology:
+    """The tutorial's word count (``partitions``: of its state, by a hint on the state)."""
     topology = TridentTopology()
     counts = (
         topology.new_stream("word-count", spout, parallelism=2)
@@ -47,6 +50,8 @@ def word_count(
         .group_by(["word"])
         .persistent_aggregate(state, count, ["count"])
     )
+    if partitions > 1:
+        counts.parallelism_hint(partitions)
     (
         topology.new_drpc_stream("words")
         .each(["args"], Split(), ["word"])
@@ -74,7 +79,15 @@ def expected_sum(words: str) -> str:
     return json.dumps([[sum(WORDS[word] for word in words.split())]])
 
 
-def test_word_count_is_exact_under_replays_in_both_phases(tx_executor: str, tmp_path: Path) -> None:
+PARTITIONS = pytest.mark.parametrize("partitions", [1, 3], ids=["one directory", "3 partitions"])
+
+
+@PARTITIONS
+def test_word_count_is_exact_under_replays_in_both_phases(
+    tx_executor: str, tmp_path: Path, partitions: int
+) -> None:
+    """With partitions, a commit failing in one partition after others applied its txid
+    replays it: they revert and apply it again, so nothing counts twice."""
     markers = tmp_path / "markers"
     markers.mkdir()
     state = LMDBMapState.transactional("word-counts", cache_size=32)
@@ -83,12 +96,14 @@ def test_word_count_is_exact_under_replays_in_both_phases(tx_executor: str, tmp_
         state,
         SplitFailingOnce(str(markers)),
         CountFailingCommits(str(markers)),
+        partitions,
     )
     state_dir = tmp_path / "state"
     result = run(topology, state_dir=str(state_dir), executor=tx_executor, max_spout_pending=3)
     assert committed(state_dir, state) == dict(WORDS)
-    cache = state.open(StateEnvironment.open(state_dir)).cache
-    assert cache is not None and cache.hits > 0  # commits read hot words from memory
+    if partitions == 1:
+        cache = state.open(StateEnvironment.open(state_dir)).cache
+        assert cache is not None and cache.hits > 0  # commits read hot words from memory
     assert result.replays["processing"] > 0 and result.replays["commit"] > 0
     assert result.tuples == sum(len(rows) for rows in DATA.values())
     questions = ["cat the dog jumped", "the", "zebra", "", "to be or not to be"]
@@ -97,8 +112,9 @@ def test_word_count_is_exact_under_replays_in_both_phases(tx_executor: str, tmp_
     assert answers[:3] == ["[[30]]", "[[25]]", "[[0]]"]
 
 
+@PARTITIONS
 def test_opaque_word_count_is_exact_when_replays_emit_other_batches(
-    tx_executor: str, tmp_path: Path
+    tx_executor: str, tmp_path: Path, partitions: int
 ) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -108,6 +124,7 @@ def test_opaque_word_count_is_exact_when_replays_emit_other_batches(
         state,
         SplitFailingOnce(str(markers), percent=50),
         Count(),
+        partitions,
     )
     state_dir = tmp_path / "state"
     result = run(topology, state_dir=str(state_dir), executor=tx_executor, max_spout_pending=2)
@@ -130,10 +147,13 @@ def test_a_second_run_over_the_same_state_counts_nothing_twice(tmp_path: Path) -
     assert committed(state_dir, state) == dict(WORDS)
 
 
-def test_the_query_is_served_on_every_drpc_executor(executor: str, tmp_path: Path) -> None:
+@PARTITIONS
+def test_the_query_is_served_on_every_drpc_executor(
+    executor: str, tmp_path: Path, partitions: int
+) -> None:
     state = LMDBMapState.transactional("word-counts")
     topology = word_count(
-        MemoryTransactionalSpout(DATA, Fields("sentence"), 3), state, Split(), Count()
+        MemoryTransactionalSpout(DATA, Fields("sentence"), 3), state, Split(), Count(), partitions
     )
     state_dir = tmp_path / "state"
     run(topology, state_dir=str(state_dir))

@@ -1,0 +1,148 @@
+"""Partitioned state: a ``parallelism_hint`` on a Trident state (or a committer's tasks) makes
+partitions, each its own LMDB directory, giving the answers one directory gives, on every
+executor; a lost partition stops the run and fails the queries that need it, typed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from drpc import Fields
+from drpc.errors import DRPCExecutionException, StateError, TransactionalError
+from drpc.state import StateEnvironment
+from drpc.state.env import MAPS_DB
+from drpc.state.keygroups import partition_of
+from drpc.state.partition import partition_path, partition_root
+from drpc.state.partitioned import group_of, layouts
+from drpc.testing import LocalDRPC
+from drpc.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder, run
+from drpc.transactional.cli import status
+from drpc.trident import (
+    Count,
+    LMDBMapState,
+    MapList,
+    TridentTopology,
+    drpc_topologies,
+)
+from drpc.trident import run as run_trident
+
+from ..transactional import bolts
+from .ops import Split
+from .test_word_count import DATA, WORDS, committed, word_count
+
+
+def listing(topology: TridentTopology, state_dir: Path, executor: str, limit: int) -> list[object]:
+    """Every entry of the ``list`` function's pages, page after page."""
+    entries: list[object] = []
+    after = None
+    with LocalDRPC(executor=executor, timeout=60.0) as drpc:
+        for compiled in drpc_topologies(topology, str(state_dir)):
+            drpc.register(compiled)
+        while True:
+            request = {"limit": limit} if after is None else {"limit": limit, "after": after}
+            [[_, page, after]] = json.loads(drpc.execute("list", json.dumps(request)))
+            assert len(page) <= limit
+            entries.extend(page)
+            if after is None:
+                return entries
+
+
+def listed(partitions: int) -> TridentTopology:
+    """The tutorial's word count and its ``words`` query, and ``list``: pages of the counts."""
+    topology = word_count(
+        MemoryTransactionalSpout(DATA, Fields("sentence"), 3),
+        LMDBMapState.transactional("word-counts"),
+        Split(),
+        Count(),
+        partitions,
+    )
+    counts = topology.new_static_state(LMDBMapState.transactional("word-counts"))
+    topology.new_drpc_stream("list").state_query(counts, ["args"], MapList(), ["page", "next"])
+    return topology
+
+
+def test_partitions_live_in_directories_of_their_own_and_the_global_record_holds_no_keys(
+    every_tx_executor: str, tmp_path: Path
+) -> None:
+    state_dir = tmp_path / "state"
+    topology = listed(3)
+    run_trident(topology, state_dir=str(state_dir), executor=every_tx_executor)
+    env = StateEnvironment.open(state_dir)
+    [layout] = layouts(env).values()
+    assert (layout.group, layout.partitions, layout.key_groups) == ("word-counts", 3, 128)
+    assert group_of(env, "word-counts") == "word-counts"
+    with env.read() as txn:
+        assert txn.entries(MAPS_DB) == 0  # every key is in a partition
+    holders: Counter[int] = Counter()
+    for index in range(3):
+        path = partition_path(partition_root(str(state_dir)), "word-counts", index)
+        partition = StateEnvironment.open(path)
+        with partition.read() as txn:
+            keys = [key for key, _ in txn.scan(MAPS_DB, b"")]
+        holders[index] = len(keys)
+    assert sum(holders.values()) == len(WORDS) and all(holders.values())
+    assert committed(state_dir, LMDBMapState.transactional("word-counts")) == dict(WORDS)
+    report = status(str(state_dir))
+    assert [(entry["group"], entry["index"], entry["txid"]) for entry in report["partitions"]] == [
+        ("word-counts", index, 4) for index in range(3)
+    ]
+    assert sum(entry["keys"] for entry in report["partitions"]) == len(WORDS)
+
+
+def test_a_listing_pages_across_partitions_in_key_order(executor: str, tmp_path: Path) -> None:
+    one, three = tmp_path / "one", tmp_path / "three"
+    run_trident(listed(1), state_dir=str(one))
+    run_trident(listed(3), state_dir=str(three))
+    expected = [[word, WORDS[word]] for word in sorted(WORDS)]
+    for limit in (1, 4, 100):
+        assert listing(listed(1), one, executor, limit) == expected
+        assert listing(listed(3), three, executor, limit) == expected
+
+
+def test_a_committer_writing_another_partition_s_key_is_refused_by_name(tmp_path: Path) -> None:
+    builder = TransactionalTopologyBuilder(
+        "misrouted", "spout", MemoryTransactionalSpout({0: [["cat"], ["dog"]]}, Fields("word"), 2)
+    )
+    builder.set_bolt("partial", bolts.PartialWordCount(), 1).shuffle_grouping("spout")
+    # every word to task 0, which writes them all: some belong to partition 1
+    builder.set_committer_bolt("commit", bolts.CommitWordCounts(), 2).global_grouping("partial")
+    with pytest.raises(TransactionalError, match="PartitionKeyError") as raised:
+        run(builder, state_dir=str(tmp_path), max_attempts=2)
+    wrong = "cat" if partition_of("cat", 2) == 1 else "dog"
+    assert f"key {wrong!r} belongs to partition 1 of 'commit', not to partition 0" in str(
+        raised.value
+    )
+
+
+def test_a_state_keeps_its_partitions(tmp_path: Path) -> None:
+    run_trident(listed(3), state_dir=str(tmp_path))
+    with pytest.raises(StateError, match=r"holds state 'word-counts' in 3 partition\(s\)"):
+        run_trident(listed(2), state_dir=str(tmp_path))
+
+
+def test_a_lost_partition_stops_the_run_and_fails_its_queries_typed(
+    executor: str, tmp_path: Path
+) -> None:
+    state_dir = tmp_path / "state"
+    topology = listed(3)
+    run_trident(topology, state_dir=str(state_dir))
+    lost = partition_of("the", 3)
+    path = partition_path(partition_root(str(state_dir)), "word-counts", lost)
+    for env in StateEnvironment.open_environments():
+        if env.path.startswith(str(tmp_path)):
+            env.close()
+    shutil.rmtree(path)
+    with pytest.raises(StateError, match=f"partition {lost} of state 'word-counts'.* is lost"):
+        run_trident(topology, state_dir=str(state_dir))
+    with LocalDRPC(executor=executor, timeout=60.0) as drpc:
+        for compiled in drpc_topologies(topology, str(state_dir)):
+            drpc.register(compiled)
+        with pytest.raises(DRPCExecutionException) as raised:
+            drpc.execute("words", "the cow")
+        assert raised.value.type.name == "FAILED_REQUEST"
+        assert f"partition {lost} of state 'word-counts'" in raised.value.msg
+        assert "is lost" in raised.value.msg
