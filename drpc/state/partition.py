@@ -31,7 +31,8 @@ Contract.
   before the partition's first reads it as it was made (empty); a txid it does not hold
   yet raises ``StateError``; one whose undo logs were reclaimed
   ``VersionReclaimedError``.
-- ``status()`` is a ``PartitionStatus``: held txid, keys stored, bytes in use, path.
+- ``status()`` is a ``PartitionStatus``: held txid, keys stored, bytes in use, path;
+  ``held_txid(path)`` reads the txid a directory holds without its layout.
 
 The records are drpc's own plain data (``drpc.state.records``) in ``COORDINATOR_DB``,
 under keys starting with a zero byte, which no topology's record does: the partition
@@ -132,6 +133,17 @@ def group_dir(root: str, group: str) -> str:
 
 def partition_path(root: str, group: str, index: int) -> str:
     return os.path.join(group_dir(root, group), f"p{index}")
+
+
+def held_txid(path: str) -> int | None:
+    """The txid the partition directory ``path`` holds (None: no partition there), read
+    without knowing its layout."""
+    if not os.path.exists(os.path.join(path, "data.mdb")):
+        return None
+    env = StateEnvironment.opened(path) or StateEnvironment.open(path)
+    with env.read(version=env.latest_version()) as txn:
+        stored = txn.get(COORDINATOR_DB, _RECORD)
+    return None if stored is None else int(decode_plain(stored, "a partition record")["held"])
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from drpc import FailedException, stable_hash
-from drpc.state.topology import current_commit
+from drpc.state.partition import held_txid, partition_path, partition_root
+from drpc.state.topology import STATE_DIR_CONF, current_commit
 from drpc.transactional import OpaqueMemoryTransactionalSpout
 from drpc.transactional.spouts import MemoryMeta, _OpaqueMemoryEmitter
 from drpc.trident import (
@@ -59,6 +60,40 @@ class CountFailingCommits(Count):
         txid = first_commit_attempt(self.marker_dir, "commit-", lambda txid: txid % 3 == 0)
         if txid is not None:
             raise FailedException(f"injected: first commit of txid {txid}")
+        return a + b
+
+
+class KillsBetweenPartitions(Count):
+    """Count whose partition ``victim`` SIGKILLs its own process in the first commit of txid
+    ``txid``, once partition 0 of the same state holds ``txid``: the process dies between
+    two partitions' commits of one txid (a resident task, or a local run's whole process).
+    The marker file ``killed`` records what partition 0 held then."""
+
+    def __init__(self, marker_dir: str, state: str, txid: int, victim: int = 1) -> None:
+        self.marker_dir, self.state, self.txid, self.victim = marker_dir, state, txid, victim
+        self.index = -1
+        self.conf: dict[str, Any] = {}
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.index = context.this_task_index
+        self.conf = conf
+
+    def combine(self, a: int, b: int) -> int:
+        commit = current_commit()
+        if (
+            commit is not None
+            and commit[1] == self.txid
+            and self.index == self.victim
+            and first_time(self.marker_dir, "killing")
+        ):
+            root = partition_root(self.conf[STATE_DIR_CONF], self.conf)
+            first = partition_path(root, self.state, 0)
+            deadline = time.monotonic() + 30
+            while (held_txid(first) or 0) < self.txid and time.monotonic() < deadline:
+                time.sleep(0.005)
+            with open(os.path.join(self.marker_dir, "killed"), "w") as out:
+                out.write(f"{held_txid(first)} {os.getpid()}")
+            os.kill(os.getpid(), signal.SIGKILL)
         return a + b
 
 
