@@ -73,10 +73,12 @@ def test_a_local_run_killed_between_two_partitions_commits_resumes_exactly(
         "tests.trident.partition_kills:topology", "--state-dir", str(state_dir),
         "--max-spout-pending", "2",
     ]  # fmt: skip
-    died = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-    assert died.returncode == -9, died.stderr[-3000:]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    died_pid = process.pid
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == -9, stderr[-3000:]  # the run's own process was the victim
     held, pid = killed(markers)
-    assert held == KILLED_TXID
+    assert held == KILLED_TXID and pid == died_pid
     # Partition 0 holds the txid, the global record does not, and partition 1 is behind.
     root = partition_root(str(state_dir))
     assert held_txid(partition_path(root, "counts", 0)) == KILLED_TXID
