@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drpc.model.hashing import stable_hash, stable_hash_at
-from drpc.state.keygroups import key_hash
+from drpc.state.keygroups import partition_of
 
 
 class Partitioner:
@@ -173,8 +173,7 @@ class ByKeyGroup(Partitioner):
             if single is not None
             else tuple([values[position] for position in self._positions])
         )
-        groups = self._key_groups
-        return self._singletons[key_hash(key) % groups * self._num_tasks // groups]
+        return self._singletons[partition_of(key, self._num_tasks, self._key_groups)]
 
 
 class Direct(Partitioner):

@@ -2,10 +2,13 @@
 
 Contract (the assignment is part of the on-disk layout; changing it strands stored keys):
 
-- A key's **key group** is ``key_group(key, key_groups)``: MurmurHash3's finalizer over
-  the CRC-32 of the key's stored encoding (``drpc.state.codec.encode_key``), modulo
-  ``key_groups``. Equal keys get equal groups in every process and on every host (never
-  Python's salted ``hash``); keys that the codec cannot store raise ``StateKeyError``.
+- A key's **key group** is ``key_group(key, key_groups)``: the CRC-32 of the key's stored
+  encoding (``drpc.state.codec.encode_key``), times the golden-ratio constant modulo
+  2**32 (``key_hash``: a CRC is linear, so keys that differ in a few bits would fill a
+  few groups; the high bits of the product depend on every bit), scaled into
+  ``[0, key_groups)`` by its high bits. Equal keys get equal groups in every process
+  and on every host (never Python's salted ``hash``); keys that the codec cannot store
+  raise ``StateKeyError``.
 - ``key_groups`` is fixed when a state is created (``DEFAULT_KEY_GROUPS``, 128, as
   Flink's default maximum parallelism): at least the number of partitions and at most
   ``MAX_KEY_GROUPS``.
@@ -30,17 +33,10 @@ from drpc.state.codec import StateKey, encode_key
 
 DEFAULT_KEY_GROUPS = 128
 MAX_KEY_GROUPS = 32768
+_crc32 = zlib.crc32
+_STR_TAG = b"s"
+_GOLDEN = 0x9E3779B1
 _MASK = 0xFFFFFFFF
-
-
-def _fmix32(h: int) -> int:
-    """MurmurHash3's finalizer: every input bit reaches every output bit."""
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _MASK
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _MASK
-    h ^= h >> 16
-    return h
 
 
 def check_layout(partitions: int, key_groups: int) -> None:
@@ -60,11 +56,16 @@ def check_layout(partitions: int, key_groups: int) -> None:
 
 def key_hash(key: StateKey) -> int:
     """The 32-bit hash key groups are taken from (see the module doc)."""
-    return _fmix32(zlib.crc32(encode_key(key)))
+    if type(key) is str:  # the common key, encoded as ``encode_key`` does, without a call
+        return _crc32(key.encode("utf-8"), _STR_CRC) * _GOLDEN & _MASK
+    return _crc32(encode_key(key)) * _GOLDEN & _MASK
+
+
+_STR_CRC = _crc32(_STR_TAG)
 
 
 def key_group(key: StateKey, key_groups: int = DEFAULT_KEY_GROUPS) -> int:
-    return key_hash(key) % key_groups
+    return key_hash(key) * key_groups >> 32
 
 
 def partition_of_group(group: int, key_groups: int, partitions: int) -> int:
@@ -84,7 +85,7 @@ def partition_of(key: StateKey, partitions: int, key_groups: int = DEFAULT_KEY_G
     if partitions == 1:
         encode_key(key)  # the same errors for a key the codec cannot store
         return 0
-    return key_hash(key) % key_groups * partitions // key_groups
+    return (key_hash(key) * key_groups >> 32) * partitions // key_groups
 
 
 def key_of(values: Sequence[Any]) -> Any:

@@ -100,6 +100,22 @@ from drpc.state.env import CATALOG_DB, MAPS_DB, StateEnvironment, StateTxn
 from drpc.state.records import RemovedKeys, decode_removed, encode_removed
 
 Updater = Callable[[Any], Any]
+Combine = Callable[[Any, Any], Any]
+
+
+class _Combiner:
+    """The updater of ``multi_combine`` for one key: ``combine(value, batch)``, or ``batch``
+    when the value is None."""
+
+    __slots__ = ("batch", "combine")
+
+    def __init__(self, combine: Combine, batch: Any) -> None:
+        self.combine, self.batch = combine, batch
+
+    def __call__(self, value: Any) -> Any:
+        return self.batch if value is None else self.combine(value, self.batch)
+
+
 S = TypeVar("S", "TransactionalValue", "OpaqueValue", "PlainValue")
 
 _MISSING: Any = object()
@@ -343,6 +359,19 @@ class _StateMap(Generic[S]):
     def _decode(self, data: bytes) -> S:
         raise NotImplementedError
 
+    def _combine_uncached(
+        self,
+        t: StateTxn,
+        txid: int,
+        encoded: list[bytes],
+        batch: Iterable[Any],
+        combine: Combine,
+        written: set[bytes],
+    ) -> dict[bytes, bytes] | None:
+        """``multi_combine``'s changed records, encoded, in one pass; None: this kind has
+        no such pass (the updater path runs instead)."""
+        return None
+
     # -- internals -------------------------------------------------------------------------
 
     def _key(self, key: StateKey) -> bytes:
@@ -474,6 +503,33 @@ class MapHandle(Generic[S]):
             results[key] = state_map.default if value is REMOVED else value
         self._write_many(changed)
         return results
+
+    def multi_combine(self, batch: Mapping[StateKey, Any], combine: Combine) -> None:
+        """Storm's combiner value updater for each key of ``batch`` under the map's rules:
+        the key's value becomes ``combine(value, batch[key])``, or ``batch[key]`` when the
+        value is None (absent, removed, or a None default). ``multi_update`` with such
+        updaters, without an updater per key; a transactional map over more keys than its
+        cache takes them in one pass over the stored records."""
+        state_map = self.map
+        if self._cache is None or len(batch) > self._cache.size:
+            # in key order: LMDB reads and writes them in one walk of its tree, and sorting
+            # the commit's writes again takes one pass
+            pairs = sorted(zip(state_map._keys(batch), batch.values(), strict=True))
+            combined = state_map._combine_uncached(
+                self.txn,
+                self.txid,
+                [at for at, _ in pairs],
+                [value for _, value in pairs],
+                combine,
+                self._written,
+            )
+            if combined is not None:
+                self.txn.put_many(MAPS_DB, combined)
+                self._written.update(combined)
+                if self._cache is not None:
+                    self._cache.drop(self.txn, combined)
+                return
+        self.multi_update({key: _Combiner(combine, value) for key, value in batch.items()})
 
     def put(self, key: StateKey, value: Any) -> None:
         self.multi_put({key: value})
@@ -644,6 +700,39 @@ class TransactionalMap(_StateMap[TransactionalValue]):
             return f"value {TransactionalValue(*changed[key])!r:.60} in {self!r}"
 
         return values, dumps_many(changed, what)
+
+    def _combine_uncached(
+        self,
+        t: StateTxn,
+        txid: int,
+        encoded: list[bytes],
+        batch: Iterable[Any],
+        combine: Combine,
+        written: set[bytes],
+    ) -> dict[bytes, bytes] | None:
+        """``_update_uncached`` with ``multi_combine``'s updater inlined (a 47 000-key
+        commit: about a microsecond a key less)."""
+        default = self.default
+        changed: dict[bytes, tuple[Any, int]] = {}
+        for at, value, data in zip(encoded, batch, t.get_many(MAPS_DB, encoded), strict=True):
+            if data is None:
+                base = default
+            else:
+                stored = loads(data)  # the stored form of ``_encode``
+                try:
+                    base, stored_txid = stored
+                except ValueError:  # a tombstone, (txid,)
+                    base, stored_txid = default, stored[0]
+                if stored_txid >= txid and at not in written:
+                    if stored_txid == txid:
+                        continue  # a replay of txid: the key includes the batch already
+                    _check_not_behind(txid, TransactionalValue(base, stored_txid))
+            changed[at] = (value if base is None else combine(base, value), txid)
+
+        def what(key: bytes, encoded: object) -> str:
+            return f"value {TransactionalValue(*changed[key])!r:.60} in {self!r}"
+
+        return dumps_many(changed, what)
 
     def _put(self, stored: TransactionalValue | None, txid: int, value: Any) -> TransactionalValue:
         if stored is not None:

@@ -35,6 +35,9 @@ from drpc.errors import StateError, StateKeyError
 if TYPE_CHECKING:
     from drpc.state.env import StateEnvironment
 
+_MANY = 256
+"""Keys a read takes in one sorted ``getmulti`` instead of one look-up each."""
+
 Writes = dict[str, dict[bytes, bytes | None]]
 """Buffered writes by database: key -> value, or None for a delete."""
 
@@ -102,7 +105,11 @@ class StateTxn:
         get = self._raw.get
         handle = self._env._db(db)
         try:
-            if not pending:
+            if not pending and len(keys) >= _MANY:
+                # one C call over the keys in order: a B-tree walk, not a look-up each
+                found = dict(self._raw.cursor(db=handle).getmulti(sorted(keys)))
+                values = cast("list[bytes | None]", [found.get(key) for key in keys])
+            elif not pending:
                 values = cast("list[bytes | None]", [get(key, db=handle) for key in keys])
             else:
                 values = [

@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,13 +189,7 @@ class PersistBolt(BaseBatchBolt, ICommitter):
         state = _commit_state(self.state, self.context, self.conf)
         aggregator = self.aggregator
         if isinstance(aggregator, CombinerAggregator):
-            combine = aggregator.combine
-            state.multi_update(
-                {
-                    key: functools.partial(_combined, combine, value)
-                    for key, value in self.partials.items()
-                }
-            )
+            state.multi_combine(self.partials, aggregator.combine)
         else:
 
             def reduced(tuples: list[TridentTuple]) -> Any:
@@ -214,11 +208,6 @@ def _given_up(taken: tuple[Any, ...], key: Hashable) -> bool:
     """Whether ``key`` was staged for an attempt at or before ``taken``'s txid, of the same
     partition (``fused.stage_key``): no commit will take it any more."""
     return isinstance(key, tuple) and key[:3] == taken[:3] and key[3] <= taken[3]
-
-
-def _combined(combine: Callable[[Any, Any], Any], batch: Any, stored: Any) -> Any:
-    """A key's value after a batch's partial ``batch``: Storm's combiner value updater."""
-    return batch if stored is None else combine(stored, batch)
 
 
 def _commit_state(

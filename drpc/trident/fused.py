@@ -55,7 +55,7 @@ from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology
 from drpc.semantics.runners import freeze
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
-from drpc.state.keygroups import DEFAULT_KEY_GROUPS, key_hash
+from drpc.state.keygroups import DEFAULT_KEY_GROUPS, partition_of
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.builder import KEY_GROUPS_CONF, TransactionalInfo
 from drpc.transactional.global_commit import PartitionRef
@@ -104,7 +104,7 @@ class Target:
         parts: list[dict[Any, Any]] = [{} for _ in self.tasks]
         partitions, groups = len(self.tasks), self.key_groups
         for key, value in combined.items():
-            parts[key_hash(key) % groups * partitions // groups][key] = value
+            parts[partition_of(key, partitions, groups)][key] = value
         return [(index, part) for index, part in enumerate(parts) if part]
 
 
@@ -239,15 +239,29 @@ def range_partials(
     partials: dict[str, dict[Any, Any]] = {stream: {} for stream in combiners}
 
     def output(stream: str, values: Values) -> None:
+        output_many(stream, [values])
+
+    def output_many(stream: str, rows: list[Values]) -> None:
         persist = combiners[stream]
-        key = key_of(persist.group.values(values))
-        partial = persist.input.values(values)[0]
+        group, (partial_at,) = persist.group.positions, persist.input.positions
+        pairs = (
+            [(values[group[0]], values[partial_at]) for values in rows]
+            if len(group) == 1
+            else [(key_of(persist.group.values(values)), values[partial_at]) for values in rows]
+        )
         seen = partials[stream]
-        seen[key] = persist.aggregator.combine(seen[key], partial) if key in seen else partial
+        if not seen:
+            seen.update(pairs)
+            if len(seen) == len(pairs):  # distinct keys (a partial aggregate's): done
+                return
+            seen.clear()
+        combine = persist.aggregator.combine
+        for key, partial in pairs:
+            seen[key] = combine(seen[key], partial) if key in seen else partial
 
     context = TopologyContext(topology, plan.segment, plan.segment_task, conf=conf)
     with collected_less_often():
-        root.prepare(BatchContext(conf, context, attempt, output))
+        root.prepare(BatchContext(conf, context, attempt, output, output_many))
         reader: Any = plan.spout.get_emitter(conf, context)
         tuples = 0
         try:

@@ -63,6 +63,7 @@ from drpc.trident.tuples import TridentCollector, TridentTuple
 Values = tuple[Any, ...]
 Op = TypeVar("Op", bound=Operation)
 Output = Callable[[str, Values], None]
+OutputMany = Callable[[str, list[Values]], None]
 
 BATCH_FIELD = "$batch"
 """The name of field 0 of every tuple between a compiled topology's Trident steps."""
@@ -79,12 +80,14 @@ def chosen_task(grouping: Grouping, batch_id: Any, tasks: int) -> int:
 
 @dataclass(slots=True)
 class BatchContext:
-    """What a segment's processors share for one batch."""
+    """What a segment's processors share for one batch (``output_many``: the tuples of
+    one stream at once, where the bolt takes them so; else ``output`` each)."""
 
     conf: dict[str, Any]
     topology_context: Any
     batch_id: Any
     output: Output
+    output_many: OutputMany | None = None
 
 
 class Processor:
@@ -377,14 +380,14 @@ class PartitionAggregateProcessor(Processor):
     def finish(self) -> None:
         states, self.states = self.states, {}
         aggregator = self.aggregator
-        for key, state in states.items():
-            if isinstance(aggregator, Aggregator):
+        if not isinstance(aggregator, Aggregator):  # one tuple a group: handed on together
+            self.push_many([(*key, state) for key, state in states.items()])
+        else:
+            for key, state in states.items():
                 collector = self.collectors.pop(key)
                 aggregator.complete(state, collector)
                 for emitted in collector.take():
                     self.push(key + emitted)
-            else:
-                self.push((*key, state))
         super().finish()
 
 
@@ -442,11 +445,19 @@ class Emit(Processor):
         super().__init__()
         self.stream = stream
         self.output: Output | None = None
+        self.output_many: OutputMany | None = None
 
     def prepare(self, batch: BatchContext) -> None:
         self.output = batch.output
+        self.output_many = batch.output_many
         super().prepare(batch)
 
     def execute(self, values: Values) -> None:
         assert self.output is not None
         self.output(self.stream, values)
+
+    def execute_many(self, rows: list[Values]) -> None:
+        if self.output_many is None:
+            super().execute_many(rows)
+        else:
+            self.output_many(self.stream, rows)

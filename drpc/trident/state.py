@@ -15,7 +15,9 @@ Contract.
 - ``factory.open(env)`` gives the process's one map object of that kind and
   name in ``env`` (so its cache lives across batches).
 - ``CommitMapState`` is a map inside one commit: ``multi_get(keys)`` as of the
-  commit's txid, ``multi_update(updaters)``, ``multi_put(values)`` and
+  commit's txid, ``multi_update(updaters)``, ``multi_combine(batch, combine)`` (each
+  key's value combined with its batch value, or that value when it has none),
+  ``multi_put(values)`` and
   ``multi_remove(keys)`` (Storm's ``RemovableMapState``; a removed key reads
   as absent; the kind's txid rules hold through it: see ``drpc.state.maps``),
   each one pass over the batch's keys, written in the commit's LMDB
@@ -48,7 +50,7 @@ from drpc.state import (
     StateTxn,
     TransactionalMap,
 )
-from drpc.state.maps import MapHandle, MapPage, Updater
+from drpc.state.maps import Combine, MapHandle, MapPage, Updater
 from drpc.state.partitioned import PartitionedMap, group_of
 from drpc.state.topology import Owner, check_owned, partitioned_map
 
@@ -139,6 +141,12 @@ class CommitMapState:
     def multi_update(self, updaters: Mapping[Any, Updater]) -> dict[Any, Any]:
         self._check(updaters)
         return self.handle.multi_update(updaters)
+
+    def multi_combine(self, batch: Mapping[Any, Any], combine: Combine) -> None:
+        """Each key's value becomes ``combine(value, batch[key])`` (``batch[key]`` when
+        there is none): a combiner's ``persistent_aggregate`` in one pass."""
+        self._check(batch)
+        self.handle.multi_combine(batch, combine)
 
     def multi_put(self, values: Mapping[Any, Any]) -> None:
         self._check(values)
