@@ -204,9 +204,8 @@ class DRPCServer:
         (``drpc.server.trim``)."""
         self._trimming: asyncio.Task[None] | None = None
         self.transactional: dict[str, HostedTransactional] = {}
-        self.dashboard.watch_transactional(
-            lambda: {name: hosted.status() for name, hosted in self.transactional.items()}
-        )
+        self.dashboard.watch_transactional(self._hosted_status)
+        self.metrics.watch_transactional(self._hosted_status)
         self.dashboard.watch_spark_ui(runtime.ui_url)
         self.observer = self.service.observer
         """The one event bus (``drpc.observe``): requests, and every hosted runtime's
@@ -253,6 +252,10 @@ class DRPCServer:
         runtime = self._host.register(built, executor, **executor_options)
         self.service.register_embedded(built.drpc_function)
         return runtime
+
+    def _hosted_status(self) -> dict[str, dict[str, Any]]:
+        """Each hosted transactional run's status, by topology."""
+        return {name: hosted.status() for name, hosted in self.transactional.items()}
 
     def register_transactional(
         self,

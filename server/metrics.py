@@ -38,7 +38,14 @@ topology):
   flight reads; 0 with no pin), ``drpc_state_pins{state_dir}`` (pins this process
   holds) and ``drpc_state_undo_logs{state_dir}`` (undo logs kept for older
   versions). A directory that cannot be read at the scrape (closed meanwhile) is
-  left out.
+  left out, and so is a partition's directory (it is one of the following);
+- per partition of a partitioned state of the runs the server hosts
+  (``watch_transactional``; at most ``max_partitions``, default 256, in topology, state
+  and index order), read at each scrape from the runs' status:
+  ``drpc_partition_txid{topology,state,partition}`` (the txid it applied last),
+  ``drpc_partition_keys{...}``, ``drpc_partition_bytes{...}`` and
+  ``drpc_partition_owner{topology,state,partition,host,task}`` (1: where it lives; task 0
+  is the run's own process).
 
 Label cardinality is bounded: a function name gets a label value of its own
 only if the function is served or its call was queued, and at most
@@ -65,7 +72,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +122,7 @@ DEFAULT_MAX_STEPS = 256
 DEFAULT_MAX_TOPOLOGIES = 64
 DEFAULT_MAX_CAUSES = 32
 DEFAULT_MAX_STATE_DIRS = 16
+DEFAULT_MAX_PARTITIONS = 256
 DEFAULT_MAX_RECENT = 4096
 DEFAULT_MAX_LABEL_LENGTH = 128
 _DIGEST_TAG = 9  # "~" and 8 hex digits
@@ -225,6 +233,7 @@ class ServerMetrics(Observer):
         max_recent: int = DEFAULT_MAX_RECENT,
         max_label_length: int = DEFAULT_MAX_LABEL_LENGTH,
         max_state_dirs: int = DEFAULT_MAX_STATE_DIRS,
+        max_partitions: int = DEFAULT_MAX_PARTITIONS,
     ) -> None:
         """
         :param max_functions: most function names with label values of their own
@@ -237,6 +246,7 @@ class ServerMetrics(Observer):
         :param max_label_length: longest label value in characters (default 128).
         :param max_state_dirs: most state directories shown (default 16); the first a
             scrape sees, in path order, keep theirs; the rest are left out.
+        :param max_partitions: most partitions shown at a scrape (default 256).
         """
         self.functions = BoundedLabels(max_functions, max_label_length)
         self.steps = BoundedLabels(max_steps, max_label_length)
@@ -244,7 +254,10 @@ class ServerMetrics(Observer):
         self.causes = BoundedLabels(max_causes, max_label_length)
         self.state_dirs = BoundedLabels(max_state_dirs, max_label_length)
         self.recent = RecentRequests(max_recent)
+        self.max_partitions = max_partitions
+        self.max_label_length = max_label_length
         self._service: DRPCService | None = None
+        self._hosted: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
         registry = self.registry = CollectorRegistry(auto_describe=True)
 
         self.requests = Counter(
@@ -351,10 +364,16 @@ class ServerMetrics(Observer):
         self._tx_active: dict[str, set[int]] = {}
         registry.register(_ServiceCollector(self))
         registry.register(_StateCollector(self))
+        registry.register(_PartitionCollector(self))
 
     def bind(self, service: DRPCService) -> None:
         """Read queue depths, in-flight counts and late results from ``service`` at scrape."""
         self._service = service
+
+    def watch_transactional(self, hosted: Callable[[], Mapping[str, Mapping[str, Any]]]) -> None:
+        """``hosted()`` maps each hosted transactional topology to its run's status, whose
+        ``partitions`` the partition gauges show."""
+        self._hosted = hosted
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""
@@ -515,6 +534,8 @@ class _StateCollector(_Collector):
             "drpc_state_undo_logs", "Undo logs kept for older versions.", labels=["state_dir"]
         )
         for env in StateEnvironment.open_environments():
+            if env.is_partition:
+                continue
             label = state_dirs(env.path)
             if label == OTHER:
                 continue
@@ -531,6 +552,53 @@ class _StateCollector(_Collector):
                 if topology != OTHER:  # past the bound: one txid of several means nothing
                     txid.add_metric([label, topology], committed)
         yield from (version, txid, pin_age, pins, undo_logs)
+
+
+class _PartitionCollector(_Collector):
+    """Gauges of the hosted runs' partitions, read from their status at each scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        hosted = self._metrics._hosted
+        labels = ["topology", "state", "partition"]
+        txid = GaugeMetricFamily(
+            "drpc_partition_txid", "The last txid a partition applied.", labels=labels
+        )
+        keys = GaugeMetricFamily("drpc_partition_keys", "Records a partition holds.", labels=labels)
+        size = GaugeMetricFamily(
+            "drpc_partition_bytes", "Bytes of a partition's map in use.", labels=labels
+        )
+        owner = GaugeMetricFamily(
+            "drpc_partition_owner",
+            "Where a partition lives: its host and resident task (0: the run's process).",
+            labels=[*labels, "host", "task"],
+        )
+        shown = 0
+        length = self._metrics.max_label_length
+        runs = hosted() if hosted is not None else {}
+        for topology, run in sorted(runs.items()):
+            for partition in run.get("partitions", ()):
+                if shown == self._metrics.max_partitions:
+                    break
+                shown += 1
+                label = [
+                    clip_label(topology, length),
+                    clip_label(str(partition["group"]), length),
+                    str(partition["index"]),
+                ]
+                if partition.get("txid") is not None:
+                    txid.add_metric(label, partition["txid"])
+                keys.add_metric(label, partition.get("keys") or 0)
+                size.add_metric(label, partition.get("bytes") or 0)
+                host = partition.get("host")
+                owner.add_metric(
+                    [
+                        *label,
+                        clip_label(str(host), length) if host else "",
+                        str(partition.get("task") or 0),
+                    ],
+                    1,
+                )
+        yield from (txid, keys, size, owner)
 
 
 __all__ = [

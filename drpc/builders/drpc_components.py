@@ -53,6 +53,7 @@ from drpc.model.tuples import Tuple
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 from drpc.requests import Invocations, ReturnInfo
 from drpc.state import StateEnvironment
+from drpc.state.partitioned import pinned_commits
 from drpc.state.pins import Pin
 from drpc.state.topology import PINNED_READS_CONF, STATE_DIR_CONF, state_for
 from drpc.state.versions import PinnedRequest
@@ -182,7 +183,7 @@ class PrepareRequest(BaseBasicBolt):
                 env = self._state = state_for(self._services, self._conf).env
             pin = env.pin()
             REQUEST_PINS.hold(tuple[1], env, pin)
-            request = PinnedRequest(number, ((env.path, pin.version),))
+            request = PinnedRequest(number, ((env.path, pin.version), *pinned_commits(env, pin)))
             if self._observer is not NULL_OBSERVER:
                 self._observer.state_pinned(tuple[1], request.reads)
         collector.emit([request, tuple[0]])

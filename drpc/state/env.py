@@ -238,6 +238,9 @@ class StateEnvironment:
         self.path = path
         self.options = options
         self.resizes = 0
+        self.is_partition = False
+        """A partition of a partitioned state (``drpc.state.partition``), not a directory of
+        its own: status tools show it with its state."""
         self._pid = os.getpid()
         self._closed = False
         self._write_lock = threading.Lock()

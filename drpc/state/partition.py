@@ -32,7 +32,8 @@ Contract.
   yet raises ``StateError``; one whose undo logs were reclaimed
   ``VersionReclaimedError``.
 - ``status()`` is a ``PartitionStatus``: held txid, keys stored, bytes in use, path;
-  ``held_txid(path)`` reads the txid a directory holds without its layout.
+  ``partition_record(path)`` and ``held_txid(path)`` read what a directory holds
+  without its layout.
 
 The records are drpc's own plain data (``drpc.state.records``) in ``COORDINATOR_DB``,
 under keys starting with a zero byte, which no topology's record does: the partition
@@ -135,15 +136,21 @@ def partition_path(root: str, group: str, index: int) -> str:
     return os.path.join(group_dir(root, group), f"p{index}")
 
 
-def held_txid(path: str) -> int | None:
-    """The txid the partition directory ``path`` holds (None: no partition there), read
-    without knowing its layout."""
+def partition_record(path: str) -> dict[str, Any] | None:
+    """The record of the partition directory ``path`` (None: no partition there): its
+    layout, index and held txid, read without knowing its layout."""
     if not os.path.exists(os.path.join(path, "data.mdb")):
         return None
     env = StateEnvironment.opened(path) or StateEnvironment.open(path)
     with env.read(version=env.latest_version()) as txn:
         stored = txn.get(COORDINATOR_DB, _RECORD)
-    return None if stored is None else int(decode_plain(stored, "a partition record")["held"])
+    return None if stored is None else dict(decode_plain(stored, "a partition record"))
+
+
+def held_txid(path: str) -> int | None:
+    """The txid the partition directory ``path`` holds (None: no partition there)."""
+    record = partition_record(path)
+    return None if record is None else int(record["held"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +191,7 @@ class StatePartition:
         env = (None if options else StateEnvironment.opened(path)) or StateEnvironment.open(
             path, **options
         )
+        env.is_partition = True
         partition = cls(env, layout, index)
         record = partition._record()
         if record is None:

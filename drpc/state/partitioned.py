@@ -13,7 +13,7 @@ Contract.
   ``placements`` read them.
 - **Which commit a read sees.** A DRPC request pins one version of the state directory
   (``drpc.state.versions``); for each partitioned state the directory holds,
-  ``pinned_commits(txn)`` gives the read keys its request carries: the global commit of
+  ``pinned_commits(env, pin)`` gives the read keys its request carries: the global commit of
   the state's topology at that version (``commit_read_key``). A read of a partitioned
   map reads every partition at that txid (``StatePartition.read``), so an answer never
   mixes two commits, wherever the partitions are. Outside such a request it reads at the
@@ -25,7 +25,8 @@ Contract.
   partition, merged by their stored encoding: the order of a one-directory map).
   ``source`` reaches the partitions (``PartitionSource``): ``LocalPartitions`` opens the
   ones under a partition root of this host; a partition it does not find raises
-  ``PartitionLostError`` naming it.
+  ``PartitionLostError`` naming it. ``local_partitioned_map`` finds a Trident state's
+  partitions on a host without the global record (a worker's), from their own records.
 """
 
 from __future__ import annotations
@@ -46,9 +47,12 @@ from drpc.state.maps import MapPage, NonTransactionalMap, OpaqueMap, Transaction
 from drpc.state.partition import (
     PartitionLayout,
     StatePartition,
+    group_dir,
     partition_path,
+    partition_record,
     partition_root,
 )
+from drpc.state.pins import Pin
 from drpc.state.records import decode_plain, encode_plain
 from drpc.state.versions import READS
 
@@ -146,13 +150,16 @@ def commit_read_key(directory: str, topology: str) -> str:
     return f"{directory}\x00{topology}"
 
 
-def pinned_commits(env: StateEnvironment, txn: StateTxn) -> tuple[tuple[str, int], ...]:
-    """The read keys and global txids of the partitioned states ``txn``'s version holds."""
-    topologies = sorted({layout.topology for layout in layouts(env, txn).values()})
-    commits = []
-    for topology in topologies:
-        record = CoordinatorState(env, topology).last_commit(txn=txn)
-        commits.append((commit_read_key(env.path, topology), 0 if record is None else record.txid))
+def pinned_commits(env: StateEnvironment, pin: Pin) -> tuple[tuple[str, int], ...]:
+    """The read keys of the global commits ``pin``'s version holds, one for each topology
+    with partitioned states in the directory (none without), to ride with the request."""
+    with env.read(version=pin.version) as txn:
+        topologies = sorted({layout.topology for layout in layouts(env, txn).values()})
+        commits = []
+        for topology in topologies:
+            record = CoordinatorState(env, topology).last_commit(txn=txn)
+            txid = 0 if record is None else record.txid
+            commits.append((commit_read_key(env.path, topology), txid))
     return tuple(commits)
 
 
@@ -254,6 +261,31 @@ def local_partitions(state_dir: str, conf: Mapping[str, Any] | None = None) -> L
         if source is None:
             source = _sources[root] = LocalPartitions(root)
         return source
+
+
+def local_partitioned_map(
+    state_dir: str, conf: Mapping[str, Any] | None, name: str, kind: MapKind, default: Any = None
+) -> PartitionedMap | None:
+    """Map ``name`` as a partitioned state this host holds partitions of under its partition
+    root, found without the directory's global record (a worker's host: Trident names a
+    partitioned state after its map); None when there are none."""
+    root = partition_root(state_dir, conf)
+    found = group_dir(root, name)
+    if not os.path.isdir(found):
+        return None
+    for entry in sorted(os.listdir(found)):
+        record = partition_record(os.path.join(found, entry))
+        if record is not None:
+            layout = PartitionLayout.from_plain(record)
+            return PartitionedMap(
+                local_partitions(state_dir, conf),
+                layout,
+                kind,
+                name,
+                default,
+                state_dir=os.path.realpath(state_dir),
+            )
+    return None
 
 
 _maps: dict[tuple[str, str, str], AnyMap] = {}

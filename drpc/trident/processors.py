@@ -43,7 +43,6 @@ from typing import Any, Generic, TypeVar
 from drpc.errors import InvalidTupleError
 from drpc.model.fields import Fields
 from drpc.model.grouping import BatchGlobalGrouping, Grouping
-from drpc.state.topology import state_for
 from drpc.trident.builtins import Count
 from drpc.trident.operations import (
     Aggregator,
@@ -285,9 +284,7 @@ class StateQueryProcessor(Applies[QueryFunction]):
 
     def prepare(self, batch: BatchContext) -> None:
         services = getattr(batch.topology_context, "services", {})
-        self.query = QueryMapState(
-            self.state.query(state_for(services, batch.conf).env, batch.conf)
-        )
+        self.query = QueryMapState(self.state.query_in(services, batch.conf))
         super().prepare(batch)
 
     def execute(self, values: Values) -> None:

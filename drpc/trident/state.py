@@ -32,7 +32,10 @@ Contract.
 - ``factory.query(env, conf)`` is the map as queries see it: the map of ``env`` (the
   run's state directory), or, when the directory's catalog says the map belongs to a
   partitioned state, a ``PartitionedMap`` reading every partition at one global
-  commit (``drpc.state.partitioned``).
+  commit (``drpc.state.partitioned``). ``factory.query_in(services, conf)`` is the
+  same for a task: on a host without the directory's global record (a worker's) but
+  with partitions of the state, those partitions, read at the global commit the request
+  carries.
 """
 
 from __future__ import annotations
@@ -51,8 +54,20 @@ from drpc.state import (
     TransactionalMap,
 )
 from drpc.state.maps import Combine, MapHandle, MapPage, Updater
-from drpc.state.partitioned import PartitionedMap, group_of
-from drpc.state.topology import Owner, check_owned, partitioned_map
+from drpc.state.partitioned import (
+    PartitionedMap,
+    group_of,
+    has_global_record,
+    local_partitioned_map,
+)
+from drpc.state.topology import (
+    STATE_DIR_CONF,
+    STATE_SERVICE,
+    Owner,
+    check_owned,
+    partitioned_map,
+    state_for,
+)
 
 StateMapKind = type[TransactionalMap] | type[OpaqueMap] | type[NonTransactionalMap]
 AnyStateMap = TransactionalMap | OpaqueMap | NonTransactionalMap
@@ -90,6 +105,17 @@ class MapStateFactory:
         if group is None:
             return self.open(env)
         return partitioned_map(env, group, self.KINDS[self.kind], self.name, None, conf)
+
+    def query_in(
+        self, services: Mapping[str, Any], conf: Mapping[str, Any]
+    ) -> AnyStateMap | PartitionedMap:
+        """The map as a task's queries see it (see the module doc)."""
+        directory = conf.get(STATE_DIR_CONF)
+        if STATE_SERVICE not in services and directory and not has_global_record(directory):
+            found = local_partitioned_map(directory, conf, self.name, self.KINDS[self.kind])
+            if found is not None:
+                return found
+        return self.query(state_for(services, conf).env, conf)
 
 
 class LMDBMapState:

@@ -30,9 +30,14 @@ runtimes); it keeps, in memory and bounded:
   (default 20); with ``watch_transactional(hosted)``, whether each hosted run
   is running, its last error, and what it waits for (``waiting``: "waiting for
   redis at HOST:PORT" while its broker is away);
+- ``partitions``: each partition of the hosted runs' partitioned states (at most
+  ``max_partitions``, default 256; ``partitions_total`` counts them all): its topology,
+  state and index, its owner (host, resident task), the txid it holds, its keys and
+  bytes (``drpc.transactional.partitions``);
 - per state directory open in this process (``state``; at most
   ``max_state_dirs``, default 16, the first by path; ``state_total`` counts them
-  all), read at each ``status()`` (``drpc.server.metrics.state_dir_status``): its
+  all; a partition's directory is shown as a partition, not here), read at each
+  ``status()`` (``drpc.server.metrics.state_dir_status``): its
   latest committed version, the oldest version still readable (``horizon``), the
   last committed txid of each topology with a commit record there (at most
   ``max_topologies``, by name), the oldest version a live process pins and how
@@ -99,6 +104,7 @@ DEFAULT_MAX_REPLAYS_SHOWN = 20
 DEFAULT_MAX_CAUSES = 32
 DEFAULT_MAX_NAME = 200
 DEFAULT_MAX_STATE_DIRS = 16
+DEFAULT_MAX_PARTITIONS = 256
 
 LATENCY_BASE = 1e-4
 LATENCY_RATIO = 1.1
@@ -231,6 +237,7 @@ class Dashboard(Observer):
         max_causes: int = DEFAULT_MAX_CAUSES,
         max_name: int = DEFAULT_MAX_NAME,
         max_state_dirs: int = DEFAULT_MAX_STATE_DIRS,
+        max_partitions: int = DEFAULT_MAX_PARTITIONS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """
@@ -250,6 +257,7 @@ class Dashboard(Observer):
         :param max_name: characters of a function, step or topology name shown (default
             200: names can be as long as a Thrift string).
         :param max_state_dirs: open state directories shown, the first by path (default 16).
+        :param max_partitions: partitions of hosted runs shown (default 256).
         :param clock: monotonic seconds (tests pass a fake one).
         """
         for name, value in {
@@ -264,6 +272,7 @@ class Dashboard(Observer):
             "max_replays_shown": max_replays_shown,
             "max_name": max_name,
             "max_state_dirs": max_state_dirs,
+            "max_partitions": max_partitions,
         }.items():
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value!r}")
@@ -279,6 +288,7 @@ class Dashboard(Observer):
         self.max_name = max_name
         self.max_topologies = max_topologies
         self.max_state_dirs = max_state_dirs
+        self.max_partitions = max_partitions
         self.clock = clock
         self.started = clock()
         self.untracked = 0
@@ -502,7 +512,7 @@ class Dashboard(Observer):
                     for name, entry in sorted(self._topologies.items())
                 ],
             }
-        self._add_hosted(status["transactional"])
+        status["partitions"], status["partitions_total"] = self._add_hosted(status["transactional"])
         status["state"], status["state_total"] = self.state_status()
         status["spark_ui"] = self.spark_ui()
         if service is not None:
@@ -517,10 +527,18 @@ class Dashboard(Observer):
             }
         return status
 
-    def _add_hosted(self, topologies: list[dict[str, Any]]) -> None:
+    def _add_hosted(self, topologies: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+        """Add what the hosted runs say to their topologies; return their partitions (the
+        first ``max_partitions``) and how many there are."""
         hosted = self._hosted() if self._hosted is not None else {}
         by_name = {entry["topology"]: entry for entry in topologies}
+        partitions: list[dict[str, Any]] = []
+        total = 0
         for name, run in sorted(hosted.items()):
+            for partition in run.get("partitions", ()):
+                total += 1
+                if len(partitions) < self.max_partitions:
+                    partitions.append(self._partition_status(name, partition))
             entry = by_name.get(_clip(name, self.max_name))
             if entry is None:  # hosted, no event yet: what its run says
                 empty = _Topology(_Series(self.resolution, self.slot_count))
@@ -534,11 +552,25 @@ class Dashboard(Observer):
             waiting = run.get("waiting")
             entry["waiting"] = None if waiting is None else _clip(str(waiting), self.max_message)
         topologies.sort(key=lambda entry: entry["topology"])
+        return partitions, total
+
+    def _partition_status(self, topology: str, partition: Mapping[str, Any]) -> dict[str, Any]:
+        host = partition.get("host")
+        return {
+            "topology": _clip(topology, self.max_name),
+            "state": _clip(str(partition["group"]), self.max_name),
+            "index": partition["index"],
+            "host": None if host is None else _clip(str(host), self.max_name),
+            "task": partition.get("task"),
+            "txid": partition.get("txid"),
+            "keys": partition.get("keys"),
+            "bytes": partition.get("bytes"),
+        }
 
     def state_status(self) -> tuple[list[dict[str, Any]], int]:
         """The first ``max_state_dirs`` readable state directories open in this process, by
         path, and how many are open."""
-        envs = StateEnvironment.open_environments()
+        envs = [env for env in StateEnvironment.open_environments() if not env.is_partition]
         shown: list[dict[str, Any]] = []
         for env in envs:
             if len(shown) == self.max_state_dirs:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from drpc.client import DRPCClient
 from drpc.server import DRPCServer, ServerThread
+from prometheus_client.parser import text_string_to_metric_families
 
 from drpc.errors import DRPCError
 from drpc.state import CoordinatorState
@@ -60,6 +61,34 @@ def test_the_server_runs_a_transactional_topology_and_answers_from_its_commits(
         status = hosted.status()
         assert status["running"] and status["error"] is None
         assert status["tuples"] == sum(expected.values())
+        # Its committer's two tasks write a partitioned state: the status, the metrics and
+        # the dashboard show where each partition lives and what it holds.
+        partitions = status["partitions"]
+        assert [(p["group"], p["index"]) for p in partitions] == [("commit", 0), ("commit", 1)]
+        assert all(p["host"] and p["task"] == 0 and p["txid"] >= 1 for p in partitions)
+        assert sum(p["keys"] for p in partitions) == len(expected)
+        samples = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(server.metrics.exposition().decode())
+            for sample in family.samples
+        }
+        for partition in partitions:
+            labels = {
+                "topology": "fault-words",
+                "state": "commit",
+                "partition": str(partition["index"]),
+            }
+            keyed = tuple(sorted(labels.items()))
+            assert samples[("drpc_partition_keys", keyed)] == partition["keys"]
+            assert samples[("drpc_partition_txid", keyed)] == partition["txid"]
+            owner = tuple(sorted({**labels, "host": partition["host"], "task": "0"}.items()))
+            assert samples[("drpc_partition_owner", owner)] == 1
+        shown = server.dashboard.status(server.service)
+        assert [(p["state"], p["index"], p["task"]) for p in shown["partitions"]] == [
+            ("commit", 0, 0),
+            ("commit", 1, 0),
+        ]
+        assert not any("partitions" in d["state_dir"] for d in shown["state"])
 
         # An idle source costs one empty commit per idle_interval, not a busy loop.
         before = CoordinatorState(hosted.runner.env, "fault-words").next_txid()

@@ -338,6 +338,30 @@ function renderState(status) {
   fill("state", rows);
 }
 
+function renderPartitions(status) {
+  const partitions = status.partitions || [];
+  const total = status.partitions_total ?? partitions.length;
+  document.getElementById("partitions-note").textContent =
+    total > partitions.length ? `first ${partitions.length} of ${total}` : "";
+  const rows = partitions.map((partition) => {
+    const owner = partition.host === null || partition.host === undefined
+      ? el("span", { class: "muted" }, "unknown")
+      : partition.task ? `${partition.host}, task ${partition.task}` : partition.host;
+    return el(
+      "tr",
+      { "data-state": partition.state, "data-partition": String(partition.index) },
+      el("td", { class: "name" }, partition.topology),
+      el("td", { class: "name" }, partition.state),
+      el("td", { class: "num" }, partition.index),
+      el("td", { class: "mono owner" }, owner),
+      el("td", { class: "num txid" }, partition.txid ?? "—"),
+      el("td", { class: "num keys" }, partition.keys ?? "—"),
+      el("td", { class: "num bytes" }, partition.bytes ?? "—"),
+    );
+  });
+  fill("partitions", rows);
+}
+
 function render(status) {
   renderSummary(status);
   renderFunctions(status);
@@ -345,6 +369,7 @@ function render(status) {
   renderFailures(status);
   renderTransactional(status);
   renderState(status);
+  renderPartitions(status);
   lastUpdate = Date.now();
   document.getElementById("updated").textContent = clock(status.time);
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
