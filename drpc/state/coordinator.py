@@ -46,6 +46,11 @@ PARTITION_NAMESPACE = "partition/{}"
 _COMMIT = b"commit"
 
 
+def commit_record_key(topology_id: str) -> bytes:
+    """Where the commit record of ``topology_id`` lives in ``COORDINATOR_DB``."""
+    return encode_name(topology_id, "topology id") + _COMMIT
+
+
 @dataclass(frozen=True, slots=True)
 class CommitRecord:
     """The last commit of a topology: its txid and when it committed (``time.time()``)."""
@@ -66,7 +71,7 @@ class CoordinatorState:
     ) -> None:
         self.env = env
         self.topology_id = topology_id
-        self._key = encode_name(topology_id, "topology id") + _COMMIT
+        self._key = commit_record_key(topology_id)
         self.batch_meta = RotatingTransactionalState(
             env, topology_id, META_NAMESPACE, strict=True, plain=plain_batch_meta
         )

@@ -378,6 +378,12 @@ class StateEnvironment:
         self._check()
         return self._snapshot(pinned_version(self.path) if version is None else version)
 
+    def read_latest(self) -> AbstractContextManager[StateTxn]:
+        """A read transaction at the latest committed version, whatever this thread's
+        request pinned."""
+        self._check()
+        return self._snapshot(None)
+
     @contextmanager
     def _snapshot(self, version: int | None) -> Iterator[StateTxn]:
         """A read at ``version`` (None: the latest)."""

@@ -142,7 +142,7 @@ def partition_record(path: str) -> dict[str, Any] | None:
     if not os.path.exists(os.path.join(path, "data.mdb")):
         return None
     env = StateEnvironment.opened(path) or StateEnvironment.open(path)
-    with env.read(version=env.latest_version()) as txn:
+    with env.read_latest() as txn:
         stored = txn.get(COORDINATOR_DB, _RECORD)
     return None if stored is None else dict(decode_plain(stored, "a partition record"))
 
@@ -169,6 +169,9 @@ class StatePartition:
         self.env = env
         self.layout = layout
         self.index = index
+        # what the latest version's records say (its start and applied writes), decoded
+        # once per version: reads between two commits skip the decoding
+        self._seen: tuple[int, int, list[Applied]] | None = None
 
     def __repr__(self) -> str:
         return f"<StatePartition {self.layout.group!r} {self.index}/{self.layout.partitions}>"
@@ -320,9 +323,18 @@ class StatePartition:
 
     def version_of(self, txid: int) -> int:
         """The version a read at ``txid`` sees (see ``read``)."""
-        with self.env.read(version=self.env.latest_version()) as txn:
+        with self.env.read_latest() as txn:
+            return self._version_in(txn, txid)
+
+    def _version_in(self, txn: StateTxn, txid: int) -> int:
+        """``version_of(txid)``, from the records ``txn`` (a read at the latest) sees."""
+        seen = self._seen
+        if seen is not None and seen[0] == txn.lmdb_id:
+            _, start, applied = seen
+        else:
             start = int(self._require_record(txn)["start"])
             applied = self.applied(txn)
+            self._seen = (txn.lmdb_id, start, applied)
         if not applied or txid > applied[-1].txid:
             held = applied[-1].txid if applied else None
             raise StateError(
@@ -338,12 +350,16 @@ class StatePartition:
 
     @contextmanager
     def read(self, txid: int | None) -> Iterator[StateTxn]:
-        version = self.env.latest_version() if txid is None else self.version_of(txid)
+        with self.env.read_latest() as latest:
+            version = None if txid is None else self._version_in(latest, txid)
+            if version is None or version == latest.version:  # the common read: one snapshot
+                yield latest
+                return
         with self.env.read(version=version) as txn:
             yield txn
 
     def status(self) -> PartitionStatus:
-        with self.env.read(version=self.env.latest_version()) as txn:
+        with self.env.read_latest() as txn:
             held = self.held(txn)
             keys = txn.entries(MAPS_DB)
         return PartitionStatus(

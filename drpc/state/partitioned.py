@@ -31,6 +31,7 @@ Contract.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 import threading
@@ -40,8 +41,8 @@ from typing import Any, Protocol, TypeVar
 
 from drpc.errors import InvalidQueryError, PartitionLostError, StateError
 from drpc.state.codec import StateKey, decode_names, encode_key, encode_name
-from drpc.state.coordinator import CoordinatorState
-from drpc.state.env import CATALOG_DB, StateEnvironment, StateTxn
+from drpc.state.coordinator import commit_record_key
+from drpc.state.env import CATALOG_DB, COORDINATOR_DB, StateEnvironment, StateTxn
 from drpc.state.keygroups import partition_of
 from drpc.state.maps import MapPage, NonTransactionalMap, OpaqueMap, TransactionalMap
 from drpc.state.partition import (
@@ -53,7 +54,7 @@ from drpc.state.partition import (
     partition_root,
 )
 from drpc.state.pins import Pin
-from drpc.state.records import decode_plain, encode_plain
+from drpc.state.records import decode_commit, decode_plain, encode_plain
 from drpc.state.versions import READS
 
 T = TypeVar("T")
@@ -96,8 +97,14 @@ def layouts(env: StateEnvironment, txn: StateTxn | None = None) -> dict[str, Par
         return {
             layout.group: layout
             for _, value in t.scan(CATALOG_DB, _GROUP)
-            if (layout := PartitionLayout.from_plain(decode_plain(value, "a partition layout")))
+            if (layout := _layout(value))
         }
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(stored: bytes) -> PartitionLayout:
+    """A stored layout record, decoded once per process."""
+    return PartitionLayout.from_plain(decode_plain(stored, "a partition layout"))
 
 
 def record_maps(txn: StateTxn, group: str, names: Iterable[str]) -> None:
@@ -157,8 +164,8 @@ def pinned_commits(env: StateEnvironment, pin: Pin) -> tuple[tuple[str, int], ..
         topologies = sorted({layout.topology for layout in layouts(env, txn).values()})
         commits = []
         for topology in topologies:
-            record = CoordinatorState(env, topology).last_commit(txn=txn)
-            txid = 0 if record is None else record.txid
+            stored = txn.get(COORDINATOR_DB, commit_record_key(topology))
+            txid = 0 if stored is None else decode_commit(stored)[0]
             commits.append((commit_read_key(env.path, topology), txid))
     return tuple(commits)
 
@@ -329,6 +336,8 @@ class PartitionedMap:
         self.default = default
         self.state_dir = state_dir
         self._latest_txid = latest_txid
+        self.env_of: StateEnvironment | None = None
+        """The directory whose global record says where reads stand, if any."""
 
     def __repr__(self) -> str:
         return (

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -236,7 +236,13 @@ def partitioned_map(
     conf: Mapping[str, Any] | None = None,
 ) -> PartitionedMap:
     """Map ``name`` of partitioned state ``group`` of the directory ``env`` is the global
-    record of, read through this host's partitions."""
+    record of, read through this host's partitions (one object per process: a state keeps
+    its layout)."""
+    key = (env.path, group, kind, name, default if isinstance(default, Hashable) else id(default))
+    with _partitioned_lock:
+        found = _partitioned.get(key)
+    if found is not None and found.env_of is env:
+        return found
     layout = layouts(env)[group]
     state = CoordinatorState(env, layout.topology)
 
@@ -244,7 +250,7 @@ def partitioned_map(
         record = state.last_commit()
         return 0 if record is None else record.txid
 
-    return PartitionedMap(
+    found = PartitionedMap(
         local_partitions(env.path, conf),
         layout,
         kind,
@@ -253,6 +259,14 @@ def partitioned_map(
         state_dir=env.path,
         latest_txid=latest,
     )
+    found.env_of = env
+    with _partitioned_lock:
+        _partitioned[key] = found
+    return found
+
+
+_partitioned: dict[tuple[Any, ...], PartitionedMap] = {}
+_partitioned_lock = threading.Lock()
 
 
 _opened: dict[str, TopologyState] = {}
