@@ -34,6 +34,13 @@ partitioned over words in one partition.
 ``--parts query`` adds: the counts over 4 partitions, then a DRPC ``MapGet`` of one key
 and of 200 keys on the resident tasks, p50 and p99 over ``--queries`` calls.
 
+``--parts quota`` (needs root: cgroups, ``bench/quota.py``): the partitioned ``ids``
+count with 1 and then 2 resident tasks (slots), each in a process of its own under CPU
+quotas: the driver's Python process and its JVM together limited to ``--driver-cores``
+(0.25), each resident task's process to ``--worker-cores`` (0.5). Two workers against
+one, at high cardinality: the state grows with the workers when the driver is not the
+ceiling.
+
 Usage: ``python bench/keyed_state.py [--tuples N] [--batch N] [--rounds N]
 [--warm-up-tuples N] [--parts throughput,query] [--skip-streaming] [--quick]
 [--out FILE]``; prints a table and writes JSON (default
@@ -43,6 +50,7 @@ Usage: ``python bench/keyed_state.py [--tuples N] [--batch N] [--rounds N]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -59,7 +67,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench import procs  # noqa: E402
+from bench import procs, quota  # noqa: E402
 from drpc import Fields, runtime  # noqa: E402
 from drpc.executors.resident.executor import resident_cluster  # noqa: E402
 from drpc.state import StateEnvironment  # noqa: E402
@@ -272,6 +280,53 @@ def bench_queries(work: Path, data: dict[str, Any], batch: int, queries: int) ->
     return found
 
 
+def quota_child(log_dir: Path, warm_dir: Path, work: Path, slots: int) -> None:
+    """A run with ``slots`` resident tasks in this process: warm up, say which processes
+    to limit, wait for "go" on stdin, then the measured run (see the module doc)."""
+    session = runtime.get_session(MASTER)
+    cluster = resident_cluster(session.sparkContext, slots=slots).start()
+    run(trident(warm_dir, 100_000, 2), state_dir=str(work / "warm"), executor="spark")
+    tasks = [cluster.call(node, os.getpid).result() for node in cluster.workers]
+    jvm = procs.jvm(os.getpid())
+    print(json.dumps({"driver": [os.getpid(), jvm], "tasks": tasks}), flush=True)
+    assert sys.stdin.readline().strip() == "go"
+    started = time.perf_counter()
+    result = run(trident(log_dir, 100_000, 2), state_dir=str(work / "state"), executor="spark")
+    elapsed = time.perf_counter() - started
+    print(json.dumps({"seconds": elapsed, "tuples": result.tuples}), flush=True)
+
+
+def bench_quota(
+    data: dict[str, Any], warm: dict[str, Any], work: Path, driver_cores: float, worker_cores: float
+) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for slots in (1, 2):
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--quota-child", str(data["log"]), str(warm["log"]),
+             str(work / f"quota-{slots}"), str(slots)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert child.stdin is not None and child.stdout is not None
+        pids = json.loads(child.stdout.readline())
+        with contextlib.ExitStack() as limits:
+            limits.enter_context(quota.cpu_quota(driver_cores, pids["driver"], label="driver"))
+            for index, pid in enumerate(pids["tasks"]):
+                limits.enter_context(quota.cpu_quota(worker_cores, [pid], label=f"task{index}"))
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            measured = json.loads(child.stdout.readline())
+        child.wait(timeout=120)
+        measured["tuples_per_s"] = measured["tuples"] / measured["seconds"]
+        found[f"{slots}_workers"] = measured
+    found["ratio_2_over_1"] = (
+        found["2_workers"]["tuples_per_s"] / found["1_workers"]["tuples_per_s"]
+    )
+    found.update(driver_cores=driver_cores, worker_cores=worker_cores)
+    return found
+
+
 def median_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Each figure's median over the rounds (and every round's tuples/s)."""
     merged = {
@@ -294,17 +349,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-streaming", action="store_true")
     parser.add_argument("--quick", action="store_true", help="200 000 tuples, one round")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "keyed_state.json")
+    parser.add_argument("--driver-cores", type=float, default=0.25)
+    parser.add_argument("--worker-cores", type=float, default=0.5)
     parser.add_argument("--streaming-child", nargs=3, type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--quota-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.streaming_child:
         streaming_child(*args.streaming_child)
         return 0
+    if args.quota_child:
+        log_dir, warm_dir, work_dir, slots = args.quota_child
+        quota_child(Path(log_dir), Path(warm_dir), Path(work_dir), int(slots))
+        return 0
     if args.quick:
         args.tuples, args.rounds, args.warm_up_tuples, args.queries = 200_000, 1, 200_000, 200
     parts = set(args.parts.split(","))
-    unknown = parts - {"throughput", "query"}
+    unknown = parts - {"throughput", "query", "quota"}
     if unknown:
-        parser.error(f"unknown parts {sorted(unknown)}; choose from throughput, query")
+        parser.error(f"unknown parts {sorted(unknown)}; choose from throughput, query, quota")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="drpc-bench-keyed-"))
     results: dict[str, Any] = {}
@@ -381,6 +443,12 @@ def main(argv: list[str] | None = None) -> int:
                 results["ratios"]["ids_partitioned_over_structured_streaming"] = (
                     rate["drpc_partitioned_ids"] / rate["structured_streaming_ids"]
                 )
+        if "quota" in parts:
+            print("under CPU quotas: 1, then 2 resident tasks ...", flush=True)
+            warm_ids = generate(work, "ids", args.warm_up_tuples, args.batch, 5)
+            results["quota"] = bench_quota(
+                data["ids"], warm_ids, work, args.driver_cores, args.worker_cores
+            )
         if "query" in parts:
             print("queries over 4 partitions ...", flush=True)
             results["queries_4_partitions"] = bench_queries(
@@ -412,6 +480,13 @@ def report(results: dict[str, Any]) -> None:
             print(f"{label:<{width}}{r['tuples_per_s']:>11,.0f}{share:>12}")
     for name, value in results.get("ratios", {}).items():
         print(f"{name}: {value:.2f}x")
+    if "quota" in results:
+        limited = results["quota"]
+        print(
+            f"under quotas, ~1.26 M ids: 1 worker {limited['1_workers']['tuples_per_s']:,.0f}, "
+            f"2 workers {limited['2_workers']['tuples_per_s']:,.0f} tuples/s: "
+            f"{limited['ratio_2_over_1']:.2f}x"
+        )
     for label, figures in results.get("queries_4_partitions", {}).items():
         p50, p99 = figures["p50_ms"], figures["p99_ms"]
         print(f"MapGet over 4 partitions, {label}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")

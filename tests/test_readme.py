@@ -130,6 +130,9 @@ PYTHON_BLOCKS: dict[str, Run] = {
     'TransactionalTopologyBuilder("global-count"': Run("spark", ["[9, 16, 19]"]),
     'topology.new_drpc_stream("words")': Run("nothing", ["[3, 2, 0]", "[[6]]", "[[0]]"]),
     "build_vocabulary_counts(10**6)": Run("nothing", ["True"]),
+    ".parallelism_hint(4)                       # four partitions": Run(
+        "nothing", ["104 3", '[["cat", 2]]']
+    ),
     'DRPCClient("localhost", 3772)': Run(
         "a reach server",
         ["16", "FAILED_REQUEST function 'no-such-function' is not served: ..."],

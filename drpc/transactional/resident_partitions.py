@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -82,7 +81,7 @@ def worker_held(
         for index in range(layout.partitions):
             if partitions.exists(layout, index):
                 found[(layout.group, index)] = partitions.partition(layout, index).held()
-    return os.uname().nodename, found
+    return current_worker().host, found
 
 
 def worker_create(
@@ -102,14 +101,15 @@ def worker_apply(
     options: Mapping[str, Any],
 ) -> PartitionOutcome:
     """Apply ``work`` to this task's partition (see the module doc)."""
-    host = os.uname().nodename
+    worker = current_worker()
     try:
         partition = _partitions(root, options).partition(layout, work.ref.index)
     except PartitionLostError as error:
-        return PartitionOutcome(work.ref, -1, lost=error, host=host, task=current_worker().index)
+        lost = PartitionLostError(error.group, error.partition, worker.host, error.detail)
+        return PartitionOutcome(work.ref, -1, lost=lost, host=worker.host, task=worker.index)
     context = CommitContext(loaded_topology(token, frozen), conf, {}, hints)
     outcome = apply_partition(partition, context, work)
-    return dataclasses.replace(outcome, host=host, task=current_worker().index)
+    return dataclasses.replace(outcome, host=worker.host, task=worker.index)
 
 
 def worker_close(root: str) -> None:

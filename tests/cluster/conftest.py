@@ -19,11 +19,12 @@ from tests.cluster.harness import (
 
 
 @pytest.fixture(scope="module")
-def two_hosts() -> Iterator[TwoHosts]:
+def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
+    """The two hosts, each with a private disk over the same path (``two_hosts.private``)."""
     reason = namespaces_unavailable()
     if reason is not None:
         pytest.skip(f"two hosts on one machine need network namespaces: {reason}")
-    with TwoHosts() as hosts:
+    with TwoHosts(private=tmp_path_factory.mktemp("private-disk")) as hosts:
         yield hosts
 
 

@@ -12,14 +12,17 @@ Contract:
   ``PYTHONPATH`` and ``PYSPARK_*`` are dropped; this virtualenv's ``bin``
   comes first on ``PATH``). ``LOOPBACK`` is this machine's loopback, no
   namespace.
-- ``TwoHosts(tag)`` (tag: this process's id) first removes what a killed run left
-  (``sweep_stale``), then creates two namespaces joined by one veth pair, the
+- ``TwoHosts(tag, private=None)`` (tag: this process's id) first removes what a killed
+  run left (``sweep_stale``), then creates two namespaces joined by one veth pair, the
   ``cluster`` host at 198.18.N.1/30 and the ``server`` host at 198.18.N.2/30
   (RFC 2544's benchmarking range, assigned only to that pair; neither
   namespace has any other interface than ``lo`` nor a default route, so no
   traffic can leave the pair). ``close()`` SIGKILLs every process still in
   either namespace and deletes both (the veth pair goes with them); it runs on
-  ``__exit__`` whatever happened.
+  ``__exit__`` whatever happened. With ``private`` (a directory) each host also gets a
+  disk of its own: a mount namespace with an empty tmpfs over ``private``, pinned to a
+  file under ``PINS`` that every process started on the host (``Host.command``) enters:
+  neither host sees what the other writes there, nor does this process.
 - ``SparkCluster(host, workdir, workers=2)`` is a Spark master and workers on
   ``host``, started with the commands docs/how-to/cluster.md documents (the pip wheel's
   ``spark-class ... Master``/``Worker``, in the foreground, one core and
@@ -64,6 +67,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = Path(sys.executable).parent / "spark-class"
 TEST_RANGE = "198.18"  # RFC 2544: for benchmarking networks, never routed
+PINS = Path("/run/drpc-test-hosts")  # where hosts' pinned mount and UTS namespaces live
 LEAKY_ENVIRONMENT = ("SPARK_LOCAL_IP", "SPARK_CONF_DIR", "SPARK_HOME", "PYTHONPATH")
 
 
@@ -97,9 +101,14 @@ def host_env(**extra: str) -> dict[str, str]:
 class Host:
     namespace: str | None
     address: str
+    pinned: Path | None = None  # a file holding its mount namespace
 
-    def command(self, argv: Sequence[str]) -> list[str]:
+    def command(self, argv: Sequence[str], cwd: Path | str = ROOT) -> list[str]:
+        """``argv`` run on this host, in ``cwd`` (entering a mount namespace moves a process
+        to its root: ``nsenter --wd`` moves it back)."""
         prefix = [] if self.namespace is None else ["ip", "netns", "exec", self.namespace]
+        if self.pinned is not None:  # a disk of its own (``TwoHosts(private=...)``)
+            prefix = ["nsenter", f"--mount={self.pinned}", f"--wd={cwd}", *prefix]
         return [*prefix, *map(str, argv)]
 
     def popen(
@@ -115,10 +124,11 @@ class Host:
             with open(log, "a") as out:
                 options.update(stdout=out, stderr=subprocess.STDOUT)
                 return self.popen(argv, env=env, **options)
+        cwd = options.pop("cwd", ROOT)
         return subprocess.Popen(
-            self.command(argv),
+            self.command(argv, cwd),
             env=dict(env) if env is not None else host_env(),
-            cwd=options.pop("cwd", ROOT),
+            cwd=cwd,
             text=True,
             **options,
         )
@@ -146,12 +156,22 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 class TwoHosts:
     """Two network namespaces joined by a veth pair (see the module doc)."""
 
-    def __init__(self, tag: str | None = None, subnet: int = 16) -> None:
+    def __init__(
+        self, tag: str | None = None, subnet: int = 16, private: Path | None = None
+    ) -> None:
         tag = tag or str(os.getpid())
-        self.cluster = Host(f"drpc-{tag}-cluster", f"{TEST_RANGE}.{subnet}.1")
-        self.server = Host(f"drpc-{tag}-server", f"{TEST_RANGE}.{subnet}.2")
+        self.private = private
+        pins = PINS / f"drpc-{tag}" if private is not None else None
+        self._pins = pins
+        self.cluster = Host(
+            f"drpc-{tag}-cluster", f"{TEST_RANGE}.{subnet}.1", pins and pins / "cluster"
+        )
+        self.server = Host(
+            f"drpc-{tag}-server", f"{TEST_RANGE}.{subnet}.2", pins and pins / "server"
+        )
         self._veth = (f"dv{tag}c", f"dv{tag}s")
         self._created: list[str] = []
+        self._pinned: list[Path] = []
 
     @property
     def hosts(self) -> tuple[Host, Host]:
@@ -171,10 +191,32 @@ class TwoHosts:
                 _ip("-n", host.namespace, "addr", "add", f"{host.address}/30", "dev", device)
                 _ip("-n", host.namespace, "link", "set", device, "up")
                 _ip("-n", host.namespace, "link", "set", "lo", "up")
+            if self.private is not None:  # after the network namespaces: its copy has them
+                self._pin_disks(self.private)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _pin_disks(self, private: Path) -> None:
+        """Give each host a mount namespace of its own with an empty tmpfs over ``private``,
+        pinned to a file under ``PINS`` that every process started on the host enters."""
+        assert self._pins is not None
+        self._pins.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "--bind", self._pins, self._pins], check=True)
+        self._pinned.append(self._pins)
+        subprocess.run(["mount", "--make-private", self._pins], check=True)
+        for host in self.hosts:
+            assert host.pinned is not None
+            host.pinned.touch()
+            subprocess.run(
+                [
+                    "unshare", f"--mount={host.pinned}", "--propagation", "private",
+                    "mount", "-t", "tmpfs", "drpc-private", private,
+                ],
+                check=True,
+            )  # fmt: skip
+            self._pinned.append(host.pinned)
 
     def pids(self) -> list[int]:
         """Every process in either namespace."""
@@ -194,12 +236,24 @@ class TwoHosts:
             _ip("netns", "del", namespace, check=False)
         _ip("link", "del", self._veth[0], check=False)  # if it never left this namespace
         self._created.clear()
+        _unpin(self._pinned)
+        self._pinned.clear()
 
     def __enter__(self) -> TwoHosts:
         return self.open()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unpin(pinned: list[Path]) -> None:
+    """Unmount pinned namespace files, then their directory's bind mount (each host's disk
+    goes once nothing runs there), and remove the directory."""
+    for path in reversed(pinned):
+        subprocess.run(["umount", path], capture_output=True, check=False)
+    for path in pinned:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def sweep_stale() -> None:
@@ -213,6 +267,10 @@ def sweep_stale() -> None:
             for pid in _ip("netns", "pids", name, check=False).stdout.split():
                 kill(int(pid))
             _ip("netns", "del", name, check=False)
+    for pins in PINS.glob("drpc-*") if PINS.is_dir() else ():
+        tag = pins.name.split("-", 1)[1]
+        if tag.isdigit() and not alive(int(tag)):
+            _unpin([pins, *pins.iterdir()])
 
 
 def kill(pid: int, signum: int = signal.SIGKILL) -> None:

@@ -84,6 +84,18 @@ def _serving(server: subprocess.Popen[str], log: Path, timeout: float) -> str:
     return _log(log)
 
 
+def _shipping(tmp_path: Path, shipped: dict[str, Path], more: str = "") -> Path:
+    """A ``--spark-conf-file`` shipping the packed environment and the tests' code (and
+    ``more`` settings) to the executors."""
+    conf = tmp_path / "cluster.conf"
+    conf.write_text(
+        f"spark.archives        {shipped['environment']}#environment\n"
+        "spark.pyspark.python  ./environment/bin/python\n"
+        f"spark.submit.pyFiles  {shipped['code']}\n" + more
+    )
+    return conf
+
+
 def _stop(server: subprocess.Popen[str], log: Path, driver: str | None = None) -> None:
     """SIGTERM the server (under spark-submit: its Python driver, the child whose command line
     has ``driver``) and check that it exits 0."""
@@ -175,12 +187,7 @@ def test_serving_and_a_transactional_run_on_two_hosts_through_a_worker_kill(
 ) -> None:
     words, state, log = tmp_path / "words", tmp_path / "state", tmp_path / "server.log"
     expected = write_words(words, seed=11, count=WORDS)
-    conf = tmp_path / "cluster.conf"
-    conf.write_text(
-        f"spark.archives        {shipped['environment']}#environment\n"
-        "spark.pyspark.python  ./environment/bin/python\n"
-        f"spark.submit.pyFiles  {shipped['code']}\n"
-    )
+    conf = _shipping(tmp_path, shipped)
     (tmp_path / "spark-conf").mkdir()
     (tmp_path / "spark-conf" / "spark-defaults.conf").write_text(
         "spark.app.name         two-hosts\n"  # over drpc's default name
@@ -289,13 +296,7 @@ def _peers(host: Host, port: int) -> set[str]:
 def test_the_resident_tasks_fetch_from_a_server_on_each_host_past_the_driver(
     two_hosts: TwoHosts, spark_cluster: SparkCluster, shipped: dict[str, Path], tmp_path: Path
 ) -> None:
-    conf = tmp_path / "cluster.conf"
-    conf.write_text(
-        f"spark.archives        {shipped['environment']}#environment\n"
-        "spark.pyspark.python  ./environment/bin/python\n"
-        f"spark.submit.pyFiles  {shipped['code']}\n"
-        "spark.ui.enabled      false\n"
-    )
+    conf = _shipping(tmp_path, shipped, "spark.ui.enabled      false\n")
     hosts = (two_hosts.server, two_hosts.cluster)
     logs = [tmp_path / f"server-{index}.log" for index in range(2)]
     servers = [
@@ -351,3 +352,72 @@ def test_the_resident_tasks_fetch_from_a_server_on_each_host_past_the_driver(
         if "drpc.runner: serving reach for " in line
     }
     assert fetched_from == {f"{host.address}:3773" for host in hosts}
+
+
+ASK_COUNTS = """
+import json, sys
+from drpc.client import DRPCClient
+with DRPCClient(sys.argv[1], 3772, timeout=120) as client:
+    print(client.execute("count", " ".join(sys.argv[2:])))
+"""
+"""Run on the cluster host: the committed count of each word, through the server."""
+
+
+@pytest.mark.timeout(600)
+def test_partitioned_state_lives_on_the_worker_host_and_queries_read_it_there(
+    two_hosts: TwoHosts, spark_cluster: SparkCluster, shipped: dict[str, Path], tmp_path: Path
+) -> None:
+    """Each host has a private disk over the same path: the state directory's global record
+    is on the server host (the driver), the partitions on the cluster host (its resident
+    tasks), and neither sees the other's files; queries through the server read them right."""
+    assert two_hosts.private is not None
+    state, words, log = two_hosts.private / "state", tmp_path / "words", tmp_path / "server.log"
+    expected = write_words(words, seed=17, count=WORDS)
+    conf = _shipping(tmp_path, shipped, "spark.ui.enabled      false\n")
+    server = two_hosts.server.popen(
+        [BIN / "drpc-server", "--host", two_hosts.server.address, "--master",
+         spark_cluster.master_url, "--spark-conf-file", conf, "--spark-conf", EXECUTOR_MEMORY,
+         "--executor", "spark", "--slots", "2", "--topology", "tests.cluster.partitioned:query",
+         "--transactional", "tests.cluster.partitioned:topology", "--state-dir", state,
+         "--http-port", "-1", "--log-level", "INFO"],
+        log=log,
+        env=host_env(PYTHONPATH=str(ROOT), DRPC_TEST_LOG_DIR=str(words), DRPC_STATE_DIR=str(state)),
+    )  # fmt: skip
+    asked = sorted(expected)[:40]
+    try:
+        _serving(server, log, 240)
+
+        def answered() -> dict[str, int]:
+            calling = two_hosts.cluster.run(
+                [sys.executable, "-c", ASK_COUNTS, two_hosts.server.address, *asked],
+                timeout=120,
+                env=host_env(PYTHONPATH=str(ROOT)),
+            )
+            assert calling.returncode == 0, calling.stderr[-3000:] + _log(log)[-3000:]
+            return {word: count for word, count in json.loads(calling.stdout)}
+
+        wait_for(lambda: answered() == {word: expected[word] for word in asked}, 300, "counts")
+        on_server = two_hosts.server.run(
+            [BIN / "drpc-transactional", "status", "--state-dir", state, "--json"], timeout=60
+        )
+        listed = {
+            host.address: host.run(["find", two_hosts.private, "-name", "data.mdb"], timeout=30)
+            for host in two_hosts.hosts
+        }
+    finally:
+        _stop(server, log)
+    assert on_server.returncode == 0, on_server.stderr
+    report = json.loads(on_server.stdout)
+    assert report["maps"] == {}  # the server host holds no map data: only the global record
+    assert [(p["group"], p["index"]) for p in report["partitions"]] == [
+        ("counts", 0),
+        ("counts", 1),
+    ]
+    assert {p["host"] for p in report["partitions"]} == {two_hosts.cluster.address}
+    assert {p["task"] for p in report["partitions"]} == {1, 2}  # one on each resident task
+    assert not any("txid" in p for p in report["partitions"])  # none of them on this host
+    server_files = sorted(listed[two_hosts.server.address].stdout.split())
+    cluster_files = sorted(listed[two_hosts.cluster.address].stdout.split())
+    assert server_files == [f"{state}/data.mdb"]
+    assert cluster_files == [f"{state}/partitions/counts/p{index}/data.mdb" for index in (0, 1)]
+    assert not any(two_hosts.private.iterdir())  # and this process sees neither disk

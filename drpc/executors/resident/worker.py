@@ -93,6 +93,7 @@ class ResidentWorker:
 
     def __init__(self, node_index: int, token: bytes, threads: int) -> None:
         self.index = node_index
+        self.host = ""  # the executor's address this task listens on (set once listening)
         self.threads = threads
         self.node = Node(node_index, token, self._on_items, self._on_lost)
         self.engines: dict[str, LocalExecutor] = {}
@@ -279,6 +280,7 @@ def resident_task(
     global _current
     worker = _current = ResidentWorker(node_index, token, threads)
     host, port = worker.node.listen(executor_host)
+    worker.host = host
     peers = [json.loads(entry) for entry in context.allGather(json.dumps([node_index, host, port]))]
     worker.node.connect(DRIVER, driver)
     for peer, peer_host, peer_port in peers:

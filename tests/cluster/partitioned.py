@@ -1,0 +1,62 @@
+"""The partitioned word count of the two-host test: a file log (``DRPC_TEST_LOG_DIR``, a path
+both hosts see) counted into a state of 2 partitions, and its ``count`` query, for
+``drpc-server --transactional tests.cluster.partitioned:topology --topology
+tests.cluster.partitioned:query`` with ``--state-dir`` ``DRPC_STATE_DIR``."""
+
+from __future__ import annotations
+
+import os
+
+from drpc import Fields, Topology
+from drpc.transactional.filelog import FileLogTransactionalSpout
+from drpc.trident import (
+    Count,
+    FilterNull,
+    Function,
+    LMDBMapState,
+    MapGet,
+    TridentCollector,
+    TridentTopology,
+    TridentTuple,
+    drpc_topology,
+    transactional_topology,
+)
+
+TXID = "two-host-words"
+
+
+class Split(Function):
+    def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
+        for word in tuple.get_value(0).split():
+            collector.emit([word])
+
+
+def word_count(log_dir: str) -> TridentTopology:
+    topology = TridentTopology()
+    counts = (
+        topology.new_stream(TXID, FileLogTransactionalSpout(log_dir, Fields("word"), 500))
+        .group_by(["word"])
+        .persistent_aggregate(LMDBMapState.transactional("counts"), Count(), ["count"])
+        .parallelism_hint(2)
+    )
+    (
+        topology.new_drpc_stream("count")
+        .each(["args"], Split(), ["word"])
+        .group_by(["word"])
+        .state_query(counts, ["word"], MapGet(), ["count"])
+        .each(["count"], FilterNull())
+        .project(["word", "count"])
+    )
+    return topology
+
+
+def topology() -> Topology:
+    return transactional_topology(
+        word_count(os.environ["DRPC_TEST_LOG_DIR"]), os.environ["DRPC_STATE_DIR"]
+    )
+
+
+def query() -> Topology:
+    return drpc_topology(
+        word_count(os.environ["DRPC_TEST_LOG_DIR"]), "count", os.environ["DRPC_STATE_DIR"]
+    )
