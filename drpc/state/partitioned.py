@@ -25,8 +25,11 @@ Contract.
   partition, merged by their stored encoding: the order of a one-directory map).
   ``source`` reaches the partitions (``PartitionSource``): ``LocalPartitions`` opens the
   ones under a partition root of this host; a partition it does not find raises
-  ``PartitionLostError`` naming it. ``local_partitioned_map`` finds a Trident state's
-  partitions on a host without the global record (a worker's), from their own records.
+  ``PartitionLostError`` naming it, unless a remote reader is set
+  (``set_remote_reader``: the resident executor's, which reads it where its owner
+  lives; ``read_here`` is what runs there). ``local_partitioned_map`` finds a Trident
+  state's partitions on a host without the global record (a worker's), from their own
+  records.
 """
 
 from __future__ import annotations
@@ -201,6 +204,30 @@ class PartitionSource(Protocol):
     ) -> T: ...
 
 
+RemoteReader = Callable[[str, PartitionLayout, int, "int | None", Callable[..., Any]], Any]
+"""Reads partition ``index`` of a layout under a root elsewhere: ``(root, layout, index,
+txid, fn) -> fn's result``, raising what the read raised there."""
+_remote: list[RemoteReader] = []
+
+
+def set_remote_reader(reader: RemoteReader | None) -> None:
+    """Read partitions this host does not hold through ``reader`` (None: fail instead)."""
+    _remote[:] = [] if reader is None else [reader]
+
+
+def read_here(
+    root: str, layout: PartitionLayout, index: int, txid: int | None, fn: Callable[..., T]
+) -> tuple[bool, Any]:
+    """What a remote reader runs where the partition lives: ``(True, fn's result)``, or
+    ``(False, the StateError)`` to raise where it was asked (never another hop)."""
+    try:
+        partition = local_partitions_at(root).partition(layout, index)
+        with partition.read(txid) as txn:
+            return True, fn(partition, txn)
+    except StateError as error:
+        return False, error
+
+
 class LocalPartitions:
     """The partitions under a partition root of this host, each opened once."""
 
@@ -251,6 +278,8 @@ class LocalPartitions:
         txid: int | None,
         fn: Callable[[StatePartition, Any], T],
     ) -> T:
+        if _remote and not self.exists(layout, index):
+            return _remote[0](self.root, layout, index, txid, fn)
         partition = self.partition(layout, index)
         with partition.read(txid) as txn:
             return fn(partition, txn)
@@ -262,7 +291,11 @@ _sources_lock = threading.Lock()
 
 def local_partitions(state_dir: str, conf: Mapping[str, Any] | None = None) -> LocalPartitions:
     """This process's ``LocalPartitions`` of ``state_dir`` (one per partition root)."""
-    root = partition_root(state_dir, conf)
+    return local_partitions_at(partition_root(state_dir, conf))
+
+
+def local_partitions_at(root: str) -> LocalPartitions:
+    """This process's reading ``LocalPartitions`` of a partition root."""
     with _sources_lock:
         source = _sources.get(root)
         if source is None:

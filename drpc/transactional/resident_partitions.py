@@ -18,7 +18,9 @@ path on that host): never on the driver.
   transaction (``apply_partition``). A call that fails (the resident job broke, the
   task died) is that partition's failure: the txid is replayed, on the new job.
 - ``owners()`` maps each partition to its task, for processing tasks that hand their
-  per-key partials straight to the owner (``drpc.trident.fused``).
+  per-key partials straight to the owner (``drpc.trident.fused``); placing them also
+  tells every task and the driver where they are, so a read of a partition on another
+  host asks its owner (``drpc.executors.resident.partition_reads``).
 - ``stop()`` closes the partitions on the tasks: a stopped run holds none open.
 - Nothing per key goes through the driver: it sends each owner the txid's work (the
   inbox the processing phase captured for that committer task, or on Trident's compiled
@@ -36,11 +38,14 @@ from typing import Any
 
 from drpc.errors import DRPCExceptionType, Failure, PartitionLostError
 from drpc.executors.resident.cluster import ResidentCluster
+from drpc.executors.resident.control import Placed
+from drpc.executors.resident.partition_reads import driver_reader, place
+from drpc.executors.resident.routing import CONTROL
 from drpc.executors.resident.worker import current_worker
 from drpc.executors.spark.stages import loaded_topology
 from drpc.semantics.runners import freeze
 from drpc.state.partition import PartitionLayout
-from drpc.state.partitioned import LocalPartitions
+from drpc.state.partitioned import LocalPartitions, set_remote_reader
 from drpc.transactional.global_commit import PartitionRef
 from drpc.transactional.partitions import (
     CommitContext,
@@ -202,6 +207,11 @@ class ResidentPartitionHost:
             self._owners = owners
             self._hosts = {ref: hosts.get(node) for ref, node in owners.items()}
             self._generation = generation
+        for layout in layouts:  # readers on other hosts ask the owners
+            placed = tuple(owners[PartitionRef(layout.group, i)] for i in range(layout.partitions))
+            place(self.root, layout.group, placed)
+            cluster.node.broadcast((None, CONTROL, Placed(self.root, layout.group, placed)))
+        set_remote_reader(driver_reader(cluster.call))
         log.info(
             "partitions on the resident tasks: %s",
             ", ".join(

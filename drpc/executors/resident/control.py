@@ -21,12 +21,16 @@ Control items travel as wire items ``(None, CONTROL, message)``
 - ``Call(call_id, work)`` runs a function on a worker (``work``: the function and
   its arguments frozen with cloudpickle) on a thread of its own, and the worker
   answers ``CallDone(call_id, node, result, error)``: what it returned (pickled),
-  or why it raised (``error``, then ``result`` is None). Transactional runs on the resident
-  tasks process their batches through calls;
+  or why it raised (``error``, then ``result`` is None), to the node that asked
+  (``reply_to``: the driver, or a worker calling a peer). Transactional runs on the
+  resident tasks process their batches through calls;
 - ``Stage(key, sender, payload)``, from one worker to another: a payload the receiver
   keeps under ``key`` until a call takes it (``drpc.executors.resident.staging``): what a
   batch's processing task hands the task that owns a partition of its state, without
-  passing through the driver.
+  passing through the driver;
+- ``Placed(root, group, owners)``, from the driver to every worker: where the partitions
+  of a partitioned state live (``drpc.executors.resident.partition_reads``), so a task
+  reads one that is not on its host from its owner.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class Stop(NamedTuple):
 class Call(NamedTuple):
     call_id: int
     work: bytes  # freeze((function, args))
+    reply_to: int = 0  # the node that asked (0: the driver; a worker calls a peer too)
 
 
 class CallDone(NamedTuple):
@@ -87,4 +92,14 @@ class Stage(NamedTuple):
     payload: Any
 
 
-Control = Ready | Deploy | Deployed | DeployFailed | Undeploy | Stop | Call | CallDone | Stage
+class Placed(NamedTuple):
+    """Where each partition of a partitioned state lives: its owner node, by index."""
+
+    root: str
+    group: str
+    owners: tuple[int, ...]
+
+
+Control = (
+    Ready | Deploy | Deployed | DeployFailed | Undeploy | Stop | Call | CallDone | Stage | Placed
+)

@@ -26,7 +26,9 @@ the driver sends ``Stop`` or its connection to the driver breaks:
   running in a call finds this worker with ``current_worker()`` (its node index, and
   ``stage(node, key, sender, payload)`` to hand a peer something: ``Stage``);
 - ``Stage``: keep the payload in the process's ``STAGED`` (``drpc.executors.resident.
-  staging``) until a call takes it;
+  staging``) until a call takes it; ``Placed``: where a partitioned state's partitions
+  live (``drpc.executors.resident.partition_reads``: a read of one on another host asks
+  its owner, ``call(node, function, *args)``, answered by its ``CallDone``);
 - a deployment's items go to its share (``routing.dispatch``); items for a
   deployment this worker does not run (an undeployed one) are dropped.
 
@@ -37,12 +39,13 @@ one too (the driver restarts the whole stage).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import pickle
 import threading
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from drpc.builders.drpc_components import INVOCATIONS_SERVICE
@@ -56,11 +59,13 @@ from drpc.executors.resident.control import (
     Deploy,
     Deployed,
     DeployFailed,
+    Placed,
     Ready,
     Stage,
     Stop,
     Undeploy,
 )
+from drpc.executors.resident.partition_reads import place, worker_reader
 from drpc.executors.resident.routing import (
     CONTROL,
     DRIVER,
@@ -72,6 +77,8 @@ from drpc.executors.resident.routing import (
 from drpc.executors.resident.staging import STAGED
 from drpc.executors.resident.transport import Address, Node
 from drpc.logs import configure_worker_logging
+from drpc.semantics.runners import freeze
+from drpc.state.partitioned import set_remote_reader
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +107,8 @@ class ResidentWorker:
         self.fetchers: dict[str, Any] = {}  # a deployment's own invocations handle
         self.calls = ThreadPoolExecutor(threads, thread_name_prefix=f"drpc-calls-{node_index}")
         self._lock = threading.Lock()
+        self._calls: dict[int, Future[Any]] = {}  # the calls this task made to its peers
+        self._call_ids = itertools.count(1)
         self._done = threading.Event()
         self.reason = ""
 
@@ -149,8 +158,22 @@ class ResidentWorker:
             ).start()
         elif isinstance(message, Call):
             self.calls.submit(self._call, message)
+        elif isinstance(message, CallDone):  # the answer to a call this task made
+            with self._lock:
+                future = self._calls.pop(message.call_id, None)
+            if future is not None:
+                if message.result is None:
+                    future.set_exception(
+                        RuntimeError(
+                            f"a call on resident task {message.node} raised {message.error}"
+                        )
+                    )
+                else:
+                    future.set_result(pickle.loads(message.result))
         elif isinstance(message, Stage):
             STAGED.put(message.key, message.sender, message.payload)
+        elif isinstance(message, Placed):
+            place(message.root, message.group, message.owners)
         elif isinstance(message, Stop):
             self._finish("stopped by the driver")
 
@@ -162,7 +185,23 @@ class ResidentWorker:
         except BaseException as error:
             log.exception("resident task %d: call %d raised", self.index, message.call_id)
             done = CallDone(message.call_id, self.index, None, f"{type(error).__name__}: {error}")
-        self.node.send(DRIVER, (None, CONTROL, done))
+        self.node.send(message.reply_to, (None, CONTROL, done))
+
+    def call(self, node: int, function: Callable[..., Any], *args: Any) -> Future[Any]:
+        """``function(*args)`` on peer task ``node`` (this one: on its call pool), as the
+        driver calls a task (``Call``)."""
+        if node == self.index:
+            return self.calls.submit(function, *args)
+        future: Future[Any] = Future()
+        with self._lock:
+            call_id = next(self._call_ids)
+            self._calls[call_id] = future
+        work = freeze((function, args))
+        if not self.node.send(node, (None, CONTROL, Call(call_id, work, self.index))):
+            with self._lock:
+                self._calls.pop(call_id, None)
+            future.set_exception(RuntimeError(f"resident task {node} is not connected"))
+        return future
 
     def stage(self, node: int, key: Any, sender: Any, payload: Any) -> None:
         """Hand ``payload`` from ``sender`` to worker ``node`` under ``key`` (this worker:
@@ -279,6 +318,7 @@ def resident_task(
     executor_host = context.getTaskInfos()[context.partitionId()].address.rsplit(":", 1)[0]
     global _current
     worker = _current = ResidentWorker(node_index, token, threads)
+    set_remote_reader(worker_reader(worker))
     host, port = worker.node.listen(executor_host)
     worker.host = host
     peers = [json.loads(entry) for entry in context.allGather(json.dumps([node_index, host, port]))]
