@@ -53,9 +53,9 @@ from drpc.model.tuples import Tuple
 from drpc.observe import NULL_OBSERVER, Observer, bus, observer_of
 from drpc.requests import Invocations, ReturnInfo
 from drpc.state import StateEnvironment
-from drpc.state.partitioned import pinned_commits
+from drpc.state.partitioned import has_global_record, pinned_commits
 from drpc.state.pins import Pin
-from drpc.state.topology import PINNED_READS_CONF, STATE_DIR_CONF, state_for
+from drpc.state.topology import PINNED_READS_CONF, STATE_DIR_CONF, STATE_SERVICE, state_for
 from drpc.state.versions import PinnedRequest
 
 log = logging.getLogger(__name__)
@@ -171,16 +171,26 @@ class PrepareRequest(BaseBasicBolt):
             self._conf, self._services = conf, context.services
             self._observer = bus(observer_of(context.services))
 
+    def _pinned_state(self) -> StateEnvironment | None:
+        """The state directory requests pin, opened at the first request (not in prepare:
+        a run hosted beside this function opens it with its own options first); None
+        while this host holds no such directory (never made here: a worker's host holds
+        only partitions, and an empty directory would answer for them)."""
+        env = self._state
+        if env is not None and not env.closed:
+            return env
+        if STATE_SERVICE not in self._services and not has_global_record(
+            str(self._conf[STATE_DIR_CONF])
+        ):
+            return None
+        env = self._state = state_for(self._services, self._conf).env
+        return env
+
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
         assert self._ids is not None
         number = next(self._ids)
         request: int | PinnedRequest = number
-        if self._pinning:
-            # Opened at the first request, not in prepare: a run hosted beside this
-            # function opens the directory with its own options first.
-            env = self._state
-            if env is None or env.closed:
-                env = self._state = state_for(self._services, self._conf).env
+        if self._pinning and (env := self._pinned_state()) is not None:
             pin = env.pin()
             REQUEST_PINS.hold(tuple[1], env, pin)
             request = PinnedRequest(number, ((env.path, pin.version), *pinned_commits(env, pin)))
