@@ -25,7 +25,11 @@ until its source runs dry (a committed batch emitted nothing) or
   bolts after them run over the captured tuples inside ONE LMDB write
   transaction that also holds every state map write, the opaque spout's
   partition metadata and the commit record; a crash keeps all of a commit
-  or none of it;
+  or none of it. A committer with several tasks writes a partitioned state
+  (``drpc.transactional.partitions``): each partition first applies the batch in
+  its own write transaction where it lives (this process, or the resident task
+  owning it on ``spark``), then the commit record is written once every partition
+  holds the txid; a partition holding a txid that is replayed reverts it first;
 - a failure in either phase (``FailedException``, a timeout, a Spark failure,
   a full map past its limit) fails that transaction and every later active
   one; they are re-emitted with new attempts and the same metadata; a txid
@@ -835,6 +839,7 @@ def run(
     state_options: dict[str, Any] | None = None,
     observer: Observer | None = None,
     spark_backend: Callable[..., ProcessingBackend] | None = None,
+    partition_writers: int = DEFAULT_WRITERS,
 ) -> RunResult:
     """Run a transactional topology until it is idle (or ``max_batches`` commit)."""
     with TransactionalRunner(
@@ -851,6 +856,7 @@ def run(
         state_options=state_options,
         observer=observer,
         spark_backend=spark_backend,
+        partition_writers=partition_writers,
     ) as runner:
         return runner.run(
             until_idle=until_idle, max_batches=max_batches, stop=stop, on_commit=on_commit

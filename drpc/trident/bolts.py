@@ -13,14 +13,19 @@ Contract.
   the batch (a ``CombinerAggregator``'s partials) or the group's raw tuples
   (a ``ReducerAggregator``); in the commit of the batch's txid (in txid
   order, inside the commit's LMDB transaction) it combines them per group
-  and applies one ``multi_update`` to the map state: a combiner stores
-  ``combine(stored, batch)`` (the batch aggregate when nothing is stored), a
-  reducer reduces the group's tuples onto the stored value (``init()`` when
-  nothing is stored). The map's kind makes a replayed txid count once.
+  and applies them to the map state in one pass: a combiner stores
+  ``combine(stored, batch)`` (the batch aggregate when nothing is stored,
+  ``multi_combine``), a reducer reduces the group's tuples onto the stored value
+  (``init()`` when nothing is stored). The map's kind makes a replayed txid count
+  once. Its input may also be ``StagedPartials``: partials a resident task staged
+  at this one, taken there (waiting up to ``STAGED_WAIT`` seconds for them). With
+  ``partitioned`` (a ``parallelism_hint`` on the state) its tasks write a
+  partitioned state named after the map (``partitioned_state``).
 - ``PartitionPersistBolt(state, input, updater)``: the committer of
   ``partition_persist``: gathers its task's tuples of the batch and, in the
   batch's commit, calls ``updater.update_state`` once with the map state
-  inside the commit and those tuples (none: no call).
+  inside the commit and those tuples (none: no call). Partitioned, the updater
+  may write only keys its task's partition holds (``PartitionKeyError``).
 - ``WindowBolt(step, input, topology_id, stream)``: the committer of a
   window (``drpc.trident.windowing``): gathers its task's batch tuples (the
   window's input fields) and, in the batch's commit, applies them to the

@@ -35,8 +35,11 @@ that of the segment feeding it (the spout's for the first: its
 largest of the inputs' after a merge or join), 1 after a global or
 batch-global repartition. A committer's: the hint on its ``TridentState``,
 else its input segment's (a ``persistent_aggregate``'s keys are fields
-grouped over its tasks, so each key is written by one task). Streams
-between components are named ``s0``, ``s1``, ...
+grouped over its tasks, so each key is written by one task). A hint of more
+than one on the state itself makes it a partitioned state, a partition per task
+(``drpc.transactional.partitions``); a ``partition_persist`` so hinted after a
+``partition_by`` reads that repartition's stream directly, grouped by its fields.
+Streams between components are named ``s0``, ``s1``, ...
 
 Repartitions become groupings (``Input.grouping``): ``batch_global`` a
 batch-global grouping (``processors.BATCH_GLOBAL``), ``local``

@@ -25,12 +25,15 @@ segment's steps (``execute_many`` over each range's tuples) and
 combine per key within the task; the driver collects the per-key partials
 (one Spark attempt's output per task, so a retried task does not count
 twice) and combines them per key, and only those per-key values reach the
-commit, as one tuple per committer (``KeyedPartials``, to the committer's
-first task when a ``parallelism_hint`` on its state gave it several: the
-commit runs on the driver in one LMDB transaction either way, and each key
-is still written by one task). The commit stays the
-transactional machinery's (txid order, one LMDB transaction, the map kinds'
-txid rules). A failure in the job fails the
+commit, as one tuple per committer (``KeyedPartials``). A state with a
+``parallelism_hint`` is partitioned (``drpc.transactional.partitions``): its
+partials are split by partition, one tuple to each committer task; on the
+resident tasks each emitter task hands each partition's partials straight to
+the task owning it (``Staging``, ``drpc.executors.resident.staging``) and the
+driver sends the committer only a ``StagedPartials`` marker, so no per-key value
+passes through the driver. The commit stays the transactional machinery's (txid
+order, the map kinds' txid rules; one LMDB transaction, or one per partition and
+then the global record). A failure in the job fails the
 attempt, which is replayed with the same ranges.
 """
 

@@ -31,7 +31,7 @@ from drpc.trident import (
 from drpc.trident import run as run_trident
 
 from ..transactional import bolts
-from .ops import Split
+from .ops import PutLatest, Split
 from .test_word_count import DATA, WORDS, committed, word_count
 
 
@@ -146,3 +146,34 @@ def test_a_lost_partition_stops_the_run_and_fails_its_queries_typed(
         assert raised.value.type.name == "FAILED_REQUEST"
         assert f"partition {lost} of state 'word-counts'" in raised.value.msg
         assert "is lost" in raised.value.msg
+
+
+def sums(partitioned_by: bool) -> TridentTopology:
+    """The last amount of each user, by ``partition_persist`` over 2 partitions (after a
+    ``partition_by`` on the user when ``partitioned_by``)."""
+    data = {p: [[f"u{(p * 5 + i) % 7}", i] for i in range(6)] for p in range(2)}
+    topology = TridentTopology()
+    stream = topology.new_stream("amounts", MemoryTransactionalSpout(data, Fields("user", "n"), 3))
+    if partitioned_by:
+        stream = stream.partition_by(["user"])
+    stream.partition_persist(
+        LMDBMapState.transactional("latest"), ["user", "n"], PutLatest()
+    ).parallelism_hint(2)
+    return topology
+
+
+def test_partition_persist_after_partition_by_writes_each_key_in_its_partition(
+    tx_executor: str, tmp_path: Path
+) -> None:
+    run_trident(sums(True), state_dir=str(tmp_path), executor=tx_executor)
+    latest = committed(tmp_path, LMDBMapState.transactional("latest"))
+    assert sorted(latest) == [f"u{n}" for n in range(7)]
+    env = StateEnvironment.open(tmp_path)
+    assert [(layout.group, layout.partitions) for layout in layouts(env).values()] == [
+        ("latest", 2)
+    ]
+
+
+def test_partition_persist_without_a_grouping_by_its_key_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TransactionalError, match=r"PartitionKeyError.*group the committer's input"):
+        run_trident(sums(False), state_dir=str(tmp_path), max_attempts=2)
