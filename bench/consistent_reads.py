@@ -18,10 +18,14 @@ round, the writer's commits per second while the queries ran, answers that mixed
 commits, and the ratio pinned/unpinned of each. The floor beside them: the 200 keys read
 in one LMDB read transaction in this process (no DRPC at all).
 
+With ``--partitions N`` the counts are a partitioned state of N partitions (each its own
+LMDB directory, ``drpc.transactional.partitions``): every answer then reads N
+partitions, each at the global commit its request pinned.
+
 Usage: ``python bench/consistent_reads.py [--rounds N] [--seconds S] [--executors
-local,spark] [--out FILE]``; prints a table and writes JSON (default
+local,spark] [--partitions N] [--out FILE]``; prints a table and writes JSON (default
 ``bench/results/consistent_reads.json``). ``--writer STATE_DIR --undo on|off --seconds
-S`` is the writer's own mode.
+S --partitions N`` is the writer's own mode.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from drpc.trident import run  # noqa: E402
 MODES = ("unpinned", "pinned")
 
 
-def writer(state_dir: str, undo: bool, seconds: float) -> None:
+def writer(state_dir: str, undo: bool, seconds: float, partitions: int) -> None:
     """Commit batches for ``seconds``, printing ``commit <time.time()>`` after each."""
     if not undo:
         from drpc.state.versions import VersionStore
@@ -72,7 +76,7 @@ def writer(state_dir: str, undo: bool, seconds: float) -> None:
         sys.stdout.flush()
 
     run(
-        build_vocabulary_counts(10**7),
+        build_vocabulary_counts(10**7, partitions=partitions),
         state_dir=state_dir,
         executor="local",
         stop=stop,
@@ -81,7 +85,9 @@ def writer(state_dir: str, undo: bool, seconds: float) -> None:
     )
 
 
-def one_round(executor: str, mode: str, seconds: float, warm_up: float) -> dict[str, Any]:
+def one_round(
+    executor: str, mode: str, seconds: float, warm_up: float, partitions: int
+) -> dict[str, Any]:
     state = tempfile.mkdtemp(prefix="drpc-bench-consistent-")
     process = subprocess.Popen(
         [
@@ -93,6 +99,8 @@ def one_round(executor: str, mode: str, seconds: float, warm_up: float) -> dict[
             "on" if mode == "pinned" else "off",
             "--seconds",
             str(seconds + warm_up + 1),
+            "--partitions",
+            str(partitions),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -169,12 +177,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="measured per round")
     parser.add_argument("--warm-up", type=float, default=2.0, help="unmeasured per round")
     parser.add_argument("--executors", default="local,spark")
+    parser.add_argument("--partitions", type=int, default=1, help="of the counts (default 1)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "consistent_reads.json")
     parser.add_argument("--writer", metavar="STATE_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--undo", choices=("on", "off"), default="on", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.writer:
-        writer(args.writer, args.undo == "on", args.seconds)
+        writer(args.writer, args.undo == "on", args.seconds, args.partitions)
         return
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -182,6 +191,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "rounds": args.rounds,
         "seconds": args.seconds,
+        "partitions": args.partitions,
         "floor": floor(),
         "executors": {},
     }
@@ -189,7 +199,7 @@ def main() -> None:
         rounds: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
         for index in range(args.rounds):
             for mode in MODES if index % 2 == 0 else reversed(MODES):
-                outcome = one_round(executor, mode, args.seconds, args.warm_up)
+                outcome = one_round(executor, mode, args.seconds, args.warm_up, args.partitions)
                 rounds[mode].append(outcome)
                 print(
                     f"{executor} {mode} round {index + 1}: {outcome['answers']} answers, "

@@ -31,8 +31,9 @@ from ``/proc``, ``bench/procs.py``). Ratios: ids over words (partitioned), parti
 over Structured Streaming (ids), the driver's share at ``ids`` over ``ids/10``, words
 partitioned over words in one partition.
 
-``--parts query`` adds: the counts over 4 partitions, then a DRPC ``MapGet`` of one key
-and of 200 keys on the resident tasks, p50 and p99 over ``--queries`` calls.
+``--parts query`` adds: the counts over 4 partitions and over one, then a DRPC ``MapGet``
+of one key and of 200 keys on the resident tasks, p50 and p99 over ``--queries`` calls
+each, side by side in alternating rounds.
 
 ``--parts quota`` (needs root: cgroups, ``bench/quota.py``): the partitioned ``ids``
 count with 1 and then 2 resident tasks (slots), each in a process of its own under CPU
@@ -131,6 +132,7 @@ def trident(log_dir: Path, batch: int, partitions: int) -> TridentTopology:
     ).state_query(counts, ["key"], MapGet(), ["count"]).each(["count"], FilterNull()).project(
         ["key", "count"]
     )
+    topology.new_drpc_stream("get").state_query(counts, ["args"], MapGet(), ["count"])
     return topology
 
 
@@ -250,34 +252,46 @@ def bench_structured_streaming(session: Any, stream_dir: Path, checkpoint: Path)
 
 
 def bench_queries(work: Path, data: dict[str, Any], batch: int, queries: int) -> dict[str, Any]:
-    """MapGet over 4 partitions on the resident tasks: one key, and 200 keys a call."""
-    state_dir = work / "state-query"
-    topology = trident(data["log"], batch, 4)
-    run(topology, state_dir=str(state_dir), executor="spark", max_spout_pending=3)
+    """``MapGet`` on the resident tasks, over 4 partitions and, side by side, over one: of
+    one key (``get``: the argument is the key), and of 200 keys (``count``: split, grouped
+    by key), p50 and p99 in alternating rounds."""
     expected = data["expected"]
     some = sorted(expected)[:200]
-    found: dict[str, Any] = {}
-    with LocalDRPC(executor="spark", timeout=60.0) as drpc:
-        for function in drpc_topologies(topology, str(state_dir)):
-            drpc.register(function)
-        for label, keys in (("one key", some[:1]), ("200 keys", some)):
-            argument = " ".join(keys)
-            want = sorted([key, expected[key]] for key in keys)
-            for _ in range(50):  # warm-up
-                drpc.execute("count", argument)
-            latencies = []
-            for _ in range(queries):
-                started = time.perf_counter()
-                answer = drpc.execute("count", argument)
-                latencies.append(time.perf_counter() - started)
-                assert sorted(json.loads(answer)) == want
-            latencies.sort()
-            found[label] = {
-                "p50_ms": 1000 * statistics.median(latencies),
-                "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
-                "calls": queries,
-            }
-    return found
+    asks = {
+        "MapGet, one key": ("get", some[0], [[some[0], expected[some[0]]]]),
+        "200 keys, grouped by key": (
+            "count",
+            " ".join(some),
+            sorted([k, expected[k]] for k in some),
+        ),
+    }
+    latencies: dict[str, list[float]] = {}
+    for partitions in (4, 1, 4, 1):
+        topology = trident(data["log"], batch, partitions)
+        state_dir = work / f"state-query-{partitions}"
+        if not state_dir.exists():
+            run(topology, state_dir=str(state_dir), executor="spark", max_spout_pending=3)
+        with LocalDRPC(executor="spark", timeout=60.0) as drpc:
+            for function in drpc_topologies(topology, str(state_dir)):
+                drpc.register(function)
+            for label, (function, argument, want) in asks.items():
+                for _ in range(50):  # warm-up
+                    drpc.execute(function, argument)
+                measured = latencies.setdefault(f"{label}, {partitions} partition(s)", [])
+                for _ in range(queries // 2):
+                    started = time.perf_counter()
+                    answer = drpc.execute(function, argument)
+                    measured.append(time.perf_counter() - started)
+                    assert sorted(json.loads(answer)) == want, answer
+    results: dict[str, Any] = {}
+    for label, measured in latencies.items():
+        measured.sort()
+        results[label] = {
+            "p50_ms": 1000 * statistics.median(measured),
+            "p99_ms": 1000 * measured[int(0.99 * (len(measured) - 1))],
+            "calls": len(measured),
+        }
+    return results
 
 
 def quota_child(log_dir: Path, warm_dir: Path, work: Path, slots: int) -> None:
@@ -450,10 +464,8 @@ def main(argv: list[str] | None = None) -> int:
                 data["ids"], warm_ids, work, args.driver_cores, args.worker_cores
             )
         if "query" in parts:
-            print("queries over 4 partitions ...", flush=True)
-            results["queries_4_partitions"] = bench_queries(
-                work, data["ids/10"], args.batch, args.queries
-            )
+            print("queries over 4 partitions and over one ...", flush=True)
+            results["queries"] = bench_queries(work, data["ids/10"], args.batch, args.queries)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     args.out.write_text(json.dumps(results, indent=2))
@@ -487,9 +499,9 @@ def report(results: dict[str, Any]) -> None:
             f"2 workers {limited['2_workers']['tuples_per_s']:,.0f} tuples/s: "
             f"{limited['ratio_2_over_1']:.2f}x"
         )
-    for label, figures in results.get("queries_4_partitions", {}).items():
+    for label, figures in results.get("queries", {}).items():
         p50, p99 = figures["p50_ms"], figures["p99_ms"]
-        print(f"MapGet over 4 partitions, {label}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+        print(f"{label}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
 
 
 if __name__ == "__main__":
