@@ -192,9 +192,8 @@ class GlobalCommit:
         return [RecordGlobal(txid)]
 
     def _end(self) -> None:
-        self._open = None
+        self._open = None  # what is pending then matters no more: begin sets it anew
         self._recording = None
-        self._pending = set()
 
 
 def every_partition(groups: Iterable[tuple[str, int]]) -> tuple[PartitionRef, ...]:

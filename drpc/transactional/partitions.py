@@ -3,7 +3,7 @@ the commit of a txid across them.
 
 Contract.
 
-- ``partition_layouts(topology, conf)``: a committer component with more than one task
+- ``partition_layouts(topology)``: a committer component with more than one task
   writes a partitioned state (Storm's way: a state's partitions are its committer's
   tasks). Its group is the committer bolt's ``partitioned_state`` (Trident's persist
   bolts name their map state when a ``parallelism_hint`` on the state asked for
@@ -82,7 +82,7 @@ DEFAULT_WRITERS = 4
 T = TypeVar("T")
 
 
-def partition_layouts(topology: Topology, conf: Mapping[str, Any]) -> dict[str, PartitionLayout]:
+def partition_layouts(topology: Topology) -> dict[str, PartitionLayout]:
     """The partitioned state of each committer with more than one task (see module doc)."""
     info = topology.transactional
     if info is None:

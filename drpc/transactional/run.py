@@ -362,7 +362,7 @@ class TransactionalRunner:
                 spark_conf,
                 start_timeout,
             )
-        self.layouts = partition_layouts(topology, self.conf)
+        self.layouts = partition_layouts(topology)
         self.partitioned: PartitionedCommit | None = None
         if self.layouts:
             commit_context = CommitContext(

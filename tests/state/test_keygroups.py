@@ -97,6 +97,7 @@ def test_equal_keys_of_each_kind_meet_and_bad_keys_are_named() -> None:
         (0, 128, "at least one partition"),
         (True, 128, "at least one partition"),
         (4, 3, "from the number of partitions"),
+        (4, 200.0, "from the number of partitions"),  # in range, but not an int
         (4, MAX_KEY_GROUPS + 1, "from the number of partitions"),
     ],
 )

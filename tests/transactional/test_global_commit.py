@@ -48,15 +48,16 @@ def test_a_failed_partition_replays_the_txid_and_late_reports_are_ignored() -> N
     assert commits.failed(A1, 5, "the committer raised") == [
         Replay(5, "partition 1 of 'a': the committer raised")
     ]
+    assert commits.open_txid is None
     assert commits.failed(B0, 5, "again") == []  # one replay per commit
     assert commits.applied(B0, 5) == []  # too late: that commit is over
     assert commits.global_txid == 4
     assert commits.begin(5) == [Apply(5, A0), Apply(5, A1), Apply(5, B0)]
-    assert commits.applied(A0, 4) == []  # another txid's report
+    assert commits.applied(A0, 4) == []  # another txid's report: A0 still owes txid 5
     assert commits.applied(PartitionRef("c", 0), 5) == []  # no such partition
-    for ref in (A0, A1):
-        assert commits.applied(ref, 5) == []
-    assert commits.applied(B0, 5) == [RecordGlobal(5)]
+    assert commits.applied(A1, 5) == []
+    assert commits.applied(B0, 5) == []  # not yet: A0 has not reported txid 5
+    assert commits.applied(A0, 5) == [RecordGlobal(5)]
 
 
 def test_a_global_record_that_fails_is_replayed_and_nothing_is_claimed() -> None:
@@ -92,23 +93,24 @@ def test_recovery_keeps_partitions_at_or_one_past_the_global_record() -> None:
 def test_recovery_makes_new_partitions_only_before_any_commit() -> None:
     commits = GlobalCommit(every_partition([("a", 2), ("b", 1)]))
     assert commits.recover(0, {A0: 0, A1: None, B0: None}) == [Create(A1, 0), Create(B0, 0)]
-    hosts = {A1: "worker-1", B0: None}
+    hosts = {A1: "worker-1", B0: "worker-2"}
     assert commits.recover(3, {A0: 3, A1: None, B0: 1}, hosts) == [
         Lost(A1, "worker-1", "no process holds it, and the global record is at txid 3"),
         Lost(
             B0,
-            None,
+            "worker-2",
             "it holds txid 1, behind the global record's txid 3 (an old copy)",
         ),
     ]
-    assert commits.recover(3, {A0: 3, A1: 3, B0: 5}) == [
+    assert commits.recover(3, {A0: 3, A1: 3, B0: 5}, hosts) == [
         Lost(
             B0,
-            None,
+            "worker-2",
             "it holds txid 5, more than one txid ahead of the global record's txid 3 (it "
             "belongs to another run)",
         )
     ]
+    assert commits.recover(3, {A0: None, A1: 3, B0: 3})[0].host is None  # no host known
 
 
 def test_no_partitions_records_at_once_and_begin_checks_the_txid() -> None:
@@ -116,5 +118,5 @@ def test_no_partitions_records_at_once_and_begin_checks_the_txid() -> None:
     assert commits.recover(0, {}) == []
     assert commits.begin(1) == [RecordGlobal(1)]
     commits.committed(1)
-    with pytest.raises(ValueError, match="the global record is at txid 1"):
+    with pytest.raises(ValueError, match=r"the global record is at txid 1$"):
         commits.begin(3)
