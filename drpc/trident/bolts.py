@@ -7,7 +7,8 @@ Contract.
   processor tree (``drpc.trident.processors``) over the values after field
   0 (the batch id) of every input tuple; it emits ``[batch id, *values]`` on
   the streams ``streams`` declares (stream id -> field names). Its
-  ``state_reads`` is what its tree reads (``processors.state_reads``).
+  ``state_reads`` is what its tree reads (``processors.state_reads``), and
+  ``reads_partitions`` the partitioned state its task i queries partition i of.
 - ``PersistBolt(state, group, input, aggregator)``: the committer of
   ``persistent_aggregate``. Its input is each task's per-group aggregate of
   the batch (a ``CombinerAggregator``'s partials) or the group's raw tuples
@@ -96,6 +97,10 @@ and the batch is replayed)."""
 
 class SegmentBolt(BaseBatchBolt):
     """One segment of Trident steps per batch (see the module doc)."""
+
+    reads_partitions: str | None = None
+    """The partitioned state whose partition i its task i queries (its keys grouped as the
+    partitions'): the resident executor places the task with the partition's owner."""
 
     def __init__(self, root: Root, streams: dict[str, tuple[str, ...]]) -> None:
         self.root = root

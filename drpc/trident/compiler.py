@@ -65,14 +65,16 @@ from drpc.model.grouping import (
     FieldsGrouping,
     GlobalGrouping,
     Grouping,
+    KeyGroupGrouping,
     LocalOrShuffleGrouping,
     NoneGrouping,
     ShuffleGrouping,
 )
 from drpc.model.streams import DEFAULT_STREAM_ID
 from drpc.model.topology import Topology
+from drpc.state.keygroups import DEFAULT_KEY_GROUPS
 from drpc.state.topology import STATE_DIR_CONF
-from drpc.transactional.builder import TransactionalTopologyBuilder
+from drpc.transactional.builder import KEY_GROUPS_CONF, TransactionalTopologyBuilder
 from drpc.trident.bolts import (
     PartitionPersistBolt,
     PersistBolt,
@@ -119,7 +121,7 @@ from drpc.trident.processors import (
     StateQueryProcessor,
 )
 from drpc.trident.spouts import multi_spout, source_stream
-from drpc.trident.stream import TridentTopology
+from drpc.trident.stream import TridentTopology, topology_nodes
 
 SPOUT_ID = "spout"
 RESULT_STREAM = "result"
@@ -133,13 +135,17 @@ class Input:
     component: str
     stream: str
     how: str  # "fields", "global", "batch_global", "all", "shuffle", "local" (stay in the
-    # task if possible), "none" (the DRPC request, to any one task)
+    # task if possible), "none" (the DRPC request, to any one task), "key_group" (fields,
+    # to the task of the partition holding the key: ``key_groups`` of them)
     fields: Names = ()
+    key_groups: int = DEFAULT_KEY_GROUPS
 
     @property
     def grouping(self) -> Grouping:
         if self.how == "fields":
             return FieldsGrouping(Fields(*self.fields))
+        if self.how == "key_group":
+            return KeyGroupGrouping(Fields(*self.fields), self.key_groups)
         if self.how == "batch_global":
             return BATCH_GLOBAL
         if self.how == "global":
@@ -166,6 +172,7 @@ class Component:
     root: Root | None = None  # a segment's processors
     persist: PersistBolt | PartitionPersistBolt | WindowBolt | None = None
     streams: dict[str, Names] = field(default_factory=dict)
+    reads_partitions: str | None = None  # its task i reads partition i of this state
 
     @property
     def input(self) -> Input:
@@ -180,8 +187,18 @@ class _Gathering:
 
 
 class _Compiler:
-    def __init__(self, topology_id: str = "") -> None:
+    def __init__(
+        self,
+        topology_id: str = "",
+        partitioned: Mapping[str, int] | None = None,
+        key_groups: int = DEFAULT_KEY_GROUPS,
+    ) -> None:
+        """:param partitioned: the partitions of each partitioned map state, by name: a
+        segment grouped by the key it queries such a state with gets a task per
+        partition, each keyed like the partition (Storm's routing)."""
         self.topology_id = topology_id
+        self.partitioned = dict(partitioned or {})
+        self.key_groups = key_groups
         self.components: list[Component] = []
         self._streams = 0
         self._gathering: dict[int, _Gathering] = {}
@@ -268,6 +285,10 @@ class _Compiler:
         stream = self.emit(parent, segment, node.fields)
         input = Input(segment.name, stream, operation.how, operation.fields)
         parallelism = 1 if input.is_global else segment.parallelism
+        queried = self.queried_partitions(node, operation)
+        if queried is not None:
+            parallelism = queried[1]
+            input = Input(segment.name, stream, "key_group", operation.fields, self.key_groups)
         persists = [
             child
             for child in node.children
@@ -283,7 +304,24 @@ class _Compiler:
                 self.partition_persist_of(child, child.operation, node.fields, input)
         if steps or not persists:  # a stream ending in a repartition still gets its tasks
             after = self.segment([input], parallelism)
+            if queried is not None:
+                after.reads_partitions = queried[0]
             self.place(node, steps, node.fields, self.root_of(after), after)
+
+    def queried_partitions(self, node: Node, operation: Repartition) -> tuple[str, int] | None:
+        """The partitioned state (name, partitions) a grouping by fields feeds a query of,
+        keyed by those very fields, if any: the segment after it runs where the keys are."""
+        if operation.how != "fields":
+            return None
+        for child in node.children:
+            query = child.operation
+            if (
+                isinstance(query, StateQuery)
+                and query.state.name in self.partitioned
+                and tuple(query.input) == tuple(operation.fields)
+            ):
+                return query.state.name, self.partitioned[query.state.name]
+        return None
 
     def partition_persist(
         self,
@@ -357,6 +395,15 @@ class _Compiler:
             persist=bolt,
         )
         self.components.append(component)
+
+
+def _partitioned_states(topology: TridentTopology) -> dict[str, int]:
+    """The partitions of each map state a ``parallelism_hint`` partitions, by name."""
+    return {
+        node.operation.state.name: node.parallelism or 1
+        for node in topology_nodes(topology)
+        if isinstance(node.operation, Persist | PartitionPersist) and _partitioned_persist(node)
+    }
 
 
 def _partitioned_persist(node: Node) -> bool:
@@ -480,9 +527,10 @@ def _declare_segment(
 ) -> None:
     """``component``'s segment as a ``SegmentBolt`` of ``builder``, reading its inputs."""
     assert component.root is not None
-    declarer = builder.set_bolt(
-        component.name, SegmentBolt(component.root, component.streams), component.parallelism
-    )
+    bolt = SegmentBolt(component.root, component.streams)
+    if component.reads_partitions is not None and component.parallelism > 1:
+        bolt.reads_partitions = component.reads_partitions
+    declarer = builder.set_bolt(component.name, bolt, component.parallelism)
     for input in component.inputs:
         _subscribe(declarer, input)
 
@@ -503,7 +551,8 @@ def drpc_topology(
         raise InvalidTopologyError(f"this Trident topology has no DRPC stream {function!r}")
     source = sources[0]
     tip = _drpc_tip(source, function)
-    compiler = _Compiler()
+    key_groups = int((conf or {}).get(KEY_GROUPS_CONF) or DEFAULT_KEY_GROUPS)
+    compiler = _Compiler(partitioned=_partitioned_states(topology), key_groups=key_groups)
     first = compiler.segment([Input(REQUEST, DEFAULT_STREAM_ID, "none")], 1)
     compiler.place(source, source.children, source.fields, compiler.root_of(first), first)
     # Every branch leads to the one tip, so the tip's segment is the last one made (a

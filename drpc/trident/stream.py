@@ -287,7 +287,7 @@ def _sources(node: Node) -> list[Node]:
     return [node] if node.parent is None else _sources(node.parent)
 
 
-def _nodes(topology: TridentTopology) -> list[Node]:
+def topology_nodes(topology: TridentTopology) -> list[Node]:
     """Every node of ``topology``'s graph, once each."""
     seen: set[int] = set()
     pending, nodes = list(topology.sources), []
@@ -507,7 +507,7 @@ class Stream:
             )
         windows = [
             node.operation.name
-            for node in _nodes(self.topology)
+            for node in topology_nodes(self.topology)
             if isinstance(node.operation, WindowStep)
         ]
         name = store.name or f"w{len(windows)}"

@@ -19,10 +19,27 @@ from drpc.executors.resident.worker import current_worker
 from drpc.state import StateEnvironment, TransactionalMap
 from drpc.state.partition import PartitionLayout, StatePartition, partition_root
 from drpc.state.partitioned import layouts
+from drpc.testing import LocalDRPC
 from drpc.transactional import MemoryTransactionalSpout
-from drpc.trident import Count, LMDBMapState, TridentTopology, run
+from drpc.trident import (
+    Count,
+    Function,
+    LMDBMapState,
+    MapGet,
+    TridentCollector,
+    TridentTopology,
+    TridentTuple,
+    drpc_topologies,
+    run,
+)
 
 WORDS = [f"w{n}" for n in range(30)]
+
+
+class Split(Function):
+    def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
+        for word in tuple.get_value(0).split():
+            collector.emit([word])
 
 
 def items(partition: StatePartition, txn: Any) -> tuple[int, list[Any]]:
@@ -45,9 +62,15 @@ def main(workdir: Path) -> None:
     cluster = resident_cluster(session.sparkContext, slots=2).start()
     topology = TridentTopology()
     spout = MemoryTransactionalSpout({0: [[word] for word in WORDS * 2]}, Fields("word"), 30)
-    topology.new_stream("remote", spout).group_by(["word"]).persistent_aggregate(
-        LMDBMapState.transactional("counts"), Count(), ["count"]
-    ).parallelism_hint(2)
+    counts = (
+        topology.new_stream("remote", spout)
+        .group_by(["word"])
+        .persistent_aggregate(LMDBMapState.transactional("counts"), Count(), ["count"])
+        .parallelism_hint(2)
+    )
+    topology.new_drpc_stream("count").each(["args"], Split(), ["word"]).group_by(
+        ["word"]
+    ).state_query(counts, ["word"], MapGet(), ["count"]).project(["word", "count"])
     state_dir = workdir / "state"
     run(topology, state_dir=str(state_dir), executor="spark")
     [layout] = layouts(StateEnvironment.open(state_dir)).values()
@@ -60,6 +83,10 @@ def main(workdir: Path) -> None:
     report["task 1 reads its own"] = cluster.call(1, through_a_peer, root, layout, 0).result()
     pid, found = driver_reader(cluster.call)(root, layout, 1, None, items)
     report["the driver reads partition 1"] = {"read_by": pid, "items": found}
+    with LocalDRPC(executor="spark", timeout=60.0) as drpc:  # its tasks where the keys are
+        for function in drpc_topologies(topology, str(state_dir)):
+            drpc.register(function)
+        report["query"] = json.loads(drpc.execute("count", " ".join(WORDS)))
     print(json.dumps(report))
     runtime.stop_session()
 

@@ -41,3 +41,5 @@ def test_a_partition_on_another_task_is_read_by_its_owner(tmp_path: Path) -> Non
     assert own["error"] == "PartitionLostError" and "this task owns it" in own["message"]
     driver = report["the driver reads partition 1"]
     assert driver["read_by"] == pids[2] and driver["items"] == held[1]
+    # and a query grouped by the key, its tasks with the partitions they read, answers
+    assert sorted(report["query"]) == sorted([word, 2] for word in WORDS)

@@ -13,6 +13,9 @@ import pytest
 
 from drpc import Fields
 from drpc.errors import DRPCExecutionException, StateError, TransactionalError
+from drpc.executors.resident.partition_reads import PLACEMENTS
+from drpc.executors.resident.routing import place
+from drpc.model.grouping import KeyGroupGrouping
 from drpc.state import StateEnvironment
 from drpc.state.env import MAPS_DB
 from drpc.state.keygroups import partition_of
@@ -27,6 +30,7 @@ from drpc.trident import (
     MapList,
     TridentTopology,
     drpc_topologies,
+    drpc_topology,
 )
 from drpc.trident import run as run_trident
 
@@ -177,3 +181,44 @@ def test_partition_persist_after_partition_by_writes_each_key_in_its_partition(
 def test_partition_persist_without_a_grouping_by_its_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TransactionalError, match=r"PartitionKeyError.*group the committer's input"):
         run_trident(sums(False), state_dir=str(tmp_path), max_attempts=2)
+
+
+def test_a_query_grouped_by_its_key_runs_a_task_per_partition_where_the_partitions_are(
+    tmp_path: Path,
+) -> None:
+    """Storm's routing: ``group_by(key).state_query(partitioned state, key)`` compiles to a
+    segment of one task per partition, keyed as the partitions are, and the resident
+    executor places task i with partition i's owner once the run placed the partitions."""
+    topology = listed(3)
+    compiled = drpc_topology(topology, "words", str(tmp_path))
+    [query] = [
+        spec
+        for spec in compiled.components.values()
+        if getattr(spec.user_component, "reads_partitions", None) == "word-counts"
+    ]
+    assert query.parallelism == 3
+    [grouping] = [g for stream, g in query.inputs.items() if stream.stream_id.startswith("s")]
+    assert isinstance(grouping, KeyGroupGrouping) and list(grouping.fields) == ["word"]
+    # each word reaches the task whose index is its partition's
+    source_fields = compiled.components[next(iter(query.inputs)).component_id].outputs
+    [fields] = [f.fields for sid, f in source_fields.items() if sid.startswith("s")]
+    partitioner = grouping.partitioner(fields, 0, 1, 3)
+    for word in WORDS:
+        values = [None] * len(fields)
+        values[fields.field_index("word")] = word
+        assert partitioner.choose(values) == (partition_of(word, 3),)
+    tasks = compiled.component_task_ids[query.id]
+    assert {place(compiled, 2)[task] for task in tasks} == {1, 2}  # dealt: not placed yet
+    root = partition_root(str(tmp_path))
+    PLACEMENTS[(root, "word-counts")] = (2, 1, 2)
+    try:
+        assert [place(compiled, 2)[task] for task in tasks] == [2, 1, 2]
+        assert [place(compiled, 1)[task] for task in tasks] == [1, 1, 1]  # not these workers
+    finally:
+        del PLACEMENTS[(root, "word-counts")]
+    # a query not keyed by the state's key keeps one task
+    listing_query = drpc_topology(topology, "list", str(tmp_path))
+    assert not any(
+        getattr(spec.user_component, "reads_partitions", None)
+        for spec in listing_query.components.values()
+    )

@@ -7,7 +7,11 @@ Contract.
   (``prepare-request``, ``join-result``, ``return-results``: they talk to the
   request table, which lives with the driver), 1..``workers`` for the user's
   bolt tasks, dealt round-robin in component order so every step is spread
-  over every worker. The ackers run on the driver, beside the spouts whose
+  over every worker. A bolt whose task i queries partition i of a partitioned
+  state (its ``reads_partitions``, as many tasks as partitions) goes where those
+  partitions live, when this process placed them
+  (``drpc.executors.resident.partition_reads.PLACEMENTS``): Storm's routing, each
+  key read on the task that owns it. The ackers run on the driver, beside the spouts whose
   roots they track. With ``scaffolding_on_workers`` (a topology given one
   scaffolding task per worker, ``spread_scaffolding``: each worker fetches
   requests from the servers itself) task ``i`` of every spout and
@@ -44,9 +48,12 @@ from drpc.builders.linear_drpc import JOIN_ID, PREPARE_ID, RETURN_ID
 from drpc.executors.local.executor import LocalExecutor
 from drpc.executors.local.messages import Message, TupleMessage, decode, encode
 from drpc.executors.local.spans import KNOWN_REQUESTS, ShippedSpans, SpanEvent, record_shipped
+from drpc.executors.resident.partition_reads import PLACEMENTS
 from drpc.executors.resident.transport import Node
-from drpc.model.topology import Topology
+from drpc.model.topology import ComponentSpec, Topology
 from drpc.model.tuples import Tuple
+from drpc.state.partition import partition_root
+from drpc.state.topology import STATE_DIR_CONF
 
 DRIVER = 0
 ACKER = -1
@@ -68,7 +75,11 @@ def place(
     dealt = 0
     for component_id, spec in topology.components.items():
         on_driver = spec.kind == "spout" or component_id in DRIVER_COMPONENTS
+        owners = None if on_driver else partition_owners(topology, spec, workers)
         for index, task_id in enumerate(topology.component_task_ids[component_id]):
+            if owners is not None:
+                node_of[task_id] = owners[index]
+                continue
             if on_driver and scaffolding_on_workers:
                 if spec.parallelism != workers:
                     raise ValueError(
@@ -82,6 +93,23 @@ def place(
                 node_of[task_id] = 1 + dealt % workers
                 dealt += 1
     return node_of
+
+
+def partition_owners(
+    topology: Topology, spec: ComponentSpec, workers: int
+) -> tuple[int, ...] | None:
+    """The owner node of each partition a component's tasks query, one per task, when
+    they are placed here and on these workers (see ``place``)."""
+    group = getattr(spec.user_component, "reads_partitions", None)
+    directory = topology.conf.get(STATE_DIR_CONF)
+    if group is None or not directory:
+        return None
+    owners = PLACEMENTS.get((partition_root(str(directory), topology.conf), group))
+    if owners is None or len(owners) != spec.parallelism or not set(owners) <= set(
+        range(1, workers + 1)
+    ):
+        return None
+    return owners
 
 
 def acker_roots(worker: int, workers: int) -> tuple[int, int]:
