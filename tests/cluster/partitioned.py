@@ -12,23 +12,15 @@ from drpc.transactional.filelog import FileLogTransactionalSpout
 from drpc.trident import (
     Count,
     FilterNull,
-    Function,
     LMDBMapState,
     MapGet,
-    TridentCollector,
     TridentTopology,
-    TridentTuple,
     drpc_topology,
     transactional_topology,
 )
+from tests.trident.ops import Split
 
 TXID = "two-host-words"
-
-
-class Split(Function):
-    def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
-        for word in tuple.get_value(0).split():
-            collector.emit([word])
 
 
 def word_count(log_dir: str) -> TridentTopology:

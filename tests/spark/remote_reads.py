@@ -23,23 +23,15 @@ from drpc.testing import LocalDRPC
 from drpc.transactional import MemoryTransactionalSpout
 from drpc.trident import (
     Count,
-    Function,
     LMDBMapState,
     MapGet,
-    TridentCollector,
     TridentTopology,
-    TridentTuple,
     drpc_topologies,
     run,
 )
+from tests.trident.ops import Split
 
 WORDS = [f"w{n}" for n in range(30)]
-
-
-class Split(Function):
-    def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
-        for word in tuple.get_value(0).split():
-            collector.emit([word])
 
 
 def items(partition: StatePartition, txn: Any) -> tuple[int, list[Any]]:

@@ -105,8 +105,10 @@ def partition_owners(
     if group is None or not directory:
         return None
     owners = PLACEMENTS.get((partition_root(str(directory), topology.conf), group))
-    if owners is None or len(owners) != spec.parallelism or not set(owners) <= set(
-        range(1, workers + 1)
+    if (
+        owners is None
+        or len(owners) != spec.parallelism
+        or not set(owners) <= set(range(1, workers + 1))
     ):
         return None
     return owners
