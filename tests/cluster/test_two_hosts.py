@@ -369,7 +369,10 @@ def test_partitioned_state_lives_on_the_worker_host_and_queries_read_it_there(
 ) -> None:
     """Each host has a private disk over the same path: the state directory's global record
     is on the server host (the driver), the partitions on the cluster host (its resident
-    tasks), and neither sees the other's files; queries through the server read them right."""
+    tasks), and neither sees the other's files. Queries through the server read them right,
+    and so do queries through a server on the cluster host (``--executor local``), which
+    reads the partitions on its own disk (each at its latest: the global record is not
+    there) and makes nothing where that record would be."""
     assert two_hosts.private is not None
     state, words, log = two_hosts.private / "state", tmp_path / "words", tmp_path / "server.log"
     expected = write_words(words, seed=17, count=WORDS)
@@ -383,20 +386,30 @@ def test_partitioned_state_lives_on_the_worker_host_and_queries_read_it_there(
         log=log,
         env=host_env(PYTHONPATH=str(ROOT), DRPC_TEST_LOG_DIR=str(words), DRPC_STATE_DIR=str(state)),
     )  # fmt: skip
+    local_log = tmp_path / "local-server.log"
+    local = two_hosts.cluster.popen(
+        [BIN / "drpc-server", "--host", two_hosts.cluster.address, "--executor", "local",
+         "--topology", "tests.cluster.partitioned:query", "--http-port", "-1"],
+        log=local_log,
+        env=host_env(PYTHONPATH=str(ROOT), DRPC_TEST_LOG_DIR=str(words), DRPC_STATE_DIR=str(state)),
+    )  # fmt: skip
     asked = sorted(expected)[:40]
     try:
         _serving(server, log, 240)
+        _serving(local, local_log, 60)
 
-        def answered() -> dict[str, int]:
+        def answered(through: str) -> dict[str, int]:
             calling = two_hosts.cluster.run(
-                [sys.executable, "-c", ASK_COUNTS, two_hosts.server.address, *asked],
+                [sys.executable, "-c", ASK_COUNTS, through, *asked],
                 timeout=120,
                 env=host_env(PYTHONPATH=str(ROOT)),
             )
             assert calling.returncode == 0, calling.stderr[-3000:] + _log(log)[-3000:]
             return {word: count for word, count in json.loads(calling.stdout)}
 
-        wait_for(lambda: answered() == {word: expected[word] for word in asked}, 300, "counts")
+        want = {word: expected[word] for word in asked}
+        wait_for(lambda: answered(two_hosts.server.address) == want, 300, "counts")
+        assert answered(two_hosts.cluster.address) == want
         on_server = two_hosts.server.run(
             [BIN / "drpc-transactional", "status", "--state-dir", state, "--json"], timeout=60
         )
@@ -405,6 +418,7 @@ def test_partitioned_state_lives_on_the_worker_host_and_queries_read_it_there(
             for host in two_hosts.hosts
         }
     finally:
+        _stop(local, local_log)
         _stop(server, log)
     assert on_server.returncode == 0, on_server.stderr
     report = json.loads(on_server.stdout)
