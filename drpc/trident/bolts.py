@@ -286,6 +286,10 @@ class _Dropped(TridentCollector):
 class WindowBolt(BaseBatchBolt, ICommitter):
     """Applies its task's batch tuples to its windows in the commit (see the module doc)."""
 
+    partitioned_state = None
+    """Its tasks share the state directory, however many they are: a window store is not
+    a map a partition could revert (``drpc.transactional.partitions``)."""
+
     def __init__(self, step: WindowStep, input: Selection, topology_id: str, stream: str) -> None:
         self.step = step
         self.input = input

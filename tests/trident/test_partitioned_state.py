@@ -24,13 +24,16 @@ from drpc.state.partitioned import group_of, layouts
 from drpc.testing import LocalDRPC
 from drpc.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder, run
 from drpc.transactional.cli import status
+from drpc.transactional.partitions import partition_layouts
 from drpc.trident import (
     Count,
     LMDBMapState,
+    LMDBWindowsStoreFactory,
     MapList,
     TridentTopology,
     drpc_topologies,
     drpc_topology,
+    transactional_topology,
 )
 from drpc.trident import run as run_trident
 
@@ -222,3 +225,19 @@ def test_a_query_grouped_by_its_key_runs_a_task_per_partition_where_the_partitio
         getattr(spec.user_component, "reads_partitions", None)
         for spec in listing_query.components.values()
     )
+
+
+def test_a_window_with_several_tasks_shares_the_directory(tmp_path: Path) -> None:
+    """A window's committer writes a window store, which a partition could not revert on
+    a replay: however many tasks it has, it is never a partitioned state."""
+    topology = TridentTopology()
+    data = {p: [["a"], ["b"], ["c"]] for p in range(2)}
+    topology.new_stream(
+        "windowed", MemoryTransactionalSpout(data, Fields("word"), 2), 2
+    ).tumbling_window(2, LMDBWindowsStoreFactory("w"), ["word"], Count(), ["n"]).each(
+        ["n"], Split(), ["m"]
+    )
+    compiled = transactional_topology(topology, str(tmp_path))
+    windows = [c for c in compiled.transactional.committers if c.startswith("window")]
+    assert [compiled.components[c].parallelism for c in windows] == [2]
+    assert partition_layouts(compiled) == {}
