@@ -302,8 +302,8 @@ class PartitionLostError(StateError):
 
 
 class PartitionKeyError(StateError, ValueError):
-    """A committer task wrote a key that belongs to another partition of its state: its
-    input is not grouped by the key it writes (group it with ``fields_grouping`` on the
+    """A committer task read or wrote a key that belongs to another partition of its state:
+    its input is not grouped by the key it uses (group it with ``fields_grouping`` on the
     key's fields)."""
 
 

@@ -20,7 +20,8 @@ recomputes from prev); see ``drpc.state.maps`` for the rules.
   value happens once per attempt, as in Storm.
 - **Partitioned states** (``drpc.state.partitioned``). A committer task of a partitioned
   state gets ``TopologyState(partition env, owner=(layout, index))``: its maps are its
-  partition's, and writing a key another partition owns raises ``PartitionKeyError``.
+  partition's, and reading or writing a key another partition owns raises
+  ``PartitionKeyError`` (its partition would answer the default, not the value).
   Elsewhere a map the directory's catalog says is partitioned is read across its
   partitions (those under this host's partition root), at the request's pinned global
   commit or the latest; it cannot be written outside its committer's commit.
@@ -78,8 +79,8 @@ def check_owned(owner: Owner, name: str, keys: Iterable[Any]) -> None:
         if found != index:
             raise PartitionKeyError(
                 f"map {name!r}: key {key!r:.60} belongs to partition {found} of "
-                f"{layout.group!r}, not to partition {index}, whose task wrote it; group "
-                "the committer's input by the key it writes (fields_grouping)"
+                f"{layout.group!r}, not to partition {index}, whose task used it; group "
+                "the committer's input by the key it uses (fields_grouping)"
             )
 
 
@@ -139,12 +140,15 @@ class StateMap:
         if handle is None:
             [value] = self._committed([key], self.map.default if default is None else default)
             return value
+        self._check((key,))
         return handle.get(key)
 
     def multi_get(self, keys: Iterable[Any]) -> list[Any]:
         handle = self._handle("read")
         if handle is None:
             return self._committed(list(keys), self.map.default)
+        keys = list(keys)
+        self._check(keys)
         return handle.multi_get(keys)
 
     def _committed(self, keys: list[Any], default: Any) -> list[Any]:

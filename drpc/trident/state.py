@@ -21,8 +21,8 @@ Contract.
   ``multi_remove(keys)`` (Storm's ``RemovableMapState``; a removed key reads
   as absent; the kind's txid rules hold through it: see ``drpc.state.maps``),
   each one pass over the batch's keys, written in the commit's LMDB
-  transaction. With ``owner`` (a partition's layout and index) a write of a key
-  another partition holds raises ``PartitionKeyError``.
+  transaction. With ``owner`` (a partition's layout and index) a read or write of a
+  key another partition holds raises ``PartitionKeyError``.
 - ``QueryMapState`` is a map as queries see it (``state_query``, DRPC):
   ``multi_get(keys)`` reads committed values in one read transaction; absent
   keys read as None. ``page(limit, after=, prefix=)`` lists at most ``limit``
@@ -162,6 +162,8 @@ class CommitMapState:
             check_owned(self.owner, self.handle.map.name, keys)
 
     def multi_get(self, keys: Iterable[Any]) -> list[Any]:
+        keys = list(keys)
+        self._check(keys)
         return self.handle.multi_get(keys)
 
     def multi_update(self, updaters: Mapping[Any, Updater]) -> dict[Any, Any]:

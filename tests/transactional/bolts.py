@@ -271,3 +271,12 @@ class _ClaimEmitter:
 
     def cleanup_before(self, txid: int) -> None:
         """Nothing cached per txid here."""
+
+
+class ReadsEveryWord(CommitWordCounts):
+    """A committer that reads the count of both words whatever its task received: with
+    several tasks, one of them reads a key of another partition."""
+
+    def finish_batch(self) -> None:
+        self.map.multi_get(["cat", "dog"])
+        super().finish_batch()

@@ -38,6 +38,7 @@ from drpc.trident import (
 from drpc.trident import run as run_trident
 
 from ..transactional import bolts
+from ..transactional.bolts import ReadsEveryWord
 from .ops import PutLatest, Split
 from .test_word_count import DATA, WORDS, committed, word_count
 
@@ -241,3 +242,17 @@ def test_a_window_with_several_tasks_shares_the_directory(tmp_path: Path) -> Non
     windows = [c for c in compiled.transactional.committers if c.startswith("window")]
     assert [compiled.components[c].parallelism for c in windows] == [2]
     assert partition_layouts(compiled) == {}
+
+
+def test_a_committer_reading_another_partition_s_key_is_refused_too(tmp_path: Path) -> None:
+    """Its own partition would answer the default for a key another one holds."""
+    builder = TransactionalTopologyBuilder(
+        "misread", "spout", MemoryTransactionalSpout({0: [["cat"], ["dog"]]}, Fields("word"), 2)
+    )
+    builder.set_bolt("partial", bolts.PartialWordCount(), 1).shuffle_grouping("spout")
+    builder.set_committer_bolt("commit", ReadsEveryWord(), 2).fields_grouping(
+        "partial", Fields("word")
+    )
+    with pytest.raises(TransactionalError, match="PartitionKeyError") as raised:
+        run(builder, state_dir=str(tmp_path), max_attempts=2)
+    assert "belongs to partition" in str(raised.value)
