@@ -13,6 +13,10 @@
   value rules, written through a committer's handle in the commit's write
   transaction (removals included), listed a page at a time, with an optional
   cache of committed records for the writer (``cache``).
+- Partitioned states: ``key_group`` / ``partition_of`` (``keygroups``: which partition
+  holds a key), ``StatePartition`` (``partition``: one partition's directory, applying
+  each txid once) and ``PartitionedMap`` (``partitioned``: a map read across its
+  partitions at one global commit).
 
 One commit is one write transaction::
 
@@ -37,6 +41,7 @@ from drpc.state.env import (
     StateOptions,
     StateTxn,
 )
+from drpc.state.keygroups import DEFAULT_KEY_GROUPS, key_group, partition_of
 from drpc.state.maps import (
     REMOVED,
     MapHandle,
@@ -48,9 +53,12 @@ from drpc.state.maps import (
     TransactionalMap,
     TransactionalValue,
 )
+from drpc.state.partition import PartitionLayout, StatePartition
+from drpc.state.partitioned import PartitionedMap
 from drpc.state.rotating import INIT_TXID, RotatingTransactionalState, StateInitializer
 
 __all__ = [
+    "DEFAULT_KEY_GROUPS",
     "DEFAULT_MAP_SIZE",
     "DEFAULT_MAX_MAP_SIZE",
     "DEFAULT_MAX_READERS",
@@ -65,13 +73,18 @@ __all__ = [
     "NonTransactionalMap",
     "OpaqueMap",
     "OpaqueValue",
+    "PartitionLayout",
+    "PartitionedMap",
     "PlainValue",
     "RotatingTransactionalState",
     "StateEnvironment",
     "StateInitializer",
     "StateKey",
     "StateOptions",
+    "StatePartition",
     "StateTxn",
     "TransactionalMap",
     "TransactionalValue",
+    "key_group",
+    "partition_of",
 ]
