@@ -300,7 +300,7 @@ class StatePartition:
                 f"{self!r}: cannot revert txid {txid}: it is not the partition's latest write "
                 f"(version {latest}, applied {entry})"
             )
-        with self.env.read() as txn:
+        with self.env.read_latest() as txn:
             stored = txn.get(VERSIONS_DB, UNDO_PREFIX + encode_txid(entry.version))
         if stored is None:
             raise StateError(f"{self!r}: the undo log of txid {txid} is missing")
