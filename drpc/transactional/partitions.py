@@ -24,14 +24,16 @@ Contract.
   process, under ``partition_root`` (the local and spark-batch executors), applying
   the partitions of a txid on ``writers`` threads at once, and closing them when it
   stops.
-- ``PartitionedCommit(topology, info, layouts, host, ...)`` drives the rules of
-  ``drpc.transactional.global_commit``: ``start(global_txid)`` finds what each
-  partition holds (making new ones, raising ``PartitionLostError`` for a lost one), and
-  ``commit(attempt, inboxes, record)`` applies ``attempt`` to every partition, then
-  calls ``record(outcomes)`` (the driver's write: the commit-phase bolts after the
-  committers and the global commit record, in one transaction) and returns what it
-  returned. A partition that failed raises ``CommitFailed`` (the run replays the txid);
-  a lost one ``PartitionLostError`` (the run stops).
+- ``PartitionedCommit(topology, info, layouts, host, commit_phase, coordinator_state)``
+  drives the rules of ``drpc.transactional.global_commit``: ``start()`` records the
+  layouts in the global record's directory and finds what each partition holds (making
+  new ones, raising ``PartitionLostError`` for a lost one); ``commit(attempt, captured,
+  log_fields, what)`` applies ``attempt`` to every partition (each committer task's
+  inbox, keeping what the oldest pinned read needs), then writes the global record in
+  one transaction: the maps each partition holds, where it lives, the commit-phase
+  bolts after the committers and the commit record. A partition that failed raises
+  ``CommitFailed`` (the run replays the txid); a lost one ``PartitionLostError`` (the
+  run stops).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -49,20 +52,26 @@ from drpc.errors import (
     Failure,
     InvalidTopologyError,
     PartitionLostError,
+    StateError,
     StateFullError,
 )
 from drpc.executors.batch import TaskHints, TaskRun
 from drpc.executors.records import Shipment
 from drpc.model.topology import Topology
-from drpc.state import StateTxn
+from drpc.state import CoordinatorState, StateTxn
 from drpc.state.env import CATALOG_DB
 from drpc.state.keygroups import DEFAULT_KEY_GROUPS
 from drpc.state.partition import PartitionLayout, StatePartition, partition_root
-from drpc.state.partitioned import LocalPartitions
+from drpc.state.partitioned import (
+    LocalPartitions,
+    record_layout,
+    record_maps,
+    record_placement,
+)
 from drpc.state.topology import STATE_SERVICE, TopologyState, commit_scope
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.builder import KEY_GROUPS_CONF, TransactionalInfo
-from drpc.transactional.commit import CommitFailed
+from drpc.transactional.commit import CommitFailed, CommitPhase
 from drpc.transactional.global_commit import (
     Apply,
     Create,
@@ -306,14 +315,21 @@ class PartitionedCommit:
         info: TransactionalInfo,
         layouts: Mapping[str, PartitionLayout],
         host: PartitionHost,
+        commit_phase: CommitPhase,
+        coordinator_state: CoordinatorState,
     ) -> None:
         self.topology = topology
         self.info = info
         self.layouts = dict(layouts)  # by committer component
         self.host = host
+        self.commit_phase = commit_phase
+        self.coordinator_state = coordinator_state
+        self.env = coordinator_state.env
         self._component_of = {layout.group: component for component, layout in layouts.items()}
         self.placed: dict[PartitionRef, PartitionOutcome] = {}
         """The last outcome of each partition: where it lives and what it holds."""
+        self._recorded: dict[PartitionRef, tuple[str | None, int]] = {}
+        """Where the global record says each partition lives (``record_placement``)."""
         self.machine = GlobalCommit(
             tuple(
                 PartitionRef(layout.group, index)
@@ -322,19 +338,20 @@ class PartitionedCommit:
             )
         )
 
-    def ref_of_task(self, task: int) -> PartitionRef | None:
-        """The partition a committer task owns, if its component is partitioned."""
-        component = self.topology.task_component[task]
-        layout = self.layouts.get(component)
-        if layout is None:
-            return None
-        return PartitionRef(layout.group, self.topology.component_task_ids[component].index(task))
-
     def task_of(self, ref: PartitionRef) -> int:
         component = self._component_of[ref.group]
         return self.topology.component_task_ids[component][ref.index]
 
-    def start(self, global_txid: int) -> None:
+    def start(self) -> None:
+        """Record the layouts in the global record and bring the partitions in line with
+        it: make new ones, raise ``PartitionLostError`` for a lost one."""
+
+        def record(txn: StateTxn) -> None:
+            for layout in self.layouts.values():
+                record_layout(txn, layout)
+
+        self.env.run_write(record, what=f"the partition layouts of topology {self.info.id!r}")
+        global_txid = self.coordinator_state.next_txid() - 1
         by_group = {layout.group: layout for layout in self.layouts.values()}
         found = self.host.held(self.layouts)
         self.placed = {
@@ -360,22 +377,48 @@ class PartitionedCommit:
                     decision.host,
                     decision.reason,
                 )
+        log.info(
+            "transactional topology %r: %s at txid %d",
+            self.info.id,
+            ", ".join(
+                f"state {layout.group!r} in {layout.partitions} partitions"
+                for layout in self.layouts.values()
+            ),
+            global_txid,
+            extra={"topology": self.info.id},
+        )
+
+    def oldest_read_txid(self, global_txid: int) -> int:
+        """The oldest global txid a live request may read: the one the oldest pin of the
+        global record's directory sees (partitions keep its version)."""
+        oldest = self.env.pins.oldest(time.time())
+        if oldest is None:
+            return global_txid
+        try:
+            with self.env.read(version=oldest[0]) as txn:
+                record = self.coordinator_state.last_commit(txn=txn)
+        except StateError:  # reclaimed: that pin outlived its retention
+            return global_txid
+        return min(global_txid, 0 if record is None else record.txid)
 
     def commit(
         self,
         attempt: TransactionAttempt,
-        inboxes: Mapping[PartitionRef, list[Shipment]],
-        keep_from: int,
+        captured: Mapping[int, list[Shipment]],
         log_fields: dict[str, Any],
-        record: Callable[[dict[PartitionRef, PartitionOutcome]], T],
-    ) -> T:
+        what: str,
+    ) -> dict[str, list[list[Any]]]:
+        """Commit ``attempt``: every partition applies its committer task's inbox, then
+        one write of the global record's directory runs the commit-phase bolts after the
+        committers and records the commit; returns what ``CommitPhase.run`` returns."""
         decisions = self.machine.begin(attempt.txid)
+        keep_from = self.oldest_read_txid(attempt.txid - 1)
         works = [
             PartitionWork(
                 decision.partition,
                 self._component_of[decision.partition.group],
                 attempt,
-                list(inboxes.get(decision.partition, ())),
+                self.commit_phase.inbox(self.task_of(decision.partition), attempt, captured),
                 keep_from,
                 log_fields,
             )
@@ -409,7 +452,7 @@ class PartitionedCommit:
                 raise CommitFailed(failed.failure)
             if isinstance(decision, RecordGlobal):
                 try:
-                    result = record(outcomes)
+                    result = self._record(attempt, captured, log_fields, what, outcomes)
                 except BaseException:
                     self.machine.abandon(attempt.txid, "the global commit failed")
                     raise
@@ -417,8 +460,30 @@ class PartitionedCommit:
                 return result
         raise AssertionError(f"the commit of txid {attempt.txid} ended without a decision")
 
-    def abandon(self, txid: int) -> None:
-        self.machine.abandon(txid, "abandoned")
+    def _record(
+        self,
+        attempt: TransactionAttempt,
+        captured: Mapping[int, list[Shipment]],
+        log_fields: dict[str, Any],
+        what: str,
+        outcomes: dict[PartitionRef, PartitionOutcome],
+    ) -> dict[str, list[list[Any]]]:
+        """The global record's write of ``attempt``, once every partition holds it: the
+        maps each partition holds and where it lives, the commit-phase bolts after the
+        committers (given what those sent on) and the commit record."""
+        done = {self.task_of(ref): outcome for ref, outcome in outcomes.items()}
+        places = {ref: (outcome.host, outcome.task) for ref, outcome in outcomes.items()}
+
+        def write(txn: StateTxn) -> dict[str, list[list[Any]]]:
+            for ref, outcome in outcomes.items():
+                record_maps(txn, ref.group, outcome.maps)
+                if self._recorded.get(ref) != places[ref]:
+                    record_placement(txn, ref.group, ref.index, *places[ref])
+            return self.commit_phase.run(txn, attempt, captured, log_fields, done=done)
+
+        result = self.env.run_write(write, what=what)
+        self._recorded.update(places)
+        return result
 
     def status(self) -> list[dict[str, Any]]:
         """Each partition's owner (host, task), the txid it holds, its keys and bytes, as

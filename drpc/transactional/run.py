@@ -73,7 +73,6 @@ from drpc import config
 from drpc.errors import (
     InvalidTopologyError,
     PartitionLostError,
-    StateError,
     StateFullError,
     TransactionalError,
 )
@@ -84,9 +83,8 @@ from drpc.model.context import TopologyContext
 from drpc.model.topology import Topology
 from drpc.observe import OBSERVER_SERVICE, Observer, bus
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
-from drpc.state import CoordinatorState, StateEnvironment, StateTxn
+from drpc.state import CoordinatorState, StateEnvironment
 from drpc.state.partition import partition_root
-from drpc.state.partitioned import record_layout, record_maps, record_placement
 from drpc.state.topology import STATE_DIR_CONF, STATE_SERVICE, TopologyState
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.builder import TransactionalInfo, TransactionalTopologyBuilder
@@ -97,7 +95,6 @@ from drpc.transactional.coordinator import (
     EmitCommit,
     TransactionalCoordinator,
 )
-from drpc.transactional.global_commit import PartitionRef
 from drpc.transactional.local_backend import LocalBackend
 from drpc.transactional.partitions import (
     DEFAULT_WRITERS,
@@ -105,7 +102,6 @@ from drpc.transactional.partitions import (
     LocalPartitionHost,
     PartitionedCommit,
     PartitionHost,
-    PartitionOutcome,
     partition_layouts,
 )
 from drpc.transactional.processing import (
@@ -384,7 +380,9 @@ class TransactionalRunner:
                     writers=partition_writers,
                     state_options=state_options,
                 )
-            self.partitioned = PartitionedCommit(topology, info, self.layouts, host)
+            self.partitioned = PartitionedCommit(
+                topology, info, self.layouts, host, self.commit_phase, self.coordinator_state
+            )
         self.max_attempts = max_attempts
         self.max_timeouts = max_timeouts
         self._failures: collections.Counter[int] = collections.Counter()
@@ -397,7 +395,6 @@ class TransactionalRunner:
             maxlen=SLOWEST_OF
         )
         self._captured: dict[TransactionAttempt, Processed] = {}
-        self._recorded_places: dict[PartitionRef, tuple[str | None, int]] = {}
         self._started = False
         self._status_lock = threading.Lock()
         self._status: dict[str, Any] = {
@@ -433,45 +430,11 @@ class TransactionalRunner:
     def start(self) -> None:
         if not self._started:
             if self.partitioned is not None:
-                self._start_partitions(self.partitioned)
+                self.partitioned.start()
             self.backend.start(self._events.put)
             self._started = True
             self._unwatch = watch_of(self.spout_coordinator, self._wake)
             self.metadata.watching = self._unwatch is not None
-
-    def _start_partitions(self, partitioned: PartitionedCommit) -> None:
-        """Record the partitioned states' layouts and bring their partitions in line with
-        the global record (``drpc.transactional.partitions``)."""
-
-        def record(txn: StateTxn) -> None:
-            for layout in self.layouts.values():
-                record_layout(txn, layout)
-
-        self.env.run_write(record, what=f"the partition layouts of topology {self.info.id!r}")
-        global_txid = self.coordinator_state.next_txid() - 1
-        partitioned.start(global_txid)
-        log.info(
-            "transactional topology %r: %s at txid %d",
-            self.info.id,
-            ", ".join(
-                f"state {layout.group!r} in {layout.partitions} partitions"
-                for layout in self.layouts.values()
-            ),
-            global_txid,
-            extra={"topology": self.info.id},
-        )
-
-    def _oldest_read_txid(self, global_txid: int) -> int:
-        """The oldest global txid a live request may read (partitions keep its version)."""
-        oldest = self.env.pins.oldest(time.time())
-        if oldest is None:
-            return global_txid
-        try:
-            with self.env.read(version=oldest[0]) as txn:
-                record = self.coordinator_state.last_commit(txn=txn)
-        except StateError:  # reclaimed: that pin outlived its retention
-            return global_txid
-        return min(global_txid, 0 if record is None else record.txid)
 
     def _wake(self) -> None:
         """The spout's coordinator says input may have arrived (from its watcher's thread)."""
@@ -706,31 +669,7 @@ class TransactionalRunner:
             return self.env.run_write(
                 lambda txn: self.commit_phase.run(txn, attempt, captured, log_fields), what=what
             )
-        inboxes = {
-            ref: self.commit_phase.inbox(partitioned.task_of(ref), attempt, captured)
-            for ref in partitioned.machine.partitions
-        }
-        keep_from = self._oldest_read_txid(attempt.txid - 1)
-
-        def record(outcomes: dict[PartitionRef, PartitionOutcome]) -> Any:
-            done = {partitioned.task_of(ref): outcome for ref, outcome in outcomes.items()}
-
-            def write(txn: StateTxn) -> Any:
-                for ref, outcome in outcomes.items():
-                    record_maps(txn, ref.group, outcome.maps)
-                    place = (outcome.host, outcome.task)
-                    if self._recorded_places.get(ref) != place:
-                        record_placement(txn, ref.group, ref.index, *place)
-                return self.commit_phase.run(txn, attempt, captured, log_fields, done=done)
-
-            def recorded(result: Any) -> Any:
-                for ref, outcome in outcomes.items():
-                    self._recorded_places[ref] = (outcome.host, outcome.task)
-                return result
-
-            return recorded(self.env.run_write(write, what=what))
-
-        return partitioned.commit(attempt, inboxes, keep_from, log_fields, record)
+        return partitioned.commit(attempt, captured, log_fields, what)
 
     def _forget_inactive(self) -> None:
         for attempt in list(self._captured):
