@@ -177,13 +177,31 @@ def _transactional_update(
 ) -> Any:
     """A stored transactional value after ``fn`` in the commit of ``txid``, or ``_UNCHANGED``
     when it already includes ``txid`` (a replay), unless this commit ``written`` it."""
+    return _UNCHANGED if _includes(value, stored_txid, txid, written) else fn(value)
+
+
+def _includes(value: Any, stored_txid: int, txid: int, written: bool) -> bool:
+    """Whether a stored transactional value already includes the batch of ``txid`` (a
+    replay: leave it), unless this commit ``written`` it; a ``txid`` behind the stored one
+    raises ``StateOrderError``."""
     if written:
-        return fn(value)
+        return False
     if txid == stored_txid:
-        return _UNCHANGED
+        return True
     if txid < stored_txid:
         _check_not_behind(txid, TransactionalValue(value, stored_txid))
-    return fn(value)
+    return False
+
+
+def _stored_pair(data: bytes, default: Any) -> tuple[Any, int]:
+    """A transactional record as stored (``TransactionalMap._encode``): its value and txid;
+    a tombstone's value is ``default``."""
+    stored = loads(data)
+    try:
+        value, txid = stored
+    except ValueError:  # a tombstone, (txid,): no len() call on every key
+        return default, stored[0]
+    return value, txid
 
 
 @dataclass(frozen=True, slots=True)
@@ -684,11 +702,7 @@ class TransactionalMap(_StateMap[TransactionalValue]):
             if data is None:
                 value = fn(default)
             else:
-                stored = loads(data)  # the stored form of ``_encode``
-                try:
-                    stored_value, stored_txid = stored
-                except ValueError:  # a tombstone, (txid,): no len() call on every key
-                    stored_value, stored_txid = default, stored[0]
+                stored_value, stored_txid = _stored_pair(data, default)
                 value = _transactional_update(stored_value, stored_txid, txid, fn, at in written)
                 if value is _UNCHANGED:
                     values.append(stored_value)
@@ -718,15 +732,9 @@ class TransactionalMap(_StateMap[TransactionalValue]):
             if data is None:
                 base = default
             else:
-                stored = loads(data)  # the stored form of ``_encode``
-                try:
-                    base, stored_txid = stored
-                except ValueError:  # a tombstone, (txid,)
-                    base, stored_txid = default, stored[0]
-                if stored_txid >= txid and at not in written:
-                    if stored_txid == txid:
-                        continue  # a replay of txid: the key includes the batch already
-                    _check_not_behind(txid, TransactionalValue(base, stored_txid))
+                base, stored_txid = _stored_pair(data, default)
+                if _includes(base, stored_txid, txid, at in written):
+                    continue  # a replay of txid: the key includes the batch already
             changed[at] = (value if base is None else combine(base, value), txid)
 
         def what(key: bytes, encoded: object) -> str:
@@ -746,12 +754,7 @@ class TransactionalMap(_StateMap[TransactionalValue]):
         return (record.txid,) if record.value is REMOVED else (record.value, record.txid)
 
     def _decode(self, data: bytes) -> TransactionalValue:
-        stored = loads(data)
-        try:
-            value, txid = stored
-        except ValueError:  # a tombstone, (txid,)
-            return TransactionalValue(REMOVED, stored[0])
-        return TransactionalValue(value, txid)
+        return TransactionalValue(*_stored_pair(data, REMOVED))
 
 
 class OpaqueMap(_StateMap[OpaqueValue]):
