@@ -23,8 +23,8 @@ Contract.
   state like a map of one directory (``drpc.state.maps``): ``get``, ``multi_get``,
   ``stored``, ``items`` and ``page`` (at most ``limit`` keys in key order across every
   partition, merged by their stored encoding: the order of a one-directory map).
-  ``source`` reaches the partitions (``PartitionSource``): ``LocalPartitions`` opens the
-  ones under a partition root of this host; a partition it does not find raises
+  ``source`` reaches the partitions: ``LocalPartitions`` opens the ones under a
+  partition root of this host; a partition it does not find raises
   ``PartitionLostError`` naming it, unless a remote reader is set
   (``set_remote_reader``: the resident executor's, which reads it where its owner
   lives; ``read_here`` is what runs there). ``local_partitioned_map`` finds a Trident
@@ -40,7 +40,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from drpc.errors import InvalidQueryError, PartitionLostError, StateError
 from drpc.state.codec import StateKey, decode_names, encode_key, encode_name
@@ -192,18 +192,6 @@ def has_global_record(state_dir: str) -> bool:
 # -- reading across partitions ---------------------------------------------------------------
 
 
-class PartitionSource(Protocol):
-    """Runs a read on a partition of a partitioned state, wherever the partition is."""
-
-    def read(
-        self,
-        layout: PartitionLayout,
-        index: int,
-        txid: int | None,
-        fn: Callable[[StatePartition, Any], T],
-    ) -> T: ...
-
-
 RemoteReader = Callable[[str, PartitionLayout, int, "int | None", Callable[..., Any]], Any]
 """Reads partition ``index`` of a layout under a root elsewhere: ``(root, layout, index,
 txid, fn) -> fn's result``, raising what the read raised there."""
@@ -242,6 +230,15 @@ class LocalPartitions:
     def exists(self, layout: PartitionLayout, index: int) -> bool:
         path = partition_path(self.root, layout.group, index)
         return os.path.exists(os.path.join(path, "data.mdb"))
+
+    def held(self, layouts: Iterable[PartitionLayout]) -> dict[tuple[str, int], int]:
+        """What each partition of ``layouts`` found here holds, by (state, index)."""
+        return {
+            (layout.group, index): self.partition(layout, index).held()
+            for layout in layouts
+            for index in range(layout.partitions)
+            if self.exists(layout, index)
+        }
 
     def partition(
         self, layout: PartitionLayout, index: int, *, create_at: int | None = None
@@ -353,7 +350,7 @@ class PartitionedMap:
 
     def __init__(
         self,
-        source: PartitionSource,
+        source: LocalPartitions,
         layout: PartitionLayout,
         kind: MapKind,
         name: str,

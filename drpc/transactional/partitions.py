@@ -273,15 +273,15 @@ class LocalPartitionHost:
         self._pool = ThreadPoolExecutor(max(1, writers), thread_name_prefix="drpc-partition")
 
     def held(self, layouts: Mapping[str, PartitionLayout]) -> dict[PartitionRef, Placement]:
-        held: dict[PartitionRef, Placement] = {}
-        partitions = self.partitions
-        for layout in layouts.values():
-            self._layouts[layout.group] = layout
-            for index in range(layout.partitions):
-                exists = partitions.exists(layout, index)
-                txid = partitions.partition(layout, index).held() if exists else None
-                held[PartitionRef(layout.group, index)] = Placement(txid, self.host)
-        return held
+        self._layouts.update((layout.group, layout) for layout in layouts.values())
+        found = self.partitions.held(layouts.values())
+        return {
+            PartitionRef(layout.group, index): Placement(
+                found.get((layout.group, index)), self.host
+            )
+            for layout in layouts.values()
+            for index in range(layout.partitions)
+        }
 
     def create(self, layout: PartitionLayout, index: int, start_txid: int) -> None:
         self.partitions.partition(layout, index, create_at=start_txid)

@@ -80,13 +80,7 @@ def worker_held(
     root: str, layouts: list[PartitionLayout], options: Mapping[str, Any]
 ) -> tuple[str, dict[tuple[str, int], int]]:
     """This task's host, and what each partition found on its disk holds."""
-    found: dict[tuple[str, int], int] = {}
-    partitions = _partitions(root, options)
-    for layout in layouts:
-        for index in range(layout.partitions):
-            if partitions.exists(layout, index):
-                found[(layout.group, index)] = partitions.partition(layout, index).held()
-    return current_worker().host, found
+    return current_worker().host, _partitions(root, options).held(layouts)
 
 
 def worker_create(
