@@ -108,36 +108,12 @@ class GlobalCommit:
         decisions: list[Decision] = []
         for partition in self.partitions:
             found = held.get(partition)
-            host = hosts.get(partition)
-            if found is None:
-                if global_txid == 0:
-                    decisions.append(Create(partition, 0))
-                else:
-                    decisions.append(
-                        Lost(
-                            partition,
-                            host,
-                            f"no process holds it, and the global record is at txid {global_txid}",
-                        )
-                    )
-            elif found < global_txid:
-                decisions.append(
-                    Lost(
-                        partition,
-                        host,
-                        f"it holds txid {found}, behind the global record's txid {global_txid} "
-                        "(an old copy)",
-                    )
-                )
-            elif found > global_txid + 1:
-                decisions.append(
-                    Lost(
-                        partition,
-                        host,
-                        f"it holds txid {found}, more than one txid ahead of the global "
-                        f"record's txid {global_txid} (it belongs to another run)",
-                    )
-                )
+            if found is None and global_txid == 0:
+                decisions.append(Create(partition, 0))
+                continue
+            reason = _out_of_place(found, global_txid)
+            if reason is not None:
+                decisions.append(Lost(partition, hosts.get(partition), reason))
         return decisions
 
     def begin(self, txid: int) -> list[Decision]:
@@ -194,6 +170,21 @@ class GlobalCommit:
     def _end(self) -> None:
         self._open = None  # what is pending then matters no more: begin sets it anew
         self._recording = None
+
+
+def _out_of_place(found: int | None, global_txid: int) -> str | None:
+    """Why a partition holding ``found`` cannot take part after global commit
+    ``global_txid`` (None: it can)."""
+    if found is None:
+        return f"no process holds it, and the global record is at txid {global_txid}"
+    if found < global_txid:
+        return f"it holds txid {found}, behind the global record's txid {global_txid} (an old copy)"
+    if found > global_txid + 1:
+        return (
+            f"it holds txid {found}, more than one txid ahead of the global "
+            f"record's txid {global_txid} (it belongs to another run)"
+        )
+    return None
 
 
 def every_partition(groups: Iterable[tuple[str, int]]) -> tuple[PartitionRef, ...]:

@@ -75,7 +75,6 @@ from drpc.transactional.commit import CommitFailed, CommitPhase
 from drpc.transactional.global_commit import (
     Apply,
     Create,
-    Decision,
     GlobalCommit,
     Lost,
     PartitionRef,
@@ -411,7 +410,7 @@ class PartitionedCommit:
         """Commit ``attempt``: every partition applies its committer task's inbox, then
         one write of the global record's directory runs the commit-phase bolts after the
         committers and records the commit; returns what ``CommitPhase.run`` returns."""
-        decisions = self.machine.begin(attempt.txid)
+        opened = self.machine.begin(attempt.txid)
         keep_from = self.oldest_read_txid(attempt.txid - 1)
         works = [
             PartitionWork(
@@ -422,42 +421,39 @@ class PartitionedCommit:
                 keep_from,
                 log_fields,
             )
-            for decision in decisions
+            for decision in opened
             if isinstance(decision, Apply)
         ]
         outcomes = {outcome.ref: outcome for outcome in self.host.apply(works)}
         for ref, outcome in outcomes.items():
             if outcome.failure is None and outcome.lost is None and outcome.full is None:
                 self.placed[ref] = outcome
-        after: list[Decision] = []
-        for ref in sorted(outcomes):
+        for ref in sorted(outcomes):  # the first decision ends the commit
             outcome = outcomes[ref]
             if outcome.full is not None:
                 self.machine.abandon(attempt.txid, str(outcome.full))
                 raise outcome.full
             if outcome.lost is not None:
-                after += self.machine.lost(ref, outcome.host, outcome.lost.detail)
+                decisions = self.machine.lost(ref, outcome.host, outcome.lost.detail)
             elif outcome.failure is not None:
-                after += self.machine.failed(ref, attempt.txid, outcome.failure.message)
+                decisions = self.machine.failed(ref, attempt.txid, outcome.failure.message)
             else:
-                after += self.machine.applied(ref, attempt.txid)
-        for decision in after:
-            if isinstance(decision, Lost):
-                lost = outcomes[decision.partition].lost
-                assert lost is not None
-                raise lost
-            if isinstance(decision, Replay):
-                failed = next(o for o in outcomes.values() if o.failure is not None)
-                assert failed.failure is not None
-                raise CommitFailed(failed.failure)
-            if isinstance(decision, RecordGlobal):
-                try:
-                    result = self._record(attempt, captured, log_fields, what, outcomes)
-                except BaseException:
-                    self.machine.abandon(attempt.txid, "the global commit failed")
-                    raise
-                self.machine.committed(attempt.txid)
-                return result
+                decisions = self.machine.applied(ref, attempt.txid)
+            for decision in decisions:
+                if isinstance(decision, Lost):
+                    assert outcome.lost is not None
+                    raise outcome.lost
+                if isinstance(decision, Replay):
+                    assert outcome.failure is not None
+                    raise CommitFailed(outcome.failure)
+                if isinstance(decision, RecordGlobal):
+                    try:
+                        result = self._record(attempt, captured, log_fields, what, outcomes)
+                    except BaseException:
+                        self.machine.abandon(attempt.txid, "the global commit failed")
+                        raise
+                    self.machine.committed(attempt.txid)
+                    return result
         raise AssertionError(f"the commit of txid {attempt.txid} ended without a decision")
 
     def _record(
