@@ -19,7 +19,9 @@ Contract.
   a ``PartitionOutcome``: what the task sent on (to commit-phase bolts after it, run by
   the driver) and emitted to no one, the maps the partition holds, or the failure (the
   write then aborts; a ``PartitionLostError`` or ``StateFullError`` as ``lost`` or
-  ``full``, which stop the run), and never raises.
+  ``full``, which stop the run), and never raises. ``apply_here(partitions, layout,
+  context, work, host, task)`` applies it to the partition this host holds, the outcome
+  saying where it ran; one not here is ``lost``, naming ``host``.
 - A ``PartitionHost`` keeps the partitions somewhere: ``LocalPartitionHost`` in this
   process, under ``partition_root`` (the local and spark-batch executors), applying
   the partitions of a txid on ``writers`` threads at once, and closing them when it
@@ -42,7 +44,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -80,6 +82,7 @@ from drpc.transactional.global_commit import (
     PartitionRef,
     RecordGlobal,
     Replay,
+    every_partition,
 )
 
 log = logging.getLogger(__name__)
@@ -126,6 +129,11 @@ def partition_layouts(topology: Topology) -> dict[str, PartitionLayout]:
             f"two partitioned committers write the same state: {sorted(groups)}"
         )
     return found
+
+
+def partition_refs(layouts: Iterable[PartitionLayout]) -> tuple[PartitionRef, ...]:
+    """Every partition of ``layouts``, in their order."""
+    return every_partition((layout.group, layout.partitions) for layout in layouts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +248,24 @@ def apply_partition(
         )
 
 
+def apply_here(
+    partitions: LocalPartitions,
+    layout: PartitionLayout,
+    context: CommitContext,
+    work: PartitionWork,
+    host: str,
+    task: int = 0,
+) -> PartitionOutcome:
+    """Apply ``work`` to its partition among ``partitions`` (see the module doc)."""
+    try:
+        partition = partitions.partition(layout, work.ref.index)
+    except PartitionLostError as error:
+        lost = PartitionLostError(error.group, error.partition, host, error.detail)
+        return PartitionOutcome(work.ref, -1, lost=lost, host=host, task=task)
+    outcome = apply_partition(partition, context, work)
+    return dataclasses.replace(outcome, host=host, task=task)
+
+
 class PartitionHost(Protocol):
     """Where a run's partitions live (see the module doc)."""
 
@@ -275,11 +301,8 @@ class LocalPartitionHost:
         self._layouts.update((layout.group, layout) for layout in layouts.values())
         found = self.partitions.held(layouts.values())
         return {
-            PartitionRef(layout.group, index): Placement(
-                found.get((layout.group, index)), self.host
-            )
-            for layout in layouts.values()
-            for index in range(layout.partitions)
+            ref: Placement(found.get((ref.group, ref.index)), self.host)
+            for ref in partition_refs(layouts.values())
         }
 
     def create(self, layout: PartitionLayout, index: int, start_txid: int) -> None:
@@ -288,12 +311,7 @@ class LocalPartitionHost:
     def apply(self, works: list[PartitionWork]) -> list[PartitionOutcome]:
         def one(work: PartitionWork) -> PartitionOutcome:
             layout = self._layouts[work.ref.group]
-            try:
-                partition = self.partitions.partition(layout, work.ref.index)
-            except PartitionLostError as error:
-                return PartitionOutcome(work.ref, -1, lost=error, host=self.host)
-            outcome = apply_partition(partition, self.context, work)
-            return dataclasses.replace(outcome, host=self.host)
+            return apply_here(self.partitions, layout, self.context, work, self.host)
 
         if len(works) == 1:
             return [one(works[0])]
@@ -329,13 +347,7 @@ class PartitionedCommit:
         """The last outcome of each partition: where it lives and what it holds."""
         self._recorded: dict[PartitionRef, tuple[str | None, int]] = {}
         """Where the global record says each partition lives (``record_placement``)."""
-        self.machine = GlobalCommit(
-            tuple(
-                PartitionRef(layout.group, index)
-                for layout in layouts.values()
-                for index in range(layout.partitions)
-            )
-        )
+        self.machine = GlobalCommit(partition_refs(layouts.values()))
 
     def task_of(self, ref: PartitionRef) -> int:
         component = self._component_of[ref.group]

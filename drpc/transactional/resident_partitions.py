@@ -15,7 +15,7 @@ path on that host): never on the driver.
   restarted (its tasks are new processes, maybe on other hosts).
 - ``apply(works)`` sends each partition's work to its owner as a call
   (``worker_apply``), all at once; the owner applies it in its own LMDB write
-  transaction (``apply_partition``). A call that fails (the resident job broke, the
+  transaction (``apply_here``). A call that fails (the resident job broke, the
   task died) is that partition's failure: the txid is replayed, on the new job.
 - ``owners()`` maps each partition to its task, for processing tasks that hand their
   per-key partials straight to the owner (``drpc.trident.fused``); placing them also
@@ -29,14 +29,13 @@ path on that host): never on the driver.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from drpc.errors import DRPCExceptionType, Failure, PartitionLostError
+from drpc.errors import DRPCExceptionType, Failure
 from drpc.executors.resident.cluster import ResidentCluster
 from drpc.executors.resident.control import Placed
 from drpc.executors.resident.partition_reads import driver_reader, place
@@ -52,7 +51,8 @@ from drpc.transactional.partitions import (
     PartitionOutcome,
     PartitionWork,
     Placement,
-    apply_partition,
+    apply_here,
+    partition_refs,
 )
 
 log = logging.getLogger(__name__)
@@ -101,14 +101,9 @@ def worker_apply(
 ) -> PartitionOutcome:
     """Apply ``work`` to this task's partition (see the module doc)."""
     worker = current_worker()
-    try:
-        partition = _partitions(root, options).partition(layout, work.ref.index)
-    except PartitionLostError as error:
-        lost = PartitionLostError(error.group, error.partition, worker.host, error.detail)
-        return PartitionOutcome(work.ref, -1, lost=lost, host=worker.host, task=worker.index)
     context = CommitContext(loaded_topology(token, frozen), conf, {}, hints)
-    outcome = apply_partition(partition, context, work)
-    return dataclasses.replace(outcome, host=worker.host, task=worker.index)
+    partitions = _partitions(root, options)
+    return apply_here(partitions, layout, context, work, worker.host, worker.index)
 
 
 def worker_close(root: str) -> None:
@@ -180,23 +175,21 @@ class ResidentPartitionHost:
                 found.setdefault(PartitionRef(group, index), {})[node] = txid
         held_by: dict[PartitionRef, int | None] = {}
         owners: dict[PartitionRef, int] = {}
-        for layout in layouts:
-            for index in range(layout.partitions):
-                ref = PartitionRef(layout.group, index)
-                default = self._default_owner(ref)
-                on = found.get(ref, {})
-                if not on:
-                    held_by[ref] = None
-                    owners[ref] = default
-                    continue
-                best = max(on.values())
-                owner = (
-                    default
-                    if on.get(default) == best
-                    else min(node for node, txid in on.items() if txid == best)
-                )
-                owners[ref] = owner
-                held_by[ref] = best
+        for ref in partition_refs(layouts):
+            default = self._default_owner(ref)
+            on = found.get(ref, {})
+            if not on:
+                held_by[ref] = None
+                owners[ref] = default
+                continue
+            best = max(on.values())
+            owner = (
+                default
+                if on.get(default) == best
+                else min(node for node, txid in on.items() if txid == best)
+            )
+            owners[ref] = owner
+            held_by[ref] = best
         with self._lock:
             self._owners = owners
             self._hosts = {ref: hosts.get(node) for ref, node in owners.items()}
