@@ -110,6 +110,18 @@ def _layout(stored: bytes) -> PartitionLayout:
     return PartitionLayout.from_plain(decode_plain(stored, "a partition layout"))
 
 
+def map_kinds(txn: StateTxn) -> dict[str, str]:
+    """Each map the catalog ``txn`` reads records (a directory's or a partition's), by name:
+    its kind (``TransactionalMap.KIND``, ...)."""
+    found: dict[str, str] = {}
+    for key, kind in txn.scan(CATALOG_DB, b""):
+        if key.startswith(CATALOG_RECORDS):  # partitioned states' records, not maps
+            continue
+        [name], _ = decode_names(key, 1)
+        found[name] = kind.decode()
+    return found
+
+
 def record_maps(txn: StateTxn, group: str, names: Iterable[str]) -> None:
     for name in names:
         key = _MAP + encode_name(name, "map name")

@@ -44,9 +44,8 @@ from drpc.logs import add_logging_arguments, configure_logging
 from drpc.progress import Progress
 from drpc.sparkconf import add_spark_arguments, spark_options
 from drpc.state import CoordinatorState, StateEnvironment
-from drpc.state.codec import decode_names
+from drpc.state.codec import encode_name
 from drpc.state.env import (
-    CATALOG_DB,
     DEFAULT_MAP_SIZE,
     DEFAULT_MAX_MAP_SIZE,
     DEFAULT_VERSION_RETENTION,
@@ -55,7 +54,7 @@ from drpc.state.env import (
     parse_size,
 )
 from drpc.state.partition import PartitionLayout, partition_root
-from drpc.state.partitioned import CATALOG_RECORDS, LocalPartitions, layouts, placements
+from drpc.state.partitioned import LocalPartitions, layouts, map_kinds, placements
 from drpc.transactional.run import DEFAULT_MAX_TIMEOUTS, CommitInfo, TransactionalRunner
 
 
@@ -252,12 +251,9 @@ def status(state_dir: str) -> dict[str, Any]:
             for topology_id, record in CoordinatorState.topologies(env, txn=txn).items()
         }
         maps: dict[str, dict[str, Any]] = {}
-        for key, kind in txn.scan(CATALOG_DB, b""):
-            if key.startswith(CATALOG_RECORDS):  # partitioned states' records
-                continue
-            [name], _ = decode_names(key, 1)
-            keys = sum(1 for _ in txn.scan(MAPS_DB, key))
-            maps[name] = {"kind": kind.decode(), "keys": keys}
+        for name, kind in map_kinds(txn).items():
+            keys = sum(1 for _ in txn.scan(MAPS_DB, encode_name(name, "map name")))
+            maps[name] = {"kind": kind, "keys": keys}
         groups = layouts(env, txn)
         places = placements(env, txn)
     versions = env.version_status()

@@ -61,11 +61,11 @@ from drpc.executors.batch import TaskHints, TaskRun
 from drpc.executors.records import Shipment
 from drpc.model.topology import Topology
 from drpc.state import CoordinatorState, StateTxn
-from drpc.state.env import CATALOG_DB
 from drpc.state.keygroups import DEFAULT_KEY_GROUPS
 from drpc.state.partition import PartitionLayout, StatePartition, partition_root
 from drpc.state.partitioned import (
     LocalPartitions,
+    map_kinds,
     record_layout,
     record_maps,
     record_placement,
@@ -217,13 +217,7 @@ def apply_partition(
             ).run(work.inbox)
         if run.failures:
             raise _Failed(next(iter(run.failures.values())))
-        maps = tuple(
-            sorted(
-                key[1:].decode("utf-8")
-                for key, _ in txn.scan(CATALOG_DB, b"")
-                if key[:1] != b"\x00" and key[0] == len(key) - 1
-            )
-        )
+        maps = tuple(sorted(map_kinds(txn)))
         return PartitionOutcome(ref, attempt.txid, run.shipments(), list(run.unrouted), maps)
 
     try:
