@@ -423,17 +423,21 @@ class _FusedBatches:
     ) -> dict[int, list[Shipment]]:
         """The batch's partials combined per group key: one tuple to each committer."""
         captured: dict[int, list[Shipment]] = {}
-        for target in self.plan.targets:
+        plan = self.plan
+
+        def send(task: int, stream: str, partials: KeyedPartials | StagedPartials) -> None:
+            shipment = Shipment(plan.segment, plan.segment_task, [(stream, [[attempt, partials]])])
+            shipment.reports[attempt] = 1
+            captured.setdefault(task, []).append(shipment)
+
+        for target in plan.targets:
             senders: dict[int, list[int]] = {}
             for sender, output in enumerate(outputs):
                 for index in output.staged.get(target.stream, ()):
                     senders.setdefault(index, []).append(sender)
             for index, staged_by in sorted(senders.items()):
                 key = stage_key(self._token, target.stream, index, attempt)
-                runs = [(target.stream, [[attempt, StagedPartials(key, tuple(staged_by))]])]
-                shipment = Shipment(self.plan.segment, self.plan.segment_task, runs)
-                shipment.reports[attempt] = 1
-                captured.setdefault(target.tasks[index], []).append(shipment)
+                send(target.tasks[index], target.stream, StagedPartials(key, tuple(staged_by)))
             if senders:
                 continue
             combined: dict[Any, Any] = {}
@@ -442,10 +446,7 @@ class _FusedBatches:
                 for key, partial in output.partials.get(target.stream, {}).items():
                     combined[key] = combine(combined[key], partial) if key in combined else partial
             for task, part in target.split(combined):
-                runs = [(target.stream, [[attempt, KeyedPartials(part)]])]
-                shipment = Shipment(self.plan.segment, self.plan.segment_task, runs)
-                shipment.reports[attempt] = len(runs)
-                captured.setdefault(task, []).append(shipment)
+                send(task, target.stream, KeyedPartials(part))
         return captured
 
 
