@@ -67,6 +67,7 @@ from drpc.executors.resident.control import (
     Ready,
     Stop,
     Undeploy,
+    settle,
 )
 from drpc.executors.resident.routing import (
     CONTROL,
@@ -356,14 +357,8 @@ class ResidentCluster:
     def _call_done(self, done: CallDone) -> None:
         with self._cond:
             future = self._calls.pop(done.call_id, None)
-        if future is None:
-            return
-        if done.error is not None or done.result is None:
-            future.set_exception(
-                DRPCError(f"a call on resident task {done.node} raised {done.error}")
-            )
-        else:
-            future.set_result(pickle.loads(done.result))
+        if future is not None:
+            settle(future, done)
 
     def _fail_calls(self, reason: str) -> None:
         with self._cond:

@@ -35,7 +35,11 @@ Control items travel as wire items ``(None, CONTROL, message)``
 
 from __future__ import annotations
 
+import pickle
+from concurrent.futures import Future
 from typing import Any, NamedTuple
+
+from drpc.errors import DRPCError
 
 
 class Ready(NamedTuple):
@@ -84,6 +88,15 @@ class CallDone(NamedTuple):
     node: int
     result: bytes | None  # pickled
     error: str | None
+
+
+def settle(future: Future[Any], done: CallDone) -> None:
+    """Complete the future of a call with its answer: what it returned, or ``DRPCError``
+    saying why it raised."""
+    if done.error is not None or done.result is None:
+        future.set_exception(DRPCError(f"a call on resident task {done.node} raised {done.error}"))
+    else:
+        future.set_result(pickle.loads(done.result))
 
 
 class Stage(NamedTuple):

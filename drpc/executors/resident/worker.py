@@ -64,6 +64,7 @@ from drpc.executors.resident.control import (
     Stage,
     Stop,
     Undeploy,
+    settle,
 )
 from drpc.executors.resident.partition_reads import place, worker_reader
 from drpc.executors.resident.routing import (
@@ -162,14 +163,7 @@ class ResidentWorker:
             with self._lock:
                 future = self._calls.pop(message.call_id, None)
             if future is not None:
-                if message.result is None:
-                    future.set_exception(
-                        RuntimeError(
-                            f"a call on resident task {message.node} raised {message.error}"
-                        )
-                    )
-                else:
-                    future.set_result(pickle.loads(message.result))
+                settle(future, message)
         elif isinstance(message, Stage):
             STAGED.put(message.key, message.sender, message.payload)
         elif isinstance(message, Placed):
