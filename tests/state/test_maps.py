@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import pickle
 import re
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 
 from drpc.errors import StateError, StateKeyError, StateOrderError, StateValueError
 from drpc.state import (
+    NonTransactionalMap,
     OpaqueMap,
     OpaqueValue,
     StateEnvironment,
@@ -408,3 +410,135 @@ def test_a_retried_commit_applies_each_update_once(tmp_path: Any) -> None:
         assert counts.multi_get(range(3000)) == [2] * 3000
     finally:
         env.close()
+
+
+# -- multi_combine: Storm's combiner value updater, one pass for large batches ----------------
+
+
+def combined_by(batch: int) -> Any:
+    """Storm's combiner value updater for a batch partial, as ``multi_update`` takes it."""
+    return lambda value: batch if value is None else value + batch
+
+
+def plus(value: int, partial: int) -> int:
+    return value + partial
+
+
+def apply_batches(
+    removed: list[str], batches: list[dict[str, int]], handle: Any, *, by_combine: bool
+) -> None:
+    handle.multi_remove(removed)
+    for batch in batches:
+        if by_combine:
+            handle.multi_combine(batch, plus)
+        else:
+            handle.multi_update({key: combined_by(n) for key, n in batch.items()})
+
+
+# (txid, removed before, batch): a fresh txid, a replay of it in a commit of its own, a
+# tombstone combined in the commit that wrote it, and a key combined twice in one commit
+COMBINE_COMMITS: list[tuple[int, list[str], list[dict[str, int]]]] = [
+    (1, [], [{"a": 1, "b": 2, "c": 3}]),
+    (2, [], [{"a": 10, "d": 4, "e": 5}]),
+    (2, [], [{"a": 10, "d": 4, "e": 5}]),
+    (3, ["b"], [{"b": 5, "c": 1, "f": 6}]),
+    (4, [], [{"a": 1, "b": 1, "g": 1}, {"a": 2, "b": 2, "g": 2}]),
+    (5, [], [{"a": 100}]),
+]
+
+
+@pytest.mark.parametrize("kind", [TransactionalMap, OpaqueMap, NonTransactionalMap])
+@pytest.mark.parametrize("cache_size", [0, 2, 100])  # none; smaller than 3-key batches; all
+@pytest.mark.parametrize("default", [None, 0, 1000])  # 1000: a default the combine changes
+def test_multi_combine_is_multi_update_with_storms_combiner(
+    tmp_path: Any, kind: Any, cache_size: int, default: Any
+) -> None:
+    envs = [StateEnvironment.open(tmp_path / name) for name in ("combined", "updated")]
+    try:
+        combined, updated = (kind(env, "m", default=default, cache_size=cache_size) for env in envs)
+        for txid, removed, batches in COMBINE_COMMITS:
+            for state_map, by_combine in ((combined, True), (updated, False)):
+                commit(
+                    state_map.env,
+                    state_map,
+                    txid,
+                    functools.partial(apply_batches, removed, batches, by_combine=by_combine),
+                )
+            keys = sorted({key for _, _, commits in COMBINE_COMMITS for b in commits for key in b})
+            assert [combined.stored(key) for key in keys] == [updated.stored(key) for key in keys]
+            assert combined.items() == updated.items()
+    finally:
+        for env in envs:
+            env.close()
+
+
+@pytest.mark.parametrize("cache_size", [0, 2])
+def test_multi_combine_on_a_transactional_map_counts_a_replayed_txid_once(
+    env: StateEnvironment, cache_size: int
+) -> None:
+    counts = TransactionalMap(env, "counts", default=None, cache_size=cache_size)
+    seed(env, "counts", "done", TransactionalValue(5, 2))  # first in key order
+    seed(env, "counts", "old", TransactionalValue(5, 1))
+    batch = {"old": 1, "done": 1, "new": 7}
+
+    def body(txn: StateTxn) -> None:
+        counts.handle(txn, 2).multi_combine(batch, plus)
+
+    env.run_write(body)
+    assert [counts.stored(key) for key in ("done", "new", "old")] == [
+        TransactionalValue(5, 2),  # it holds txid 2 already: the replay changes nothing
+        TransactionalValue(7, 2),
+        TransactionalValue(6, 2),
+    ]
+    env.run_write(body)
+    assert counts.items() == [("done", 5), ("new", 7), ("old", 6)]
+
+
+@pytest.mark.parametrize("cache_size", [0, 2])
+def test_multi_combine_behind_the_stored_txid_fails_the_commit_naming_the_record(
+    env: StateEnvironment, cache_size: int
+) -> None:
+    counts = TransactionalMap(env, "counts", default=0, cache_size=cache_size)
+    seed(env, "counts", "k", TransactionalValue(5, 4))
+
+    def body(txn: StateTxn) -> None:
+        counts.handle(txn, 3).multi_combine({"j": 1, "k": 1, "l": 1}, plus)
+
+    with pytest.raises(
+        StateOrderError,
+        match=re.escape("batch txid 3 is behind the state's txid 4 (TransactionalValue(value=5"),
+    ):
+        env.run_write(body)
+    assert counts.items() == [("k", 5)]
+
+
+def test_multi_combine_after_an_update_in_the_same_commit_composes(env: StateEnvironment) -> None:
+    counts = TransactionalMap(env, "counts", default=0)
+    seed(env, "counts", "k", TransactionalValue(5, 1))
+
+    def body(txn: StateTxn) -> None:
+        handle = counts.handle(txn, 2)
+        handle.update("k", add(1))
+        handle.multi_combine({"k": 10, "j": 3, "i": 1}, plus)
+
+    env.run_write(body)
+    assert counts.items() == [("i", 1), ("j", 3), ("k", 16)]
+    assert counts.stored("k") == TransactionalValue(16, 2)
+
+
+def test_a_combine_to_an_unpicklable_value_fails_the_commit_naming_value_and_map(
+    env: StateEnvironment,
+) -> None:
+    values = TransactionalMap(env, "v", default=0)
+    commit(env, values, 1, lambda h: h.put("stored", 1))
+
+    def body(txn: StateTxn) -> None:
+        values.handle(txn, 2).multi_combine(
+            {"stored": 1, "bad": 1, "also": 2}, lambda value, partial: lambda: value
+        )
+
+    with pytest.raises(
+        StateValueError, match=r"TransactionalValue\(value=<function.* in <TransactionalMap 'v'"
+    ):
+        env.run_write(body)
+    assert values.items() == [("stored", 1)]
