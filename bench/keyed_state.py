@@ -24,12 +24,16 @@ Runs, side by side in one session, in ``--rounds`` alternating rounds (medians r
   sink (its own state store holds the counts; the sink costs nothing). It runs in a
   process of its own with its own ``local[2]`` session (drpc's resident tasks hold both
   slots of this one), after an unmeasured warm-up run there.
+- plain Python, the limit of one writer: the keys already in memory, a ``Counter`` a batch
+  and one durable LMDB transaction a batch (``bench/trident.py``'s), in this process, on
+  one core: what any single process committing the keys can reach.
 
 For each drpc run: tuples/s, and the driver's share of all the CPU the run spent (the
 driver's Python process, against it plus the JVM and every Spark Python process, read
 from ``/proc``, ``bench/procs.py``). Ratios: ids over words (partitioned), partitioned
-over Structured Streaming (ids), the driver's share at ``ids`` over ``ids/10``, words
-partitioned over words in one partition.
+over Structured Streaming (ids), partitioned over the one-writer limit (each key set),
+the driver's share at ``ids`` over ``ids/10``, words partitioned over words in one
+partition (the path before partitions).
 
 ``--parts query`` adds: the counts over 4 partitions and over one, then a DRPC ``MapGet``
 of one key and of 200 keys on the resident tasks, p50 and p99 over ``--queries`` calls
@@ -67,6 +71,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+import trident as trident_bench  # noqa: E402  (bench/trident.py: the plain-Python limit)
 
 from bench import procs, quota  # noqa: E402
 from drpc import Fields, runtime  # noqa: E402
@@ -354,17 +360,43 @@ def median_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tuples", type=int, default=2_000_000)
-    parser.add_argument("--batch", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--warm-up-tuples", type=int, default=1_000_000)
-    parser.add_argument("--parts", default="throughput,query")
-    parser.add_argument("--queries", type=int, default=2000)
-    parser.add_argument("--skip-streaming", action="store_true")
+    parser.add_argument(
+        "--tuples", type=int, default=2_000_000, help="keys each run counts (default 2 000 000)"
+    )
+    parser.add_argument("--batch", type=int, default=100_000, help="keys a batch (default 100 000)")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="alternating rounds, medians kept (default 2)"
+    )
+    parser.add_argument(
+        "--warm-up-tuples",
+        type=int,
+        default=1_000_000,
+        help="keys each engine counts once, unmeasured, first (default 1 000 000)",
+    )
+    parser.add_argument(
+        "--parts",
+        default="throughput,query",
+        help="comma-separated: throughput, query, quota (root) (default throughput,query)",
+    )
+    parser.add_argument(
+        "--queries", type=int, default=2000, help="calls per query kind (default 2000)"
+    )
+    parser.add_argument(
+        "--skip-streaming", action="store_true", help="leave out Structured Streaming"
+    )
     parser.add_argument("--quick", action="store_true", help="200 000 tuples, one round")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "keyed_state.json")
-    parser.add_argument("--driver-cores", type=float, default=0.25)
-    parser.add_argument("--worker-cores", type=float, default=0.5)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=HERE / "results" / "keyed_state.json",
+        help="results JSON (default bench/results/keyed_state.json)",
+    )
+    parser.add_argument(
+        "--driver-cores", type=float, default=0.25, help="quota: driver cores (default 0.25)"
+    )
+    parser.add_argument(
+        "--worker-cores", type=float, default=0.5, help="quota: cores a worker (default 0.5)"
+    )
     parser.add_argument("--streaming-child", nargs=3, type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--quota-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -432,6 +464,14 @@ def main(argv: list[str] | None = None) -> int:
                     rounds[name].append(
                         bench_drpc(data[key_set], state, args.batch, partitions, watch)
                     )
+                for key_set in ("words", "ids"):
+                    limit = trident_bench.bench_plain_python(
+                        data[key_set]["log"],
+                        work / f"plain-{data[key_set]['name']}-{number}",
+                        args.batch,
+                        data[key_set]["expected"],
+                    )
+                    rounds.setdefault(f"plain_python_{data[key_set]['name']}", []).append(limit)
                 if not args.skip_streaming:
                     print(f"round {number + 1}: structured streaming ...", flush=True)
                     streamed = structured_streaming(
@@ -450,6 +490,10 @@ def main(argv: list[str] | None = None) -> int:
                 / rate["drpc_one_partition_words"],
                 "ids_partitioned_over_one_partition": rate["drpc_partitioned_ids"]
                 / rate["drpc_one_partition_ids"],
+                "words_partitioned_over_plain_python": rate["drpc_partitioned_words"]
+                / rate["plain_python_words"],
+                "ids_partitioned_over_plain_python": rate["drpc_partitioned_ids"]
+                / rate["plain_python_ids"],
                 "driver_share_ids_over_tenth": results["drpc_partitioned_ids"]["driver_share"]
                 / results["drpc_partitioned_ids_tenth"]["driver_share"],
             }
@@ -482,6 +526,8 @@ def report(results: dict[str, Any]) -> None:
         ("drpc_one_partition_ids", "drpc, one partition, ~1.26 M ids"),
         ("drpc_partitioned_ids_tenth", "drpc, 2 partitions, ~126 000 ids"),
         ("structured_streaming_ids", "Structured Streaming RocksDB, ~1.26 M ids"),
+        ("plain_python_words", "plain Python, one writer (limit), 20 000 words"),
+        ("plain_python_ids", "plain Python, one writer (limit), ~1.26 M ids"),
     )
     width = max(len(label) for _, label in labels) + 2
     print(f"{'run':<{width}}{'tuples/s':>11}{'driver CPU':>12}")
