@@ -301,6 +301,26 @@ class PartitionLostError(StateError):
         return (type(self), (self.group, self.partition, self.host, self.detail))
 
 
+class CheckpointStoreError(StateError):
+    """The checkpoint store (a run's ``checkpoint_dir``) could not be used: unreachable past
+    its retry limit, refused the credentials, or the URI names no store drpc can reach.
+    Nothing was recorded as committed that the store does not hold."""
+
+
+class CheckpointCorruptError(CheckpointStoreError):
+    """An object of the checkpoint store is not what drpc wrote there (a bad checksum, a
+    truncated or foreign file), or a delta a restore needs is missing: the restore stops
+    and names the object instead of rebuilding a partition from part of its history."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"checkpoint object {name!r}: {detail}")
+        self.name = name
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.name, self.detail))
+
+
 class PartitionKeyError(StateError, ValueError):
     """A committer task read or wrote a key that belongs to another partition of its state:
     its input is not grouped by the key it uses (group it with ``fields_grouping`` on the

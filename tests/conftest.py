@@ -10,7 +10,8 @@ shut down after the test. Tests on Spark share one SparkSession
 ``tests.spark_marker`` marks every test that uses ``spark_session`` and
 proves that a run without spark tests (``pytest -m "not spark"``) starts no JVM.
 ``tests.brokers`` adds the real brokers (``redis_server``, ``nats_server``,
-``broker``: each in turn), started on first use. ``tests.ahead`` starts early the long child
+``broker``: each in turn), started on first use; ``tests.s3`` a real S3-compatible server
+(``s3_server``, moto). ``tests.ahead`` starts early the long child
 runs some tests only read the outcome of, and runs those tests last.
 """
 
@@ -47,7 +48,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from drpc.testing import LocalDRPC
 
-pytest_plugins = ["tests.spark_marker", "tests.brokers", "tests.ahead"]
+pytest_plugins = ["tests.spark_marker", "tests.brokers", "tests.ahead", "tests.s3"]
 
 EXECUTORS = [
     "local",

@@ -417,6 +417,47 @@ class StateEnvironment:
             raw.abort()
             self._gate.leave()
 
+    def copy_to(
+        self, dest_dir: str, *, compact: bool = True, begun: Callable[[], None] | None = None
+    ) -> int:
+        """Copy the latest committed version into ``dest_dir`` (an existing, empty
+        directory) as a new LMDB file, compacted unless told not to; returns the version
+        copied. ``begun()`` runs once the copy's read transaction has begun: writes after
+        that are not in the copy, and do not wait for it. A compacted copy restarts LMDB's
+        write ids, so its version records name versions it does not have
+        (``drpc.state.checkpoint`` rebases them)."""
+        self._check()
+        raw = self._begin_read()
+        try:
+            version = int(raw.id())
+            if begun is not None:
+                begun()
+            self._lmdb.copy(dest_dir, compact=compact, txn=raw)
+            return version
+        except lmdb.Error as error:
+            raise self._wrap(error, "copy") from error
+        finally:
+            with suppress(lmdb.Error):
+                raw.abort()
+            self._gate.leave()
+
+    @staticmethod
+    def drop_versions(path: str) -> None:
+        """Empty the version records of the closed directory ``path``, a compacted copy
+        (``copy_to``): their undo logs and horizon name versions of the directory it was
+        copied from. Its data stays; its next write starts its versions anew."""
+        try:
+            raw = lmdb.open(path, max_dbs=len(_DATABASES), subdir=True, create=False)
+        except lmdb.Error as error:
+            raise StateError(f"cannot open state directory {path!r}: {error}") from error
+        try:
+            with raw.begin(write=True) as txn:
+                txn.drop(raw.open_db(VERSIONS_DB.encode("ascii"), txn=txn), delete=False)
+        except lmdb.Error as error:
+            raise StateError(f"state directory {path!r}: LMDB drop failed: {error}") from error
+        finally:
+            raw.close()
+
     def pin(self) -> Pin:
         """Pin the latest committed version for reads at it (see module doc)."""
         version = self.latest_version()

@@ -31,6 +31,13 @@ Contract.
   before the partition's first reads it as it was made (empty); a txid it does not hold
   yet raises ``StateError``; one whose undo logs were reclaimed
   ``VersionReclaimedError``.
+- ``attach(journal)`` makes a ``PartitionJournal`` (``drpc.state.checkpoint``) told of
+  every apply: ``before_apply(partition, txid, held, keep_from)`` before its writes, and
+  ``applied(partition, txid, writes)`` once it committed here, with what it changed in
+  the partition's data (``data_writes``: a revert's and the replay's writes merged, the
+  partition's own records left out): the partition as it held ``txid - 1`` plus these
+  is the partition holding ``txid``. An error of ``applied`` is the apply's. ``rebase()``
+  makes a compacted copy's records its own: the held txid applied by its latest version.
 - ``status()`` is a ``PartitionStatus``: held txid, keys stored, bytes in use, path;
   ``partition_record(path)`` and ``held_txid(path)`` read what a directory holds
   without its layout.
@@ -49,7 +56,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from drpc.errors import StateError, StateOrderError, VersionReclaimedError
 from drpc.state.codec import decode_txid, encode_txid
@@ -63,6 +70,7 @@ from drpc.state.env import (
 )
 from drpc.state.keygroups import check_layout
 from drpc.state.records import decode_plain, decode_undo, encode_plain
+from drpc.state.txn import Writes
 from drpc.state.versions import UNDO_PREFIX
 
 T = TypeVar("T")
@@ -73,6 +81,35 @@ PARTITIONS_DIR = "partitions"
 
 _RECORD = b"\x00partition"
 _APPLIED = b"\x00applied"
+
+
+def data_writes(writes: Writes) -> Writes:
+    """What of a partition's write belongs to its data: not its version records, nor its
+    own partition records (each place that holds the partition keeps its own)."""
+    found: Writes = {}
+    for db, entries in writes.items():
+        if db == VERSIONS_DB or not entries:
+            continue
+        if db == COORDINATOR_DB:
+            entries = {
+                key: value
+                for key, value in entries.items()
+                if not (key == _RECORD or key.startswith(_APPLIED))
+            }
+            if not entries:
+                continue
+        found[db] = dict(entries)
+    return found
+
+
+class PartitionJournal(Protocol):
+    """Told of a partition's applies (``StatePartition.attach``)."""
+
+    def before_apply(
+        self, partition: StatePartition, txid: int, held: int, keep_from: int
+    ) -> None: ...
+
+    def applied(self, partition: StatePartition, txid: int, writes: Writes) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +209,8 @@ class StatePartition:
         # what the latest version's records say (its start and applied writes), decoded
         # once per version: reads between two commits skip the decoding
         self._seen: tuple[int, int, list[Applied]] | None = None
+        self.journal: PartitionJournal | None = None
+        self._changes: Writes | None = None  # what the apply under way changed, when journaled
 
     def __repr__(self) -> str:
         return f"<StatePartition {self.layout.group!r} {self.index}/{self.layout.partitions}>"
@@ -210,6 +249,28 @@ class StatePartition:
                     f"{found!r}, not partition {index} of {layout!r}"
                 )
         return partition
+
+    def attach(self, journal: PartitionJournal) -> None:
+        """Tell ``journal`` of every apply from now on (see the module doc)."""
+        self.journal = journal
+        self.env.watch_commits(self)
+
+    def on_commit(self, txn: StateTxn, writes: Writes) -> None:
+        if self._changes is None:
+            return
+        for db, entries in data_writes(writes).items():
+            self._changes.setdefault(db, {}).update(entries)
+
+    def rebase(self) -> None:
+        """Make a compacted copy's records this directory's (see the module doc)."""
+        held = self.held()
+
+        def write(txn: StateTxn) -> None:
+            for key, _ in list(txn.scan(COORDINATOR_DB, _APPLIED)):
+                txn.delete(COORDINATOR_DB, key)
+            self._write_applied(txn, held)
+
+        self.env.run_write(write, what=f"the rebase of {self!r}")
 
     # -- records ---------------------------------------------------------------------------
 
@@ -276,19 +337,31 @@ class StatePartition:
         kept = [entry for entry in applied if entry.txid <= keep]
         floor = kept[-1] if kept else (applied[0] if applied else None)
         keep_version = None if floor is None else floor.version
-        if held == txid:
-            self._revert(txid, keep_version)
+        journal = self.journal
+        if journal is not None:
+            journal.before_apply(self, txid, held, keep)
+            self._changes = {}
+        try:
+            if held == txid:
+                self._revert(txid, keep_version)
 
-        def write(txn: StateTxn) -> T:
-            result = fn(txn)
-            self._write_record(txn, txid, int(record["start"]))
-            self._write_applied(txn, txid)
-            for entry in applied:
-                if floor is not None and entry.txid < floor.txid:
-                    txn.delete(COORDINATOR_DB, _APPLIED + encode_txid(entry.txid))
-            return result
+            def write(txn: StateTxn) -> T:
+                result = fn(txn)
+                self._write_record(txn, txid, int(record["start"]))
+                self._write_applied(txn, txid)
+                for entry in applied:
+                    if floor is not None and entry.txid < floor.txid:
+                        txn.delete(COORDINATOR_DB, _APPLIED + encode_txid(entry.txid))
+                return result
 
-        return self.env.run_write(write, what=what, keep_from=keep_version)
+            result = self.env.run_write(write, what=what, keep_from=keep_version)
+            changes = self._changes
+        finally:
+            self._changes = None
+        if journal is not None:
+            assert changes is not None
+            journal.applied(self, txid, changes)
+        return result
 
     def _revert(self, txid: int, keep_version: int | None) -> None:
         """Undo the write that applied ``txid``, the partition's latest (see module doc)."""

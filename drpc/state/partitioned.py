@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from drpc.errors import InvalidQueryError, PartitionLostError, StateError
+from drpc.state.checkpoint import PartitionCheckpoint, Restored, restore
+from drpc.state.checkpoint_store import CheckpointSettings, CheckpointStore
 from drpc.state.codec import StateKey, decode_names, encode_key, encode_name
 from drpc.state.coordinator import commit_record_key
 from drpc.state.env import CATALOG_DB, COORDINATOR_DB, StateEnvironment, StateTxn
@@ -231,13 +233,31 @@ def read_here(
 class LocalPartitions:
     """The partitions under a partition root of this host, each opened once."""
 
-    def __init__(self, root: str, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        options: Mapping[str, Any] | None = None,
+        checkpoint: CheckpointSettings | None = None,
+    ) -> None:
         """:param options: ``StateEnvironment.open``'s, for a writer (none: a reader takes
-        the environment this process has open, whatever its options)."""
+        the environment this process has open, whatever its options).
+        :param checkpoint: the run's checkpoint store: each partition opened here puts its
+        deltas and snapshots there (``drpc.state.checkpoint``), and ``restore`` rebuilds
+        one from it."""
         self.root = root
         self.options = dict(options or {})
+        self.checkpoint = checkpoint
+        self._store: CheckpointStore | None = None
         self._lock = threading.Lock()
         self._open: dict[tuple[str, int], StatePartition] = {}
+        self.journals: dict[tuple[str, int], PartitionCheckpoint] = {}
+        self.restores: dict[tuple[str, int], Restored] = {}
+
+    @property
+    def store(self) -> CheckpointStore | None:
+        if self.checkpoint is not None and self._store is None:
+            self._store = CheckpointStore(self.checkpoint)
+        return self._store
 
     def exists(self, layout: PartitionLayout, index: int) -> bool:
         path = partition_path(self.root, layout.group, index)
@@ -266,16 +286,52 @@ class LocalPartitions:
                 raise PartitionLostError(
                     layout.group, index, os.uname().nodename, f"it is not under {self.root!r}"
                 )
+            made = not self.exists(layout, index)
             path = partition_path(self.root, layout.group, index)
             partition = self._open[key] = StatePartition.open(
                 path, layout, index, start_txid=create_at or 0, **self.options
             )
+            store = self.store
+            if store is not None:
+                journal = self.journals[key] = PartitionCheckpoint(store, layout, index)
+                if made:
+                    journal.created(create_at or 0)
+                partition.attach(journal)
             return partition
+
+    def restore(
+        self, layout: PartitionLayout, index: int, target: int, keep_from: int | None = None
+    ) -> Restored:
+        """Rebuild partition ``index`` of ``layout`` here from the checkpoint store, holding
+        ``target`` (``drpc.state.checkpoint.restore``), and open it."""
+        store = self.store
+        if store is None:
+            raise PartitionLostError(
+                layout.group, index, os.uname().nodename, "the run has no checkpoint store"
+            )
+        key = (layout.group, index)
+        with self._lock:
+            found = self._open.pop(key, None)
+            journal = self.journals.pop(key, None)
+        if journal is not None:
+            journal.wait()
+        if found is not None and not found.env.closed:
+            found.env.close()
+        path = partition_path(self.root, layout.group, index)
+        restored = restore(
+            store, layout, index, path, target, keep_from=keep_from, options=self.options
+        )
+        self.restores[key] = restored
+        self.partition(layout, index)
+        return restored
 
     def close(self) -> None:
         """Close every partition opened here."""
         with self._lock:
             opened, self._open = list(self._open.values()), {}
+            journals, self.journals = list(self.journals.values()), {}
+        for journal in journals:
+            journal.wait()
         for partition in opened:
             if not partition.env.closed:
                 partition.env.close()

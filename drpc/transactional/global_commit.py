@@ -26,8 +26,15 @@ Rules:
 - ``committed(txid)``: the global record of ``txid`` is durable; the next commit may
   begin. ``abandon(txid)``: writing it failed (the rest of the commit phase failed after
   every partition held it), so ``Replay(txid, ...)``.
-- ``lost(partition, host, reason)`` decides ``Lost``: the run stops (until partitions are
-  durable, a lost partition cannot be rebuilt).
+- ``lost(partition, host, reason)`` decides ``Lost``: the run stops (a lost partition
+  cannot be rebuilt)...
+- ...unless the partitions are durable (``GlobalCommit(partitions, durable=True)``: the
+  run has a checkpoint store, ``drpc.state.checkpoint``). Then a partition found nowhere
+  or behind the global commit, in ``recover`` or ``lost``, is ``Restore(partition,
+  global_txid)``: rebuilt holding the global commit. In a commit, ``lost`` decides
+  ``Restore`` then ``Replay`` of the open txid, once per commit. A partition ahead by
+  more than one txid is ``Lost`` still: it belongs to another run, and no restore
+  could make it this run's.
 - Events about a txid other than the open one, or after the commit ended, are ignored
   (a late answer from an attempt already given up).
 """
@@ -70,13 +77,19 @@ class Replay:
 
 
 @dataclass(frozen=True, slots=True)
+class Restore:
+    partition: PartitionRef
+    txid: int
+
+
+@dataclass(frozen=True, slots=True)
 class Lost:
     partition: PartitionRef
     host: str | None
     reason: str
 
 
-Decision = Create | Apply | RecordGlobal | Replay | Lost
+Decision = Create | Apply | RecordGlobal | Replay | Restore | Lost
 
 
 @dataclass
@@ -85,6 +98,7 @@ class GlobalCommit:
 
     partitions: tuple[PartitionRef, ...]
     global_txid: int = 0
+    durable: bool = False
     _open: int | None = None  # the txid whose partitions are applying it
     _recording: int | None = None  # the txid whose global record is being written
     _pending: set[PartitionRef] = field(default_factory=set)
@@ -112,7 +126,11 @@ class GlobalCommit:
                 decisions.append(Create(partition, 0))
                 continue
             reason = _out_of_place(found, global_txid)
-            if reason is not None:
+            if reason is None:
+                continue
+            if self.durable and (found is None or found < global_txid):
+                decisions.append(Restore(partition, global_txid))
+            else:
                 decisions.append(Lost(partition, hosts.get(partition), reason))
         return decisions
 
@@ -145,8 +163,21 @@ class GlobalCommit:
     def lost(self, partition: PartitionRef, host: str | None, reason: str) -> list[Decision]:
         if partition not in self.partitions:
             return []
+        txid = self._open
         self._end()
-        return [Lost(partition, host, reason)]
+        if not self.durable:
+            return [Lost(partition, host, reason)]
+        decisions: list[Decision] = [Restore(partition, self.global_txid)]
+        if txid is not None:
+            where = f" (last on host {host})" if host else ""
+            decisions.append(
+                Replay(
+                    txid,
+                    f"partition {partition.index} of {partition.group!r}{where} is lost "
+                    f"({reason}); restored from the checkpoint store at txid {self.global_txid}",
+                )
+            )
+        return decisions
 
     def committed(self, txid: int) -> list[Decision]:
         if txid != self._recording:

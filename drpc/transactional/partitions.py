@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from drpc.errors import (
+    CheckpointStoreError,
     DRPCExceptionType,
     Failure,
     InvalidTopologyError,
@@ -61,6 +62,8 @@ from drpc.executors.batch import TaskHints, TaskRun
 from drpc.executors.records import Shipment
 from drpc.model.topology import Topology
 from drpc.state import CoordinatorState, StateTxn
+from drpc.state.checkpoint import Restored
+from drpc.state.checkpoint_store import CheckpointSettings
 from drpc.state.keygroups import DEFAULT_KEY_GROUPS
 from drpc.state.partition import PartitionLayout, StatePartition, partition_root
 from drpc.state.partitioned import (
@@ -77,11 +80,13 @@ from drpc.transactional.commit import CommitFailed, CommitPhase
 from drpc.transactional.global_commit import (
     Apply,
     Create,
+    Decision,
     GlobalCommit,
     Lost,
     PartitionRef,
     RecordGlobal,
     Replay,
+    Restore,
     every_partition,
 )
 
@@ -159,7 +164,7 @@ class PartitionOutcome:
     maps: tuple[str, ...] = ()
     failure: Failure | None = None
     lost: PartitionLostError | None = None
-    full: StateFullError | None = None
+    fatal: StateError | None = None  # a full map or the store past its limit: a replay fails too
     host: str | None = None
     task: int = 0  # the resident task it lives on (0: this process)
     keys: int = 0  # records the partition holds after it, and the bytes of its map in use
@@ -228,8 +233,8 @@ def apply_partition(
         return PartitionOutcome(ref, partition.held(), failure=failed.failure)
     except PartitionLostError as error:
         return PartitionOutcome(ref, -1, lost=error)
-    except StateFullError as error:  # stops the run: a replay would not fit either
-        return PartitionOutcome(ref, -1, full=error)
+    except (StateFullError, CheckpointStoreError) as error:  # a replay would fail the same
+        return PartitionOutcome(ref, -1, fatal=error)
     except Exception as error:
         message = (
             f"Request failed: the commit of txid {attempt.txid} in partition {ref.index} of "
@@ -253,6 +258,15 @@ def apply_here(
     """Apply ``work`` to its partition among ``partitions`` (see the module doc)."""
     try:
         partition = partitions.partition(layout, work.ref.index)
+        held = partition.held()
+        if held < work.attempt.txid - 1:
+            raise PartitionLostError(
+                layout.group,
+                work.ref.index,
+                host,
+                f"it holds txid {held}, behind the global record's txid "
+                f"{work.attempt.txid - 1} (an old copy)",
+            )
     except PartitionLostError as error:
         lost = PartitionLostError(error.group, error.partition, host, error.detail)
         return PartitionOutcome(work.ref, -1, lost=lost, host=host, task=task)
@@ -269,6 +283,11 @@ class PartitionHost(Protocol):
 
     def create(self, layout: PartitionLayout, index: int, start_txid: int) -> None: ...
 
+    def restore(self, layout: PartitionLayout, index: int, txid: int, keep_from: int) -> Restored:
+        """Rebuild a partition holding ``txid`` from the checkpoint store, where it is to
+        live."""
+        ...
+
     def apply(self, works: list[PartitionWork]) -> list[PartitionOutcome]: ...
 
     def stop(self) -> None: ...
@@ -284,9 +303,12 @@ class LocalPartitionHost:
         *,
         writers: int = DEFAULT_WRITERS,
         state_options: Mapping[str, Any] | None = None,
+        checkpoint: CheckpointSettings | None = None,
     ) -> None:
         self.context = context
-        self.partitions = LocalPartitions(partition_root(state_dir, context.conf), state_options)
+        self.partitions = LocalPartitions(
+            partition_root(state_dir, context.conf), state_options, checkpoint
+        )
         self.host = os.uname().nodename
         self._layouts: dict[str, PartitionLayout] = {}
         self._pool = ThreadPoolExecutor(max(1, writers), thread_name_prefix="drpc-partition")
@@ -301,6 +323,9 @@ class LocalPartitionHost:
 
     def create(self, layout: PartitionLayout, index: int, start_txid: int) -> None:
         self.partitions.partition(layout, index, create_at=start_txid)
+
+    def restore(self, layout: PartitionLayout, index: int, txid: int, keep_from: int) -> Restored:
+        return self.partitions.restore(layout, index, txid, keep_from)
 
     def apply(self, works: list[PartitionWork]) -> list[PartitionOutcome]:
         def one(work: PartitionWork) -> PartitionOutcome:
@@ -328,7 +353,11 @@ class PartitionedCommit:
         host: PartitionHost,
         commit_phase: CommitPhase,
         coordinator_state: CoordinatorState,
+        *,
+        durable: bool = False,
     ) -> None:
+        """:param durable: the partitions put their changes in a checkpoint store, so a
+        lost one is restored from it (else the run stops)."""
         self.topology = topology
         self.info = info
         self.layouts = dict(layouts)  # by committer component
@@ -341,7 +370,9 @@ class PartitionedCommit:
         """The last outcome of each partition: where it lives and what it holds."""
         self._recorded: dict[PartitionRef, tuple[str | None, int]] = {}
         """Where the global record says each partition lives (``record_placement``)."""
-        self.machine = GlobalCommit(partition_refs(layouts.values()))
+        self.machine = GlobalCommit(partition_refs(layouts.values()), durable=durable)
+        self.restores: dict[PartitionRef, Restored] = {}
+        """The last restore of each partition restored by this run."""
 
     def task_of(self, ref: PartitionRef) -> int:
         component = self._component_of[ref.group]
@@ -375,6 +406,8 @@ class PartitionedCommit:
                 self.host.create(
                     by_group[decision.partition.group], decision.partition.index, global_txid
                 )
+            elif isinstance(decision, Restore):
+                self._restore(decision, global_txid)
             elif isinstance(decision, Lost):
                 raise PartitionLostError(
                     decision.partition.group,
@@ -432,35 +465,77 @@ class PartitionedCommit:
         ]
         outcomes = {outcome.ref: outcome for outcome in self.host.apply(works)}
         for ref, outcome in outcomes.items():
-            if outcome.failure is None and outcome.lost is None and outcome.full is None:
+            if outcome.failure is None and outcome.lost is None and outcome.fatal is None:
                 self.placed[ref] = outcome
-        for ref in sorted(outcomes):  # the first decision ends the commit
+        decisions: list[Decision] = []
+        for ref in sorted(outcomes):
             outcome = outcomes[ref]
-            if outcome.full is not None:
-                self.machine.abandon(attempt.txid, str(outcome.full))
-                raise outcome.full
+            if outcome.fatal is not None:
+                self.machine.abandon(attempt.txid, str(outcome.fatal))
+                raise outcome.fatal
             if outcome.lost is not None:
-                decisions = self.machine.lost(ref, outcome.host, outcome.lost.detail)
+                decisions += self.machine.lost(ref, outcome.host, outcome.lost.detail)
             elif outcome.failure is not None:
-                decisions = self.machine.failed(ref, attempt.txid, outcome.failure.message)
+                decisions += self.machine.failed(ref, attempt.txid, outcome.failure.message)
             else:
-                decisions = self.machine.applied(ref, attempt.txid)
-            for decision in decisions:
-                if isinstance(decision, Lost):
-                    assert outcome.lost is not None
-                    raise outcome.lost
-                if isinstance(decision, Replay):
-                    assert outcome.failure is not None
-                    raise CommitFailed(outcome.failure)
-                if isinstance(decision, RecordGlobal):
-                    try:
-                        result = self._record(attempt, captured, log_fields, what, outcomes)
-                    except BaseException:
-                        self.machine.abandon(attempt.txid, "the global commit failed")
-                        raise
-                    self.machine.committed(attempt.txid)
-                    return result
+                decisions += self.machine.applied(ref, attempt.txid)
+        for decision in decisions:
+            if isinstance(decision, Lost):
+                lost = outcomes[decision.partition].lost
+                assert lost is not None
+                raise lost
+        for decision in decisions:
+            if isinstance(decision, Restore):
+                self._restore(decision, keep_from)
+        for decision in decisions:
+            if isinstance(decision, Replay):
+                raise CommitFailed(self._replay_failure(decision, outcomes))
+            if isinstance(decision, RecordGlobal):
+                try:
+                    result = self._record(attempt, captured, log_fields, what, outcomes)
+                except BaseException:
+                    self.machine.abandon(attempt.txid, "the global commit failed")
+                    raise
+                self.machine.committed(attempt.txid)
+                return result
         raise AssertionError(f"the commit of txid {attempt.txid} ended without a decision")
+
+    def _replay_failure(
+        self, decision: Replay, outcomes: Mapping[PartitionRef, PartitionOutcome]
+    ) -> Failure:
+        """The failure a replay reports: the failed partition's own, else (a partition
+        was lost and restored) one saying so."""
+        for ref in sorted(outcomes):
+            failure = outcomes[ref].failure
+            if failure is not None:
+                return failure
+        lost = next(ref for ref in sorted(outcomes) if outcomes[ref].lost is not None)
+        return Failure(
+            DRPCExceptionType.INTERNAL_ERROR, decision.reason, self._component_of[lost.group]
+        )
+
+    def _restore(self, decision: Restore, keep_from: int) -> None:
+        """Rebuild a lost partition holding the global commit, where it is to live."""
+        ref = decision.partition
+        layout = next(layout for layout in self.layouts.values() if layout.group == ref.group)
+        log.warning(
+            "transactional topology %r: restoring partition %d of %r at txid %d from the "
+            "checkpoint store",
+            self.info.id,
+            ref.index,
+            ref.group,
+            decision.txid,
+            extra={"topology": self.info.id},
+        )
+        restored = self.host.restore(layout, ref.index, decision.txid, keep_from)
+        self.restores[ref] = restored
+        previous = self.placed.get(ref)
+        self.placed[ref] = PartitionOutcome(
+            ref,
+            decision.txid,
+            host=None if previous is None else previous.host,
+            task=0 if previous is None else previous.task,
+        )
 
     def _record(
         self,

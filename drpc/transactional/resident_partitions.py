@@ -33,6 +33,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from drpc.errors import DRPCExceptionType, Failure
@@ -43,6 +44,8 @@ from drpc.executors.resident.routing import CONTROL
 from drpc.executors.resident.worker import current_worker
 from drpc.executors.spark.stages import loaded_topology
 from drpc.semantics.runners import freeze
+from drpc.state.checkpoint import Restored
+from drpc.state.checkpoint_store import CheckpointSettings
 from drpc.state.partition import PartitionLayout
 from drpc.state.partitioned import LocalPartitions, set_remote_reader
 from drpc.transactional.global_commit import PartitionRef
@@ -62,54 +65,67 @@ PARTITIONS_SERVICE = "drpc.partitions"
 
 # -- on the resident tasks --------------------------------------------------------------------
 
-_roots: dict[tuple[str, tuple[tuple[str, Any], ...]], LocalPartitions] = {}
+
+@dataclass(frozen=True, slots=True)
+class PartitionsAt:
+    """Where a run keeps its partitions on a task: the partition root as the task's host
+    resolves it, the LMDB options and the checkpoint store (None: none)."""
+
+    root: str
+    options: tuple[tuple[str, Any], ...] = ()
+    checkpoint: CheckpointSettings | None = None
+
+
+_roots: dict[PartitionsAt, LocalPartitions] = {}
 _roots_lock = threading.Lock()
 
 
-def _partitions(root: str, options: Mapping[str, Any]) -> LocalPartitions:
-    """This task's partitions under ``root`` (one ``LocalPartitions`` per root and options)."""
-    key = (root, tuple(sorted(options.items())))
+def _partitions(at: PartitionsAt) -> LocalPartitions:
+    """This task's partitions at ``at`` (one ``LocalPartitions`` each)."""
     with _roots_lock:
-        found = _roots.get(key)
+        found = _roots.get(at)
         if found is None:
-            found = _roots[key] = LocalPartitions(root, options)
+            found = _roots[at] = LocalPartitions(at.root, dict(at.options), at.checkpoint)
         return found
 
 
 def worker_held(
-    root: str, layouts: list[PartitionLayout], options: Mapping[str, Any]
+    at: PartitionsAt, layouts: list[PartitionLayout]
 ) -> tuple[str, dict[tuple[str, int], int]]:
     """This task's host, and what each partition found on its disk holds."""
-    return current_worker().host, _partitions(root, options).held(layouts)
+    return current_worker().host, _partitions(at).held(layouts)
 
 
-def worker_create(
-    root: str, layout: PartitionLayout, index: int, start_txid: int, options: Mapping[str, Any]
-) -> None:
-    _partitions(root, options).partition(layout, index, create_at=start_txid)
+def worker_create(at: PartitionsAt, layout: PartitionLayout, index: int, start_txid: int) -> None:
+    _partitions(at).partition(layout, index, create_at=start_txid)
+
+
+def worker_restore(
+    at: PartitionsAt, layout: PartitionLayout, index: int, txid: int, keep_from: int
+) -> Restored:
+    return _partitions(at).restore(layout, index, txid, keep_from)
 
 
 def worker_apply(
-    root: str,
+    at: PartitionsAt,
     token: str,
     frozen: bytes,
     conf: dict[str, Any],
     hints: dict[str, Any],
     layout: PartitionLayout,
     work: PartitionWork,
-    options: Mapping[str, Any],
 ) -> PartitionOutcome:
     """Apply ``work`` to this task's partition (see the module doc)."""
     worker = current_worker()
     context = CommitContext(loaded_topology(token, frozen), conf, {}, hints)
-    partitions = _partitions(root, options)
+    partitions = _partitions(at)
     return apply_here(partitions, layout, context, work, worker.host, worker.index)
 
 
 def worker_close(root: str) -> None:
     """Close this task's partitions under ``root`` (a stopped run holds none open)."""
     with _roots_lock:
-        closing = [key for key in _roots if key[0] == root]
+        closing = [key for key in _roots if key.root == root]
         found = [_roots.pop(key) for key in closing]
     for partitions in found:
         partitions.close()
@@ -128,14 +144,16 @@ class ResidentPartitionHost:
         cluster: Callable[[], ResidentCluster],
         *,
         state_options: Mapping[str, Any] | None = None,
+        checkpoint: CheckpointSettings | None = None,
         token: str = "",
     ) -> None:
-        """:param cluster: gives the process's resident job (asked when first needed)."""
+        """:param cluster: gives the process's resident job (asked when first needed).
+        :param checkpoint: the run's checkpoint store (``drpc.state.checkpoint``)."""
         self.root = root
         self.context = context
         self._cluster_of = cluster
         self._cluster: ResidentCluster | None = None
-        self.options = dict(state_options or {})
+        self.at = PartitionsAt(root, tuple(sorted((state_options or {}).items())), checkpoint)
         self.token = token or f"partitions-{id(self)}"
         self._frozen = freeze(context.topology)
         self._layouts: dict[str, PartitionLayout] = {}
@@ -163,8 +181,7 @@ class ResidentPartitionHost:
         generation = cluster.generation
         layouts = list(self._layouts.values())
         calls = {
-            node: cluster.call(node, worker_held, self.root, layouts, self.options)
-            for node in cluster.workers
+            node: cluster.call(node, worker_held, self.at, layouts) for node in cluster.workers
         }
         found: dict[PartitionRef, dict[int, int]] = {}
         hosts: dict[int, str] = {}
@@ -217,9 +234,12 @@ class ResidentPartitionHost:
     def create(self, layout: PartitionLayout, index: int, start_txid: int) -> None:
         ref = PartitionRef(layout.group, index)
         node = self.owners()[ref]
-        self.cluster.call(
-            node, worker_create, self.root, layout, index, start_txid, self.options
-        ).result()
+        self.cluster.call(node, worker_create, self.at, layout, index, start_txid).result()
+
+    def restore(self, layout: PartitionLayout, index: int, txid: int, keep_from: int) -> Restored:
+        node = self.owners()[PartitionRef(layout.group, index)]
+        call = self.cluster.call(node, worker_restore, self.at, layout, index, txid, keep_from)
+        return call.result()
 
     def apply(self, works: list[PartitionWork]) -> list[PartitionOutcome]:
         try:
@@ -235,14 +255,13 @@ class ResidentPartitionHost:
                         self.cluster.call(
                             owners[work.ref],
                             worker_apply,
-                            self.root,
+                            self.at,
                             self.token,
                             self._frozen,
                             self.context.conf,
                             self.context.hints,
                             self._layouts[work.ref.group],
                             work,
-                            self.options,
                         ),
                     )
                 )

@@ -84,6 +84,7 @@ from drpc.model.topology import Topology
 from drpc.observe import OBSERVER_SERVICE, Observer, bus
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
 from drpc.state import CoordinatorState, StateEnvironment
+from drpc.state.checkpoint_store import CheckpointStore, settings_from_conf
 from drpc.state.partition import partition_root
 from drpc.state.topology import STATE_DIR_CONF, STATE_SERVICE, TopologyState
 from drpc.transactional.attempt import TransactionAttempt
@@ -273,6 +274,7 @@ class TransactionalRunner:
         observer: Observer | None = None,
         spark_backend: Callable[..., ProcessingBackend] | None = None,
         partition_writers: int = DEFAULT_WRITERS,
+        checkpoint_dir: str | None = None,
     ) -> None:
         """
         :param max_spout_pending: batches processed at once; None (default) takes the
@@ -286,6 +288,12 @@ class TransactionalRunner:
         :param observer: receives ``tx_*`` events (``drpc.observe``).
         :param partition_writers: partitions of a partitioned state this process applies at
             once, when they live here (default 4; ``drpc.transactional.partitions``).
+        :param checkpoint_dir: the checkpoint store of the run's partitioned states, a
+            ``file://`` or ``s3://`` URI (default: the conf's ``drpc.checkpoint.dir``, else
+            none): each partition puts its changes there before its txid's global commit
+            and snapshots in the background, and a lost partition is restored from it
+            instead of stopping the run (``drpc.state.checkpoint``; S3 settings in the conf,
+            ``drpc.state.checkpoint_store``).
         :param spark_backend: the processing backend of ``executor="spark-batch"`` (called
             with ``SparkBackend``'s arguments); None: the topology's own
             (``TransactionalInfo.spark_backend``, Trident's compiled path sets it), else
@@ -360,6 +368,9 @@ class TransactionalRunner:
             )
         self.layouts = partition_layouts(topology)
         self.partitioned: PartitionedCommit | None = None
+        self.checkpoint = settings_from_conf(checkpoint_dir, self.conf)
+        if self.checkpoint is not None:
+            CheckpointStore(self.checkpoint).check()
         if self.layouts:
             commit_context = CommitContext(
                 topology, self.conf, self.services, self.commit_phase.hints
@@ -371,6 +382,7 @@ class TransactionalRunner:
                     commit_context,
                     lambda: resident_cluster_of(master, spark_conf, start_timeout),
                     state_options=state_options,
+                    checkpoint=self.checkpoint,
                 )
                 self.services[PARTITIONS_SERVICE] = host
             else:
@@ -379,9 +391,16 @@ class TransactionalRunner:
                     commit_context,
                     writers=partition_writers,
                     state_options=state_options,
+                    checkpoint=self.checkpoint,
                 )
             self.partitioned = PartitionedCommit(
-                topology, info, self.layouts, host, self.commit_phase, self.coordinator_state
+                topology,
+                info,
+                self.layouts,
+                host,
+                self.commit_phase,
+                self.coordinator_state,
+                durable=self.checkpoint is not None,
             )
         self.max_attempts = max_attempts
         self.max_timeouts = max_timeouts
@@ -779,6 +798,7 @@ def run(
     observer: Observer | None = None,
     spark_backend: Callable[..., ProcessingBackend] | None = None,
     partition_writers: int = DEFAULT_WRITERS,
+    checkpoint_dir: str | None = None,
 ) -> RunResult:
     """Run a transactional topology until it is idle (or ``max_batches`` commit)."""
     with TransactionalRunner(
@@ -796,6 +816,7 @@ def run(
         observer=observer,
         spark_backend=spark_backend,
         partition_writers=partition_writers,
+        checkpoint_dir=checkpoint_dir,
     ) as runner:
         return runner.run(
             until_idle=until_idle, max_batches=max_batches, stop=stop, on_commit=on_commit

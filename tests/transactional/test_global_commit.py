@@ -12,6 +12,7 @@ from drpc.transactional.global_commit import (
     PartitionRef,
     RecordGlobal,
     Replay,
+    Restore,
     every_partition,
 )
 
@@ -120,3 +121,39 @@ def test_no_partitions_records_at_once_and_begin_checks_the_txid() -> None:
     commits.committed(1)
     with pytest.raises(ValueError, match=r"the global record is at txid 1$"):
         commits.begin(3)
+
+
+def test_durable_partitions_found_nowhere_or_behind_are_restored_at_the_global_commit() -> None:
+    commits = GlobalCommit(every_partition([("a", 2), ("b", 1)]), durable=True)
+    hosts = {A1: "worker-1", B0: "worker-2"}
+    assert commits.recover(3, {A0: 3, A1: None, B0: 1}, hosts) == [Restore(A1, 3), Restore(B0, 3)]
+    assert commits.recover(0, {A0: 0, A1: None, B0: None}) == [Create(A1, 0), Create(B0, 0)]
+    assert commits.recover(3, {A0: 3, A1: 4, B0: 5}, hosts) == [  # another run's: no restore
+        Lost(
+            B0,
+            "worker-2",
+            "it holds txid 5, more than one txid ahead of the global record's txid 3 (it "
+            "belongs to another run)",
+        )
+    ]
+
+
+def test_a_durable_partition_lost_in_a_commit_is_restored_then_the_txid_replayed() -> None:
+    commits = GlobalCommit(every_partition([("a", 2), ("b", 1)]), durable=True)
+    assert commits.recover(3, dict.fromkeys(commits.partitions, 3)) == []
+    commits.begin(4)
+    assert commits.applied(A0, 4) == []
+    assert commits.lost(A1, "worker-2", "its task's disk is gone") == [
+        Restore(A1, 3),
+        Replay(
+            4,
+            "partition 1 of 'a' (last on host worker-2) is lost (its task's disk is gone); "
+            "restored from the checkpoint store at txid 3",
+        ),
+    ]
+    # a second loss reported in the same commit is restored too, with no second replay
+    assert commits.lost(B0, None, "gone as well") == [Restore(B0, 3)]
+    assert commits.applied(A0, 4) == []  # the commit ended: late reports are ignored
+    assert commits.global_txid == 3
+    assert commits.begin(4) == [Apply(4, A0), Apply(4, A1), Apply(4, B0)]
+    assert commits.lost(PartitionRef("z", 0), None, "not ours") == []

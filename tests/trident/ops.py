@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from collections.abc import Sequence
@@ -67,10 +68,14 @@ class KillsBetweenPartitions(Count):
     """Count whose partition ``victim`` SIGKILLs its own process in the first commit of txid
     ``txid``, once partition 0 of the same state holds ``txid``: the process dies between
     two partitions' commits of one txid (a resident task, or a local run's whole process).
-    The marker file ``killed`` records what partition 0 held then."""
+    The marker file ``killed`` records what partition 0 held then. With ``lose_disk`` the
+    victim deletes its partition's directory first: the worker is lost with its disk."""
 
-    def __init__(self, marker_dir: str, state: str, txid: int, victim: int = 1) -> None:
+    def __init__(
+        self, marker_dir: str, state: str, txid: int, victim: int = 1, lose_disk: bool = False
+    ) -> None:
         self.marker_dir, self.state, self.txid, self.victim = marker_dir, state, txid, victim
+        self.lose_disk = lose_disk
         self.index = -1
         self.conf: dict[str, Any] = {}
 
@@ -93,6 +98,8 @@ class KillsBetweenPartitions(Count):
                 time.sleep(0.005)
             with open(os.path.join(self.marker_dir, "killed"), "w") as out:
                 out.write(f"{held_txid(first)} {os.getpid()}")
+            if self.lose_disk:
+                shutil.rmtree(partition_path(root, self.state, self.victim))
             os.kill(os.getpid(), signal.SIGKILL)
         return a + b
 

@@ -25,14 +25,18 @@ def counts(opaque: bool) -> MapStateFactory:
     return LMDBMapState.opaque("counts") if opaque else LMDBMapState.transactional("counts")
 
 
-def word_count(log_dir: str, markers: str, opaque: bool) -> TridentTopology:
+def word_count(
+    log_dir: str, markers: str, opaque: bool, lose_disk: bool = False
+) -> TridentTopology:
     kind = OpaqueFileLogTransactionalSpout if opaque else FileLogTransactionalSpout
     topology = TridentTopology()
     (
         topology.new_stream(TXID, kind(log_dir, Fields("word"), TAKE), parallelism=2)
         .group_by(["word"])
         .persistent_aggregate(
-            counts(opaque), KillsBetweenPartitions(markers, "counts", KILLED_TXID), ["count"]
+            counts(opaque),
+            KillsBetweenPartitions(markers, "counts", KILLED_TXID, lose_disk=lose_disk),
+            ["count"],
         )
         .parallelism_hint(PARTITIONS)
     )

@@ -34,20 +34,36 @@ def killed(markers: Path) -> tuple[int, int]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("opaque", [False, True], ids=["transactional", "opaque"])
+@pytest.mark.parametrize("lose_disk", [False, True], ids=["disk-kept", "disk-lost"])
 def test_a_resident_task_killed_between_two_partitions_commits(
-    spark_session: object, tmp_path: Path, opaque: bool
+    spark_session: object, tmp_path: Path, opaque: bool, lose_disk: bool
 ) -> None:
+    """With its disk kept, the new task finds the partition where it was; with the disk
+    lost too, the run restores it from its checkpoint store at the global commit."""
     expected = write_words(tmp_path / "log", seed=23, count=3_000)
     markers = tmp_path / "markers"
     markers.mkdir()
     state_dir = tmp_path / "state"
-    topology = word_count(str(tmp_path / "log"), str(markers), opaque)
-    result = run(topology, state_dir=str(state_dir), executor="spark", max_spout_pending=2)
+    topology = word_count(str(tmp_path / "log"), str(markers), opaque, lose_disk=lose_disk)
+    durable = {
+        "checkpoint_dir": f"file://{tmp_path / 'store'}",
+        "conf": {"drpc.checkpoint.snapshot.deltas": 2},
+    }
+    result = run(
+        topology,
+        state_dir=str(state_dir),
+        executor="spark",
+        max_spout_pending=2,
+        **(durable if lose_disk else {}),
+    )
     held, pid = killed(markers)
     assert held == KILLED_TXID  # partition 0 had applied the txid when partition 1's task died
     assert pid != os.getpid()  # a resident task's process, not this driver
     assert result.replays["commit"] >= 1
     assert KILLED_TXID in [commit.txid for commit in result.commits]
+    assert held_txid(partition_path(partition_root(str(state_dir)), "counts", 1)) == (
+        result.last_txid
+    )
     assert committed(state_dir, counts(opaque)) == dict(expected)
 
 
