@@ -37,13 +37,14 @@ from drpc.commandline import (
     CommandLineParser,
     import_from_working_directory,
 )
-from drpc.errors import DRPCError, StateError, StateFormatError
+from drpc.errors import CheckpointStoreError, DRPCError, StateError, StateFormatError
 from drpc.executors import EXECUTORS
 from drpc.hosting import as_transactional, load_topology
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.progress import Progress
 from drpc.sparkconf import add_spark_arguments, spark_options
 from drpc.state import CoordinatorState, StateEnvironment
+from drpc.state.checkpoint_store import CheckpointSettings
 from drpc.state.codec import encode_name
 from drpc.state.env import (
     DEFAULT_MAP_SIZE,
@@ -174,6 +175,14 @@ def _parser() -> argparse.ArgumentParser:
         help="give up when a batch's tuple tree outlives topology.message.timeout.secs N times "
         f"(default {DEFAULT_MAX_TIMEOUTS})",
     )
+    run.add_argument(
+        "--checkpoint-dir",
+        metavar="URI",
+        help="the checkpoint store of the run's partitioned states: file:///shared/path or "
+        "s3://bucket/prefix (S3 endpoint and credentials: the AWS_* environment, e.g. "
+        "AWS_ENDPOINT_URL_S3, or the conf's drpc.checkpoint.s3.*); a lost partition is "
+        "restored from it (default: none, a lost partition stops the run)",
+    )
     add_state_arguments(run)
     add_spark_arguments(run)
     add_logging_arguments(run, default_level="WARNING")
@@ -194,6 +203,11 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ValueError as error:
         parser.error(str(error))
     options = state_options(parser, args)
+    if args.checkpoint_dir is not None:
+        try:
+            CheckpointSettings(args.checkpoint_dir)
+        except CheckpointStoreError as error:
+            parser.error(f"--checkpoint-dir: {error}")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -221,6 +235,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             max_timeouts=args.max_timeouts,
             **spark,
             state_options=options,
+            checkpoint_dir=args.checkpoint_dir,
         ) as runner:
             result = runner.run(
                 until_idle=args.until_idle,

@@ -174,6 +174,12 @@ def test_the_server_cli_refuses_an_unloadable_topology() -> None:
              "--version-retention", "soon"],
             "not a number of seconds: 'soon'",
         ),
+        (
+            "drpc.transactional.cli",
+            ["run", "drpc.examples.transactional_words:topology", "--state-dir", "s",
+             "--checkpoint-dir", "/shared/drpc"],
+            "--checkpoint-dir: checkpoint_dir '/shared/drpc': give a file:// or s3:// URI",
+        ),
         ("drpc.server", ["--executor", "spark", "--slots", "0"], "--slots must be >= 1"),
         ("drpc.server", ["--executor", "spark-batch", "--slots", "2"], "--executor spark only"),
         ("drpc.runner", ["--servers", "h:1", "--topology", "drpc.examples.reach:topology",
