@@ -25,6 +25,8 @@ from tests.s3 import Outage, S3Server
 from ..trident.test_partitioned_state import listed
 from ..trident.test_word_count import WORDS, committed
 
+pytestmark = pytest.mark.usefixtures("s3_settled")
+
 
 def test_objects_round_trip_list_in_order_and_go(s3_server: S3Server, tmp_path: Path) -> None:
     store = CheckpointStore(s3_server.settings("objects"))
