@@ -60,7 +60,7 @@ import urllib.parse
 import uuid
 import zlib
 from array import array
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +203,13 @@ def _txid_of(name: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
+def _txids(names: Iterable[str], kind: str) -> list[int]:
+    """The txids of the ``kind`` objects (``delta``, ``manifest``, ...) among ``names``,
+    in order."""
+    marker = f"/{kind}-"
+    return sorted(txid for name in names if marker in name and (txid := _txid_of(name)) is not None)
+
+
 @dataclass
 class _Since:
     """Deltas and their bytes since the last snapshot began."""
@@ -235,8 +242,7 @@ class PartitionCheckpoint:
         self._snapshotting: threading.Thread | None = None
         self._lock = threading.Lock()
         folder = partition_folder(layout.group, index)
-        found = [_txid_of(name) for name in store.list(folder) if "/manifest-" in name]
-        snapshots = [txid for txid in found if txid is not None]
+        snapshots = _txids(store.list(folder), "manifest")
         self.status.last_snapshot = max(snapshots, default=None)
         self._forced = not snapshots  # the store has no base from this partition yet
 
@@ -336,10 +342,7 @@ class PartitionCheckpoint:
         """Delete what no restore can need any more (see the module doc)."""
         group, index = self.layout.group, self.index
         names = self.store.list(partition_folder(group, index))
-        snapshots = sorted(
-            txid for name in names if "/manifest-" in name and (txid := _txid_of(name)) is not None
-        )
-        bases = [txid for txid in snapshots if txid <= keep_from]
+        bases = [txid for txid in _txids(names, "manifest") if txid <= keep_from]
         if not bases:
             return
         base = bases[-1]
@@ -400,10 +403,8 @@ def restore(
     group = layout.group
     folder = partition_folder(group, index)
     names = set(store.list(folder))
-    deltas = {txid for name in names if "/delta-" in name and (txid := _txid_of(name)) is not None}
-    snapshots = sorted(
-        txid for name in names if "/manifest-" in name and (txid := _txid_of(name)) is not None
-    )
+    deltas = set(_txids(names, "delta"))
+    snapshots = _txids(names, "manifest")
     options = dict(options or {})
     here = _held_here(path)
     if (

@@ -282,11 +282,11 @@ class LocalPartitions:
             partition = self._open.get(key)
             if partition is not None and not partition.env.closed:
                 return partition
-            if create_at is None and not self.exists(layout, index):
+            made = not self.exists(layout, index)
+            if create_at is None and made:
                 raise PartitionLostError(
                     layout.group, index, os.uname().nodename, f"it is not under {self.root!r}"
                 )
-            made = not self.exists(layout, index)
             path = partition_path(self.root, layout.group, index)
             partition = self._open[key] = StatePartition.open(
                 path, layout, index, start_txid=create_at or 0, **self.options
