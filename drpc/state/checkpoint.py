@@ -118,12 +118,13 @@ def _lengths(items: list[bytes | None]) -> bytes:
     return lengths.tobytes()
 
 
-def encode_delta(delta: Delta) -> bytes:
-    """``delta`` as an object: magic, a JSON header, per database its keys' and values'
-    lengths and bytes, and a CRC-32 of all before it."""
+def encode_rows(magic: bytes, header: Mapping[str, Any], writes: Writes) -> bytes:
+    """``writes`` as an object: ``magic``, a JSON header (``header`` and each database's
+    entry count), per database its keys' and values' lengths and bytes, and a CRC-32 of all
+    before it. A value of None is a deletion."""
     sections = []
     counts: dict[str, int] = {}
-    for db, entries in sorted(delta.writes.items()):
+    for db, entries in sorted(writes.items()):
         keys = list(entries)
         values = list(entries.values())
         counts[db] = len(keys)
@@ -133,29 +134,29 @@ def encode_delta(delta: Delta) -> bytes:
             b"".join(keys),
             b"".join(value for value in values if value is not None),
         ]
-    header = json.dumps(
-        {"group": delta.group, "index": delta.index, "txid": delta.txid, "dbs": counts},
-        separators=(",", ":"),
-    ).encode()
-    body = b"".join([DELTA_MAGIC, _U32.pack(len(header)), header, *sections])
+    encoded = json.dumps({**header, "dbs": counts}, separators=(",", ":")).encode()
+    body = b"".join([magic, _U32.pack(len(encoded)), encoded, *sections])
     return body + _U32.pack(zlib.crc32(body))
 
 
-def decode_delta(name: str, data: bytes) -> Delta:
-    """The delta object ``name`` holds; ``CheckpointCorruptError`` naming it otherwise."""
-    if len(data) < len(DELTA_MAGIC) + 8 or not data.startswith(DELTA_MAGIC):
-        raise CheckpointCorruptError(name, "not a drpc delta (its first bytes are not DRPCDLT1)")
+def decode_rows(magic: bytes, kind: str, name: str, data: bytes) -> tuple[dict[str, Any], Writes]:
+    """The header and writes ``encode_rows`` put in object ``name`` (a ``kind``, for the
+    error); ``CheckpointCorruptError`` naming it otherwise."""
+    if len(data) < len(magic) + 8 or not data.startswith(magic):
+        raise CheckpointCorruptError(
+            name, f"not a drpc {kind} (its first bytes are not {magic.decode()})"
+        )
     body, (crc,) = data[:-4], _U32.unpack(data[-4:])
     if zlib.crc32(body) != crc:
         raise CheckpointCorruptError(name, "its CRC-32 does not match: the object is damaged")
     try:
-        at = len(DELTA_MAGIC)
+        at = len(magic)
         (header_length,) = _U32.unpack_from(body, at)
         at += 4
         header = json.loads(body[at : at + header_length])
         at += header_length
         writes: Writes = {}
-        for db, count in header["dbs"].items():
+        for db, count in header.pop("dbs").items():
             key_lengths = array("i")
             key_lengths.frombytes(body[at : at + 4 * count])
             at += 4 * count
@@ -179,11 +180,23 @@ def decode_delta(name: str, data: bytes) -> Delta:
             writes[db] = entries
         if at != len(body):
             raise ValueError(f"{len(body) - at} bytes after its last entry")
-        return Delta(str(header["group"]), int(header["index"]), int(header["txid"]), writes)
-    except CheckpointCorruptError:
-        raise
+        return header, writes
     except Exception as error:
         raise CheckpointCorruptError(name, f"it does not decode: {error}") from error
+
+
+def encode_delta(delta: Delta) -> bytes:
+    header = {"group": delta.group, "index": delta.index, "txid": delta.txid}
+    return encode_rows(DELTA_MAGIC, header, delta.writes)
+
+
+def decode_delta(name: str, data: bytes) -> Delta:
+    """The delta object ``name`` holds; ``CheckpointCorruptError`` naming it otherwise."""
+    header, writes = decode_rows(DELTA_MAGIC, "delta", name, data)
+    try:
+        return Delta(str(header["group"]), int(header["index"]), int(header["txid"]), writes)
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointCorruptError(name, f"its header lacks {error}") from error
 
 
 def _write(txn: StateTxn, writes: Writes) -> None:

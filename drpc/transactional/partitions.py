@@ -18,8 +18,8 @@ Contract.
   maps; a write of a key another partition owns raises ``PartitionKeyError``. It returns
   a ``PartitionOutcome``: what the task sent on (to commit-phase bolts after it, run by
   the driver) and emitted to no one, the maps the partition holds, or the failure (the
-  write then aborts; a ``PartitionLostError`` or ``StateFullError`` as ``lost`` or
-  ``full``, which stop the run), and never raises. ``apply_here(partitions, layout,
+  write then aborts; a ``PartitionLostError`` as ``lost``, a ``StateFullError`` or
+  ``CheckpointStoreError`` as ``fatal``, which stop the run), and never raises. ``apply_here(partitions, layout,
   context, work, host, task)`` applies it to the partition this host holds, the outcome
   saying where it ran; one not here is ``lost``, naming ``host``.
 - A ``PartitionHost`` keeps the partitions somewhere: ``LocalPartitionHost`` in this
@@ -35,7 +35,10 @@ Contract.
   one transaction: the maps each partition holds, where it lives, the commit-phase
   bolts after the committers and the commit record. A partition that failed raises
   ``CommitFailed`` (the run replays the txid); a lost one ``PartitionLostError`` (the
-  run stops).
+  run stops). With a ``driver_checkpoint`` (the run has a checkpoint store) a lost
+  partition is restored instead, and the driver's records are put in the store before
+  the partitions apply a txid and after its global commit
+  (``drpc.state.driver_checkpoint``).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from drpc.model.topology import Topology
 from drpc.state import CoordinatorState, StateTxn
 from drpc.state.checkpoint import Restored
 from drpc.state.checkpoint_store import CheckpointSettings
+from drpc.state.driver_checkpoint import DriverCheckpoint
 from drpc.state.keygroups import DEFAULT_KEY_GROUPS
 from drpc.state.partition import PartitionLayout, StatePartition, partition_root
 from drpc.state.partitioned import (
@@ -354,10 +358,11 @@ class PartitionedCommit:
         commit_phase: CommitPhase,
         coordinator_state: CoordinatorState,
         *,
-        durable: bool = False,
+        driver_checkpoint: DriverCheckpoint | None = None,
     ) -> None:
-        """:param durable: the partitions put their changes in a checkpoint store, so a
-        lost one is restored from it (else the run stops)."""
+        """:param driver_checkpoint: the run's checkpoint store keeps the driver's records
+        (None: the run has no store). Then the partitions put their changes there too, so
+        a lost one is restored from it (else the run stops)."""
         self.topology = topology
         self.info = info
         self.layouts = dict(layouts)  # by committer component
@@ -370,7 +375,10 @@ class PartitionedCommit:
         """The last outcome of each partition: where it lives and what it holds."""
         self._recorded: dict[PartitionRef, tuple[str | None, int]] = {}
         """Where the global record says each partition lives (``record_placement``)."""
-        self.machine = GlobalCommit(partition_refs(layouts.values()), durable=durable)
+        self.driver_checkpoint = driver_checkpoint
+        self.machine = GlobalCommit(
+            partition_refs(layouts.values()), durable=driver_checkpoint is not None
+        )
         self.restores: dict[PartitionRef, Restored] = {}
         """The last restore of each partition restored by this run."""
 
@@ -451,6 +459,7 @@ class PartitionedCommit:
         committers and records the commit; returns what ``CommitPhase.run`` returns."""
         opened = self.machine.begin(attempt.txid)
         keep_from = self.oldest_read_txid(attempt.txid - 1)
+        self._put_driver_records()  # the batch metadata of attempt.txid, before any applies
         works = [
             PartitionWork(
                 decision.partition,
@@ -497,8 +506,13 @@ class PartitionedCommit:
                     self.machine.abandon(attempt.txid, "the global commit failed")
                     raise
                 self.machine.committed(attempt.txid)
+                self._put_driver_records()  # before the run reports the commit
                 return result
         raise AssertionError(f"the commit of txid {attempt.txid} ended without a decision")
+
+    def _put_driver_records(self) -> None:
+        if self.driver_checkpoint is not None:
+            self.driver_checkpoint.put(self.env)
 
     def _replay_failure(
         self, decision: Replay, outcomes: Mapping[PartitionRef, PartitionOutcome]

@@ -85,6 +85,7 @@ from drpc.observe import OBSERVER_SERVICE, Observer, bus
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
 from drpc.state import CoordinatorState, StateEnvironment
 from drpc.state.checkpoint_store import CheckpointStore, settings_from_conf
+from drpc.state.driver_checkpoint import DriverCheckpoint
 from drpc.state.partition import partition_root
 from drpc.state.topology import STATE_DIR_CONF, STATE_SERVICE, TopologyState
 from drpc.transactional.attempt import TransactionAttempt
@@ -324,6 +325,20 @@ class TransactionalRunner:
             raise ValueError(f"max_spout_pending must be None or >= 1, got {max_spout_pending!r}")
         self.env = StateEnvironment.open(str(state_dir), **(state_options or {}))
         self.env.recover_crashed_writer()  # before reading where to resume
+        self.checkpoint = settings_from_conf(checkpoint_dir, self.conf)
+        self.driver_checkpoint: DriverCheckpoint | None = None
+        self.layouts = partition_layouts(topology)
+        if self.checkpoint is not None:
+            if not self.layouts:
+                raise InvalidTopologyError(
+                    f"topology {info.id!r} keeps no partitioned state, so a checkpoint store "
+                    f"({self.checkpoint.describe()}) would hold nothing of it: give its state "
+                    "a parallelism_hint of 2 or more, or run it without checkpoint_dir"
+                )
+            store = CheckpointStore(self.checkpoint)
+            store.check()
+            self.driver_checkpoint = DriverCheckpoint(store, info.id)
+            self.driver_checkpoint.restore(self.env)  # a driver on another host continues
         self.observer = bus(observer)
         self.coordinator_state = CoordinatorState(
             self.env, info.id, plain_batch_meta=drpc_owns_batch_meta(info.spout)
@@ -366,11 +381,7 @@ class TransactionalRunner:
                 spark_conf,
                 start_timeout,
             )
-        self.layouts = partition_layouts(topology)
         self.partitioned: PartitionedCommit | None = None
-        self.checkpoint = settings_from_conf(checkpoint_dir, self.conf)
-        if self.checkpoint is not None:
-            CheckpointStore(self.checkpoint).check()
         if self.layouts:
             commit_context = CommitContext(
                 topology, self.conf, self.services, self.commit_phase.hints
@@ -400,7 +411,7 @@ class TransactionalRunner:
                 host,
                 self.commit_phase,
                 self.coordinator_state,
-                durable=self.checkpoint is not None,
+                driver_checkpoint=self.driver_checkpoint,
             )
         self.max_attempts = max_attempts
         self.max_timeouts = max_timeouts
