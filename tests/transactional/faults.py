@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -99,17 +100,30 @@ def kill_after_commits(
     topology_id: str,
     targets: list[int],
     rng: random.Random,
+    *,
+    moves: bool = False,
 ) -> int:
     """Run ``command`` once per target txid, SIGKILLed soon after its run commits past the
     target: mid-processing, mid-emit or mid-commit, wherever the next instructions happen to
-    be. Stops early when a run finishes first; returns how many runs it killed."""
-    env_state = None
+    be. Stops early when a run finishes first; returns how many runs it killed.
+
+    With ``moves`` each run is a driver on another host: its state directory is a new one,
+    ``state_dir`` with the run's number after it (``state-1``, ...), put for ``state_dir``
+    in ``command`` and ``env``, and the directory of the run before is deleted."""
     kills = 0
-    for target in targets:
-        process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    previous: Path | None = None
+    for number, target in enumerate(targets, 1):
+        here = state_dir.with_name(f"{state_dir.name}-{number}") if moves else state_dir
+        run_command = [part.replace(str(state_dir), str(here)) for part in command]
+        run_env = {name: value.replace(str(state_dir), str(here)) for name, value in env.items()}
+        if previous is not None:
+            shutil.rmtree(previous)
+        previous = here if moves else None
+        env_state = None
+        process = subprocess.Popen(run_command, env=run_env, stderr=subprocess.PIPE, text=True)
         while process.poll() is None:
-            if state_dir.exists():
-                env_state = env_state or TopologyState.at(str(state_dir)).env
+            if (here / "data.mdb").exists():
+                env_state = env_state or TopologyState.at(str(here)).env
                 if CoordinatorState(env_state, topology_id).next_txid() > target:
                     time.sleep(rng.uniform(0, 0.03))
                     break
@@ -119,4 +133,6 @@ def kill_after_commits(
         process.send_signal(signal.SIGKILL)
         process.wait(30)
         kills += 1
+        if moves and env_state is not None:
+            env_state.close()  # its directory goes with the host
     return kills
