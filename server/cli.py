@@ -56,7 +56,12 @@ from drpc.hosting import (
 )
 from drpc.protocol.tls import server_context
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
-from drpc.transactional.cli import add_state_arguments, state_options
+from drpc.transactional.cli import (
+    add_checkpoint_argument,
+    add_state_arguments,
+    checkpoint_option,
+    state_options,
+)
 
 log = logging.getLogger("drpc-server")
 
@@ -163,6 +168,7 @@ def _parser() -> argparse.ArgumentParser:
         "topology.max.spout.pending, else 1)",
     )
     add_state_arguments(transactional)
+    add_checkpoint_argument(transactional)
     add_limit_arguments(parser)
     return parser
 
@@ -226,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     security = _security(parser, args)
     transactional = _transactional(parser, args)
     options = state_options(parser, args)
+    checkpoint_dir = checkpoint_option(parser, args)
     try:
         server = DRPCServer(
             host=args.host,
@@ -250,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 state_dir=args.state_dir,
                 max_spout_pending=args.max_spout_pending,
                 state_options=options,
+                checkpoint_dir=checkpoint_dir,
                 **job_options(executor_options),
             )
         return asyncio.run(_serve(server))

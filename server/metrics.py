@@ -45,7 +45,14 @@ topology):
   ``drpc_partition_txid{topology,state,partition}`` (the txid it applied last),
   ``drpc_partition_keys{...}``, ``drpc_partition_bytes{...}`` and
   ``drpc_partition_owner{topology,state,partition,host,task}`` (1: where it lives; task 0
-  is the run's own process).
+  is the run's own process); with a checkpoint store, ``drpc_partition_snapshot_txid{...}``
+  (the txid of its last snapshot in the store) and ``drpc_partition_store_bytes{...}``
+  (the bytes it keeps there);
+- per hosted run with a checkpoint store (``drpc.state.checkpoint``):
+  ``drpc_checkpoint_store_bytes{topology}`` (its partitions' and driver's objects),
+  ``drpc_checkpoint_waiting{topology}`` (1 while a commit waits for the store) and
+  ``drpc_checkpoint_restore_seconds{topology}`` (how long its last restore of a
+  partition took; absent before one).
 
 Label cardinality is bounded: a function name gets a label value of its own
 only if the function is served or its call was queued, and at most
@@ -572,10 +579,42 @@ class _PartitionCollector(_Collector):
             "Where a partition lives: its host and resident task (0: the run's process).",
             labels=[*labels, "host", "task"],
         )
+        snapshot = GaugeMetricFamily(
+            "drpc_partition_snapshot_txid",
+            "The txid of a partition's last snapshot in the checkpoint store.",
+            labels=labels,
+        )
+        stored = GaugeMetricFamily(
+            "drpc_partition_store_bytes",
+            "Bytes a partition keeps in the checkpoint store.",
+            labels=labels,
+        )
+        store_bytes = GaugeMetricFamily(
+            "drpc_checkpoint_store_bytes",
+            "Bytes a run keeps in its checkpoint store.",
+            labels=["topology"],
+        )
+        waiting = GaugeMetricFamily(
+            "drpc_checkpoint_waiting",
+            "1 while a commit of the run waits for its checkpoint store.",
+            labels=["topology"],
+        )
+        restore = GaugeMetricFamily(
+            "drpc_checkpoint_restore_seconds",
+            "How long the run's last restore of a partition from the store took.",
+            labels=["topology"],
+        )
         shown = 0
         length = self._metrics.max_label_length
         runs = hosted() if hosted is not None else {}
         for topology, run in sorted(runs.items()):
+            checkpoint = run.get("checkpoint")
+            if checkpoint:
+                name = [clip_label(topology, length)]
+                store_bytes.add_metric(name, checkpoint.get("bytes") or 0)
+                waiting.add_metric(name, 1 if checkpoint.get("waiting_since") else 0)
+                if checkpoint.get("last_restore"):
+                    restore.add_metric(name, checkpoint["last_restore"]["seconds"])
             for partition in run.get("partitions", ()):
                 if shown == self._metrics.max_partitions:
                     break
@@ -589,6 +628,10 @@ class _PartitionCollector(_Collector):
                     txid.add_metric(label, partition["txid"])
                 keys.add_metric(label, partition.get("keys") or 0)
                 size.add_metric(label, partition.get("bytes") or 0)
+                if partition.get("snapshot") is not None:
+                    snapshot.add_metric(label, partition["snapshot"])
+                if "store_bytes" in partition:
+                    stored.add_metric(label, partition["store_bytes"])
                 host = partition.get("host")
                 owner.add_metric(
                     [
@@ -598,7 +641,7 @@ class _PartitionCollector(_Collector):
                     ],
                     1,
                 )
-        yield from (txid, keys, size, owner)
+        yield from (txid, keys, size, owner, snapshot, stored, store_bytes, waiting, restore)
 
 
 __all__ = [

@@ -241,7 +241,20 @@ class CheckpointStatus:
     snapshot_at: float | None = None
     snapshot_error: str | None = None
     delta_bytes: int = 0
+    store_bytes: int = 0  # the partition's objects in the store, as last listed and put since
     since: _Since = field(default_factory=_Since)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointReport:
+    """A partition's checkpoint as its run's status shows it: the txid and time
+    (``time.time()``) of its last snapshot, why the last one failed (None: it did not), and
+    the bytes it keeps in the store."""
+
+    last_snapshot: int | None
+    snapshot_at: float | None
+    snapshot_error: str | None
+    store_bytes: int
 
 
 class PartitionCheckpoint:
@@ -255,16 +268,27 @@ class PartitionCheckpoint:
         self._snapshotting: threading.Thread | None = None
         self._lock = threading.Lock()
         folder = partition_folder(layout.group, index)
-        snapshots = _txids(store.list(folder), "manifest")
+        stored = store.sizes(folder)
+        snapshots = _txids(stored, "manifest")
         self.status.last_snapshot = max(snapshots, default=None)
+        self.status.store_bytes = sum(stored.values())
         self._forced = not snapshots  # the store has no base from this partition yet
 
     def __repr__(self) -> str:
         return f"<PartitionCheckpoint {self.layout.group!r} {self.index}: {self.store!r}>"
 
+    def report(self) -> CheckpointReport:
+        with self._lock:
+            status = self.status
+            return CheckpointReport(
+                status.last_snapshot, status.snapshot_at, status.snapshot_error, status.store_bytes
+            )
+
     def created(self, start_txid: int) -> None:
-        record = {**self.layout.as_plain(), "index": self.index, "start": start_txid}
-        self.store.put(created_name(self.layout.group, self.index), json.dumps(record).encode())
+        record = json.dumps({**self.layout.as_plain(), "index": self.index, "start": start_txid})
+        self.store.put(created_name(self.layout.group, self.index), record.encode())
+        with self._lock:
+            self.status.store_bytes += len(record)
 
     def applied(self, partition: StatePartition, txid: int, writes: Writes) -> None:
         data = encode_delta(Delta(self.layout.group, self.index, txid, writes))
@@ -272,6 +296,7 @@ class PartitionCheckpoint:
         with self._lock:
             self.status.last_delta = txid
             self.status.delta_bytes = len(data)
+            self.status.store_bytes += len(data)
             self.status.since.deltas += 1
             self.status.since.bytes += len(data)
 
@@ -324,8 +349,10 @@ class PartitionCheckpoint:
             started = time.monotonic()
             self.store.put_file(snapshot_name(group, index, txid), copied)
             manifest = {"group": group, "index": index, "txid": txid, "size": size, "crc32": crc}
-            self.store.put(manifest_name(group, index, txid), json.dumps(manifest).encode())
+            described = json.dumps(manifest).encode()
+            self.store.put(manifest_name(group, index, txid), described)
             with self._lock:
+                self.status.store_bytes += size + len(described)
                 self._forced = False
                 self.status.last_snapshot = txid
                 self.status.snapshot_at = time.time()
@@ -354,7 +381,7 @@ class PartitionCheckpoint:
     def _retain(self, keep_from: int) -> None:
         """Delete what no restore can need any more (see the module doc)."""
         group, index = self.layout.group, self.index
-        names = self.store.list(partition_folder(group, index))
+        names = self.store.sizes(partition_folder(group, index))
         bases = [txid for txid in _txids(names, "manifest") if txid <= keep_from]
         if not bases:
             return
@@ -372,6 +399,8 @@ class PartitionCheckpoint:
             ):
                 doomed.append(name)
         self.store.delete(doomed)
+        with self._lock:
+            self.status.store_bytes -= sum(names[name] for name in doomed)
 
 
 def _file_crc(path: str) -> tuple[int, int]:

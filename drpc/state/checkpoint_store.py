@@ -11,10 +11,11 @@ Contract.
   the secret.
 - ``CheckpointStore(settings)``: ``put(name, data)``, ``get(name)`` (None: no such
   object), ``put_file`` / ``get_file`` for big objects, ``list(prefix)`` (sorted names
-  under ``prefix``) and ``delete(names)``. Names are ``/``-separated, relative to the
-  URI. A reader never sees half an object: a file is written under a temporary name and
-  renamed, an S3 ``PUT`` is atomic. ``check()`` raises ``CheckpointStoreError`` at once
-  when the store is misnamed (a bucket that does not exist, a path that is a file).
+  under ``prefix``), ``sizes(prefix)`` (the same, with each object's bytes) and
+  ``delete(names)``. Names are ``/``-separated, relative to the URI. A reader never
+  sees half an object: a file is written under a temporary name and renamed, an S3
+  ``PUT`` is atomic. ``check()`` raises ``CheckpointStoreError`` at once when the store
+  is misnamed (a bucket that does not exist, a path that is a file).
 - **Waiting.** A call that fails for a reason that may pass (the store unreachable,
   timing out, answering 5xx) is retried with exponential backoff (``retry_initial``
   doubling to ``retry_max`` seconds) until ``retry_timeout`` seconds have passed since
@@ -348,20 +349,24 @@ class CheckpointStore:
 
     def list(self, prefix: str) -> list[str]:
         """The names of the objects under ``prefix`` (a ``/``-ended folder name), sorted."""
+        return list(self.sizes(prefix))
+
+    def sizes(self, prefix: str) -> dict[str, int]:
+        """The objects under ``prefix`` (a ``/``-ended folder name) and their sizes in bytes,
+        in name order."""
         folder = self._path(prefix.rstrip("/"))
 
-        def listed() -> list[str]:
+        def listed() -> dict[str, int]:
             try:
-                found = self._fs.find(folder)
+                found = self._fs.find(folder, detail=True)
             except FileNotFoundError:
-                return []
+                return {}
             base = folder.rstrip("/") + "/"
-            stripped = (str(entry) for entry in found)
-            return sorted(
-                prefix.rstrip("/") + "/" + entry[len(base) :]
-                for entry in stripped
-                if entry.startswith(base) and not entry.endswith(".partial")
-            )
+            return {
+                prefix.rstrip("/") + "/" + path[len(base) :]: int(info.get("size") or 0)
+                for path, info in sorted((str(path), info) for path, info in found.items())
+                if path.startswith(base) and not path.endswith(".partial")
+            }
 
         return self._call("list", prefix, listed)
 

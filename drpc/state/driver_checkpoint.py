@@ -96,6 +96,9 @@ class DriverCheckpoint:
         self._last: Writes | None = None
         self.last_put: tuple[int, int] | None = None
         """The sequence and txid of the last record this process put."""
+        self.record_bytes = 0
+        """The bytes of the records kept in the store (the newest two) this process put."""
+        self._sizes: dict[str, int] = {}
         self.restored: DriverRestore | None = None
 
     def __repr__(self) -> str:
@@ -114,13 +117,18 @@ class DriverCheckpoint:
         txid = _commit_txid(rows, self.topology_id)
         header = {"topology": self.topology_id, "txid": txid, "sequence": sequence}
         name = record_name(self.topology_id, sequence)
-        self.store.put(name, encode_rows(DRIVER_MAGIC, header, rows))
+        data = encode_rows(DRIVER_MAGIC, header, rows)
+        self.store.put(name, data)
         self._names.append(name)
+        self._sizes[name] = len(data)
         self._last = rows
         self.last_put = (sequence, txid)
         if len(self._names) > KEEP_RECORDS:
             old, self._names = self._names[:-KEEP_RECORDS], self._names[-KEEP_RECORDS:]
             self.store.delete(old)
+            for name in old:
+                self._sizes.pop(name, None)
+        self.record_bytes = sum(self._sizes.values())
         return True
 
     def restore(self, env: StateEnvironment) -> DriverRestore | None:

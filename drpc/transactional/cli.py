@@ -79,7 +79,7 @@ def _seconds(text: str) -> float:
     return seconds
 
 
-def add_state_arguments(parser: argparse.ArgumentParser) -> None:
+def add_state_arguments(parser: argparse._ActionsContainer) -> None:
     """``--map-size``, ``--max-map-size`` and ``--version-retention`` of the LMDB state
     directory."""
     parser.add_argument(
@@ -106,6 +106,30 @@ def add_state_arguments(parser: argparse.ArgumentParser) -> None:
         "long after it started; older versions are reclaimed and a query still reading "
         "one fails (default %(default)g)",
     )
+
+
+def add_checkpoint_argument(parser: argparse._ActionsContainer) -> None:
+    """``--checkpoint-dir`` of a run's partitioned states."""
+    parser.add_argument(
+        "--checkpoint-dir",
+        metavar="URI",
+        help="the checkpoint store of the run's partitioned states and its driver's records: "
+        "file:///shared/path or s3://bucket/prefix (S3 endpoint and credentials: the AWS_* "
+        "environment, e.g. AWS_ENDPOINT_URL_S3, or the conf's drpc.checkpoint.s3.*); a lost "
+        "partition, or the driver's lost directory, is restored from it (default: none, a "
+        "lost partition stops the run)",
+    )
+
+
+def checkpoint_option(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """``--checkpoint-dir``, checked: a URI that names no store exits through
+    ``parser.error``."""
+    if args.checkpoint_dir is not None:
+        try:
+            CheckpointSettings(args.checkpoint_dir)
+        except CheckpointStoreError as error:
+            parser.error(f"--checkpoint-dir: {error}")
+    return args.checkpoint_dir
 
 
 def state_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -175,14 +199,7 @@ def _parser() -> argparse.ArgumentParser:
         help="give up when a batch's tuple tree outlives topology.message.timeout.secs N times "
         f"(default {DEFAULT_MAX_TIMEOUTS})",
     )
-    run.add_argument(
-        "--checkpoint-dir",
-        metavar="URI",
-        help="the checkpoint store of the run's partitioned states: file:///shared/path or "
-        "s3://bucket/prefix (S3 endpoint and credentials: the AWS_* environment, e.g. "
-        "AWS_ENDPOINT_URL_S3, or the conf's drpc.checkpoint.s3.*); a lost partition is "
-        "restored from it (default: none, a lost partition stops the run)",
-    )
+    add_checkpoint_argument(run)
     add_state_arguments(run)
     add_spark_arguments(run)
     add_logging_arguments(run, default_level="WARNING")
@@ -203,11 +220,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ValueError as error:
         parser.error(str(error))
     options = state_options(parser, args)
-    if args.checkpoint_dir is not None:
-        try:
-            CheckpointSettings(args.checkpoint_dir)
-        except CheckpointStoreError as error:
-            parser.error(f"--checkpoint-dir: {error}")
+    checkpoint_dir = checkpoint_option(parser, args)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -235,7 +248,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             max_timeouts=args.max_timeouts,
             **spark,
             state_options=options,
-            checkpoint_dir=args.checkpoint_dir,
+            checkpoint_dir=checkpoint_dir,
         ) as runner:
             result = runner.run(
                 until_idle=args.until_idle,

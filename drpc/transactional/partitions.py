@@ -19,9 +19,10 @@ Contract.
   a ``PartitionOutcome``: what the task sent on (to commit-phase bolts after it, run by
   the driver) and emitted to no one, the maps the partition holds, or the failure (the
   write then aborts; a ``PartitionLostError`` as ``lost``, a ``StateFullError`` or
-  ``CheckpointStoreError`` as ``fatal``, which stop the run), and never raises. ``apply_here(partitions, layout,
-  context, work, host, task)`` applies it to the partition this host holds, the outcome
-  saying where it ran; one not here is ``lost``, naming ``host``.
+  ``CheckpointStoreError`` as ``fatal``, which stop the run), and never raises.
+  ``apply_here(partitions, layout, context, work, host, task)`` applies it to the
+  partition this host holds, the outcome saying where it ran; one not here is ``lost``,
+  naming ``host``.
 - A ``PartitionHost`` keeps the partitions somewhere: ``LocalPartitionHost`` in this
   process, under ``partition_root`` (the local and spark-batch executors), applying
   the partitions of a txid on ``writers`` threads at once, and closing them when it
@@ -65,7 +66,7 @@ from drpc.executors.batch import TaskHints, TaskRun
 from drpc.executors.records import Shipment
 from drpc.model.topology import Topology
 from drpc.state import CoordinatorState, StateTxn
-from drpc.state.checkpoint import Restored
+from drpc.state.checkpoint import CheckpointReport, PartitionCheckpoint, Restored
 from drpc.state.checkpoint_store import CheckpointSettings
 from drpc.state.driver_checkpoint import DriverCheckpoint
 from drpc.state.keygroups import DEFAULT_KEY_GROUPS
@@ -173,6 +174,7 @@ class PartitionOutcome:
     task: int = 0  # the resident task it lives on (0: this process)
     keys: int = 0  # records the partition holds after it, and the bytes of its map in use
     bytes: int = 0
+    checkpoint: CheckpointReport | None = None  # its journal's, when the run has a store
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +234,9 @@ def apply_partition(
     try:
         outcome = partition.apply(attempt.txid, commit, keep_from=work.keep_from)
         status = partition.status()
-        return dataclasses.replace(outcome, keys=status.keys, bytes=status.bytes)
+        journal = partition.journal
+        report = journal.report() if isinstance(journal, PartitionCheckpoint) else None
+        return dataclasses.replace(outcome, keys=status.keys, bytes=status.bytes, checkpoint=report)
     except _Failed as failed:
         return PartitionOutcome(ref, partition.held(), failure=failed.failure)
     except PartitionLostError as error:
@@ -294,6 +298,11 @@ class PartitionHost(Protocol):
 
     def apply(self, works: list[PartitionWork]) -> list[PartitionOutcome]: ...
 
+    def store_waiting_since(self) -> float | None:
+        """Since when a partition here has waited for the checkpoint store (None: none
+        waits, or the partitions live elsewhere and this host cannot tell)."""
+        ...
+
     def stop(self) -> None: ...
 
 
@@ -340,6 +349,10 @@ class LocalPartitionHost:
             return [one(works[0])]
         return list(self._pool.map(one, works))
 
+    def store_waiting_since(self) -> float | None:
+        store = self.partitions.store
+        return None if store is None else store.waiting_since
+
     def stop(self) -> None:
         """Close the partitions: a stopped run holds no state open (readers reopen them)."""
         self._pool.shutdown(wait=True)
@@ -381,6 +394,8 @@ class PartitionedCommit:
         )
         self.restores: dict[PartitionRef, Restored] = {}
         """The last restore of each partition restored by this run."""
+        self.last_restore: tuple[PartitionRef, Restored, float] | None = None
+        """The partition this run restored last, how, and when (``time.time()``)."""
 
     def task_of(self, ref: PartitionRef) -> int:
         component = self._component_of[ref.group]
@@ -543,6 +558,7 @@ class PartitionedCommit:
         )
         restored = self.host.restore(layout, ref.index, decision.txid, keep_from)
         self.restores[ref] = restored
+        self.last_restore = (ref, restored, time.time())
         previous = self.placed.get(ref)
         self.placed[ref] = PartitionOutcome(
             ref,
@@ -578,9 +594,11 @@ class PartitionedCommit:
 
     def status(self) -> list[dict[str, Any]]:
         """Each partition's owner (host, task), the txid it holds, its keys and bytes, as
-        of its last commit."""
-        return [
-            {
+        of its last commit; with a checkpoint store, its last snapshot's txid and time,
+        why the last one failed, and the bytes it keeps in the store."""
+        found = []
+        for ref, outcome in sorted(self.placed.items()):
+            entry: dict[str, Any] = {
                 "group": ref.group,
                 "index": ref.index,
                 "host": outcome.host,
@@ -589,8 +607,61 @@ class PartitionedCommit:
                 "keys": outcome.keys,
                 "bytes": outcome.bytes,
             }
-            for ref, outcome in sorted(self.placed.items())
+            report = outcome.checkpoint
+            if report is not None:
+                entry.update(
+                    snapshot=report.last_snapshot,
+                    snapshot_at=report.snapshot_at,
+                    snapshot_error=report.snapshot_error,
+                    store_bytes=report.store_bytes,
+                )
+            found.append(entry)
+        return found
+
+    def checkpoint_status(self) -> dict[str, Any] | None:
+        """The run's checkpoint store (None: it has none): where it is, since when a commit
+        has waited for it (None: none waits), the bytes the partitions and the driver keep
+        there, the driver's last record, and the last restore (a partition's, or the
+        driver's directory's)."""
+        records = self.driver_checkpoint
+        if records is None:
+            return None
+        waits = [
+            since
+            for since in (records.store.waiting_since, self.host.store_waiting_since())
+            if since is not None
         ]
+        reports = [outcome.checkpoint for outcome in self.placed.values() if outcome.checkpoint]
+        last_restore = None
+        if self.last_restore is not None:
+            ref, restored, at = self.last_restore
+            last_restore = {
+                "group": ref.group,
+                "index": ref.index,
+                "txid": restored.txid,
+                "snapshot": restored.snapshot,
+                "deltas": restored.deltas,
+                "bytes": restored.bytes,
+                "seconds": restored.seconds,
+                "at": at,
+            }
+        driver_restore = records.restored
+        return {
+            "store": records.store.settings.describe(),
+            "waiting_since": min(waits, default=None),
+            "bytes": sum(report.store_bytes for report in reports) + records.record_bytes,
+            "record": None
+            if records.last_put is None
+            else {"sequence": records.last_put[0], "txid": records.last_put[1]},
+            "last_restore": last_restore,
+            "driver_restore": None
+            if driver_restore is None
+            else {
+                "record": driver_restore.name,
+                "txid": driver_restore.txid,
+                "seconds": driver_restore.seconds,
+            },
+        }
 
     def stop(self) -> None:
         self.host.stop()

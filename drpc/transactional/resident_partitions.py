@@ -290,6 +290,11 @@ class ResidentPartitionHost:
             host=self._hosts.get(work.ref),
         )
 
+    def store_waiting_since(self) -> float | None:
+        """None: the resident tasks wait for the store on their hosts; the driver sees the
+        store wait when its own put of the driver's records does."""
+        return None
+
     def stop(self) -> None:
         """Close the partitions on the resident tasks (when the job still runs)."""
         cluster = self._cluster

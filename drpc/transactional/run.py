@@ -47,6 +47,9 @@ until its source runs dry (a committed batch emitted nothing) or
   ``TransactionalError`` caused by ``StateFullError``: nothing of that batch
   is committed, earlier commits stay, and a restart with a larger
   ``max_map_size`` commits it (a replay would write the same data again);
+- a checkpoint store that does not answer within ``drpc.checkpoint.retry.timeout``
+  (or refuses) stops the run the same way, with ``TransactionalError`` caused by
+  ``CheckpointStoreError``;
 - restarting with the same state directory resumes after the last commit;
 - events go to the ``drpc.observe`` observer given as ``observer``
   (``tx_started``, ``tx_committed``, ``tx_replayed`` with cause
@@ -71,6 +74,7 @@ from typing import Any
 
 from drpc import config
 from drpc.errors import (
+    CheckpointStoreError,
     InvalidTopologyError,
     PartitionLostError,
     StateFullError,
@@ -492,17 +496,24 @@ class TransactionalRunner:
 
     def status(self) -> dict[str, Any]:
         """Last committed txid, batches in flight, commits, tuples and replays of this run,
-        what its spout's coordinator waits for (``waiting``: ``"waiting for redis at
-        HOST:PORT"`` while a broker is away, else None), and its partitions (``partitions``:
-        each one's state, index, owner host and task, txid held, keys and bytes)."""
+        what it waits for (``waiting``: ``"waiting for redis at HOST:PORT"`` while a broker
+        is away, ``"waiting for the checkpoint store ..."`` while a commit waits for the
+        store, else None), its partitions (``partitions``: each one's state, index, owner
+        host and task, txid held, keys and bytes; with a store, its last snapshot and bytes
+        there) and its checkpoint store (``checkpoint``: None without one, else
+        ``PartitionedCommit.checkpoint_status``)."""
         waiting = waiting_of(self.spout_coordinator)
         partitions = [] if self.partitioned is None else self.partitioned.status()
+        checkpoint = None if self.partitioned is None else self.partitioned.checkpoint_status()
+        if waiting is None and checkpoint is not None and checkpoint["waiting_since"]:
+            waiting = f"waiting for the checkpoint store {checkpoint['store']}"
         with self._status_lock:
             return {
                 **self._status,
                 "replays": dict(self._status["replays"]),
                 "waiting": waiting,
                 "partitions": partitions,
+                "checkpoint": checkpoint,
             }
 
     def _update_status(self, **changes: Any) -> None:
@@ -730,6 +741,12 @@ class TransactionalRunner:
                 f"transactional topology {self.info.id!r}: batch {attempt.txid} cannot commit: "
                 f"{error}; nothing of batch {attempt.txid} was committed, the run stops (a "
                 "replay would write the same data); restart it with a larger max_map_size"
+            ) from error
+        except CheckpointStoreError as error:
+            raise TransactionalError(
+                f"transactional topology {self.info.id!r}: batch {attempt.txid} cannot commit: "
+                f"{error}; the run stops (a replay would wait for the same store). Restart it "
+                "once the store answers: it resumes from the last commit the store holds"
             ) from error
         except Exception as error:
             failure = error.failure if isinstance(error, CommitFailed) else None

@@ -33,7 +33,11 @@ runtimes); it keeps, in memory and bounded:
 - ``partitions``: each partition of the hosted runs' partitioned states (at most
   ``max_partitions``, default 256; ``partitions_total`` counts them all): its topology,
   state and index, its owner (host, resident task), the txid it holds, its keys and
-  bytes (``drpc.transactional.partitions``);
+  bytes (``drpc.transactional.partitions``); with a checkpoint store, the txid of its
+  last snapshot there (``snapshot``; ``snapshot_error``: why the last one failed) and
+  the bytes it keeps there (``store_bytes``); a hosted run with a store says so on its
+  topology (``checkpoint``: the store, the bytes the run keeps there, since when a commit
+  waits for it, and the last restore's duration and time);
 - per state directory open in this process (``state``; at most
   ``max_state_dirs``, default 16, the first by path; ``state_total`` counts them
   all; a partition's directory is shown as a partition, not here), read at each
@@ -551,11 +555,13 @@ class Dashboard(Observer):
             entry["error"] = None if error is None else _clip(str(error), self.max_message)
             waiting = run.get("waiting")
             entry["waiting"] = None if waiting is None else _clip(str(waiting), self.max_message)
+            entry["checkpoint"] = self._checkpoint_status(run.get("checkpoint"))
         topologies.sort(key=lambda entry: entry["topology"])
         return partitions, total
 
     def _partition_status(self, topology: str, partition: Mapping[str, Any]) -> dict[str, Any]:
         host = partition.get("host")
+        error = partition.get("snapshot_error")
         return {
             "topology": _clip(topology, self.max_name),
             "state": _clip(str(partition["group"]), self.max_name),
@@ -565,6 +571,21 @@ class Dashboard(Observer):
             "txid": partition.get("txid"),
             "keys": partition.get("keys"),
             "bytes": partition.get("bytes"),
+            "snapshot": partition.get("snapshot"),
+            "snapshot_error": None if error is None else _clip(str(error), self.max_message),
+            "store_bytes": partition.get("store_bytes"),
+        }
+
+    def _checkpoint_status(self, checkpoint: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        if not checkpoint:
+            return None
+        restore = checkpoint.get("last_restore")
+        return {
+            "store": _clip(str(checkpoint.get("store")), self.max_name),
+            "bytes": checkpoint.get("bytes"),
+            "waiting_since": checkpoint.get("waiting_since"),
+            "last_restore_seconds": None if restore is None else restore.get("seconds"),
+            "last_restore_at": None if restore is None else restore.get("at"),
         }
 
     def state_status(self) -> tuple[list[dict[str, Any]], int]:

@@ -180,6 +180,12 @@ def test_the_server_cli_refuses_an_unloadable_topology() -> None:
              "--checkpoint-dir", "/shared/drpc"],
             "--checkpoint-dir: checkpoint_dir '/shared/drpc': give a file:// or s3:// URI",
         ),
+        (
+            "drpc.server",
+            ["--transactional", "drpc.examples.transactional_words:topology", "--state-dir", "s",
+             "--checkpoint-dir", "ftp://host/drpc"],
+            "--checkpoint-dir: checkpoint_dir 'ftp://host/drpc'",
+        ),
         ("drpc.server", ["--executor", "spark", "--slots", "0"], "--slots must be >= 1"),
         ("drpc.server", ["--executor", "spark-batch", "--slots", "2"], "--executor spark only"),
         ("drpc.runner", ["--servers", "h:1", "--topology", "drpc.examples.reach:topology",

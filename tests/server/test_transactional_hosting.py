@@ -49,6 +49,7 @@ def test_the_server_runs_a_transactional_topology_and_answers_from_its_commits(
         state_dir=str(state_dir),
         max_spout_pending=2,
         idle_interval=0.5,
+        checkpoint_dir=f"file://{tmp_path / 'store'}",
     )
     assert not hosted.running  # it starts with the server
     with ServerThread(server) as running, DRPCClient(HOST, running.port, timeout=30) as client:
@@ -83,7 +84,20 @@ def test_the_server_runs_a_transactional_topology_and_answers_from_its_commits(
             assert samples[("drpc_partition_txid", keyed)] == partition["txid"]
             owner = tuple(sorted({**labels, "host": partition["host"], "task": "0"}.items()))
             assert samples[("drpc_partition_owner", owner)] == 1
+            # with a checkpoint store: its last snapshot and what it keeps there
+            assert samples[("drpc_partition_snapshot_txid", keyed)] == partition["snapshot"]
+            assert samples[("drpc_partition_store_bytes", keyed)] == partition["store_bytes"] > 0
+        run_labels = (("topology", "fault-words"),)
+        assert samples[("drpc_checkpoint_store_bytes", run_labels)] > sum(
+            p["store_bytes"] for p in partitions
+        )  # theirs and the driver's records
+        assert samples[("drpc_checkpoint_waiting", run_labels)] == 0
         shown = server.dashboard.status(server.service)
+        (topology_shown,) = shown["transactional"]
+        assert topology_shown["checkpoint"]["store"] == f"file://{tmp_path / 'store'}"
+        assert [p["store_bytes"] for p in shown["partitions"]] == [
+            p["store_bytes"] for p in partitions
+        ]
         assert [(p["state"], p["index"], p["task"]) for p in shown["partitions"]] == [
             ("commit", 0, 0),
             ("commit", 1, 0),

@@ -153,6 +153,10 @@ def test_snapshots_come_every_n_deltas_and_retention_keeps_what_a_restore_needs(
         "manifest-00000000000000000004",
         "snapshot-00000000000000000004",
     ]
+    report = partition.journal.report()  # type: ignore[union-attr]
+    assert report.store_bytes == sum(store.sizes(FOLDER).values())  # what retention left
+    assert (report.last_snapshot, report.snapshot_error) == (4, None)
+    assert PartitionCheckpoint(store, LAYOUT, 1).report().store_bytes == report.store_bytes
     partition.env.close()
 
 

@@ -12,15 +12,23 @@ import time
 from pathlib import Path
 
 import pytest
+from drpc.server.dashboard import Dashboard
 
-from drpc.errors import CheckpointStoreError
+from drpc.errors import CheckpointStoreError, TransactionalError
 from drpc.state import StateEnvironment
-from drpc.state.checkpoint_store import CheckpointSettings, CheckpointStore
+from drpc.state.checkpoint_store import (
+    ENDPOINT_CONF,
+    RETRY_TIMEOUT_CONF,
+    CheckpointSettings,
+    CheckpointStore,
+)
 from drpc.state.keygroups import partition_of
 from drpc.state.partition import partition_path, partition_root
-from drpc.trident import LMDBMapState
+from drpc.transactional import RunResult, TransactionalRunner
+from drpc.trident import LMDBMapState, transactional_topology
 from drpc.trident import run as run_trident
 from tests.s3 import Outage, S3Server
+from tests.waiting import wait_until
 
 from ..trident.test_partitioned_state import listed
 from ..trident.test_word_count import WORDS, committed
@@ -114,3 +122,68 @@ def test_a_run_restores_a_lost_partition_from_s3(s3_server: S3Server, tmp_path: 
     shutil.rmtree(partition_path(partition_root(str(state_dir)), "word-counts", lost))
     run_trident(topology, state_dir=str(state_dir), checkpoint_dir=uri, conf=conf)
     assert committed(state_dir, LMDBMapState.transactional("word-counts")) == dict(WORDS)
+
+
+@pytest.mark.timeout(120)
+def test_a_run_waiting_for_the_store_says_so_and_counts_once(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """The store's network goes down before the first commit: the commit waits (nothing is
+    claimed), the run's status and the dashboard say "waiting for the checkpoint store";
+    the store comes back and the run counts every word once."""
+    gate = Outage(s3_server)
+    conf = {**s3_server.conf(), ENDPOINT_CONF: gate.endpoint}
+    state_dir = tmp_path / "state"
+    settings = dataclasses.replace(
+        s3_server.settings(f"runs/{tmp_path.name}"), endpoint_url=gate.endpoint
+    )
+    runner = TransactionalRunner(
+        transactional_topology(listed(3), str(state_dir)),
+        state_dir=str(state_dir),
+        checkpoint_dir=settings.uri,
+        conf=conf,
+    )
+    board = Dashboard()
+    board.watch_transactional(lambda: {runner.info.id: runner.status()})
+    waiting = f"waiting for the checkpoint store {settings.describe()}"
+    with runner:
+        gate.cut()
+        result: list[RunResult] = []
+        running = threading.Thread(target=lambda: result.append(runner.run()))
+        running.start()
+        wait_until(lambda: runner.status()["waiting"] == waiting, what="the status to wait")
+        (shown,) = board.status()["transactional"]
+        assert shown["waiting"] == waiting
+        assert runner.status()["last_txid"] is None  # nothing claimed while it waits
+        gate.mend()
+        running.join(60)
+        assert not running.is_alive()
+        status = runner.status()
+    assert status["waiting"] is None
+    assert result[0].last_txid == status["last_txid"] and status["last_txid"] >= 3
+    assert committed(state_dir, LMDBMapState.transactional("word-counts")) == dict(WORDS)
+    checkpoint = status["checkpoint"]
+    assert checkpoint["store"] == settings.describe() and checkpoint["waiting_since"] is None
+    assert checkpoint["record"]["txid"] == status["last_txid"]
+    assert checkpoint["bytes"] > 0
+    assert str(settings.secret_key) not in repr(status)
+
+
+@pytest.mark.timeout(60)
+def test_a_store_away_past_its_limit_stops_the_run_typed(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    gate = Outage(s3_server)
+    conf = {**s3_server.conf(), ENDPOINT_CONF: gate.endpoint, RETRY_TIMEOUT_CONF: 1.0}
+    state_dir = tmp_path / "state"
+    uri = s3_server.settings(f"runs/{tmp_path.name}").uri
+    topology = transactional_topology(listed(3), str(state_dir))
+    runner = TransactionalRunner(topology, state_dir=str(state_dir), checkpoint_dir=uri, conf=conf)
+    with runner:
+        gate.cut()
+        with pytest.raises(TransactionalError, match="the run stops") as raised:
+            runner.run()
+    assert isinstance(raised.value.__cause__, CheckpointStoreError)
+    assert "drpc.checkpoint.retry.timeout 1" in str(raised.value)
+    assert runner.status()["last_txid"] is None
+    assert sum(runner.status()["replays"].values()) == 0  # stopped, not replayed

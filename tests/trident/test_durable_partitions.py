@@ -18,8 +18,8 @@ from drpc.state.checkpoint_store import CheckpointSettings, CheckpointStore
 from drpc.state.driver_checkpoint import driver_folder
 from drpc.state.keygroups import partition_of
 from drpc.state.partition import partition_path, partition_root
-from drpc.transactional import MemoryTransactionalSpout
-from drpc.trident import Count, LMDBMapState, TridentTopology
+from drpc.transactional import MemoryTransactionalSpout, TransactionalRunner
+from drpc.trident import Count, LMDBMapState, TridentTopology, transactional_topology
 from drpc.trident import run as run_trident
 
 from .ops import Split
@@ -128,3 +128,36 @@ def test_a_checkpoint_store_for_a_topology_without_partitioned_state_is_refused(
             state_dir=str(tmp_path / "state"),
             checkpoint_dir=f"file://{tmp_path / 'store'}",
         )
+
+
+def test_the_status_shows_the_store_the_snapshots_and_the_restores(tmp_path: Path) -> None:
+    store = f"file://{tmp_path / 'store'}"
+    topology = listed(3)
+    run_trident(topology, state_dir=str(tmp_path / "lost"), max_batches=3, checkpoint_dir=store)
+    close_state(tmp_path)
+    shutil.rmtree(tmp_path / "lost")
+    state_dir = tmp_path / "elsewhere"
+    runner = TransactionalRunner(
+        transactional_topology(topology, str(state_dir)),
+        state_dir=str(state_dir),
+        checkpoint_dir=store,
+        conf=SNAPSHOT_EVERY,
+    )
+    with runner:
+        runner.run()
+        status = runner.status()
+    close_state(tmp_path)
+    checkpoint = status["checkpoint"]
+    assert checkpoint["store"] == store and checkpoint["waiting_since"] is None
+    assert checkpoint["driver_restore"]["txid"] == 3
+    assert checkpoint["driver_restore"]["record"].startswith("driver/word-count/record-")
+    restored = checkpoint["last_restore"]
+    assert restored["group"] == "word-counts" and restored["txid"] == 3
+    assert restored["seconds"] > 0 and restored["snapshot"] == 0  # the first run's one
+    assert checkpoint["record"]["txid"] == status["last_txid"] > 3
+    partitions = status["partitions"]
+    assert [entry["index"] for entry in partitions] == [0, 1, 2]
+    for entry in partitions:
+        assert entry["snapshot"] is not None and entry["snapshot_error"] is None
+        assert entry["store_bytes"] > 0
+    assert checkpoint["bytes"] > sum(entry["store_bytes"] for entry in partitions)  # + records

@@ -280,6 +280,9 @@ function renderTransactional(status) {
       name.append(el("div", { class: `run-state run-${state.replace(" ", "-")}` }, state));
       if (tx.error) name.append(el("div", { class: "run-error" }, tx.error));
       if (tx.waiting) name.append(el("div", { class: "run-waiting" }, tx.waiting));
+      if (tx.checkpoint) {
+        name.append(el("div", { class: "run-checkpoint muted" }, checkpointLine(tx.checkpoint)));
+      }
     }
     const committed = el("td", { class: "num last-committed" }, tx.last_committed ?? "—");
     if (tx.slowest) {
@@ -357,9 +360,23 @@ function renderPartitions(status) {
       el("td", { class: "num txid" }, partition.txid ?? "—"),
       el("td", { class: "num keys" }, partition.keys ?? "—"),
       el("td", { class: "num bytes" }, partition.bytes ?? "—"),
+      el(
+        "td",
+        { class: "num snapshot", title: partition.snapshot_error ?? "" },
+        partition.snapshot_error ? `${partition.snapshot ?? "—"} (failed)` : partition.snapshot ?? "—",
+      ),
+      el("td", { class: "num store-bytes" }, partition.store_bytes ?? "—"),
     );
   });
   fill("partitions", rows);
+}
+
+function checkpointLine(checkpoint) {
+  const parts = [`store ${checkpoint.store}`, `${checkpoint.bytes ?? 0} bytes`];
+  if (checkpoint.last_restore_seconds !== null && checkpoint.last_restore_seconds !== undefined) {
+    parts.push(`last restore ${seconds(checkpoint.last_restore_seconds)}`);
+  }
+  return parts.join(", ");
 }
 
 function render(status) {
