@@ -10,7 +10,9 @@ it out, values read 0.
   process's figure once threads have come and gone.
 - ``children()``: one scan of ``/proc``, parent pid to child pids;
   ``descendants(pid)``: every live process under ``pid``, nearest first.
-- ``jvm(pid)``: the first Java process under ``pid`` (a PySpark driver's JVM).
+- ``jvm(pid)``: the first Java process under ``pid`` (a PySpark driver's JVM);
+  ``jvm_above(pid)``: the nearest one above it (a Python worker's executor JVM);
+  ``parent(pid)``: its parent.
 - ``spark_python(jvm_pid)``: the Python processes a Spark JVM runs, classified:
   ``daemons`` are the ``pyspark.daemon`` processes the JVM started, ``tasks``
   the processes they forked (each runs Spark tasks, one at a time, and stays
@@ -119,6 +121,23 @@ def is_java(pid: int) -> bool:
 def jvm(pid: int, tree: dict[int, list[int]] | None = None) -> int | None:
     """The first Java process under ``pid`` (a PySpark driver's JVM), or None."""
     return next((child for child in descendants(pid, tree) if is_java(child)), None)
+
+
+def parent(pid: int) -> int | None:
+    """The parent of ``pid`` (None once it is gone)."""
+    fields = _stat_fields(PROC / str(pid) / "stat")
+    return None if fields is None else int(fields[1])
+
+
+def jvm_above(pid: int) -> int | None:
+    """The nearest Java process ``pid`` runs under (a Spark Python worker's executor JVM),
+    or None."""
+    at = parent(pid)
+    while at is not None and at > 1:
+        if is_java(at):
+            return at
+        at = parent(at)
+    return None
 
 
 @dataclass
