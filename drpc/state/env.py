@@ -447,8 +447,17 @@ class StateEnvironment:
         (``copy_to``): their undo logs and horizon name versions of the directory it was
         copied from. Its data stays; its next write starts its versions anew."""
         try:
-            raw = lmdb.open(path, max_dbs=len(_DATABASES), subdir=True, create=False)
-        except lmdb.Error as error:
+            # Room past the file: the drop's write needs free pages, and LMDB's own default
+            # map (10 MiB) is smaller than most copies.
+            size = os.path.getsize(os.path.join(path, "data.mdb"))
+            raw = lmdb.open(
+                path,
+                max_dbs=len(_DATABASES),
+                subdir=True,
+                create=False,
+                map_size=_round_up(max(2 * size, DEFAULT_MAP_SIZE)),
+            )
+        except (OSError, lmdb.Error) as error:
             raise StateError(f"cannot open state directory {path!r}: {error}") from error
         try:
             with raw.begin(write=True) as txn:

@@ -201,6 +201,30 @@ def test_a_restore_rebuilds_the_partition_exactly_from_snapshot_and_deltas(
     rebuilt.env.close()
 
 
+def test_a_snapshot_larger_than_lmdb_s_default_map_restores(tmp_path: Path) -> None:
+    """LMDB opens a file with a map of its own default size (10 MiB) unless told; a restore
+    writes to the snapshot it downloaded, so it must give it room past its size."""
+    store = store_at(tmp_path, snapshot_every=1)
+    partition = journaled(tmp_path / "p1", store)
+    big = TransactionalMap(partition.env, "big")
+    values = {f"k{n}": f"{n}" * 400_000 for n in range(1, 31)}  # about 14 MB
+    for txid, batch in ((1, values), (2, {"k1": "small"})):
+        partition.apply(
+            txid, lambda txn, txid=txid, batch=batch: big.handle(txn, txid).multi_put(batch)
+        )
+        partition.journal.wait()  # type: ignore[union-attr]
+    partition.env.close()
+    [snapshot] = [n for n in store.list(FOLDER) if "/snapshot-" in n]
+    assert store.sizes(FOLDER)[snapshot] > 10 * 1024 * 1024
+    restored = restore(store, LAYOUT, 1, str(tmp_path / "new"), 2)
+    assert (restored.snapshot, restored.deltas) == (1, 1)
+    rebuilt = StatePartition.open(str(tmp_path / "new"), LAYOUT, 1)
+    with rebuilt.read(2) as txn:
+        found = dict(TransactionalMap(rebuilt.env, "big").items(txn=txn))
+    assert found == {**values, "k1": "small"}
+    rebuilt.env.close()
+
+
 def test_a_restore_stops_at_the_global_commit_whatever_lies_after_it(tmp_path: Path) -> None:
     store = store_at(tmp_path, snapshot_every=100)
     partition = journaled(tmp_path / "p1", store)
