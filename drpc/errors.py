@@ -398,3 +398,63 @@ class RangeTrimmedError(BrokerError, FailedException):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.source, self.first, self.last, self.detail))
+
+
+class ShellProcessError(DRPCError):
+    """A multilang subprocess (``drpc.multilang``: a ``ShellBolt`` or ``ShellSpout``) failed:
+    the tuples it had in flight fail with this error and the subprocess is restarted. The
+    message names the ``command``, what happened (``detail``), its ``exit_status`` (None
+    while it ran; negative: killed by that signal) and the tail of its stderr."""
+
+    def __init__(
+        self,
+        command: tuple[str, ...],
+        detail: str,
+        exit_status: int | None = None,
+        stderr_tail: str = "",
+    ) -> None:
+        self.command = tuple(command)
+        self.detail = detail
+        self.exit_status = exit_status
+        self.stderr_tail = stderr_tail
+        super().__init__(
+            f"multilang subprocess {' '.join(self.command)!r} {detail} "
+            f"({describe_exit_status(exit_status)}); "
+            f"stderr tail: {stderr_tail.strip()!r}"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.command, self.detail, self.exit_status, self.stderr_tail))
+
+
+def describe_exit_status(status: int | None) -> str:
+    """``exit status 3``, ``killed by signal 9`` or ``no exit status``."""
+    if status is None:
+        return "no exit status"
+    if status >= 0:
+        return f"exit status {status}"
+    return f"killed by signal {-status}"
+
+
+class ShellProcessExitedError(ShellProcessError):
+    """The multilang subprocess exited (or closed its output) while it was serving."""
+
+
+class ShellHeartbeatTimeoutError(ShellProcessError):
+    """The multilang subprocess wrote nothing, not even the ``sync`` a heartbeat asks for,
+    for longer than its heartbeat timeout: it was killed."""
+
+
+class ShellProtocolError(ShellProcessError):
+    """The multilang subprocess wrote something that is not the multilang protocol (not
+    JSON, no ``command``, an ack of an unknown tuple id...): it was killed."""
+
+
+class ShellHandshakeError(ShellProcessError):
+    """The multilang subprocess did not answer the handshake with ``{"pid": N}`` (it
+    exited, wrote something else, or stayed silent past its start timeout)."""
+
+
+class ShellReportedError(DRPCError):
+    """What a multilang subprocess reported with its ``error`` command (Storm's "Shell
+    Process Exception"), handed to the collector's ``report_error``."""

@@ -1,0 +1,408 @@
+"""``ShellBolt``: a bolt whose work runs in a subprocess speaking Storm's multilang protocol.
+
+Contract. Subclass it as in Storm: ``__init__`` passes the command (``super().__init__(
+"python3", "splitsentence.py")``) and ``declare_output_fields`` declares what the
+subprocess emits. It is a rich bolt, so it goes wherever a bolt does (a DRPC step, a
+plain topology), on every executor; the subprocess starts in ``prepare`` on the task's
+process (a Spark executor's Python worker, on Spark), in ``cwd`` (default: that
+process's), with ``env`` added to that process's environment.
+
+- ``prepare`` starts the subprocess and waits for its handshake; a subprocess that does
+  not answer it within ``start_timeout`` seconds (default 30) with ``{"pid": N}``, or
+  cannot be started, fails ``prepare`` with ``ShellHandshakeError``.
+- ``execute`` hands the tuple to the subprocess and returns; the subprocess emits,
+  acks and fails through the task's collector (a value it emits equal to its first
+  anchor's at the same position, a subclass's instance there, is the anchor's: a DRPC
+  request id keeps its pinned reads, ``kept_from_anchors``; ``drpc.multilang.
+  bolt_protocol`` has the protocol's rules). Subprocess ``log`` messages go to the logger
+  ``drpc.multilang.<component id>`` at their level (trace is 5, below debug), and so do
+  its stderr lines (info); ``error`` goes to the collector's ``report_error`` as a
+  ``ShellReportedError``; ``metrics`` calls ``update_metric(name, params)``.
+- Faults: a subprocess that exits (``ShellProcessExitedError``), writes nothing, not
+  even a heartbeat's ``sync``, for ``heartbeat_timeout`` seconds
+  (``ShellHeartbeatTimeoutError``; default: the conf's ``topology.subprocess.timeout.secs``,
+  else ``supervisor.worker.timeout.secs``, else 30, as Storm) or writes garbage
+  (``ShellProtocolError``) is killed; every tuple it had fails with that error, which
+  names the command, the exit status and the last ``stderr_tail_bytes`` bytes of its
+  stderr, and a new subprocess starts; tuples that arrive meanwhile wait for it.
+  ``heartbeat_interval`` (default 1 s, as Storm) is how often a heartbeat tuple goes out;
+  ``max_message_bytes`` (default 16 MiB) bounds one message of the subprocess.
+- ``cleanup`` kills the subprocess (after ``stop_grace`` seconds, default 0.5, for it to
+  exit when its stdin closes) and removes its pid directory.
+
+The bolt pickles as its settings only: the subprocess and threads belong to the task.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from typing import Any, Final
+
+from drpc.errors import (
+    ShellHandshakeError,
+    ShellHeartbeatTimeoutError,
+    ShellProcessError,
+    ShellProcessExitedError,
+    ShellProtocolError,
+    ShellReportedError,
+)
+from drpc.model.components import BaseRichBolt, Conf, OutputCollector
+from drpc.model.context import TopologyContext
+from drpc.model.tuples import Tuple
+from drpc.multilang.bolt_protocol import (
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_HEARTBEAT_TIMEOUT,
+    DEFAULT_START_TIMEOUT,
+    BoltProtocol,
+    State,
+)
+from drpc.multilang.decisions import (
+    Ack,
+    Decision,
+    Emit,
+    Fail,
+    Fault,
+    FaultKind,
+    Log,
+    Metrics,
+    ReportError,
+    Restart,
+    Send,
+    Started,
+)
+from drpc.multilang.handshake import setup_message
+from drpc.multilang.process import DEFAULT_STDERR_TAIL_BYTES, ShellProcess
+from drpc.multilang.wire import DEFAULT_MAX_MESSAGE_BYTES
+
+SUBPROCESS_TIMEOUT_CONF: Final = "topology.subprocess.timeout.secs"
+WORKER_TIMEOUT_CONF: Final = "supervisor.worker.timeout.secs"
+DEFAULT_STOP_GRACE: Final = 0.5
+EXIT_GRACE: Final = 1.0
+
+ERRORS: Final[dict[FaultKind, type[ShellProcessError]]] = {
+    FaultKind.EXITED: ShellProcessExitedError,
+    FaultKind.PROTOCOL: ShellProtocolError,
+    FaultKind.HEARTBEAT: ShellHeartbeatTimeoutError,
+    FaultKind.HANDSHAKE: ShellHandshakeError,
+}
+
+
+def heartbeat_timeout_of(conf: Conf, given: float | None) -> float:
+    """``given``, else Storm's conf keys, else ``DEFAULT_HEARTBEAT_TIMEOUT``."""
+    if given is not None:
+        return float(given)
+    for key in (SUBPROCESS_TIMEOUT_CONF, WORKER_TIMEOUT_CONF):
+        value = conf.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return DEFAULT_HEARTBEAT_TIMEOUT
+
+
+def kept_from_anchors(values: list[Any], anchors: list[Tuple]) -> list[Any]:
+    """``values`` with each one that equals the first anchor's value at its position, and
+    whose anchor's value is of a subclass of its type, replaced by the anchor's: JSON
+    carries a DRPC request id as a plain int, and the engine's id is a ``PinnedRequest``
+    whose pinned reads the steps after this one must keep."""
+    if not anchors:
+        return values
+    before = anchors[0].values
+    return [
+        before[at]
+        if at < len(before)
+        and type(before[at]) is not type(value)
+        and isinstance(before[at], type(value))
+        and before[at] == value
+        else value
+        for at, value in enumerate(values)
+    ]
+
+
+def logger_for(component_id: str) -> logging.Logger:
+    return logging.getLogger(f"drpc.multilang.{component_id}")
+
+
+class ShellBolt(BaseRichBolt):
+    """A bolt run by a multilang subprocess (see the module doc)."""
+
+    def __init__(
+        self,
+        *command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        heartbeat_timeout: float | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
+        stop_grace: float = DEFAULT_STOP_GRACE,
+    ) -> None:
+        if not command or not all(isinstance(part, str) and part for part in command):
+            raise ValueError(f"ShellBolt needs a command of non-empty strings, got {command!r}")
+        self.command = tuple(command)
+        self.cwd = cwd
+        self.env = dict(env) if env is not None else None
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.start_timeout = start_timeout
+        self.max_message_bytes = max_message_bytes
+        self.stderr_tail_bytes = stderr_tail_bytes
+        self.stop_grace = stop_grace
+        self._shell: _BoltShell | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_shell"] = None
+        return state
+
+    @property
+    def pid(self) -> int | None:
+        """The pid the running subprocess answered the handshake with (None before)."""
+        return None if self._shell is None else self._shell.machine.pid
+
+    def prepare(self, conf: Conf, context: TopologyContext, collector: OutputCollector) -> None:
+        shell = _BoltShell(self, conf, context, collector)
+        shell.open()
+        self._shell = shell
+
+    def execute(self, tuple: Tuple) -> None:
+        if self._shell is None:
+            raise RuntimeError("ShellBolt.execute before prepare")
+        self._shell.execute(tuple)
+
+    def cleanup(self) -> None:
+        shell, self._shell = self._shell, None
+        if shell is not None:
+            shell.close()
+
+    def update_metric(self, name: str, params: Any) -> None:
+        """The subprocess sent ``{"command": "metrics", "name", "params"}`` (Storm's
+        ``IShellMetric.updateMetricFromRPC``); override to record it. Logged at debug."""
+        logger_for(type(self).__name__).debug("metric %s: %r", name, params)
+
+
+class _BoltShell:
+    """The IO around one task's ``BoltProtocol``: the subprocess, its threads, a ticker."""
+
+    def __init__(
+        self, bolt: ShellBolt, conf: Conf, context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        self.bolt = bolt
+        self.collector = collector
+        self.component = context.this_component_id
+        self.task = context.this_task_id
+        self.log = logger_for(self.component)
+        self.machine: BoltProtocol[Tuple] = BoltProtocol(
+            heartbeat_interval=bolt.heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout_of(conf, bolt.heartbeat_timeout),
+            start_timeout=bolt.start_timeout,
+            max_message_bytes=bolt.max_message_bytes,
+        )
+        self.pid_dir = tempfile.mkdtemp(prefix="drpc-multilang-")
+        self.setup = setup_message(conf, context, self.pid_dir)
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.process: ShellProcess | None = None
+        self.recovered = 0  # the last generation whose fault was handled
+        self.last_error: ShellProcessError | None = None
+        self.stopping = threading.Event()
+        machine = self.machine
+        period = min(machine.heartbeat_interval, machine.heartbeat_timeout, machine.start_timeout)
+        self.ticker = threading.Thread(
+            target=self._tick, args=(max(0.01, period / 4),), name="multilang-ticker", daemon=True
+        )
+
+    def open(self) -> None:
+        with self.lock:
+            later = self._start()
+        self.ticker.start()
+        self._carry_out(later, self.machine.generation)
+        with self.lock:
+            self.changed.wait_for(
+                lambda: self.machine.state is State.READY or self.recovered >= 1,
+                timeout=self.machine.start_timeout + 10.0,
+            )
+            ready = self.machine.state is State.READY
+            error = self.last_error
+        if not ready:
+            self.close()
+            raise error or ShellHandshakeError(self.bolt.command, "did not start")
+
+    def execute(self, tuple: Tuple) -> None:
+        with self.lock:
+            generation = self.machine.generation
+            later = self._locked(
+                self.machine.execute(
+                    tuple,
+                    tuple.source_component,
+                    tuple.source_stream,
+                    tuple.source_task,
+                    tuple.values,
+                )
+            )
+        self._carry_out(later, generation)
+
+    def close(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            self.machine.stop()
+            process, self.process = self.process, None
+            self.changed.notify_all()
+        if process is not None:
+            process.stop(self.bolt.stop_grace)
+        if self.ticker.is_alive() and self.ticker is not threading.current_thread():
+            self.ticker.join(5.0)
+        shutil.rmtree(self.pid_dir, ignore_errors=True)
+
+    # -- under the lock -------------------------------------------------------------------
+
+    def _start(self) -> list[Decision]:
+        """Start a subprocess for the next generation (holding the lock)."""
+        decisions = self.machine.start(self.setup, time.monotonic())
+        generation = self.machine.generation
+        process = ShellProcess(
+            self.bolt.command,
+            cwd=self.bolt.cwd,
+            env=self.bolt.env,
+            on_output=lambda data: self._output(generation, data),
+            on_closed=lambda: self._closed(generation),
+            on_stderr=self._stderr,
+            stderr_tail_bytes=self.bolt.stderr_tail_bytes,
+        )
+        try:
+            process.start()
+        except OSError as error:
+            self.process = None
+            failure = ShellHandshakeError(self.bolt.command, f"could not be started ({error})")
+            self.log.error("%s", failure)
+            self.recovered = generation
+            self.last_error = failure
+            self.changed.notify_all()
+            return self._locked(self.machine.lost(failure))
+        self.process = process
+        return self._locked(decisions)
+
+    def _locked(self, decisions: list[Decision]) -> list[Decision]:
+        """Write the sends and start what must start; the rest is for after the lock."""
+        later: list[Decision] = []
+        for decision in decisions:
+            if isinstance(decision, Send):
+                if self.process is not None:
+                    self.process.write(decision.data)
+            elif isinstance(decision, Restart):
+                if not self.stopping.is_set():
+                    later += self._start()
+            else:
+                if isinstance(decision, Started):
+                    self.changed.notify_all()
+                later.append(decision)
+        return later
+
+    # -- the subprocess's threads -----------------------------------------------------------
+
+    def _output(self, generation: int, data: bytes) -> None:
+        with self.lock:
+            if generation != self.machine.generation:
+                return
+            later = self._locked(self.machine.received(data, time.monotonic()))
+        self._carry_out(later, generation)
+
+    def _closed(self, generation: int) -> None:
+        with self.lock:
+            if generation != self.machine.generation:
+                return
+            later = self._locked(self.machine.output_closed())
+        self._carry_out(later, generation)
+
+    def _stderr(self, line: str) -> None:
+        self.log.info("stderr: %s", line, extra={"component": self.component, "task": self.task})
+
+    def _tick(self, period: float) -> None:
+        while not self.stopping.wait(period):
+            with self.lock:
+                generation = self.machine.generation
+                later = self._locked(self.machine.tick(time.monotonic()))
+            self._carry_out(later, generation)
+
+    # -- after the lock -----------------------------------------------------------------------
+
+    def _carry_out(self, decisions: list[Decision], generation: int) -> None:
+        collector = self.collector
+        for decision in decisions:
+            if isinstance(decision, Emit):
+                self._emit(decision, generation)
+            elif isinstance(decision, Ack):
+                collector.ack(decision.tuple)
+            elif isinstance(decision, Fail):
+                collector.fail(
+                    decision.tuple,
+                    decision.error
+                    if decision.error is not None
+                    else "the multilang subprocess failed it",
+                )
+            elif isinstance(decision, Log):
+                self.log.log(
+                    decision.level,
+                    "%s",
+                    decision.message,
+                    extra={"component": self.component, "task": self.task},
+                )
+            elif isinstance(decision, ReportError):
+                collector.report_error(
+                    ShellReportedError(f"Shell Process Exception: {decision.message}")
+                )
+            elif isinstance(decision, Metrics):
+                self.bolt.update_metric(decision.name, decision.params)
+            elif isinstance(decision, Started):
+                self.log.info(
+                    "started multilang subprocess %s (pid %d)",
+                    " ".join(self.bolt.command),
+                    decision.pid,
+                    extra={"component": self.component, "task": self.task},
+                )
+            elif isinstance(decision, Fault):
+                self._recover(generation, decision)
+
+    def _emit(self, emit: Emit[Tuple], generation: int) -> None:
+        anchors = list(emit.anchors)
+        values = kept_from_anchors(emit.values, anchors)
+        try:
+            if emit.task is None:
+                ids = self.collector.emit(values, anchors, emit.stream)
+            else:
+                self.collector.emit_direct(emit.task, values, anchors, emit.stream)
+                ids = []
+        except Exception as error:  # an invalid emit fails what it was anchored to
+            self.log.error("multilang subprocess emitted an invalid tuple: %s", error)
+            for anchor in anchors:
+                self.collector.fail(anchor, error)
+            ids = []
+        if emit.need_task_ids:
+            with self.lock:
+                if generation == self.machine.generation:
+                    self._locked(self.machine.task_ids(ids))
+
+    def _recover(self, generation: int, fault: Fault) -> None:
+        with self.lock:
+            if generation != self.machine.generation or self.recovered >= generation:
+                return
+            self.recovered = generation
+            process = self.process
+        # A subprocess whose output ended is exiting: its own exit status says more.
+        grace = EXIT_GRACE if process is not None and process.output_ended else 0.0
+        status = process.kill(grace) if process is not None else None
+        tail = process.stderr_tail() if process is not None else ""
+        error = ERRORS[fault.kind](self.bolt.command, fault.detail, status, tail)
+        self.log.error("%s", error, extra={"component": self.component, "task": self.task})
+        with self.lock:
+            if self.stopping.is_set():
+                return
+            self.last_error = error
+            self.process = None
+            later = self._locked(self.machine.lost(error))
+            generation = self.machine.generation
+            self.changed.notify_all()
+        self._carry_out(later, generation)
