@@ -20,9 +20,10 @@ Parts (``--parts``, default all):
   are its partitions' directories: the disk goes with it). Meanwhile DRPC ``MapGet``
   calls ask the counts of 20 probe ids of each lost partition, ids the second pass never
   touches, so the right answer is known (1 each) whatever commits land. Reported: the
-  seconds from the kill to the first right answer (target 10 s without a standby), the
-  answers that were wrong (must be 0) and the typed refusals meanwhile, the seconds the
-  restore itself took and what it downloaded, and the seconds to the run's next commit.
+  seconds from the kill to the first right answer to a call made after it (target 10 s
+  without a standby), the answers that were wrong (must be 0) and the typed refusals
+  meanwhile, when the resident tasks were back, the seconds the restore itself took and
+  what it downloaded, and the seconds to the run's next commit.
   Without a store the same kill stops the run with ``PartitionLostError``: no answer
   comes back at all.
 - ``streaming``: beside it, Structured Streaming's RocksDB state store with changelog
@@ -225,24 +226,34 @@ def bench_overhead(data: Input, work: Path, batch: int, rounds: int) -> dict[str
 
 @dataclass
 class Probing:
-    """DRPC calls asking the probes' counts until ``stop``: when each ended, and how."""
+    """DRPC calls asking the probes' counts until ``stop``: when each was made and when it
+    ended, and how."""
 
     keys: list[str]
     stop: threading.Event = field(default_factory=threading.Event)
-    answers: list[tuple[float, bool]] = field(default_factory=list)  # (time, right)
+    answers: list[tuple[float, float, bool]] = field(default_factory=list)  # made, ended, right
     refusals: Counter[str] = field(default_factory=Counter)
 
     def run(self, drpc: LocalDRPC) -> None:
         want = sorted([key, 1] for key in self.keys)
         argument = " ".join(self.keys)
         while not self.stop.is_set():
+            made = time.monotonic()
             try:
                 answer = drpc.execute("count", argument)
             except DRPCExecutionException as error:
                 self.refusals[str(error.type.name)] += 1
                 time.sleep(0.01)
                 continue
-            self.answers.append((time.monotonic(), sorted(json.loads(answer)) == want))
+            right = sorted(json.loads(answer)) == want
+            self.answers.append((made, time.monotonic(), right))
+
+    def first_right_after(self, moment: float) -> float | None:
+        """When the first right answer to a call made after ``moment`` came (None: none)."""
+        return min(
+            (ended for made, ended, right in list(self.answers) if right and made > moment),
+            default=None,
+        )
 
 
 def bench_recovery(data: Input, work: Path, batch: int, session: Any) -> dict[str, Any]:
@@ -290,9 +301,7 @@ def bench_recovery(data: Input, work: Path, batch: int, session: Any) -> dict[st
         for index in lost:
             shutil.rmtree(partition_path(root, MAP, index), ignore_errors=True)
         deadline = killed_at + 300
-        while time.monotonic() < deadline and not any(
-            at > killed_at and right for at, right in probing.answers
-        ):
+        while time.monotonic() < deadline and probing.first_right_after(killed_at) is None:
             if back_at is None and cluster.restarts > restarts and cluster.wait_ready(0):
                 back_at = time.monotonic()
             time.sleep(0.01)
@@ -303,16 +312,16 @@ def bench_recovery(data: Input, work: Path, batch: int, session: Any) -> dict[st
             raise RuntimeError(f"the run failed after the kill: {outcome['error']}")
         status = runner.status()
     check_counts(state_dir, data, "after the kill")
-    right_after = [at for at, right in probing.answers if right and at > killed_at]
+    right_at = probing.first_right_after(killed_at)
     next_commit = [at for at, _ in commits if at > killed_at]
     restore = (status.get("checkpoint") or {}).get("last_restore") or {}
     found.update(
         killed="executor JVM" if jvm else "resident task process",
         lost_partitions=lost,
         state_keys=len(data.expected),
-        first_right_answer_s=(right_after[0] - killed_at) if right_after else None,
-        wrong_answers=sum(1 for _, right in probing.answers if not right),
-        right_answers=sum(1 for _, right in probing.answers if right),
+        first_right_answer_s=None if right_at is None else right_at - killed_at,
+        wrong_answers=sum(1 for _, _, right in probing.answers if not right),
+        right_answers=sum(1 for _, _, right in probing.answers if right),
         refusals=dict(probing.refusals),
         next_commit_s=(next_commit[0] - killed_at) if next_commit else None,
         resident_tasks_back_s=None if back_at is None else back_at - killed_at,
