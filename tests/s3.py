@@ -13,13 +13,10 @@ saying why, when moto is not installed (``make install`` installs it with the te
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +26,7 @@ import pytest
 
 from drpc.state.checkpoint_store import CheckpointSettings
 from tests.brokers import START_TIMEOUT, _listening, free_port
+from tests.tcp_gate import TcpGate
 
 BUCKET = "drpc-checkpoints"
 REGION = "us-east-1"
@@ -98,65 +96,16 @@ class S3Server:
         }
 
 
-class Outage:
-    """A TCP gate before ``server`` (see the module doc)."""
+class Outage(TcpGate):
+    """A TCP gate before ``server`` (see the module doc and ``tests.tcp_gate``)."""
 
     def __init__(self, server: S3Server) -> None:
         self.server = server
-        self.port = free_port()
-        self._listener: socket.socket | None = None
-        self._open: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self.mend()
+        super().__init__(server.port)
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def mend(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def cut(self) -> None:
-        with self._lock:
-            listener, self._listener = self._listener, None
-            dropping, self._open = self._open, []
-        if listener is not None:
-            with contextlib.suppress(OSError):  # wakes the accepting thread (Linux)
-                listener.shutdown(socket.SHUT_RDWR)
-            listener.close()
-        for connection in dropping:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-            connection.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.server.port))
-            with self._lock:
-                self._open += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.fixture

@@ -27,6 +27,10 @@ Contract:
   seconds (default 2), and closes the fetch connections last;
 - a server that cannot be reached is retried every ``reconnect_interval``
   seconds by its own poller while the others keep being served;
+- when a poller's link breaks, the requests it fetched that still wait in the buffers
+  are dropped (logged, counted in ``dropped_requests``): that server failed them when
+  the connection that fetched them closed, so running them would only answer late.
+  The poller sees the break at its next fetch;
 - ``settings`` (an ``InvocationsSettings``, picklable) is what a handle was
   built with; ``RemoteInvocations.from_settings(settings, functions)`` builds
   another, e.g. in a Spark task the settings were shipped to: the resident
@@ -224,6 +228,8 @@ class RemoteInvocations:
         """Results and failures that never reached their server (queue full, unknown
         server, link down, not sent by the stop deadline): those requests fail at their
         server's deadline, or at once if the connection that fetched them closed."""
+        self.dropped_requests = 0
+        """Fetched requests dropped unrun because the link to their server broke."""
         self.connected: dict[str, bool] = dict.fromkeys(self._clients, False)
 
     @property
@@ -364,6 +370,7 @@ class RemoteInvocations:
                     log.debug("%s still unreachable: %s", origin, error)
                 self.connected[origin] = False
                 client.close()
+                self._drop_buffered(origin, error)
                 self._stopping.wait(self.reconnect_interval)
                 continue
             except Exception:
@@ -382,6 +389,27 @@ class RemoteInvocations:
                     continue
             idle_wait = min(max(2 * idle_wait, MIN_IDLE_WAIT), self.poll_interval)
             self._stopping.wait(idle_wait)
+
+    def _drop_buffered(self, origin: str, error: BaseException) -> None:
+        """Drop the buffered requests of ``origin``, whose fetch connection broke."""
+        with self._lock:
+            dropped = 0
+            for function, buffer in self._buffers.items():
+                kept = deque(request for request in buffer if request.return_info.origin != origin)
+                dropped += len(buffer) - len(kept)
+                self._buffers[function] = kept
+            self.dropped_requests += dropped
+            if dropped:
+                self._room.notify_all()
+        if dropped:
+            log.warning(
+                "dropped %d fetched request(s) of %s unrun: the link broke (%s), and the server "
+                "failed them",
+                dropped,
+                origin,
+                error,
+                extra={"server": origin},
+            )
 
     def _full(self) -> bool:
         """No function has room in its buffer. Holds ``_lock``."""

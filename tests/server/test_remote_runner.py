@@ -22,6 +22,7 @@ from tests.server.helpers import (
     server_options,
     wait_until,
 )
+from tests.tcp_gate import TcpGate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,3 +148,45 @@ def test_a_runner_process_serves_two_servers_and_survives_one_stopping() -> None
     assert runner.returncode == 0, output
     assert "runner serving exclamation for" in output
     assert "reconnecting in the background" in output
+
+
+@pytest.mark.timeout(60)
+def test_requests_fetched_before_the_link_broke_are_dropped_unrun() -> None:
+    """The server fails the requests a fetch connection held once it closes; the runner
+    must not run them and answer late: its buffers let go of them."""
+    with running_server(wait_for_unserved=True) as server:
+        gate = TcpGate(server.invocations_port)
+        pending = ThreadPoolExecutor(2)
+        calls = [
+            pending.submit(lambda i=i: DRPCClient(HOST, server.port, timeout=30).execute("f", i))
+            for i in ("a", "b")
+        ]
+        wait_until(lambda: server.service.queue_depth("f") == 2)
+        invocations = RemoteInvocations(
+            f"{HOST}:{gate.port}", ["f"], poll_interval=0.01, reconnect_interval=0.1
+        )
+        invocations.start()
+        try:
+            wait_until(lambda: invocations.buffered("f") == 2)
+            gate.cut()
+            for call in calls:
+                with pytest.raises(DRPCExecutionException) as failed:
+                    call.result(10)
+                assert failed.value.type is DRPCExceptionType.INTERNAL_ERROR
+            wait_until(lambda: invocations.dropped_requests == 2)
+            assert invocations.buffered("f") == 0
+            assert invocations.fetch_request("f") is None  # nothing left to answer late
+            gate.mend()
+            later = pending.submit(
+                lambda: DRPCClient(HOST, server.port, timeout=30).execute("f", "c")
+            )
+            wait_until(lambda: invocations.buffered("f") == 1)
+            request = invocations.fetch_request("f")
+            assert request is not None and request.args == "c"
+            invocations.result(request.return_info, "served after the break")
+            assert later.result(10) == "served after the break"
+        finally:
+            invocations.stop()
+            gate.cut()
+            server.service.shutdown()
+            pending.shutdown()
