@@ -78,9 +78,11 @@ class TransactionalInfo:
     committers: frozenset[str]
     commit_components: tuple[str, ...]  # in topological order
     # The processing backend of executor="spark-batch" (SparkBackend's arguments); None:
-    # SparkBackend. Of executor="spark" (the same arguments): None, ResidentBackend.
+    # SparkBackend. Of executor="spark" (the same arguments): None, ResidentBackend. Of
+    # executor="local" (LocalBackend's arguments): None, LocalBackend.
     spark_backend: Callable[..., Any] | None = None
     resident_backend: Callable[..., Any] | None = None
+    local_backend: Callable[..., Any] | None = None
 
 
 class TransactionalSpoutCoordinator(BaseRichSpout):

@@ -303,7 +303,8 @@ class TransactionalRunner:
             with ``SparkBackend``'s arguments); None: the topology's own
             (``TransactionalInfo.spark_backend``, Trident's compiled path sets it), else
             ``SparkBackend``. ``executor="spark"`` takes the topology's
-            ``resident_backend``, else ``ResidentBackend``.
+            ``resident_backend``, else ``ResidentBackend``; ``executor="local"`` its
+            ``local_backend``, else ``LocalBackend``.
         """
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be None or >= 1, got {max_attempts}")
@@ -366,7 +367,8 @@ class TransactionalRunner:
             topology, info, self.conf, self.services, self.transactional, self.coordinator_state
         )
         if executor == "local":
-            self.backend: ProcessingBackend = LocalBackend(
+            make_local = info.local_backend or LocalBackend
+            self.backend: ProcessingBackend = make_local(
                 topology, info, self.conf, self.services, self.transactional, threads
             )
         else:

@@ -82,7 +82,12 @@ from drpc.trident.bolts import (
     SegmentBolt,
     WindowBolt,
 )
-from drpc.trident.fused import FusedBackend, ResidentFusedBackend, fused_plan
+from drpc.trident.fused import (
+    FusedBackend,
+    LocalFusedBackend,
+    ResidentFusedBackend,
+    fused_plan,
+)
 from drpc.trident.plan import (
     DRPCSource,
     Each,
@@ -99,6 +104,7 @@ from drpc.trident.plan import (
     Persist,
     Project,
     Repartition,
+    Resources,
     SpoutSource,
     StateQuery,
     WindowStep,
@@ -139,9 +145,12 @@ class Input:
     # to the task of the partition holding the key: ``key_groups`` of them)
     fields: Names = ()
     key_groups: int = DEFAULT_KEY_GROUPS
+    custom: Grouping | None = None  # "custom": a user's grouping (``Stream.partition``)
 
     @property
     def grouping(self) -> Grouping:
+        if self.custom is not None:
+            return self.custom
         if self.how == "fields":
             return FieldsGrouping(Fields(*self.fields))
         if self.how == "key_group":
@@ -152,7 +161,7 @@ class Input:
             return GlobalGrouping()
         if self.how == "all":
             return AllGrouping()
-        if self.how == "local":
+        if self.how in ("local", "identity"):  # identity: checked to have equal tasks
             return LocalOrShuffleGrouping()
         if self.how == "none":
             return NoneGrouping()
@@ -173,10 +182,27 @@ class Component:
     persist: PersistBolt | PartitionPersistBolt | WindowBolt | None = None
     streams: dict[str, Names] = field(default_factory=dict)
     reads_partitions: str | None = None  # its task i reads partition i of this state
+    names: dict[int, str] = field(default_factory=dict)  # its steps' names by creation
+    resources: Resources = field(default_factory=Resources)
 
     @property
     def input(self) -> Input:
         return self.inputs[0]
+
+    def runs(self, node: Node) -> None:
+        """Count step ``node`` in this component's name and resources."""
+        if node.name is not None:
+            self.names[node.created] = node.name
+        self.resources = self.resources + node.resources
+
+    def labelled(self) -> str:
+        """Its id with its steps' names, as Storm names a bolt: each name once in a row, in
+        the order the steps were declared (``b1-split-count``)."""
+        labels: list[str] = []
+        for _, name in sorted(self.names.items()):
+            if not labels or labels[-1] != name:
+                labels.append(name)
+        return "-".join([self.name, *labels])
 
 
 @dataclass(slots=True)
@@ -234,11 +260,14 @@ class _Compiler:
             if child.parallelism is not None:
                 segment.parallelism = child.parallelism
             if isinstance(operation, Repartition):
+                # like its parallelism hint, a repartition's resources are its segment's
+                segment.resources = segment.resources + child.resources
                 self.repartition(child, operation, parent, segment)
                 continue
             if isinstance(operation, WindowStep):
                 self.window(child, operation, fields, parent, segment)
                 continue
+            segment.runs(child)
             processor = _processor(child, fields)
             if isinstance(processor, PartitionAggregateProcessor) and not processor.grouped:
                 processor.single_emit = _single_emit(segment)
@@ -277,6 +306,7 @@ class _Compiler:
         parallelism = node.parallelism or max(tasks for _, _, tasks in arrived)
         root = Root() if isinstance(operation, Merge) else _join_root(operation, inputs)
         after = self.segment(inputs, parallelism, root)
+        after.runs(node)
         self.place(node, node.children, node.fields, root, after)
 
     def repartition(
@@ -284,6 +314,8 @@ class _Compiler:
     ) -> None:
         stream = self.emit(parent, segment, node.fields)
         input = Input(segment.name, stream, operation.how, operation.fields)
+        if operation.grouping is not None:
+            input = dataclasses.replace(input, custom=operation.grouping)
         parallelism = 1 if input.is_global else segment.parallelism
         queried = self.queried_partitions(node, operation)
         if queried is not None:
@@ -351,9 +383,9 @@ class _Compiler:
             partitioned=_partitioned_persist(node),
         )
         tasks = node.parallelism or parallelism
-        self.components.append(
-            Component(f"persist{len(self.components)}", [input], tasks, persist=bolt)
-        )
+        component = Component(f"persist{len(self.components)}", [input], tasks, persist=bolt)
+        component.runs(node)
+        self.components.append(component)
 
     def window(
         self,
@@ -368,7 +400,9 @@ class _Compiler:
         bolt = WindowBolt(operation, Selection(fields, operation.input), self.topology_id, output)
         name = f"window{len(self.components)}"
         input = Input(segment.name, stream, "local")
-        self.components.append(Component(name, [input], segment.parallelism, persist=bolt))
+        component = Component(name, [input], segment.parallelism, persist=bolt)
+        component.runs(node)
+        self.components.append(component)
         if node.children:
             after = self.segment([Input(name, output, "local")], segment.parallelism)
             self.place(node, node.children, node.fields, self.root_of(after), after)
@@ -394,7 +428,28 @@ class _Compiler:
             node.parallelism or parallelism,
             persist=bolt,
         )
+        component.runs(node)
         self.components.append(component)
+
+    def finish(self) -> None:
+        """Check identity repartitions and give the components their names' ids."""
+        tasks = {component.name: component.parallelism for component in self.components}
+        for component in self.components:
+            for input in component.inputs:
+                if input.how == "identity" and tasks[input.component] != component.parallelism:
+                    raise InvalidTopologyError(
+                        f"identity_partition from {tasks[input.component]} tasks to "
+                        f"{component.parallelism}: each task's tuples stay in the task of its "
+                        "index, so both sides need as many tasks (Storm's IdentityGrouping)",
+                        component.name,
+                    )
+        ids = {component.name: component.labelled() for component in self.components}
+        for component in self.components:
+            component.name = ids[component.name]
+            component.inputs = [
+                dataclasses.replace(input, component=ids.get(input.component, input.component))
+                for input in component.inputs
+            ]
 
 
 def _partitioned_states(topology: TridentTopology) -> dict[str, int]:
@@ -492,6 +547,7 @@ def transactional_topology(
         stream = DEFAULT_STREAM_ID if len(sources) == 1 else source_stream(index)
         first = compiler.segment([Input(SPOUT_ID, stream, "local")], spout_parallelism)
         compiler.place(source, source.children, source.fields, compiler.root_of(first), first)
+    compiler.finish()
     spout = spouts[0].spout if len(spouts) == 1 else multi_spout([s.spout for s in spouts])
     builder = TransactionalTopologyBuilder(txid, SPOUT_ID, spout, spout_parallelism)
     for component in compiler.components:
@@ -499,16 +555,20 @@ def transactional_topology(
             declarer = builder.set_committer_bolt(
                 component.name, component.persist, component.parallelism
             )
+            declarer.add_configurations(component.resources.conf())
             for input in component.inputs:
                 _subscribe(declarer, input)
         else:
             _declare_segment(builder, component)
     compiled = builder.create_topology(_conf(state_dir, conf))
+    spout_resources = sum((source.resources for source in sources), Resources())
+    compiled.components[SPOUT_ID].conf.update(spout_resources.conf())
     if fused and fused_plan(compiled) is not None:
         compiled.transactional = dataclasses.replace(
             compiled.transactional,
             spark_backend=FusedBackend,
             resident_backend=ResidentFusedBackend,
+            local_backend=LocalFusedBackend,
         )
     return compiled
 
@@ -531,6 +591,8 @@ def _declare_segment(
     if component.reads_partitions is not None and component.parallelism > 1:
         bolt.reads_partitions = component.reads_partitions
     declarer = builder.set_bolt(component.name, bolt, component.parallelism)
+    for key, value in component.resources.conf().items():
+        declarer.add_configuration(key, value)
     for input in component.inputs:
         _subscribe(declarer, input)
 
@@ -554,7 +616,9 @@ def drpc_topology(
     key_groups = int((conf or {}).get(KEY_GROUPS_CONF) or DEFAULT_KEY_GROUPS)
     compiler = _Compiler(partitioned=_partitioned_states(topology), key_groups=key_groups)
     first = compiler.segment([Input(REQUEST, DEFAULT_STREAM_ID, "none")], 1)
+    first.resources = source.resources  # the DRPC spout is the server's: its first step's
     compiler.place(source, source.children, source.fields, compiler.root_of(first), first)
+    compiler.finish()
     # Every branch leads to the one tip, so the tip's segment is the last one made (a
     # merge's or join's segment is made once all its inputs are placed) and holds no
     # branch: the steps from its root to the tip are one chain.

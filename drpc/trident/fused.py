@@ -1,4 +1,4 @@
-"""Trident's compiled path on Spark: the file log read on the executors, one job per batch.
+"""Trident's compiled path: the file log read where the batch runs, no tuple through the engine.
 
 Contract. ``fused_plan(topology)`` says whether a compiled Trident topology
 (``drpc.trident.compiler``) can take this path: its spout is a
@@ -13,7 +13,8 @@ queries, reducers and plain aggregators, a step after a repartition,
 ``peek``) returns None and keeps the general path (``SparkBackend``).
 
 ``FusedBackend`` (a ``ProcessingBackend`` with ``SparkBackend``'s
-constructor) processes a batch attempt as follows. On the run loop's
+constructor; ``ResidentFusedBackend`` on the resident tasks, ``LocalFusedBackend``
+with ``LocalBackend``'s in this process) processes a batch attempt as follows. On the run loop's
 thread, in txid order, the driver decides and stores each partition's
 range (``drpc.transactional.ranges.RangePlanner``: the spout's coordinator
 decides it without reading a tuple: the file log scans for line ends, Redis
@@ -448,6 +449,33 @@ class _FusedBatches:
             for task, part in target.split(combined):
                 send(task, target.stream, KeyedPartials(part))
         return captured
+
+
+class LocalFusedBackend(_FusedBatches):
+    """The same batches in this process (``executor="local"``, the default): each emitter
+    task's ranges read, run through the segment and combined per key here, no tuple
+    passing through the engine. Takes ``LocalBackend``'s arguments; ``threads`` bounds the
+    batches processed at once."""
+
+    where = "this process"
+
+    def __init__(
+        self,
+        topology: Topology,
+        info: TransactionalInfo,
+        conf: dict[str, Any],
+        services: dict[str, Any],
+        transactional: TransactionalServices,
+        threads: int = 4,
+    ) -> None:
+        super().__init__(topology, info, conf, services, transactional, max(1, threads))
+
+    def _outputs(
+        self, attempt: TransactionAttempt, shares: list[list[RangeTask]]
+    ) -> list[TaskOutput]:
+        return [
+            range_partials(self.topology, self.plan, self.conf, attempt, share) for share in shares
+        ]
 
 
 class FusedBackend(_FusedBatches):

@@ -1,5 +1,6 @@
-"""Trident's compiled path on Spark (drpc.trident.fused): which topologies take it, and the
-word count on it exact under replays in both phases and across runs over a growing log."""
+"""Trident's compiled path (drpc.trident.fused): which topologies take it, and the word count
+on it exact under replays in both phases and across runs over a growing log, on every
+executor (the local one, the default, included)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ from drpc.transactional.filelog import (
     append_lines,
 )
 from drpc.trident import Count, LMDBMapState, runner, transactional_topology
-from drpc.trident.fused import FusedBackend, ResidentFusedBackend, fused_plan
+from drpc.trident.fused import (
+    FusedBackend,
+    LocalFusedBackend,
+    ResidentFusedBackend,
+    fused_plan,
+)
 
 from .ops import Concat, CountFailingCommits, Split, SplitFailingOnce
 from .test_word_count import SENTENCES, committed, word_count
@@ -35,10 +41,13 @@ def test_the_compiled_path_takes_a_file_log_word_count_and_leaves_the_rest(
         )
         info = compiled.transactional
         if info.spark_backend is not None:
-            assert (info.spark_backend, info.resident_backend) == (
+            assert (info.spark_backend, info.resident_backend, info.local_backend) == (
                 FusedBackend,
                 ResidentFusedBackend,
+                LocalFusedBackend,
             )
+        else:
+            assert (info.resident_backend, info.local_backend) == (None, None)
         return fused_plan(compiled), info.spark_backend
 
     accepted, backend = plan(log)
@@ -58,14 +67,21 @@ def write_sentences(log_dir: Path, rounds: int, offset: int = 0) -> Counter[str]
     return expected
 
 
-@pytest.mark.spark
 @pytest.mark.parametrize(
-    ("executor", "backend"), [("spark", ResidentFusedBackend), ("spark-batch", FusedBackend)]
+    ("executor", "backend"),
+    [
+        ("spark", ResidentFusedBackend),
+        ("spark-batch", FusedBackend),
+        ("local", LocalFusedBackend),
+    ],
 )
 def test_the_compiled_word_count_is_exact_under_replays_and_over_a_growing_log(
-    spark_session: object, tmp_path: Path, executor: str, backend: type
+    request: pytest.FixtureRequest, tmp_path: Path, executor: str, backend: type
 ) -> None:
-    """On the resident tasks (a call per emitter task and batch) and as Spark jobs."""
+    """On the resident tasks (a call per emitter task and batch), as Spark jobs, and in
+    this process (the local executor: no tuple through the engine)."""
+    if executor != "local":
+        request.getfixturevalue("spark_session")
     log_dir, state_dir, markers = tmp_path / "log", tmp_path / "state", tmp_path / "markers"
     markers.mkdir()
     expected = write_sentences(log_dir, 12)
