@@ -291,7 +291,17 @@ class CheckpointStore:
             self._call("create", root, lambda: os.makedirs(root, exist_ok=True))
             return
         bucket = self._root.netloc
-        if not self._call("find the bucket", bucket, lambda: self._fs.exists(bucket)):
+
+        def found() -> bool:
+            # Not fs.exists: it answers False when the store cannot be reached at all, and a
+            # store away for a moment is not a bucket that does not exist.
+            try:
+                self._fs.info(bucket)
+            except FileNotFoundError:
+                return False
+            return True
+
+        if not self._call("find the bucket", bucket, found):
             raise CheckpointStoreError(
                 f"the checkpoint store {self.settings.describe()}: bucket {bucket!r} does not "
                 "exist (create it first; drpc does not create buckets)"

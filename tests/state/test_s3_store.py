@@ -187,3 +187,23 @@ def test_a_store_away_past_its_limit_stops_the_run_typed(
     assert "drpc.checkpoint.retry.timeout 1" in str(raised.value)
     assert runner.status()["last_txid"] is None
     assert sum(runner.status()["replays"].values()) == 0  # stopped, not replayed
+
+
+@pytest.mark.timeout(60)
+def test_a_store_away_at_the_check_is_waited_for_not_called_missing(
+    s3_server: S3Server,
+) -> None:
+    """s3fs's ``exists`` answers False when the store cannot be reached; the check must
+    wait for the store instead of saying the bucket does not exist."""
+    gate = Outage(s3_server)
+    settings = dataclasses.replace(
+        s3_server.settings("check"), endpoint_url=gate.endpoint, retry_max=0.2
+    )
+    gate.cut()
+    returning = threading.Timer(1.0, gate.mend)
+    returning.start()
+    started = time.monotonic()
+    CheckpointStore(settings).check()  # waits, then finds the bucket
+    assert time.monotonic() - started >= 0.9
+    returning.join()
+    gate.cut()

@@ -105,7 +105,8 @@ def kill_after_commits(
 ) -> int:
     """Run ``command`` once per target txid, SIGKILLed soon after its run commits past the
     target: mid-processing, mid-emit or mid-commit, wherever the next instructions happen to
-    be. Stops early when a run finishes first; returns how many runs it killed.
+    be. Stops early when a run finishes first (a run that fails instead fails the caller,
+    with its stderr); returns how many runs it killed.
 
     With ``moves`` each run is a driver on another host: its state directory is a new one,
     ``state_dir`` with the run's number after it (``state-1``, ...), put for ``state_dir``
@@ -129,6 +130,11 @@ def kill_after_commits(
                     break
             time.sleep(0.005)
         if process.poll() is not None:
+            _, stderr = process.communicate()
+            assert process.returncode == 0, (
+                f"run {number} exited with {process.returncode} before it was killed: "
+                f"{stderr[-3000:]}"
+            )
             break
         process.send_signal(signal.SIGKILL)
         process.wait(30)
