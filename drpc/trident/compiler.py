@@ -43,9 +43,18 @@ Streams between components are named ``s0``, ``s1``, ...
 
 Repartitions become groupings (``Input.grouping``): ``batch_global`` a
 batch-global grouping (``processors.BATCH_GLOBAL``), ``local``
-local-or-shuffle. The ungrouped aggregates of a segment fed by a global or
-batch-global repartition get that grouping as ``single_emit``, so they
-answer each batch once (``drpc.trident.processors``).
+local-or-shuffle, ``identity`` local-or-shuffle too, checked once every
+component has its tasks to have as many tasks as its input (so it keeps
+each task index), ``custom`` the user's grouping itself. The ungrouped aggregates of a
+segment fed by a global or batch-global repartition get that grouping as
+``single_emit``, so they answer each batch once (``drpc.trident.processors``).
+
+Component ids: ``b<n>`` for segments, ``persist<n>`` and ``window<n>`` for
+committers, then the names (``Stream.name``) of the steps they run, each
+once in a row in declaration order (``b0-split``); a repartition's own name
+counts for no component. A component's configuration holds the sum of its
+steps' resource hints under Storm's keys (``plan.Resources``); a hint on a
+repartition counts for the segment before it, as its parallelism hint does.
 """
 
 from __future__ import annotations

@@ -9,14 +9,23 @@ combine; so the compiler (``drpc.trident.compiler``) only cuts the graph at
 ``Repartition``, ``Persist``, ``PartitionPersist``, ``WindowStep``, ``Merge``
 and ``Join`` nodes. A ``Merge`` or ``Join`` node has no parent: its operation names its
 input nodes, and it is a child of each of them.
+
+A node also carries what ``Stream.name`` and the resource hints
+(``set_cpu_load``, ``set_memory_load``) gave it: its ``name`` (the label of the
+stream it was declared on, Storm's), its ``resources`` (``Resources``), and its
+``created`` order, by which the compiler lists a component's names as Storm does.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from drpc.errors import InvalidTopologyError
+from drpc.model.grouping import Grouping
 from drpc.trident.operations import (
     AnyAggregator,
     CombinerAggregator,
@@ -33,6 +42,59 @@ from drpc.trident.window_store import LMDBWindowsStoreFactory
 from drpc.trident.windowing import WindowConfig
 
 Names = tuple[str, ...]
+
+CPU_LOAD_CONF = "topology.component.cpu.pcore.percent"
+"""Storm's key of a component's CPU load: percent of one core (100: a whole core)."""
+ON_HEAP_CONF = "topology.component.resources.onheap.memory.mb"
+"""Storm's key of a component's on-heap memory, in MB."""
+OFF_HEAP_CONF = "topology.component.resources.offheap.memory.mb"
+"""Storm's key of a component's off-heap memory, in MB."""
+
+
+def checked_load(value: Any, what: str, *, zero: bool = False) -> float:
+    """``value`` as a finite number > 0 (>= 0 with ``zero``), else ``InvalidTopologyError``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
+        bound = ">= 0" if zero else "> 0"
+        raise InvalidTopologyError(f"{what} is a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Storm's resource hints of one step or one component (None: not set).
+
+    A component's are the sum of its steps' (Storm sums a bolt's operations
+    too; where Storm refuses a bolt whose operations set a resource unevenly
+    without topology defaults, here a step that sets none adds nothing).
+    """
+
+    cpu_load: float | None = None
+    on_heap: float | None = None
+    off_heap: float | None = None
+
+    def __add__(self, other: Resources) -> Resources:
+        def plus(a: float | None, b: float | None) -> float | None:
+            return b if a is None else a if b is None else a + b
+
+        return Resources(
+            plus(self.cpu_load, other.cpu_load),
+            plus(self.on_heap, other.on_heap),
+            plus(self.off_heap, other.off_heap),
+        )
+
+    def conf(self) -> dict[str, float]:
+        """The component configuration Storm's declarer would hold for these hints."""
+        keys = ((CPU_LOAD_CONF, self.cpu_load), (ON_HEAP_CONF, self.on_heap))
+        conf = {key: value for key, value in keys if value is not None}
+        if self.off_heap is not None:
+            conf[OFF_HEAP_CONF] = self.off_heap
+        return conf
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +163,13 @@ class PartitionAggregate:
 @dataclass(frozen=True, slots=True)
 class Repartition:
     """Send tuples on to other tasks: ``fields`` (hash), ``global`` (the first),
-    ``batch_global`` (one per batch), ``all``, ``shuffle``, ``local`` (local or shuffle)."""
+    ``batch_global`` (one per batch), ``all``, ``shuffle``, ``none``, ``local`` (local or
+    shuffle), ``identity`` (task i to task i, as many tasks each side), ``custom``
+    (``grouping``, a user's ``Grouping``)."""
 
     how: str
     fields: Names = ()
+    grouping: Grouping | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +244,9 @@ Operation = (
 )
 
 
+_created = itertools.count()
+
+
 @dataclass(eq=False, slots=True)
 class Node:
     operation: Operation
@@ -186,9 +254,12 @@ class Node:
     parent: Node | None
     children: list[Node] = field(default_factory=list)
     parallelism: int | None = None  # set by parallelism_hint on the step ending a segment
+    name: str | None = None
+    resources: Resources = field(default_factory=Resources)
+    created: int = field(default_factory=lambda: next(_created))
 
-    def add(self, operation: Operation, fields: Names) -> Node:
-        child = Node(operation, fields, self)
+    def add(self, operation: Operation, fields: Names, name: str | None = None) -> Node:
+        child = Node(operation, fields, self, name=name)
         self.children.append(child)
         return child
 

@@ -35,7 +35,36 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
   ``batch_global()`` (every tuple of a batch to one task chosen per batch:
   batches spread over the tasks), ``broadcast()`` (every task) repartition;
   ``parallelism_hint(n)`` sets the number of tasks of the steps since the
-  last repartition;
+  last repartition; ``partition(grouping)`` repartitions by any grouping of
+  ``drpc.model.grouping`` (``FieldsGrouping`` is ``partition_by``, the others
+  the repartitions above, ``NoneGrouping`` a shuffle; another ``Grouping``
+  subclass is a custom grouping, used as it is; ``DirectGrouping`` and
+  ``KeyGroupGrouping`` raise ``InvalidTopologyError``);
+  ``identity_partition()`` sends task i's tuples to task i of the next steps
+  (compiled as a local-or-shuffle grouping, which keeps the task index when
+  both sides have as many tasks; the compiler raises
+  ``InvalidTopologyError`` when they do not, as Storm's ``IdentityGrouping``
+  fails);
+- ``name(name)`` (on a ``Stream`` or ``GroupedStream``): a stream whose steps,
+  from there until the next ``name``, carry ``name``; the compiler appends a
+  component's names to its id, each once in a row in declaration order
+  (``b0-split``, ``persist3-counts``), as Storm names its bolts.
+- Resource hints (Storm's ``setCPULoad``, ``setMemoryLoad``):
+  ``set_cpu_load(load)`` (percent of a core) and ``set_memory_load(on_heap,
+  off_heap=None)`` (MB) on a ``Stream`` set them on its last step, on a
+  ``TridentState`` on the step writing it; a number > 0 (off-heap >= 0),
+  else ``InvalidTopologyError``. A component's are the sum of its steps'
+  (after ``new_stream``: the spout's; after ``new_drpc_stream``: the first
+  step's), recorded in its configuration under Storm's keys
+  (``drpc.trident.plan.CPU_LOAD_CONF``, ``ON_HEAP_CONF``, ``OFF_HEAP_CONF``),
+  where its operations' ``prepare`` sees them. No executor enforces them:
+  ``local`` runs every task in this process; the resident tasks are one
+  Spark barrier stage for all components, and one stage has one resource
+  profile; ``spark-batch`` fuses components into stages and runs committers
+  on the driver, and Spark's task profiles count whole cores where Storm's
+  load is a percent of one, with no memory per task (executor memory needs
+  dynamic allocation, which barrier stages refuse); ``local[*]`` honours no
+  profile at all. Size executors with ``spark_conf`` instead.
   ``partition_aggregate``, ``aggregate`` (the whole batch),
   ``group_by(fields)``, ``persistent_aggregate(state, [fields,] aggregator,
   out_fields)`` (returns a ``TridentState``), ``state_query(state, fields,
@@ -91,6 +120,18 @@ from typing import Any
 
 from drpc.errors import InvalidTopologyError
 from drpc.model.fields import Fields
+from drpc.model.grouping import (
+    AllGrouping,
+    BatchGlobalGrouping,
+    DirectGrouping,
+    FieldsGrouping,
+    GlobalGrouping,
+    Grouping,
+    KeyGroupGrouping,
+    LocalOrShuffleGrouping,
+    NoneGrouping,
+    ShuffleGrouping,
+)
 from drpc.model.streams import DEFAULT_STREAM_ID, OutputFieldsDeclarer
 from drpc.transactional.spouts import (
     BaseOpaquePartitionedTransactionalSpout,
@@ -129,9 +170,11 @@ from drpc.trident.plan import (
     Persist,
     Project,
     Repartition,
+    Resources,
     SpoutSource,
     StateQuery,
     WindowStep,
+    checked_load,
 )
 from drpc.trident.processors import Selection
 from drpc.trident.state import MapStateFactory
@@ -168,6 +211,49 @@ class TridentState:
             )
         self.node.parallelism = _checked_parallelism(parallelism)
         return self
+
+    def set_cpu_load(self, load: float) -> TridentState:
+        """Storm's ``setCPULoad`` for the step writing this state (see ``Stream``'s)."""
+        _set_cpu_load(self._written("set_cpu_load"), load)
+        return self
+
+    def set_memory_load(self, on_heap: float, off_heap: float | None = None) -> TridentState:
+        """Storm's ``setMemoryLoad`` for the step writing this state (see ``Stream``'s)."""
+        _set_memory_load(self._written("set_memory_load"), on_heap, off_heap)
+        return self
+
+    def _written(self, what: str) -> Node:
+        if self.node is None:
+            raise InvalidTopologyError(
+                f"{what} on {self!r}: a static state (new_static_state) is written elsewhere, "
+                "so it has no tasks here"
+            )
+        return self.node
+
+
+def _set_cpu_load(node: Node, load: Any) -> None:
+    cpu = checked_load(load, "a CPU load (percent of a core)")
+    node.resources = Resources(cpu, node.resources.on_heap, node.resources.off_heap)
+
+
+def _set_memory_load(node: Node, on_heap: Any, off_heap: Any) -> None:
+    heap = checked_load(on_heap, "an on-heap memory load (MB)")
+    if off_heap is not None:
+        off_heap = checked_load(off_heap, "an off-heap memory load (MB)", zero=True)
+    node.resources = Resources(node.resources.cpu_load, heap, off_heap)
+
+
+REPARTITIONS: dict[type[Grouping], str] = {
+    FieldsGrouping: "fields",
+    ShuffleGrouping: "shuffle",
+    NoneGrouping: "none",
+    LocalOrShuffleGrouping: "local",
+    GlobalGrouping: "global",
+    BatchGlobalGrouping: "batch_global",
+    AllGrouping: "all",
+}
+"""The repartition each of drpc's groupings makes (``Stream.partition``); any other
+``Grouping`` subclass is a custom grouping, used as it is."""
 
 
 def _checked_parallelism(parallelism: Any) -> int:
@@ -332,9 +418,10 @@ def _aggregation(
 class Stream:
     """A stream of named tuples (see the module doc)."""
 
-    def __init__(self, topology: TridentTopology, node: Node) -> None:
+    def __init__(self, topology: TridentTopology, node: Node, label: str | None = None) -> None:
         self.topology = topology
         self.node = node
+        self.label = label  # Storm's stream name: the steps declared on it carry it
 
     @property
     def fields(self) -> Names:
@@ -365,7 +452,28 @@ class Stream:
         return self.fields + added
 
     def _then(self, operation: Operation, fields: Names) -> Stream:
-        return Stream(self.topology, self.node.add(operation, fields))
+        return Stream(self.topology, self.node.add(operation, fields, self.label), self.label)
+
+    # -- naming and resources ------------------------------------------------------------
+
+    def name(self, name: str) -> Stream:
+        """Storm's ``name``: the steps declared from the returned stream on carry ``name``,
+        which the compiler appends to the ids of the components running them (``b1-split``)."""
+        if not isinstance(name, str) or not name:
+            raise InvalidTopologyError(f"a stream's name is a non-empty str, got {name!r}")
+        return Stream(self.topology, self.node, name)
+
+    def set_cpu_load(self, load: float) -> Stream:
+        """Storm's ``setCPULoad``: the CPU load of this stream's last step, in percent of a
+        core; recorded on the component running it, never enforced (see the module doc)."""
+        _set_cpu_load(self.node, load)
+        return self
+
+    def set_memory_load(self, on_heap: float, off_heap: float | None = None) -> Stream:
+        """Storm's ``setMemoryLoad``: the memory of this stream's last step, in MB; recorded
+        on the component running it, never enforced (see the module doc)."""
+        _set_memory_load(self.node, on_heap, off_heap)
+        return self
 
     # -- per tuple ----------------------------------------------------------------------
 
@@ -540,6 +648,34 @@ class Stream:
     def broadcast(self) -> Stream:
         return self._then(Repartition("all"), self.fields)
 
+    def partition(self, grouping: Grouping) -> Stream:
+        """Storm's ``partition(grouping)``: repartition by any of drpc's groupings, or by a
+        ``Grouping`` subclass of the user's (a custom grouping)."""
+        if not isinstance(grouping, Grouping):
+            raise InvalidTopologyError(f"partition takes a Grouping, got {grouping!r}")
+        if isinstance(grouping, DirectGrouping | KeyGroupGrouping) or grouping.needs_direct_stream:
+            raise InvalidTopologyError(
+                f"partition({grouping.describe()}): Trident steps never emit direct, and key "
+                "groups are the compiler's own routing to a partitioned state's tasks; use "
+                "partition_by(fields)"
+            )
+        how = REPARTITIONS.get(type(grouping))
+        if how == "fields":
+            assert isinstance(grouping, FieldsGrouping)
+            return self.partition_by(tuple(grouping.fields))
+        if how is not None:
+            return self._then(Repartition(how), self.fields)
+        try:
+            grouping.validate(Fields(*self.fields), "partition", "the stream")
+        except InvalidTopologyError as error:
+            raise InvalidTopologyError(f"partition({grouping.describe()}): {error}") from error
+        return self._then(Repartition("custom", grouping=grouping), self.fields)
+
+    def identity_partition(self) -> Stream:
+        """Storm's ``identityPartition``: task i's tuples go to task i of the next steps,
+        which must have as many tasks (else ``InvalidTopologyError`` when compiled)."""
+        return self._then(Repartition("identity"), self.fields)
+
     def parallelism_hint(self, parallelism: int) -> Stream:
         self.node.parallelism = _checked_parallelism(parallelism)
         return self
@@ -670,6 +806,9 @@ class GroupedStream:
 
     def to_stream(self) -> Stream:
         return self.stream
+
+    def name(self, name: str) -> GroupedStream:
+        return GroupedStream(self.stream.name(name), self.group)
 
     def partition_aggregate(self, *args: Any) -> Stream:
         return self.stream._partition_aggregate(self.group, args)
