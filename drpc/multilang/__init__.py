@@ -4,8 +4,9 @@ Contract: ``ShellBolt(*command, cwd=None, env=None, ...)`` and ``ShellSpout(...)
 subclassed as in Storm, the command being the subprocess to run and the subclass
 declaring the output fields; they speak the protocol as Storm's ShellBolt and ShellSpout
 do (JSON messages each followed by a line ``end``, the ``pidDir``/``conf``/``context``
-handshake, heartbeats), so Storm's own adapters (``storm.py``, ``storm.js``, pystorm)
-run unchanged. The modules:
+handshake, heartbeats): a subprocess written against the protocol serves as it would
+on Storm (the tests run Python and JavaScript ones written against the protocol alone;
+Storm's own adapters and pystorm are not tested yet). The modules:
 
 - ``wire``: the message framing; ``handshake``: the setup message;
 - ``bolt_protocol`` and ``spout_protocol``: the protocol as sans-IO state machines,
