@@ -2,14 +2,16 @@
 
 Contract (Storm's ``JsonSerializer``, both directions):
 
-- ``encode(message)`` is the JSON text of ``message``, a newline, ``end`` and a newline,
-  as UTF-8 bytes; it raises ``TypeError`` or ``ValueError`` when ``message`` holds a value
-  JSON cannot carry (bytes, a set, NaN is allowed as Storm's JSON library allows it).
+- ``encode(message)`` is the compact JSON text of ``message``, a newline, ``end`` and a
+  newline, as UTF-8 bytes; it raises ``TypeError`` or ``ValueError`` when ``message``
+  holds a value strict JSON cannot carry (bytes, a set, NaN, an infinity).
 - ``Decoder(max_message_bytes)`` is sans-IO: ``feed(data)`` takes any chunk of a
   subprocess's output and returns the messages it completes, in order. A message is
   every line up to a line that is exactly ``end`` (a trailing ``\\r`` is dropped, so a
   client on Windows line endings works), joined with newlines and parsed as JSON.
   Blank lines between messages are skipped, as Storm's reader does for an empty message.
+  Complete messages without a ``\r`` are parsed whole, one ``json.loads`` each (JSON
+  reads their newlines as whitespace); the rest line by line, with the same results.
 - ``WireError`` (a ``ValueError``) is raised for output that is no such message: text
   that is not JSON or not UTF-8, or a message growing past ``max_message_bytes``
   without its ``end`` line (so garbage without ``end`` cannot grow memory without
@@ -30,12 +32,13 @@ class WireError(ValueError):
     """Output that is not a multilang message."""
 
 
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_TERMINATOR: Final = b"\nend\n"
+
+
 def encode(message: Any) -> bytes:
     """``message`` as JSON followed by a line ``end``."""
-    return (
-        json.dumps(message, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-        + b"\nend\n"
-    )
+    return _ENCODER.encode(message).encode() + _TERMINATOR
 
 
 class Decoder:
@@ -50,8 +53,22 @@ class Decoder:
         self._size = 0  # bytes of the message so far, newlines between lines included
 
     def feed(self, data: bytes) -> list[Any]:
-        messages: list[Any] = []
         self._partial += data
+        if self._lines or b"\r" in data:
+            return self._feed_lines()
+        messages: list[Any] = []
+        partial = self._partial
+        start = 0
+        while (end := partial.find(_TERMINATOR, start)) >= 0:
+            if end - start > self.max_message_bytes:
+                raise self._too_long()
+            messages.append(_parse(bytes(partial[start:end])))
+            start = end + len(_TERMINATOR)
+        del partial[:start]
+        return messages + self._feed_lines() if partial else messages
+
+    def _feed_lines(self) -> list[Any]:
+        messages: list[Any] = []
         start = 0
         partial = self._partial
         while True:
@@ -97,12 +114,16 @@ class Decoder:
         text = b"\n".join(self._lines)
         self._lines = []
         self._size = 0
-        try:
-            return json.loads(text.decode())
-        except UnicodeDecodeError as error:
-            raise WireError(f"output that is not UTF-8: {error}") from None
-        except ValueError as error:
-            raise WireError(f"output that is not JSON ({error}): {_excerpt(text)}") from None
+        return _parse(text)
+
+
+def _parse(text: bytes) -> Any:
+    try:
+        return json.loads(text.decode())
+    except UnicodeDecodeError as error:
+        raise WireError(f"output that is not UTF-8: {error}") from None
+    except ValueError as error:
+        raise WireError(f"output that is not JSON ({error}): {_excerpt(text)}") from None
 
 
 def _excerpt(text: bytes, limit: int = 200) -> str:

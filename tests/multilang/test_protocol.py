@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import random
 
 import pytest
 
@@ -64,6 +66,28 @@ def test_decoder_reassembles_messages_from_any_chunks() -> None:
         for start in range(0, len(data), size):
             out += decoder.feed(data[start : start + size])
         assert out == [{"a": 1}, [3], {"b": "x"}]
+
+
+def test_whole_messages_and_lines_decode_alike_in_any_chunks() -> None:
+    """Whole messages are parsed in one go, partial ones line by line: any split of the
+    same output gives the same messages (multi-line JSON and blank lines included)."""
+    messages: list[object] = [{"command": "emit", "tuple": [n, "w" * n]} for n in range(40)]
+    messages += [{"a": [1, {"b": None}]}, [], "text"]
+    parts = []
+    for n, message in enumerate(messages):
+        text = json.dumps(message, indent=2 if n % 3 == 0 else None).encode()
+        parts.append((b"\n" if n % 5 == 0 else b"") + text + b"\nend\n")
+    data = b"".join(parts)
+    rng = random.Random(7)
+    for _ in range(50):
+        decoder = Decoder()
+        out: list[object] = []
+        start = 0
+        while start < len(data):
+            size = rng.choice([1, 3, 17, 200, len(data)])
+            out += decoder.feed(data[start : start + size])
+            start += size
+        assert out == messages
 
 
 def test_decoder_refuses_garbage() -> None:
