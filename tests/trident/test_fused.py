@@ -99,3 +99,29 @@ def test_the_compiled_word_count_is_exact_under_replays_and_over_a_growing_log(
         second = r.run()
     assert second.commits and second.commits[0].txid > first.commits[-1].txid
     assert committed(state_dir, STATE) == dict(expected)
+
+
+def holds_topology(token: str) -> bool:
+    """Whether this resident task's process has unpickled the topology ``token``."""
+    from drpc.executors.spark import stages
+
+    return token in stages._topologies
+
+
+@pytest.mark.spark
+def test_the_resident_tasks_load_the_topology_before_the_first_batch(
+    spark_session: object, tmp_path: Path
+) -> None:
+    """A run's first batch would otherwise pay for unpickling the topology and importing the
+    reader on every resident task (about 0.1 s on top of a 10 ms batch)."""
+    spout = FileLogTransactionalSpout(tmp_path / "log", Fields("sentence"), 2)
+    topology = word_count(spout, STATE, Split(), Count())
+    with runner(topology, state_dir=str(tmp_path / "state"), executor="spark") as r:
+        backend = r.backend
+        assert isinstance(backend, ResidentFusedBackend)
+        cluster = backend._cluster
+        held = [
+            cluster.call(node, holds_topology, backend._token).result(30)
+            for node in cluster.workers
+        ]
+        assert held == [True] * len(cluster.workers)
