@@ -13,7 +13,10 @@ import pytest
 
 from drpc import (
     BaseBasicBolt,
+    BaseBatchBolt,
     BasicOutputCollector,
+    BatchOutputCollector,
+    CoordinatedDRPCTopologyBuilder,
     DRPCExceptionType,
     DRPCExecutionException,
     Failure,
@@ -30,6 +33,7 @@ from drpc.state import StateEnvironment
 from drpc.state.topology import STATE_DIR_CONF
 from drpc.testing import LocalDRPC
 from tests.multilang.bolts import NODE, JsExclaim, PyExclaim
+from tests.topologies.bolts import EmitN, Identity
 
 FAST = {"heartbeat_interval": 0.2, "heartbeat_timeout": 1.0}
 
@@ -301,3 +305,35 @@ def test_a_step_after_a_shell_bolt_keeps_the_request_s_pinned_reads(
     builder.add_bolt(IdKind(), 1).shuffle_grouping()
     drpc.register(builder.create_topology({STATE_DIR_CONF: state.path}))
     assert drpc.execute("kind", "hello") == "PinnedRequest"
+
+
+class Gather(BaseBatchBolt):
+    """Answers every value it received for the request, sorted and comma-joined."""
+
+    def prepare(
+        self, conf: Any, context: TopologyContext, collector: BatchOutputCollector, id: Any
+    ) -> None:
+        self.collector, self.id, self.values = collector, id, []
+
+    def execute(self, tuple: Tuple) -> None:
+        self.values.append(str(tuple[1]))
+
+    def finish_batch(self) -> None:
+        self.collector.emit([self.id, ",".join(sorted(self.values))])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "result"))
+
+
+@pytest.mark.timeout(60)
+def test_a_shell_bolt_is_one_branch_of_a_dag_step(drpc: LocalDRPC) -> None:
+    """A diamond: the request's n values go through a ShellBolt on one branch and a Python
+    bolt on the other, and a batch bolt answers once both branches have reported."""
+    builder = CoordinatedDRPCTopologyBuilder("shell-diamond")
+    builder.set_bolt("split", EmitN(), 2)
+    builder.set_bolt("shell", PyExclaim(), 2).shuffle_grouping("split")
+    builder.set_bolt("python", Identity(), 2).shuffle_grouping("split")
+    builder.set_bolt("gather", Gather(), 1).global_grouping("shell").global_grouping("python")
+    drpc.register(builder.create_topology())
+    assert drpc.execute("shell-diamond", "3") == "0,0!,1,1!,2,2!"
+    assert drpc.execute("shell-diamond", "0") == ""  # nothing on either branch: answered
