@@ -2,8 +2,8 @@
 host (a new, empty state directory; the last one deleted), SIGKILLed at random points after
 chosen commits, its partitions lost with it. Each new driver restores its directory and its
 partitions from the checkpoint store and goes on; after twenty kills in all every word
-counts once: ten on transactional maps over a ``file://`` store, five on opaque maps over
-it, and five on opaque maps over an S3 server whose network drops out again and again
+counts once: ten on transactional maps over a ``file://`` store, seven on opaque maps over
+it, and three on opaque maps over an S3 server whose network drops out again and again
 during the runs."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .test_word_count import committed
 TAKE = 100
 PARTITIONS = 2
 TARGETS = (2, 4, 6, 8, 10, 12, 14, 16, 18, 20)
-KILLS = {"transactional-file": 10, "opaque-file": 5, "opaque-s3": 5}  # 20 in all
+KILLS = {"transactional-file": 10, "opaque-file": 7, "opaque-s3": 3}  # 20 in all
 
 
 @pytest.fixture
