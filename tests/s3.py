@@ -13,7 +13,6 @@ saying why, when moto is not installed (``make install`` installs it with the te
 
 from __future__ import annotations
 
-import gc
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import pytest
 from drpc.state.checkpoint_store import CheckpointSettings
 from tests.brokers import START_TIMEOUT, _listening, free_port
 from tests.tcp_gate import TcpGate
+from tests.waiting import settle_garbage
 
 BUCKET = "drpc-checkpoints"
 REGION = "us-east-1"
@@ -114,10 +114,7 @@ def s3_settled() -> Iterator[None]:
     session on fsspec's IO thread, which frees a cycle of some 30 000 botocore objects
     there, later. Collected here, that garbage does not land in another test's count."""
     yield
-    for _ in range(3):
-        gc.collect()
-        time.sleep(0.1)
-    gc.collect()
+    settle_garbage()
 
 
 @pytest.fixture(scope="session")

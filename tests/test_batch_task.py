@@ -19,6 +19,7 @@ from drpc.executors.records import FailureNotice, Shipment
 from drpc.executors.spark import stages
 from drpc.executors.spark.stages import JobSpec
 from drpc.logs import ContextFilter
+from tests.waiting import settle_garbage
 
 from .topologies import bolts
 
@@ -420,17 +421,6 @@ def test_emit_many_routes_and_counts_like_emit_and_a_bad_row_fails_only_its_id()
 class _Broadcast:
     def __init__(self, value: bytes) -> None:
         self.value = value
-
-
-def settle_garbage(quiet: int = 2, timeout: float = 10.0) -> None:
-    """Collect until ``quiet`` collections in a row, 0.1 s apart, find nothing: what earlier
-    tests dropped (an s3fs client closes its session on fsspec's IO thread, freeing a cycle
-    of some 30 000 botocore objects there, later) must not land in this test's count."""
-    deadline = time.monotonic() + timeout
-    found_nothing = 0
-    while found_nothing < quiet and time.monotonic() < deadline:
-        found_nothing = found_nothing + 1 if gc.collect() == 0 else 0
-        time.sleep(0.1)
 
 
 def test_a_spark_stage_frees_what_its_task_sent_without_the_cycle_collector() -> None:

@@ -8,6 +8,7 @@ hang, a deadline that may not come early) leaves ``SLACK`` seconds of room above
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 
@@ -22,3 +23,15 @@ def wait_until(condition: Callable[[], bool], timeout: float = 30.0, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"{what or 'condition'} not met within {timeout} s")
         time.sleep(0.01)
+
+
+def settle_garbage(quiet: int = 2, timeout: float = 10.0) -> None:
+    """Collect until ``quiet`` collections in a row, 0.1 s apart, find nothing (at most
+    ``timeout`` seconds): what a test dropped is freed later on another thread at times (an
+    s3fs client closes its session on fsspec's IO thread, freeing a cycle of some 30 000
+    botocore objects there), and must not land in a later test's count."""
+    deadline = time.monotonic() + timeout
+    found_nothing = 0
+    while found_nothing < quiet and time.monotonic() < deadline:
+        found_nothing = found_nothing + 1 if gc.collect() == 0 else 0
+        time.sleep(0.1)
