@@ -12,7 +12,8 @@ Storm's own adapters and pystorm are not tested yet). The modules:
 - ``bolt_protocol`` and ``spout_protocol``: the protocol as sans-IO state machines,
   deciding ``decisions``;
 - ``process``: one subprocess and its pipes; ``bolt`` and ``spout``: the components,
-  thin shells carrying the machines' decisions out.
+  thin shells carrying the machines' decisions out, their command and settings in
+  ``component``.
 
 Faults are typed (``drpc.errors.ShellProcessError`` and its subclasses).
 """

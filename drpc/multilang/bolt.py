@@ -60,6 +60,7 @@ from drpc.multilang.bolt_protocol import (
     BoltProtocol,
     State,
 )
+from drpc.multilang.component import ShellComponent
 from drpc.multilang.decisions import (
     Ack,
     Decision,
@@ -125,7 +126,7 @@ def logger_for(component_id: str) -> logging.Logger:
     return logging.getLogger(f"drpc.multilang.{component_id}")
 
 
-class ShellBolt(BaseRichBolt):
+class ShellBolt(ShellComponent, BaseRichBolt):
     """A bolt run by a multilang subprocess (see the module doc)."""
 
     def __init__(
@@ -140,23 +141,19 @@ class ShellBolt(BaseRichBolt):
         stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
         stop_grace: float = DEFAULT_STOP_GRACE,
     ) -> None:
-        if not command or not all(isinstance(part, str) and part for part in command):
-            raise ValueError(f"ShellBolt needs a command of non-empty strings, got {command!r}")
-        self.command = tuple(command)
-        self.cwd = cwd
-        self.env = dict(env) if env is not None else None
+        self._take(
+            "ShellBolt",
+            command,
+            cwd=cwd,
+            env=env,
+            heartbeat_timeout=heartbeat_timeout,
+            start_timeout=start_timeout,
+            max_message_bytes=max_message_bytes,
+            stderr_tail_bytes=stderr_tail_bytes,
+            stop_grace=stop_grace,
+        )
         self.heartbeat_interval = heartbeat_interval
-        self.heartbeat_timeout = heartbeat_timeout
-        self.start_timeout = start_timeout
-        self.max_message_bytes = max_message_bytes
-        self.stderr_tail_bytes = stderr_tail_bytes
-        self.stop_grace = stop_grace
         self._shell: _BoltShell | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_shell"] = None
-        return state
 
     @property
     def pid(self) -> int | None:

@@ -35,6 +35,7 @@ from drpc.multilang.bolt import (
     logger_for,
 )
 from drpc.multilang.bolt_protocol import DEFAULT_START_TIMEOUT, State
+from drpc.multilang.component import ShellComponent
 from drpc.multilang.decisions import (
     Decision,
     Emit,
@@ -55,7 +56,7 @@ from drpc.multilang.wire import DEFAULT_MAX_MESSAGE_BYTES
 _CLOSED = b""
 
 
-class ShellSpout(BaseRichSpout):
+class ShellSpout(ShellComponent, BaseRichSpout):
     """A spout run by a multilang subprocess (see the module doc)."""
 
     def __init__(
@@ -69,22 +70,18 @@ class ShellSpout(BaseRichSpout):
         stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
         stop_grace: float = DEFAULT_STOP_GRACE,
     ) -> None:
-        if not command or not all(isinstance(part, str) and part for part in command):
-            raise ValueError(f"ShellSpout needs a command of non-empty strings, got {command!r}")
-        self.command = tuple(command)
-        self.cwd = cwd
-        self.env = dict(env) if env is not None else None
-        self.heartbeat_timeout = heartbeat_timeout
-        self.start_timeout = start_timeout
-        self.max_message_bytes = max_message_bytes
-        self.stderr_tail_bytes = stderr_tail_bytes
-        self.stop_grace = stop_grace
+        self._take(
+            "ShellSpout",
+            command,
+            cwd=cwd,
+            env=env,
+            heartbeat_timeout=heartbeat_timeout,
+            start_timeout=start_timeout,
+            max_message_bytes=max_message_bytes,
+            stderr_tail_bytes=stderr_tail_bytes,
+            stop_grace=stop_grace,
+        )
         self._shell: _SpoutShell | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_shell"] = None
-        return state
 
     def open(self, conf: Conf, context: TopologyContext, collector: SpoutOutputCollector) -> None:
         shell = _SpoutShell(self, conf, context, collector)
