@@ -50,7 +50,6 @@ from drpc.server.service import (
     EmbeddedInvocations,
 )
 from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS, ThriftListener
-from drpc.server.transactional import HostedTransactional
 from drpc.server.trim import MemoryTrimmer
 
 from drpc import runtime
@@ -61,6 +60,7 @@ from drpc.hosting import Host, as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
 from drpc.sparkconf import DEFAULT_START_TIMEOUT, session_options
+from drpc.transactional.hosted import HostedTransactional
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ class DRPCServer:
         **options: Any,
     ) -> HostedTransactional:
         """Run a transactional topology in this process while the server serves
-        (``drpc.server.transactional.HostedTransactional``; its ``options`` are keywords of
+        (``drpc.transactional.hosted.HostedTransactional``; its ``options`` are keywords of
         it). It starts with ``start()`` (at once if the server already started), resumes
         after the last commit in ``state_dir``, and stops with the server."""
         if self.stopped:

@@ -45,23 +45,12 @@ from drpc.server.limits import add_limit_arguments, limits_from_args
 from drpc.server.service import DEFAULT_RUNNER_LIVENESS
 from drpc.server.thrift_listener import DEFAULT_MAX_CONNECTIONS
 
-from drpc.commandline import WORKING_DIRECTORY_HELP, CommandLineParser
+from drpc.commandline import CommandLineParser
 from drpc.errors import DRPCError
-from drpc.hosting import (
-    add_hosting_arguments,
-    as_transactional,
-    hosting_setup,
-    job_options,
-    load_topology,
-)
+from drpc.hosting import add_hosting_arguments, hosting_setup, job_options
 from drpc.protocol.tls import server_context
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
-from drpc.transactional.cli import (
-    add_checkpoint_argument,
-    add_state_arguments,
-    checkpoint_option,
-    state_options,
-)
+from drpc.transactional.cli import add_hosted_arguments, hosted_runs
 
 log = logging.getLogger("drpc-server")
 
@@ -148,43 +137,9 @@ def _parser() -> argparse.ArgumentParser:
         help="with --tls-ca and --tokens: an HTTP caller may present a bearer token instead "
         "of a client certificate (Thrift callers still need a certificate)",
     )
-    transactional = parser.add_argument_group("transactional topologies")
-    transactional.add_argument(
-        "--transactional",
-        action="append",
-        default=[],
-        metavar="MODULE:ATTR",
-        help="also run this transactional topology in the server (repeatable), e.g. "
-        f"drpc.examples.transactional_words:topology; needs --state-dir; {WORKING_DIRECTORY_HELP}",
-    )
-    transactional.add_argument(
-        "--state-dir", metavar="DIR", help="LMDB state directory of --transactional runs"
-    )
-    transactional.add_argument(
-        "--max-spout-pending",
-        type=int,
-        metavar="N",
-        help="batches in flight per transactional run (default: the topology's "
-        "topology.max.spout.pending, else 1)",
-    )
-    add_state_arguments(transactional)
-    add_checkpoint_argument(transactional)
+    add_hosted_arguments(parser, "server")
     add_limit_arguments(parser)
     return parser
-
-
-def _transactional(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Any]:
-    """The ``--transactional`` topologies; bad values exit through ``parser.error``."""
-    if not args.transactional:
-        return []
-    if not args.state_dir:
-        parser.error("--transactional needs --state-dir")
-    if args.max_spout_pending is not None and args.max_spout_pending < 1:
-        parser.error("--max-spout-pending must be >= 1")
-    try:
-        return [as_transactional(load_topology(spec), spec) for spec in args.transactional]
-    except ValueError as error:
-        parser.error(str(error))
 
 
 def _security(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -230,9 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     topologies, executor_options = hosting_setup(parser, args)
     security = _security(parser, args)
-    transactional = _transactional(parser, args)
-    options = state_options(parser, args)
-    checkpoint_dir = checkpoint_option(parser, args)
+    hosted = hosted_runs(parser, args)
     try:
         server = DRPCServer(
             host=args.host,
@@ -251,14 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for topology in topologies:
             server.register(topology, **executor_options)
-        for topology in transactional:
+        for topology in hosted.topologies:
             server.register_transactional(
-                topology,
-                state_dir=args.state_dir,
-                max_spout_pending=args.max_spout_pending,
-                state_options=options,
-                checkpoint_dir=checkpoint_dir,
-                **job_options(executor_options),
+                topology, **hosted.options, **job_options(executor_options)
             )
         return asyncio.run(_serve(server))
     except (OSError, DRPCError) as error:  # a port in use, a state directory another run writes

@@ -16,7 +16,7 @@ MODULES = [
     "drpc.transactional.spouts",
     "drpc.transactional.filelog",
     "drpc.state",
-    "drpc.server.transactional",
+    "drpc.transactional.hosted",
     "drpc.server",
     "drpc.client",
     "drpc.runner",

@@ -1,9 +1,10 @@
 """``drpc-runner`` (also ``python -m drpc.runner``): the remote runner's command line.
 
 Contract: ``main(argv)`` parses the arguments (a mistake is one line and exit 2),
-builds a ``RemoteRunner`` over ``--servers`` for the ``--topology`` given, and
-serves until SIGINT or SIGTERM, then stops it; exit 0, or 1 when a topology
-cannot start (its error is logged).
+builds a ``RemoteRunner`` over ``--servers`` for the ``--topology`` given, with the
+``--transactional`` runs (``--state-dir`` ...) hosted beside them, and serves until
+SIGINT or SIGTERM, then stops it; exit 0, or 1 when a topology cannot start (its
+error is logged).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from drpc.client.cli import add_tls_arguments, tls_from_args
 from drpc.commandline import CommandLineParser
 from drpc.errors import DRPCError
 from drpc.executors.resident.executor import REQUEST_PATHS
-from drpc.hosting import add_hosting_arguments, hosting_setup
+from drpc.hosting import add_hosting_arguments, hosting_setup, job_options
 from drpc.runner.invocations import (
     DEFAULT_MAX_QUEUED_OUTCOMES,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_RECONNECT_INTERVAL,
 )
 from drpc.runner.remote_runner import RemoteRunner
+from drpc.transactional.cli import add_hosted_arguments, hosted_runs
 
 log = logging.getLogger("drpc.runner")  # not "__main__" under python -m
 
@@ -80,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         "instead of a whole copy on every task (a request never leaves its task; default)",
     )
     add_tls_arguments(parser)
+    add_hosted_arguments(parser, "runner")
     return parser
 
 
@@ -87,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     topologies, executor_options = hosting_setup(parser, args)
+    hosted = hosted_runs(parser, args)
     if args.request_path is not None or args.one_copy:
         if args.executor != "spark":
             parser.error("--request-path and --one-copy apply to --executor spark only")
@@ -109,6 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (ValueError, DRPCError) as error:  # a bad --servers, an unusable TLS file
         parser.error(str(error))
+    run_options = job_options(executor_options)
+    for name in ("request_path", "replicate"):
+        run_options.pop(name, None)
+    try:
+        for topology in hosted.topologies:
+            runner.register_transactional(topology, **hosted.options, **run_options)
+    except DRPCError as error:  # a state directory another run writes, a duplicate topology
+        log.error("cannot serve: %s", error)
+        return 1
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

@@ -3,10 +3,14 @@
 Contract: ``RemoteRunner(topologies, servers, executor=..., **invocations_options)``
 runs each topology on an executor of this process (``drpc.hosting.Host``), fed by
 one ``RemoteInvocations`` over every server (its keywords pass through).
-``start()`` registers every topology, then starts fetching (a topology that
-cannot start stops what started, and its error propagates); ``stop()`` fetches
-no more, lets the topologies settle what they can, then sends the queued
-outcomes within ``stop_timeout``. It is a context manager.
+``register_transactional(topology, state_dir=..., **options)`` adds a transactional
+or Trident run hosted beside them (``drpc.transactional.hosted.HostedTransactional``,
+on the runner's executor), so the functions that read its state, partitioned state
+included, are served from the process that runs it. ``start()`` registers every
+topology, starts the runs, then starts fetching (a topology that cannot start stops
+what started, and its error propagates); ``stop()`` fetches no more, stops the runs
+after the commit in progress, lets the topologies settle what they can, then sends
+the queued outcomes within ``stop_timeout``. It is a context manager.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from drpc.errors import DRPCError
 from drpc.hosting import Host, as_topology
 from drpc.model.topology import Topology
 from drpc.runner.invocations import RemoteInvocations
+from drpc.transactional.hosted import HostedTransactional
 
 log = logging.getLogger("drpc.runner")
 
@@ -52,11 +57,34 @@ class RemoteRunner:
             executor_options=executor_options,
         )
         self.executor = self.host.executor
+        self.transactional: dict[str, HostedTransactional] = {}
+
+    def register_transactional(
+        self, topology: Any, *, state_dir: str, **options: Any
+    ) -> HostedTransactional:
+        """Host a transactional topology's run in this process (``options`` are keywords of
+        ``HostedTransactional``); it starts with ``start()`` and stops with ``stop()``."""
+        hosted = HostedTransactional(
+            topology, state_dir=state_dir, executor=self.executor, **options
+        )
+        if hosted.topology_id in self.transactional:
+            hosted.runner.close()
+            raise DRPCError(f"transactional topology {hosted.topology_id!r} is already registered")
+        self.transactional[hosted.topology_id] = hosted
+        return hosted
 
     def start(self) -> RemoteRunner:
         try:
             for topology in self.topologies:
                 self.host.register(topology)
+            for hosted in self.transactional.values():
+                hosted.start()
+                log.info(
+                    "runner running transactional topology %r on the %s executor, state in %s",
+                    hosted.topology_id,
+                    hosted.runner.executor,
+                    hosted.state_dir,
+                )
         except BaseException:
             self.stop()
             raise
@@ -76,6 +104,8 @@ class RemoteRunner:
     def stop(self) -> None:
         # Fetch no more, let the topologies settle what they can, then send the outcomes.
         self.invocations.stop_fetching()
+        for hosted in self.transactional.values():
+            hosted.stop()
         self.host.stop()
         self.invocations.stop()
 

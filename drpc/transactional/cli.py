@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from drpc.commandline import (
@@ -142,6 +143,70 @@ def state_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         "max_map_size": args.max_map_size,
         "version_retention": args.version_retention,
     }
+
+
+@dataclass(frozen=True)
+class HostedRuns:
+    """The ``--transactional`` runs a serving process hosts, from its command line:
+    each topology and the keywords of ``drpc.transactional.hosted.HostedTransactional``
+    they all share (``state_dir``, ``max_spout_pending``, ``state_options``,
+    ``checkpoint_dir``)."""
+
+    topologies: list[Any] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def add_hosted_arguments(parser: argparse.ArgumentParser, host: str) -> None:
+    """The ``transactional topologies`` group of a serving command line (``drpc-server``,
+    ``drpc-runner``): ``--transactional`` (repeatable), ``--state-dir``,
+    ``--max-spout-pending``, the state directory's sizes and ``--checkpoint-dir``."""
+    group = parser.add_argument_group("transactional topologies")
+    group.add_argument(
+        "--transactional",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help=f"also run this transactional topology in the {host} (repeatable), e.g. "
+        f"drpc.examples.transactional_words:topology; needs --state-dir; {WORKING_DIRECTORY_HELP}",
+    )
+    group.add_argument(
+        "--state-dir", metavar="DIR", help="LMDB state directory of --transactional runs"
+    )
+    group.add_argument(
+        "--max-spout-pending",
+        type=int,
+        metavar="N",
+        help="batches in flight per transactional run (default: the topology's "
+        "topology.max.spout.pending, else 1)",
+    )
+    add_state_arguments(group)
+    add_checkpoint_argument(group)
+
+
+def hosted_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> HostedRuns:
+    """The ``--transactional`` runs of ``add_hosted_arguments``'s flags, loaded; a bad
+    value exits through ``parser.error``."""
+    options = state_options(parser, args)
+    checkpoint_dir = checkpoint_option(parser, args)
+    if not args.transactional:
+        return HostedRuns()
+    if not args.state_dir:
+        parser.error("--transactional needs --state-dir")
+    if args.max_spout_pending is not None and args.max_spout_pending < 1:
+        parser.error("--max-spout-pending must be >= 1")
+    try:
+        topologies = [as_transactional(load_topology(spec), spec) for spec in args.transactional]
+    except ValueError as error:
+        parser.error(str(error))
+    return HostedRuns(
+        topologies,
+        {
+            "state_dir": args.state_dir,
+            "max_spout_pending": args.max_spout_pending,
+            "state_options": options,
+            "checkpoint_dir": checkpoint_dir,
+        },
+    )
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -28,7 +28,9 @@ Contract.
   keys read as None. ``page(limit, after=, prefix=)`` lists at most ``limit``
   entries in key order (a ``MapPage``: the entries and the key the next page
   starts after, None at the end). Both read at the request's pinned version
-  inside a DRPC request.
+  inside a DRPC request. ``committed_txid()`` names the global commit a partitioned
+  state's reads see (the request's pinned one inside a DRPC request), so an answer can
+  say which commit it read; None for a state in one partition.
 - ``factory.query(env, conf)`` is the map as queries see it: the map of ``env`` (the
   run's state directory), or, when the directory's catalog says the map belongs to a
   partitioned state, a ``PartitionedMap`` reading every partition at one global
@@ -199,3 +201,7 @@ class QueryMapState:
         self, limit: int, *, after: StateKey | None = None, prefix: StateKey | None = None
     ) -> MapPage:
         return self.map.page(limit, after=after, prefix=prefix)
+
+    def committed_txid(self) -> int | None:
+        """The txid of the global commit these reads see (module doc)."""
+        return self.map.read_txid() if isinstance(self.map, PartitionedMap) else None

@@ -1,21 +1,24 @@
-"""A transactional topology run hosted by the DRPC server, beside its DRPC functions.
+"""A transactional topology run hosted beside DRPC functions: in ``drpc-server`` or
+``drpc-runner``.
 
 Contract. ``HostedTransactional(topology, state_dir=..., executor=...,
 max_spout_pending=None, ...)`` owns one ``TransactionalRunner`` over one state
 directory; ``start()`` runs it on a thread of its own, polling its source
 forever (a committed empty batch does not stop it); ``stop(timeout)`` asks it
 to stop after the commit in progress and waits. It resumes after the last
-commit in the state directory, so a server killed at any point and started
+commit in the state directory, so a host killed at any point and started
 again continues exactly once: a commit is all there or not at all.
 
 A run that fails (``TransactionalError``: a batch kept failing, or the state
-is full) stops that run only: the server keeps serving, ``status()`` holds
+is full) stops that run only: the host keeps serving, ``status()`` holds
 the error, and it is logged. ``restart_delay`` (default None: no restart)
 starts a failed run again after that many seconds, for sources whose
 failures pass.
 
-The DRPC functions the server hosts can read the run's committed state (open
-the same state directory: LMDB environments are shared within the process).
+The DRPC functions the host serves can read the run's committed state (open
+the same state directory: LMDB environments are shared within the process); a
+partitioned state is read where its partitions live, so serve the functions that
+read it from the process that runs it.
 """
 
 from __future__ import annotations
