@@ -16,7 +16,9 @@ Contract.
   ``pinned_commits(env, pin)`` gives the read keys its request carries: the global commit of
   the state's topology at that version (``commit_read_key``). A read of a partitioned
   map reads every partition at that txid (``StatePartition.read``), so an answer never
-  mixes two commits, wherever the partitions are. Outside such a request it reads at the
+  mixes two commits, wherever the partitions are; a request that pinned a version from
+  before the state's first global commit reads it at txid 0 (empty), even once the
+  catalog that makes it partitioned has appeared. Outside such a request it reads at the
   latest global commit when this host has the directory's global record, else at each
   partition's latest.
 - ``PartitionedMap(source, layout, kind, name, default)`` reads one map of a partitioned
@@ -60,7 +62,7 @@ from drpc.state.partition import (
 )
 from drpc.state.pins import Pin
 from drpc.state.records import decode_commit, decode_plain, encode_plain
-from drpc.state.versions import READS
+from drpc.state.versions import READS, pinned_version
 
 T = TypeVar("T")
 
@@ -449,6 +451,11 @@ class PartitionedMap:
             pinned = pinned_commit(self.state_dir, self.layout.topology)
             if pinned is not None:
                 return pinned
+            if pinned_version(self.state_dir) is not None:
+                # The request pinned a version of the directory that held no partitioned
+                # state of this topology yet (its first global commit came after): nothing
+                # was committed as of the pin, whatever has been since.
+                return 0
         return None if self._latest_txid is None else self._latest_txid()
 
     def _by_partition(self, keys: list[StateKey]) -> dict[int, list[int]]:

@@ -68,6 +68,45 @@ def test_a_pin_carries_the_global_commit_and_reads_go_there(tmp_path: Path) -> N
     assert {partition_of(word, layout.partitions) for word in WORDS} == set(range(4))
 
 
+def test_a_pin_from_before_the_first_commit_reads_nothing_after_it(tmp_path: Path) -> None:
+    """A request that pinned the directory before the state's first global commit carries
+    no commit of it; read after that commit, on a worker's host (partitions, no global
+    record), it read each partition's latest: data its pin never saw, beside tasks that
+    read the state as it was pinned (the chaos run's answers named two commits). It reads
+    txid 0, empty, wherever it runs."""
+    state_dir = tmp_path / "state"
+    driver = StateEnvironment.open(state_dir)
+    pin = driver.pin()
+    commits = pinned_commits(driver, pin)
+    assert commits == ()  # no partitioned state yet: the pin carries no commit
+    counts_run(state_dir, 2)
+    query = LMDBMapState.transactional("counts").query(driver)
+    previous = enter_reads(((driver.path, pin.version),))
+    try:
+        assert query.read_txid() == 0
+        assert query.multi_get(["w0", "w39"]) == [None, None]
+    finally:
+        leave_reads(previous)
+        driver.release(pin)
+    worker_state = tmp_path / "worker-view"  # the same path on another host: no data.mdb
+    moved = tmp_path / "worker-disk"
+    for env in StateEnvironment.open_environments():
+        if env.path.startswith(str(state_dir)):
+            env.close()
+    shutil.copytree(partition_root(str(state_dir)), moved)
+    found = local_partitioned_map(
+        str(worker_state), {LOCAL_DIR_CONF: str(moved)}, "counts", TransactionalMap
+    )
+    assert found is not None
+    assert found.multi_get(["w0"]) == [2]  # unpinned: each partition's latest
+    previous = enter_reads(((str(worker_state.resolve()), pin.version),))
+    try:
+        assert found.read_txid() == 0
+        assert found.multi_get(["w0", "w39"]) == [None, None]
+    finally:
+        leave_reads(previous)
+
+
 def test_a_host_with_partitions_but_no_global_record_reads_them(tmp_path: Path) -> None:
     """A worker's host: the state directory's path holds no global record there, only
     (under ``drpc.state.local.dir``) partitions; a request still reads at its pinned txid."""
