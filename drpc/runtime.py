@@ -42,7 +42,8 @@ Contract:
   ``PYSPARK_PYTHON``, else this interpreter; on a ``local``/``local-cluster``
   master ``SPARK_LOCAL_IP`` defaults to 127.0.0.1, on any other it is left to
   Spark.
-- ``describe_spark_error`` turns a Spark failure into its telling line.
+- ``describe_spark_error`` turns a Spark failure into its telling line;
+  ``context_usable(sc)`` says whether a SparkContext can still run jobs.
 
 Creating two executors in one process reuses the session.
 """
@@ -333,6 +334,18 @@ def describe_spark_error(error: BaseException) -> str:
             break
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     return first[:400]
+
+
+def context_usable(sc: Any) -> bool:
+    """Whether ``sc`` can still run jobs: not stopped, and its JVM answers (a JVM that shut
+    down, as on a SIGTERM to the driver's whole process group, or died leaves a
+    SparkContext whose every call fails)."""
+    if sc._jsc is None:
+        return False
+    try:
+        return not sc._jsc.sc().isStopped()
+    except Exception:
+        return False
 
 
 def _stopped(session: SparkSession) -> bool:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,8 +15,10 @@ import pytest
 from drpc.client import DRPCClient, DRPCExecutionException
 from drpc.server import DRPCServer, ServerThread
 
+from bench import procs
 from drpc.errors import DRPCExceptionType
 from drpc.runner import RemoteInvocations, RemoteRunner
+from drpc.transactional.filelog import append_lines
 from tests.server.helpers import (
     HOST,
     exclamation,
@@ -190,3 +195,119 @@ def test_requests_fetched_before_the_link_broke_are_dropped_unrun() -> None:
             gate.cut()
             server.service.shutdown()
             pending.shutdown()
+
+
+GONE = "the SparkContext is stopped (its JVM shut down or went away), so they are not restarted"
+
+
+@pytest.mark.slow
+@pytest.mark.spark  # the runner's own Spark driver, in a child process
+@pytest.mark.timeout(180)
+def test_a_runner_runs_partitioned_state_and_stops_promptly_once_its_jvm_is_gone(
+    tmp_path: Path,
+) -> None:
+    """``drpc-runner --transactional``: the runner runs a Trident count into a state of two
+    partitions on its resident tasks and serves the query that reads them through a server
+    in another process. Then its Spark JVM dies (SIGKILL; a SIGTERM to the runner's whole
+    process group, as a service manager sends, does the same mid-stop): the runner must say
+    its resident tasks cannot come back and stop at once on SIGTERM. It used to restart them
+    every second for ever, and its stop waited on them until it was killed."""
+    log_dir, state_dir = tmp_path / "log", tmp_path / "state"
+    append_lines(log_dir, 0, ["cat", "dog", "cat"])
+    append_lines(log_dir, 1, ["cat"])
+    with running_server(runner_liveness=5) as server:
+        runner = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "drpc.runner",
+                "--servers",
+                _invocations(server),
+                "--topology",
+                "tests.cluster.partitioned:query",
+                "--transactional",
+                "tests.cluster.partitioned:topology",
+                "--state-dir",
+                str(state_dir),
+                "--executor",
+                "spark",
+                "--master",
+                "local[2]",
+            ],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "DRPC_TEST_LOG_DIR": str(log_dir),
+                "DRPC_STATE_DIR": str(state_dir),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        lines: list[str] = []
+        assert runner.stdout is not None
+        reader = threading.Thread(target=lambda: lines.extend(runner.stdout or ()), daemon=True)
+        reader.start()
+        try:
+            client = DRPCClient(HOST, server.port, timeout=30)
+
+            def counted() -> bool:
+                try:
+                    return json.loads(client.execute("count", "cat dog")) == [
+                        ["cat", 3],
+                        ["dog", 1],
+                    ]
+                except DRPCExecutionException:
+                    return False
+
+            wait_until(counted, 120)
+            jvm = procs.jvm(runner.pid)
+            assert jvm is not None
+            os.kill(jvm, signal.SIGKILL)
+            wait_until(lambda: any(GONE in line for line in lines), 60, "the runner saying why")
+            runner.send_signal(signal.SIGTERM)
+            runner.wait(30)
+        finally:
+            if runner.poll() is None:
+                os.killpg(runner.pid, signal.SIGKILL)
+                runner.wait()
+            reader.join(10)
+    output = "".join(lines)
+    assert runner.returncode == 0, output[-4000:]
+    assert "runner running transactional topology 'two-host-words'" in output
+    assert "restarting in" not in output, output[-4000:]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("grace", [0.0, 3.0])
+def test_the_startup_grace_holds_calls_until_the_runners_reconnect(grace: float) -> None:
+    """Found by the chaos run: a server restarted behind a runner refused every call made
+    before the runner reconnected (the function is not served yet). With a startup grace
+    such a call waits for a runner to fetch its function; a call to a function no runner
+    fetches by the grace's end still fails as not served. Without one, nothing changes."""
+    with running_server(startup_grace=grace, runner_liveness=5) as server:
+        calls = ThreadPoolExecutor(2)
+        early = calls.submit(
+            lambda: DRPCClient(HOST, server.port, timeout=30).execute("exclamation", "early")
+        )
+        nobody = calls.submit(
+            lambda: DRPCClient(HOST, server.port, timeout=30).execute("nobody", "x")
+        )
+        if grace:
+            wait_until(lambda: server.service.queue_depth("exclamation") == 1)
+        else:
+            with pytest.raises(DRPCExecutionException) as refused:
+                early.result(10)
+            assert "function 'exclamation' is not served" in refused.value.msg
+        with RemoteRunner(
+            [exclamation()], _invocations(server), executor="local", poll_interval=0.01
+        ):
+            if grace:
+                assert early.result(10) == "early!"
+            with pytest.raises(DRPCExecutionException) as failed:
+                nobody.result(10)
+            assert failed.value.type is DRPCExceptionType.FAILED_REQUEST
+            assert "function 'nobody' is not served" in failed.value.msg
+            assert DRPCClient(HOST, server.port, timeout=10).execute("exclamation", "a") == "a!"

@@ -26,9 +26,11 @@ every resident function of the process is deployed on it:
   fail with INTERNAL_ERROR naming the cause (Spark's error when there is
   one), and after ``restart_delay`` seconds a new job starts and every
   deployment is deployed again; requests that arrive meanwhile wait in the
-  request table. A job that does not get all its tasks connected within
-  ``start_timeout`` seconds fails ``deploy`` with ``DRPCError`` naming the
-  master and the slots it asked for.
+  request table. When the SparkContext itself is stopped (the driver's JVM shut
+  down or died) no new job starts: the cluster stays broken and says why. A job
+  that does not get all its tasks connected within ``start_timeout`` seconds
+  fails ``deploy`` with ``DRPCError`` naming the master and the slots it asked
+  for.
 - ``call(node, function, *args)`` runs ``function(*args)`` on resident task
   ``node`` (1..``slots``) and returns a ``Future`` of its result: it waits (up to
   ``start_timeout``) for the job to have every task connected, and a call in
@@ -83,7 +85,7 @@ from drpc.executors.spark.stages import tagged_job
 from drpc.logs import worker_settings
 from drpc.model.topology import Topology
 from drpc.observe import NULL_OBSERVER, observer_of
-from drpc.runtime import describe_spark_error
+from drpc.runtime import context_usable, describe_spark_error
 from drpc.semantics.runners import freeze
 
 log = logging.getLogger(__name__)
@@ -166,12 +168,14 @@ class ResidentCluster:
         self._tag = ""
         self._broken = False
         self._stopping = False
+        self._gone: str | None = None
+        """Why no job can start any more (the SparkContext is stopped), once so."""
 
     # -- the job ---------------------------------------------------------------------------
 
     def start(self) -> ResidentCluster:
         with self._cond:
-            if self._job is not None or self._stopping:
+            if self._job is not None or self._stopping or self._gone is not None:
                 return self
             self._launch()
         return self
@@ -219,7 +223,7 @@ class ResidentCluster:
         with self._cond:
             while set(self.workers) - self._ready or self._broken:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopping:
+                if remaining <= 0 or self._stopping or self._gone is not None:
                     return False
                 self._cond.wait(remaining)
             return True
@@ -449,6 +453,19 @@ class ResidentCluster:
             if engine is not None:
                 engine.stop()
                 failed += engine.fail_pending(failure)
+        if not context_usable(self.sc):
+            # Nothing can run on a stopped SparkContext: restarting would fail for ever.
+            with self._cond:
+                self._gone = f"{reason}; the SparkContext is stopped"
+                self._cond.notify_all()
+            log.error(
+                "the resident Spark tasks broke (%s); %d request(s) in flight failed; the "
+                "SparkContext is stopped (its JVM shut down or went away), so they are not "
+                "restarted",
+                reason,
+                failed,
+            )
+            return
         log.error(
             "the resident Spark tasks broke (%s); %d request(s) in flight failed; restarting in "
             "%g s",
@@ -474,6 +491,8 @@ class ResidentCluster:
         log.info("the resident Spark tasks are back (generation %d)", self.generation)
 
     def _not_ready_message(self) -> str:
+        if self._gone is not None:
+            return f"the resident Spark tasks are gone: {self._gone}"
         with self._cond:
             connected = sorted(self._ready)
         return (
