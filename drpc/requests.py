@@ -329,6 +329,11 @@ class RequestTable:
     def queued_functions(self) -> list[str]:
         return [name for name, queue in self._queues.items() if queue]
 
+    def queued_ids(self, function: str) -> list[str]:
+        """The ids of ``function``'s requests no runtime fetched yet, oldest first."""
+        queue = self._queues.get(function)
+        return list(queue) if queue else []
+
     def held_by(self, caller: str) -> int:
         """Requests ``caller`` submitted that are not settled yet."""
         return self._held.get(caller, 0)

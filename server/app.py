@@ -88,6 +88,7 @@ class DRPCServer:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         runner_liveness: float = DEFAULT_RUNNER_LIVENESS,
         wait_for_unserved: bool = False,
+        startup_grace: float = 0.0,
         executor: str | None = None,
         conf: dict[str, Any] | None = None,
         master: str | None = None,
@@ -126,6 +127,9 @@ class DRPCServer:
             function served, default 30.
         :param wait_for_unserved: queue calls to functions nobody serves until they time
             out (Storm's behaviour) instead of failing them at once, default False.
+        :param startup_grace: seconds after the start during which a call to a function
+            nobody serves waits for a runner to fetch it, so that the runners of a
+            restarted server reconnect before calls are refused; default 0.
         :param executor: executor of registered topologies, default ``"spark"`` when the
             Spark executor is installed, else ``"local"``.
         :param conf: topology configuration for registered topologies, under each
@@ -175,6 +179,7 @@ class DRPCServer:
             timeout=timeout,
             runner_liveness=runner_liveness,
             wait_for_unserved=wait_for_unserved,
+            startup_grace=startup_grace,
             authorizer=authorizer,
             limits=limits,
             observers=(self.metrics, self.dashboard),

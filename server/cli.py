@@ -90,6 +90,15 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a remote runner's last fetch keeps its function served (default %(default)g)",
     )
     parser.add_argument(
+        "--startup-grace",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="for this long after the start, a call to a function nobody serves waits for a "
+        "runner to fetch it instead of failing at once: a restarted server's runners "
+        "reconnect meanwhile (default 0)",
+    )
+    parser.add_argument(
         "--wait-for-unserved",
         action="store_true",
         help="queue calls to functions nobody serves until they time out (Storm's behaviour) "
@@ -195,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout=args.timeout,
             max_connections=args.max_connections,
             runner_liveness=args.runner_liveness,
+            startup_grace=args.startup_grace,
             wait_for_unserved=args.wait_for_unserved,
             executor=args.executor,
             **security,

@@ -21,7 +21,9 @@ runtimes may live in other threads:
   not served fails at once with FAILED_REQUEST naming at most
   ``max_listed_functions`` of the served functions (the others counted),
   unless ``wait_for_unserved`` (Storm's behaviour: queue it and let it time
-  out);
+  out); for ``startup_grace`` seconds after ``attach`` such a call is queued
+  instead, and fails so at the grace's end if no runner fetched its function
+  by then (a restarted server's runners reconnect meanwhile);
 - every operation from the network passes ``authorize(identity, operation,
   function)`` first: a function name over ``limits.max_function_name`` UTF-8
   bytes is refused with ``NameTooLongError`` before anything looks at it
@@ -196,21 +198,30 @@ class DRPCService:
         timeout: float = DEFAULT_REQUEST_TIMEOUT,
         runner_liveness: float = DEFAULT_RUNNER_LIVENESS,
         wait_for_unserved: bool = False,
+        startup_grace: float = 0.0,
         authorizer: Authorizer | None = None,
         limits: Limits | None = None,
         observers: Sequence[Observer] = (),
         refusals: RefusalLog | None = None,
     ) -> None:
         """
+        :param startup_grace: seconds after ``attach`` during which a call to a function
+            nobody serves waits for a runner to fetch it instead of failing at once (the
+            runners of a restarted server reconnect); those still unfetched at its end
+            fail as they would have (default 0: none).
         :param observers: put on the bus (``observer``) beside the tracer.
         :param refusals: where lines about refused input go (rate-limited); by default
             this module's logger at ``limits.refusal_logs_per_second``.
         """
         if runner_liveness < 0:
             raise ValueError(f"runner_liveness must be >= 0, got {runner_liveness!r}")
+        if startup_grace < 0:
+            raise ValueError(f"startup_grace must be >= 0, got {startup_grace!r}")
         self._table = RequestTable(timeout=timeout)
         self.runner_liveness = runner_liveness
         self.wait_for_unserved = wait_for_unserved
+        self.startup_grace = startup_grace
+        self._grace_until = -math.inf
         self._authorizer = authorizer
         self.limits = limits or Limits()
         self.refusals = refusals or RefusalLog(self.limits.refusal_logs_per_second)
@@ -242,6 +253,25 @@ class DRPCService:
         """Bind to the running loop that awaits results. Call from that loop's thread."""
         self._loop = loop
         self._loop_thread = threading.get_ident()
+        if self.startup_grace > 0:
+            self._grace_until = time.monotonic() + self.startup_grace
+            loop.call_later(self.startup_grace, self._end_grace)
+
+    def _end_grace(self) -> None:
+        """Fail the calls the startup grace held for functions still nobody serves."""
+        now = time.monotonic()
+        settled = []
+        with self._lock:
+            for function in self._table.queued_functions():
+                if self._is_served(function, now):
+                    continue
+                error = self._not_served(function, now)
+                for request_id in self._table.queued_ids(function):
+                    request = self._table.withdraw(request_id, error)
+                    if request is not None:
+                        settled.append(request)
+        if settled:
+            self._settle(settled)
 
     # -- serving ------------------------------------------------------------------------
 
@@ -283,6 +313,14 @@ class DRPCService:
             return True
         fetched = self._remote_fetches.get(function)
         return fetched is not None and now - fetched <= self.runner_liveness
+
+    def _not_served(self, function: str, now: float) -> DRPCExecutionException:
+        return DRPCExecutionException(
+            f"function {function!r} is not served: no topology is registered for it and no "
+            f"runner fetched it in the last {self.runner_liveness:g} s; served functions: "
+            f"{self._listed(now)}",
+            DRPCExceptionType.FAILED_REQUEST,
+        )
 
     def check_name(self, name: str, what: str = "function name") -> None:
         """Refuse ``name`` with ``NameTooLongError`` if it is over ``max_function_name``
@@ -339,13 +377,8 @@ class DRPCService:
             refuse = not (self.wait_for_unserved or self._table.closed)
             try:
                 self.check_name(function)
-                if refuse and not self._is_served(function, now):
-                    raise DRPCExecutionException(
-                        f"function {function!r} is not served: no topology is registered "
-                        f"for it and no runner fetched it in the last "
-                        f"{self.runner_liveness:g} s; served functions: {self._listed(now)}",
-                        DRPCExceptionType.FAILED_REQUEST,
-                    )
+                if refuse and now >= self._grace_until and not self._is_served(function, now):
+                    raise self._not_served(function, now)
                 self._check_capacity(function, caller)
                 request = self._table.submit(function, args, now, caller=caller)
             except DRPCExecutionException as error:
