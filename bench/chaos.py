@@ -1,0 +1,1026 @@
+"""Chaos: a nemesis breaks a split deployment under load; a checker reads the whole history.
+
+The deployment, every part real and in a process of its own: a durable ``redis-server``
+(AOF, ``appendfsync always``), two ``drpc-server`` processes and one ``drpc-runner``
+serving them both. The runner is the Spark driver (``--executor spark``: resident tasks,
+``--master``, default ``local[2]``): it runs the Trident tally of
+``bench.chaos_workload`` over Redis Streams into a partitioned LMDB state (its partitions
+on the resident tasks' disk, ``drpc.state.local.dir``, with a ``file://`` checkpoint
+store) and serves the ``chaos`` query over it.
+
+The load, for ``--seconds``: one producer per stream appends numbered entries
+(``--rate`` per second each; an append whose outcome is unknown is retried with the same
+stream id until Redis holds it or refuses it as a duplicate); 16 clients, 8 over Thrift
+(``DRPCClient`` with both servers, failing over) and 8 over HTTP (failing over to the
+other server themselves), ask for every tally or a few, each call recorded with its
+outcome, its answer and the txid the answer names.
+
+The nemesis, seeded (``--seed``): after a random pause (exponential, mean
+``--interval`` seconds) it injects the next fault of a shuffled round of every kind, then
+waits until it is repaired before the next pause:
+
+- ``worker``: SIGKILL a resident task's Python process (the runner's resident job
+  restarts);
+- ``runner``: SIGKILL the runner's whole process group (driver, JVM, workers), start it
+  again at once;
+- ``server``: SIGKILL one ``drpc-server``, start it again on its ports;
+- ``redis``: SIGKILL Redis, start it again on its files;
+- ``pause``: SIGSTOP a server, the runner or Redis (one not stopped already) for
+  ``--pause`` seconds (past the clients' timeout), then SIGCONT; the next faults go on
+  meanwhile;
+- ``link``, with ``--two-hosts``: the runner runs on a second host (a network namespace
+  joined to this one by a veth pair; root only) and the link between the hosts is cut
+  for ``--cut`` seconds, then restored. Without it the report says the kind was not run.
+
+Then every fault is repaired, the producers stop, and an audit reads every tally until
+the state holds every appended entry (or ``--settle`` seconds pass). The checker
+(``bench.chaos_history``) reads the history; afterwards each process's descriptors and
+memory, and the undo logs and pins of the state directory and of every partition, are
+checked against bounds.
+
+Reported: faults by kind (with how long each took to repair), calls by outcome,
+anomalies by kind (each with the smallest slice of the history that shows it, and the
+seed), availability (the share of calls answered) outside and inside the windows when the
+only runner or every server is down (a call counts inside when it was in flight during
+one), p50/p99 of answered calls during faults and outside them. The last line reads
+``chaos: F faults, C calls, A anomalies``; exit status 1 when there is an anomaly.
+Usage: ``python bench/chaos.py [--seconds 600] [--seed N] [--interval 4] [--rate 100]
+[--master local[2]] [--workdir DIR] [--out bench/results/chaos.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from drpc.client import DRPCClient, HTTPDRPCClient  # noqa: E402
+
+from bench import procs  # noqa: E402
+from bench.chaos_history import Anomaly, Append, Call, Row, check  # noqa: E402
+from bench.chaos_workload import (  # noqa: E402
+    ALL_NAMES,
+    FUNCTION,
+    KEYS,
+    PARTS,
+    STREAMS,
+    entry_fields,
+    entry_id,
+)
+from drpc.errors import DRPCExecutionException  # noqa: E402
+
+KINDS = ("worker", "runner", "server", "redis", "pause")
+NOT_RUN = {"link": "one host: --two-hosts runs the runner on a second one"}
+CLIENT_TIMEOUT = 10.0
+"""Seconds a client waits for a call before DRPCTimeoutError."""
+SERVER_TIMEOUT = 8.0
+"""The servers' --timeout: a request nobody answers fails with SERVER_TIMEOUT first."""
+THRIFT_CLIENTS = 8
+HTTP_CLIENTS = 8
+THINK = 0.05
+"""Seconds a client waits between two calls."""
+REPAIR_TIMEOUT = 120.0
+UNDO_LOG_BOUND = 200
+FD_BOUND = 512
+FD_GROWTH = 32
+"""Descriptors a process may hold past its count after the warm-up at the end."""
+RSS_GROWTH = 1.5
+"""Resident memory a process may hold at the end, times its figure after the warm-up
+(plus 64 MiB): the run's load settles well inside it."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if predicate():
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} not ready within {timeout:g} s")
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+class Service:
+    """One process of the deployment, in a session of its own (a kill takes its children)."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.name, self.argv, self.env, self.log = name, argv, env, log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.starts += 1
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signum)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGKILL)
+        assert self.process is not None
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.signal(signal.SIGCONT)
+        # The main process only: it stops its children in order (a runner's JVM told to
+        # stop at the same time would shut its SparkContext under the stopping runner).
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+@dataclass
+class Fault:
+    kind: str
+    target: str
+    started: float
+    repaired: float | None = None
+    detail: str = ""
+
+
+class Link:
+    """A second host for the runner: a network namespace joined to this one by a veth pair
+    (``198.18.77.0/30``, RFC 2544's benchmarking range: never routed). ``cut()`` takes this
+    side of the pair down, ``restore()`` brings it back; ``close()`` kills what still runs
+    in the namespace and deletes it (the pair goes with it). Needs root."""
+
+    HERE = "198.18.77.1"
+    THERE = "198.18.77.2"
+
+    def __init__(self) -> None:
+        tag = os.getpid()
+        self.namespace = f"drpc-chaos-{tag}"
+        self.device, self.peer = f"dch{tag}h", f"dch{tag}r"
+
+    @property
+    def prefix(self) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace]
+
+    def open(self) -> Link:
+        try:
+            ip("netns", "add", self.namespace)
+            ip("link", "add", self.device, "type", "veth", "peer", "name", self.peer)
+            ip("link", "set", self.peer, "netns", self.namespace)
+            ip("addr", "add", f"{self.HERE}/30", "dev", self.device)
+            ip("link", "set", self.device, "up")
+            ip("-n", self.namespace, "addr", "add", f"{self.THERE}/30", "dev", self.peer)
+            ip("-n", self.namespace, "link", "set", self.peer, "up")
+            ip("-n", self.namespace, "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def cut(self) -> None:
+        ip("link", "set", self.device, "down")
+
+    def restore(self) -> None:
+        ip("link", "set", self.device, "up")
+
+    def close(self) -> None:
+        listed = ip("netns", "pids", self.namespace, check=False).stdout.split()
+        for pid in listed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        ip("netns", "del", self.namespace, check=False)
+        ip("link", "del", self.device, check=False)
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+@dataclass
+class Deployment:
+    """Redis and the servers listen on ``host``; the runner starts with ``runner_prefix``
+    (``ip netns exec NS`` on a second host)."""
+
+    workdir: Path
+    master: str
+    host: str = "127.0.0.1"
+    runner_prefix: list[str] = field(default_factory=list)
+    redis_port: int = field(default_factory=free_port)
+    servers: list[dict[str, int]] = field(default_factory=list)
+    services: dict[str, Service] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.servers = [
+            {"port": free_port(), "invocations": free_port(), "http": free_port()} for _ in range(2)
+        ]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "CHAOS_REDIS_URL": self.redis_url,
+            "DRPC_STATE_DIR": str(self.workdir / "state"),
+            "CHAOS_LOCAL_DIR": str(self.workdir / "local"),
+        }
+        (self.workdir / "redis").mkdir(parents=True, exist_ok=True)
+        redis = shutil.which("redis-server") or "redis-server"
+        self.services["redis"] = Service(
+            "redis",
+            [
+                redis,
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                self.host,
+                "--protected-mode",  # it listens on a test address only; no password
+                "no",
+                "--dir",
+                str(self.workdir / "redis"),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ],
+            env,
+            self.workdir / "redis.log",
+        )
+        for index, ports in enumerate(self.servers):
+            self.services[f"server{index}"] = Service(
+                f"server{index}",
+                [
+                    sys.executable,
+                    "-m",
+                    "drpc.server",
+                    "--host",
+                    self.host,
+                    "--port",
+                    str(ports["port"]),
+                    "--invocations-port",
+                    str(ports["invocations"]),
+                    "--http-port",
+                    str(ports["http"]),
+                    "--executor",
+                    "local",
+                    "--timeout",
+                    str(SERVER_TIMEOUT),
+                    "--runner-liveness",
+                    "5",
+                    "--startup-grace",  # a restarted server waits for the runner
+                    "3",
+                ],
+                env,
+                self.workdir / f"server{index}.log",
+            )
+        invocations = ",".join(f"{self.host}:{ports['invocations']}" for ports in self.servers)
+        self.services["runner"] = Service(
+            "runner",
+            [
+                *self.runner_prefix,
+                sys.executable,
+                "-m",
+                "drpc.runner",
+                "--servers",
+                invocations,
+                "--topology",
+                "bench.chaos_workload:query",
+                "--transactional",
+                "bench.chaos_workload:counting",
+                "--state-dir",
+                str(self.workdir / "state"),
+                "--executor",
+                "spark",
+                "--master",
+                self.master,
+                "--reconnect-interval",
+                "0.2",
+                "--checkpoint-dir",
+                (self.workdir / "store").as_uri(),
+            ],
+            env,
+            self.workdir / "runner.log",
+        )
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://{self.host}:{self.redis_port}"
+
+    def redis(self) -> Any:
+        import redis
+
+        return redis.Redis(
+            host=self.host, port=self.redis_port, socket_timeout=2, socket_connect_timeout=2
+        )
+
+    def ready(self, name: str) -> bool:
+        if name == "redis":
+            return bool(self.redis().ping())
+        if name.startswith("server"):
+            return port_open(self.host, self.servers[int(name[-1])]["port"])
+        return answers(self.host, self.servers, timeout=CLIENT_TIMEOUT)
+
+    def start(self, name: str, timeout: float = REPAIR_TIMEOUT) -> None:
+        self.services[name].start()
+        wait_for(lambda: self.ready(name), timeout, name)
+
+    def stop(self) -> None:
+        for name in ("runner", "server0", "server1", "redis"):
+            self.services[name].stop()
+
+
+def answers(host: str, servers: list[dict[str, int]], timeout: float) -> bool:
+    """Whether a call through the first server that takes it is answered."""
+    client = DRPCClient(servers=[f"{host}:{ports['port']}" for ports in servers], timeout=timeout)
+    with client:
+        client.execute(FUNCTION, ALL_NAMES[0])
+    return True
+
+
+class History:
+    def __init__(self) -> None:
+        self.appends: list[Append] = []
+        self.calls: list[Call] = []
+        self.lock = threading.Lock()
+
+    def append(self, append: Append) -> None:
+        with self.lock:
+            self.appends.append(append)
+
+    def call(self, call: Call) -> None:
+        with self.lock:
+            self.calls.append(call)
+
+
+def producer(
+    deployment: Deployment,
+    part: int,
+    rate: float,
+    history: History,
+    stop: threading.Event,
+    seed: int,
+) -> None:
+    import redis
+
+    rng = random.Random(seed * 1000 + part)
+    client = deployment.redis()
+    seq = 0
+    started = time.monotonic()
+    while not stop.is_set():
+        seq += 1
+        key = rng.choice(KEYS)
+        while True:
+            try:
+                client.xadd(STREAMS.format(part), entry_fields(part, key, seq), id=entry_id(seq))
+                break
+            except redis.ResponseError as error:
+                if "equal or smaller" in str(error):
+                    break  # the earlier attempt was written
+                raise
+            except (redis.ConnectionError, redis.TimeoutError):
+                time.sleep(0.1)
+                client = deployment.redis()
+        history.append(Append(part, seq, key))
+        pause = started + seq / rate - time.monotonic()
+        if pause > 0:
+            stop.wait(pause)
+
+
+def parse_rows(result: str) -> tuple[Row, ...]:
+    rows = []
+    for part, key, tally, txid in json.loads(result):
+        count, highest = (None, None) if tally is None else tally
+        rows.append(Row(int(part), str(key), count, highest, txid))
+    return tuple(sorted(rows, key=lambda row: (row.part, row.key)))
+
+
+def outcome_of(error: BaseException) -> str:
+    if isinstance(error, DRPCExecutionException):
+        return f"DRPCExecutionException:{getattr(error.type, 'name', error.type)}"
+    return type(error).__name__
+
+
+class Caller:
+    """One client: Thrift over both servers, or HTTP failing over to the other server."""
+
+    def __init__(self, name: str, transport: str, deployment: Deployment, first: int):
+        self.name, self.transport = name, transport
+        servers, host = deployment.servers, deployment.host
+        order = [servers[(first + step) % len(servers)] for step in range(len(servers))]
+        if transport == "thrift":
+            self.thrift = DRPCClient(
+                servers=[f"{host}:{ports['port']}" for ports in order], timeout=CLIENT_TIMEOUT
+            )
+        else:
+            self.urls = [f"http://{host}:{ports['http']}" for ports in order]
+
+    def execute(self, args: str) -> str:
+        if self.transport == "thrift":
+            return self.thrift.execute(FUNCTION, args)
+        from drpc.client import DRPCConnectionError
+
+        deadline = time.monotonic() + CLIENT_TIMEOUT
+        failures = []
+        for url in self.urls:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                return HTTPDRPCClient(url, timeout=left).execute(FUNCTION, args)
+            except DRPCConnectionError as error:
+                failures.append(f"{url}: {error}")
+        raise DRPCConnectionError("; ".join(failures) or "no time left")
+
+    def call(self, names: tuple[str, ...], audit: bool = False) -> Call:
+        invoked = time.monotonic()
+        try:
+            result = self.execute(" ".join(names))
+        except Exception as error:  # recorded: the checker judges every outcome
+            return Call(
+                self.name,
+                self.transport,
+                names,
+                invoked,
+                time.monotonic(),
+                outcome_of(error),
+                CLIENT_TIMEOUT,
+                detail=str(error)[:300],
+                audit=audit,
+            )
+        completed = time.monotonic()
+        try:
+            rows = parse_rows(result)
+        except (ValueError, TypeError) as error:
+            return Call(
+                self.name,
+                self.transport,
+                names,
+                invoked,
+                completed,
+                "UnreadableAnswer",
+                CLIENT_TIMEOUT,
+                detail=f"{error}: {result[:200]}",
+                audit=audit,
+            )
+        return Call(
+            self.name,
+            self.transport,
+            names,
+            invoked,
+            completed,
+            "ok",
+            CLIENT_TIMEOUT,
+            rows,
+            audit=audit,
+        )
+
+
+def client_loop(caller: Caller, history: History, stop: threading.Event, seed: int) -> None:
+    rng = random.Random(seed)
+    while not stop.is_set():
+        if rng.random() < 0.3:
+            names = ALL_NAMES
+        else:
+            names = tuple(sorted(rng.sample(ALL_NAMES, rng.randint(1, 4))))
+        history.call(caller.call(names))
+        stop.wait(THINK)
+
+
+class Nemesis:
+    def __init__(
+        self,
+        deployment: Deployment,
+        seed: int,
+        interval: float,
+        pause: float,
+        link: Link | None = None,
+        cut: float = 8.0,
+    ) -> None:
+        self.deployment = deployment
+        self.link = link
+        self.cut = cut
+        self.kinds = KINDS + (("link",) if link is not None else ())
+        self.rng = random.Random(seed)
+        self.interval = interval
+        self.pause = pause
+        self.faults: list[Fault] = []
+        self.round: list[str] = []
+        self.paused: set[str] = set()
+        self.timers: list[threading.Timer] = []
+
+    def run(self, until: float, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if stop.wait(self.rng.expovariate(1.0 / self.interval)) or time.monotonic() > until:
+                return
+            if not self.round:
+                self.round = list(self.kinds)
+                self.rng.shuffle(self.round)
+            kind = self.round.pop()
+            fault = getattr(self, f"_{kind}")()
+            self.faults.append(fault)
+            log(f"fault {len(self.faults)}: {kind} {fault.target} {fault.detail}".rstrip())
+            self._repair(fault)
+
+    def _repair(self, fault: Fault) -> None:
+        if fault.kind == "pause":
+            log(f"  resumes in {self.pause:g} s")
+            return
+        deployment = self.deployment
+        if fault.kind in ("worker", "runner", "link"):
+            wait_for(
+                lambda: answers(deployment.host, deployment.servers, CLIENT_TIMEOUT),
+                REPAIR_TIMEOUT,
+                "an answer after the fault",
+            )
+        fault.repaired = time.monotonic()
+        log(f"  repaired in {fault.repaired - fault.started:.2f} s")
+
+    def _worker(self) -> Fault:
+        runner = self.deployment.services["runner"]
+        jvm = procs.jvm(runner.pid)
+        tasks = procs.spark_python(jvm).tasks if jvm else []
+        # A resident task runs threads of its own (its server, fetchers); a forked worker
+        # waiting for reuse runs one: killing that breaks nothing.
+        busy = [pid for pid in tasks if len(procs.thread_cpu(pid)) > 1]
+        tasks = busy or tasks
+        fault = Fault("worker", "", time.monotonic())
+        if not tasks:
+            fault.detail = "no resident task process found"
+            return fault
+        pid = self.rng.choice(tasks)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        fault.target = f"pid {pid}"
+        return fault
+
+    def _runner(self) -> Fault:
+        fault = Fault("runner", "runner", time.monotonic())
+        service = self.deployment.services["runner"]
+        service.kill()
+        service.start()
+        return fault
+
+    def _server(self) -> Fault:
+        name = self.rng.choice(["server0", "server1"])
+        fault = Fault("server", name, time.monotonic())
+        self.deployment.services[name].kill()
+        time.sleep(0.5)
+        self.deployment.start(name)
+        return fault
+
+    def _redis(self) -> Fault:
+        fault = Fault("redis", "redis", time.monotonic())
+        self.deployment.services["redis"].kill()
+        time.sleep(0.5)
+        self.deployment.start("redis")
+        return fault
+
+    def _link(self) -> Fault:
+        """Cut the link to the runner's host for ``cut`` seconds."""
+        assert self.link is not None
+        fault = Fault("link", "runner", time.monotonic(), detail=f"{self.cut:g} s")
+        self.link.cut()
+        try:
+            time.sleep(self.cut)
+        finally:
+            self.link.restore()
+        return fault
+
+    def _pause(self) -> Fault:
+        """SIGSTOP a process that is not already stopped; a timer SIGCONTs it, so the next
+        faults go on meanwhile (a kill of it first sends SIGCONT)."""
+        free = [
+            name for name in ("server0", "server1", "runner", "redis") if name not in self.paused
+        ]
+        name = self.rng.choice(free)
+        fault = Fault("pause", name, time.monotonic(), detail=f"{self.pause:g} s")
+        service = self.deployment.services[name]
+        service.signal(signal.SIGSTOP)
+        self.paused.add(name)
+
+        def resume() -> None:
+            service.signal(signal.SIGCONT)
+            self.paused.discard(name)
+            fault.repaired = time.monotonic()
+
+        timer = threading.Timer(self.pause, resume)
+        timer.daemon = True
+        timer.start()
+        self.timers.append(timer)
+        return fault
+
+    def finish(self) -> None:
+        """Resume every paused process now."""
+        for timer in self.timers:
+            timer.cancel()
+        for name in list(self.paused):
+            self.deployment.services[name].signal(signal.SIGCONT)
+            self.paused.discard(name)
+        for fault in self.faults:
+            if fault.repaired is None:
+                fault.repaired = time.monotonic()
+
+
+def log(message: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+Window = tuple[float, float]
+
+
+def down_windows(faults: list[Fault], end: float) -> list[Window]:
+    """When the only runner was down (killed, or cut off: to the first answer after;
+    stopped: to its SIGCONT), or every server was (both killed or stopped at once)."""
+
+    def spans(kind: str, target: str) -> list[Window]:
+        return [
+            (fault.started, fault.repaired or end)
+            for fault in faults
+            if fault.target == target and fault.kind in (kind, "pause", "link")
+        ]
+
+    windows = spans("runner", "runner")
+    for first_start, first_end in spans("server", "server0"):
+        for second_start, second_end in spans("server", "server1"):
+            start, stop = max(first_start, second_start), min(first_end, second_end)
+            if start < stop:
+                windows.append((start, stop))
+    return sorted(windows)
+
+
+def process_figures(deployment: Deployment) -> dict[str, dict[str, int]]:
+    """Each service's process now: pid, open descriptors, resident memory, starts."""
+    return {
+        name: {
+            "pid": service.pid,
+            "fds": procs.open_fds(service.pid),
+            "rss_kib": procs.status_kib(service.pid, "VmRSS"),
+            "starts": service.starts,
+        }
+        for name, service in deployment.services.items()
+    }
+
+
+def resources(
+    deployment: Deployment, baseline: dict[str, dict[str, int]]
+) -> tuple[dict[str, Any], list[Anomaly]]:
+    """Each live process's descriptors and memory (against its own figures after the
+    warm-up, when the nemesis never restarted it), the state's undo logs and pins."""
+    from drpc.state import StateEnvironment
+
+    figures: dict[str, Any] = {}
+    anomalies = []
+    for name, now in process_figures(deployment).items():
+        before = baseline.get(name)
+        figures[name] = {**now, "baseline": before}
+        if now["fds"] > FD_BOUND:
+            anomalies.append(Anomaly("resources", f"{name} holds {now['fds']} descriptors"))
+        if before is not None and before["pid"] == now["pid"]:
+            if now["fds"] > before["fds"] + FD_GROWTH:
+                anomalies.append(
+                    Anomaly(
+                        "resources", f"{name}'s descriptors grew {before['fds']} -> {now['fds']}"
+                    )
+                )
+            if now["rss_kib"] > before["rss_kib"] * RSS_GROWTH + 65536:
+                anomalies.append(
+                    Anomaly(
+                        "resources",
+                        f"{name}'s memory grew {before['rss_kib']} -> {now['rss_kib']} KiB",
+                    )
+                )
+    directories = [deployment.workdir / "state"]
+    directories += sorted(
+        path
+        for path in (deployment.workdir / "local").rglob("p*")
+        if path.is_dir() and path.name[1:].isdigit()
+    )
+    for directory in directories:
+        env = StateEnvironment.open(directory, create=False)
+        try:
+            status = env.version_status()
+        finally:
+            env.close()
+        figures[str(directory.relative_to(deployment.workdir))] = asdict(status)
+        if status.undo_logs > UNDO_LOG_BOUND:
+            anomalies.append(
+                Anomaly("resources", f"{directory.name} keeps {status.undo_logs} undo logs")
+            )
+        if status.oldest_pin_age is not None and status.oldest_pin_age > 90:
+            anomalies.append(
+                Anomaly(
+                    "resources", f"{directory.name} has a pin {status.oldest_pin_age:.0f} s old"
+                )
+            )
+    return figures, anomalies
+
+
+def audit(deployment: Deployment, history: History, settle: float) -> Call:
+    """Read every tally until the state holds every appended entry; the last read."""
+    caller = Caller("audit", "thrift", deployment, 0)
+    last = {part: 0 for part in range(PARTS)}
+    for append in history.appends:
+        last[append.part] = max(last[append.part], append.seq)
+    deadline = time.monotonic() + settle
+    while True:
+        call = caller.call(ALL_NAMES, audit=True)
+        if call.ok:
+            highest = {part: 0 for part in range(PARTS)}
+            for row in call.rows:
+                highest[row.part] = max(highest[row.part], row.highest or 0)
+            if highest == last or time.monotonic() > deadline:
+                return call
+        elif time.monotonic() > deadline:
+            return call
+        time.sleep(0.5)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="drpc-chaos-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    link = Link().open() if args.two_hosts else None
+    deployment = (
+        Deployment(workdir, args.master)
+        if link is None
+        else Deployment(workdir, args.master, host=Link.HERE, runner_prefix=link.prefix)
+    )
+    history = History()
+    stop_load = threading.Event()
+    stop_nemesis = threading.Event()
+    log(f"seed {args.seed}, {args.seconds:g} s, work in {workdir}")
+    try:
+        for name in ("redis", "server0", "server1"):
+            deployment.start(name)
+        deployment.start("runner", timeout=300)
+        log("deployment answers")
+        threads = [
+            threading.Thread(
+                target=producer,
+                args=(deployment, part, args.rate, history, stop_load, args.seed),
+                daemon=True,
+            )
+            for part in range(PARTS)
+        ]
+        callers = [
+            Caller(f"thrift{index}", "thrift", deployment, index) for index in range(THRIFT_CLIENTS)
+        ] + [Caller(f"http{index}", "http", deployment, index) for index in range(HTTP_CLIENTS)]
+        threads += [
+            threading.Thread(
+                target=client_loop,
+                args=(caller, history, stop_load, args.seed * 100 + index),
+                daemon=True,
+            )
+            for index, caller in enumerate(callers)
+        ]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        time.sleep(min(5.0, args.seconds / 10))
+        baseline = process_figures(deployment)
+        nemesis = Nemesis(deployment, args.seed, args.interval, args.pause, link, args.cut)
+        try:
+            nemesis.run(started + args.seconds, stop_nemesis)
+        finally:
+            nemesis.finish()
+        remaining = started + args.seconds - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)
+        ended = time.monotonic()
+        stop_load.set()
+        for thread in threads:
+            thread.join(CLIENT_TIMEOUT + 5)
+        log(f"load stopped: {len(history.appends)} appends, {len(history.calls)} calls; auditing")
+        final = audit(deployment, history, args.settle)
+        figures, resource_anomalies = resources(deployment, baseline)
+    finally:
+        stop_load.set()
+        stop_nemesis.set()
+        deployment.stop()
+        if link is not None:
+            link.close()
+    calls = [*history.calls, final]
+    with (workdir / "history.jsonl").open("w") as out:
+        for call in calls:
+            out.write(json.dumps(asdict(call)) + "\n")
+    anomalies = check(history.appends, calls) + resource_anomalies
+    return report(args, nemesis.faults, history, calls, anomalies, figures, started, ended)
+
+
+def report(
+    args: argparse.Namespace,
+    faults: list[Fault],
+    history: History,
+    calls: list[Call],
+    anomalies: list[Anomaly],
+    figures: dict[str, Any],
+    started: float,
+    ended: float,
+) -> dict[str, Any]:
+    windows = down_windows(faults, ended)
+    spans = [(fault.started, fault.repaired or ended) for fault in faults]
+
+    def inside(call: Call, ranges: list[Window]) -> bool:
+        """Whether the call was in flight during one of the ranges."""
+        return any(call.invoked <= end and call.completed >= start for start, end in ranges)
+
+    load = [call for call in calls if not call.audit]
+    out_calls = [call for call in load if not inside(call, windows)]
+    in_calls = [call for call in load if inside(call, windows)]
+
+    def share(selected: list[Call]) -> float | None:
+        return sum(call.ok for call in selected) / len(selected) if selected else None
+
+    def latencies(selected: list[Call]) -> list[float]:
+        return [1000 * (call.completed - call.invoked) for call in selected if call.ok]
+
+    during = latencies([call for call in load if inside(call, spans)])
+    calm = latencies([call for call in load if not inside(call, spans)])
+    repair = {
+        kind: [round(f.repaired - f.started, 2) for f in faults if f.kind == kind and f.repaired]
+        for kind in (*KINDS, "link")
+    }
+    return {
+        "seed": args.seed,
+        "seconds": args.seconds,
+        "master": args.master,
+        "appends": len(history.appends),
+        "faults": dict(Counter(fault.kind for fault in faults)),
+        "faults_not_run": {} if args.two_hosts else NOT_RUN,
+        "repair_seconds": {kind: statistics.median(v) if v else None for kind, v in repair.items()},
+        "calls": len(load),
+        "outcomes": dict(Counter(call.outcome for call in load)),
+        "availability_outside_down_windows": share(out_calls),
+        "availability_inside_down_windows": share(in_calls),
+        "calls_inside_down_windows": len(in_calls),
+        "latency_ms_during_faults": {
+            "p50": percentile(during, 0.5),
+            "p99": percentile(during, 0.99),
+        },
+        "latency_ms_outside_faults": {"p50": percentile(calm, 0.5), "p99": percentile(calm, 0.99)},
+        "refusals": refusal_samples(load),
+        "anomalies": dict(Counter(anomaly.kind for anomaly in anomalies)),
+        "anomaly_slices": [anomaly.describe() for anomaly in anomalies[:20]],
+        "fault_log": [asdict(fault) for fault in faults],
+        "resources": figures,
+    }
+
+
+def refusal_samples(calls: list[Call], per_outcome: int = 3) -> dict[str, list[str]]:
+    """The first few refusals of each kind, with what the caller was told."""
+    samples: dict[str, list[str]] = {}
+    for call in calls:
+        if not call.ok:
+            found = samples.setdefault(call.outcome, [])
+            if len(found) < per_outcome:
+                found.append(call.detail)
+    return samples
+
+
+def print_report(result: dict[str, Any]) -> None:
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{100 * value:.2f} %"
+
+    faults = sum(result["faults"].values())
+    print(
+        f"seed {result['seed']}, {result['seconds']:g} s on {result['master']}, "
+        f"{result['appends']:,} entries appended"
+    )
+    print(
+        "faults:", ", ".join(f"{kind} {count}" for kind, count in sorted(result["faults"].items()))
+    )
+    for kind, why in result["faults_not_run"].items():
+        print(f"  not run: {kind} ({why})")
+    print("median repair (s):", result["repair_seconds"])
+    print("outcomes:", result["outcomes"])
+    outside = pct(result["availability_outside_down_windows"])
+    inside = pct(result["availability_inside_down_windows"])
+    print(
+        f"answered outside the windows when the only runner or every server was down: "
+        f"{outside}; inside them ({result['calls_inside_down_windows']} calls): {inside}"
+    )
+    print(
+        "latency during faults (ms):",
+        result["latency_ms_during_faults"],
+        "outside:",
+        result["latency_ms_outside_faults"],
+    )
+    print("anomalies:", result["anomalies"] or "none")
+    for text in result["anomaly_slices"]:
+        print(text)
+        print(
+            f"  (reproduce: python bench/chaos.py --seed {result['seed']} "
+            f"--seconds {result['seconds']:g})"
+        )
+    print(
+        f"chaos: {faults} faults, {result['calls']} calls, "
+        f"{sum(result['anomalies'].values())} anomalies"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/chaos.py", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--seconds", type=float, default=600.0, help="load and faults (default 600)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="the nemesis's seed (default random)"
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=4.0,
+        help="mean seconds between a repair and the next fault (default 4)",
+    )
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=CLIENT_TIMEOUT + 2,
+        help="seconds a paused process stays stopped (default past the clients' timeout)",
+    )
+    parser.add_argument(
+        "--rate", type=float, default=100.0, help="appends/s per stream (default 100)"
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=120.0,
+        help="seconds the audit waits for every entry to be counted (default 120)",
+    )
+    parser.add_argument("--master", default="local[2]", help="the runner's Spark master")
+    parser.add_argument(
+        "--two-hosts",
+        action="store_true",
+        help="run the runner on a second host (a network namespace; needs root) and add the "
+        "link fault: the link between the hosts cut, then restored",
+    )
+    parser.add_argument(
+        "--cut", type=float, default=8.0, help="seconds a link stays cut (default 8)"
+    )
+    parser.add_argument(
+        "--workdir", help="where the processes keep their files (default a new temporary directory)"
+    )
+    parser.add_argument("--out", default=str(HERE / "results" / "chaos.json"))
+    args = parser.parse_args(argv)
+    if args.seed is None:
+        args.seed = random.randrange(1 << 31)
+    if args.seconds <= 0:
+        parser.error("--seconds must be positive")
+    result = run(args)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print_report(result)
+    return 1 if result["anomalies"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
