@@ -12,8 +12,8 @@ The load, for ``--seconds``: one producer per stream appends numbered entries
 (``--rate`` per second each; an append whose outcome is unknown is retried with the same
 stream id until Redis holds it or refuses it as a duplicate); 16 clients, 8 over Thrift
 (``DRPCClient`` with both servers, failing over) and 8 over HTTP (failing over to the
-other server themselves), ask for every tally or a few, each call recorded with its
-outcome, its answer and the txid the answer names.
+other server themselves), ask for every tally or a few, ``--think`` seconds apart, each
+call recorded with its outcome, its answer and the txid the answer names.
 
 The nemesis, seeded (``--seed``): after a random pause (exponential, mean
 ``--interval`` seconds) it injects the next fault of a shuffled round of every kind, then
@@ -45,7 +45,8 @@ only runner or every server is down (a call counts inside when it was in flight 
 one), p50/p99 of answered calls during faults and outside them. The last line reads
 ``chaos: F faults, C calls, A anomalies``; exit status 1 when there is an anomaly.
 Usage: ``python bench/chaos.py [--seconds 600] [--seed N] [--interval 4] [--rate 100]
-[--master local[2]] [--workdir DIR] [--out bench/results/chaos.json]``.
+[--think 0.05] [--pause S] [--two-hosts] [--cut 8] [--master local[2]] [--workdir DIR]
+[--out bench/results/chaos.json]``.
 """
 
 from __future__ import annotations
@@ -55,17 +56,14 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +74,15 @@ sys.path.insert(0, str(ROOT))
 from drpc.client import DRPCClient, HTTPDRPCClient  # noqa: E402
 
 from bench import procs  # noqa: E402
+from bench.chaos_deployment import (  # noqa: E402
+    CLIENT_TIMEOUT,
+    REPAIR_TIMEOUT,
+    Deployment,
+    Link,
+    answers,
+    process_figures,
+    wait_for,
+)
 from bench.chaos_history import Anomaly, Append, Call, Row, check  # noqa: E402
 from bench.chaos_workload import (  # noqa: E402
     ALL_NAMES,
@@ -90,92 +97,15 @@ from drpc.errors import DRPCExecutionException  # noqa: E402
 
 KINDS = ("worker", "runner", "server", "redis", "pause")
 NOT_RUN = {"link": "one host: --two-hosts runs the runner on a second one"}
-CLIENT_TIMEOUT = 10.0
-"""Seconds a client waits for a call before DRPCTimeoutError."""
-SERVER_TIMEOUT = 8.0
-"""The servers' --timeout: a request nobody answers fails with SERVER_TIMEOUT first."""
 THRIFT_CLIENTS = 8
 HTTP_CLIENTS = 8
-THINK = 0.05
-"""Seconds a client waits between two calls."""
-REPAIR_TIMEOUT = 120.0
 UNDO_LOG_BOUND = 200
 FD_BOUND = 512
 FD_GROWTH = 32
-"""Descriptors a process may hold past its count after the warm-up at the end."""
+"""Descriptors a process may hold at the end past its count when it was found ready."""
 RSS_GROWTH = 1.5
-"""Resident memory a process may hold at the end, times its figure after the warm-up
-(plus 64 MiB): the run's load settles well inside it."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            if predicate():
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"{what} not ready within {timeout:g} s")
-
-
-def port_open(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
-class Service:
-    """One process of the deployment, in a session of its own (a kill takes its children)."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.name, self.argv, self.env, self.log = name, argv, env, log
-        self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.starts += 1
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def signal(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signum)
-
-    def kill(self) -> None:
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGKILL)
-        assert self.process is not None
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.signal(signal.SIGCONT)
-        # The main process only: it stops its children in order (a runner's JVM told to
-        # stop at the same time would shut its SparkContext under the stopping runner).
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.kill()
+"""Resident memory a process may hold at the end, times its figure when it was found
+ready after its last start (plus 64 MiB): its load settles well inside it."""
 
 
 @dataclass
@@ -185,199 +115,6 @@ class Fault:
     started: float
     repaired: float | None = None
     detail: str = ""
-
-
-class Link:
-    """A second host for the runner: a network namespace joined to this one by a veth pair
-    (``198.18.77.0/30``, RFC 2544's benchmarking range: never routed). ``cut()`` takes this
-    side of the pair down, ``restore()`` brings it back; ``close()`` kills what still runs
-    in the namespace and deletes it (the pair goes with it). Needs root."""
-
-    HERE = "198.18.77.1"
-    THERE = "198.18.77.2"
-
-    def __init__(self) -> None:
-        tag = os.getpid()
-        self.namespace = f"drpc-chaos-{tag}"
-        self.device, self.peer = f"dch{tag}h", f"dch{tag}r"
-
-    @property
-    def prefix(self) -> list[str]:
-        return ["ip", "netns", "exec", self.namespace]
-
-    def open(self) -> Link:
-        try:
-            ip("netns", "add", self.namespace)
-            ip("link", "add", self.device, "type", "veth", "peer", "name", self.peer)
-            ip("link", "set", self.peer, "netns", self.namespace)
-            ip("addr", "add", f"{self.HERE}/30", "dev", self.device)
-            ip("link", "set", self.device, "up")
-            ip("-n", self.namespace, "addr", "add", f"{self.THERE}/30", "dev", self.peer)
-            ip("-n", self.namespace, "link", "set", self.peer, "up")
-            ip("-n", self.namespace, "link", "set", "lo", "up")
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def cut(self) -> None:
-        ip("link", "set", self.device, "down")
-
-    def restore(self) -> None:
-        ip("link", "set", self.device, "up")
-
-    def close(self) -> None:
-        listed = ip("netns", "pids", self.namespace, check=False).stdout.split()
-        for pid in listed:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
-        ip("netns", "del", self.namespace, check=False)
-        ip("link", "del", self.device, check=False)
-
-
-def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-
-@dataclass
-class Deployment:
-    """Redis and the servers listen on ``host``; the runner starts with ``runner_prefix``
-    (``ip netns exec NS`` on a second host)."""
-
-    workdir: Path
-    master: str
-    host: str = "127.0.0.1"
-    runner_prefix: list[str] = field(default_factory=list)
-    redis_port: int = field(default_factory=free_port)
-    servers: list[dict[str, int]] = field(default_factory=list)
-    services: dict[str, Service] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.servers = [
-            {"port": free_port(), "invocations": free_port(), "http": free_port()} for _ in range(2)
-        ]
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-            "PYSPARK_PYTHON": sys.executable,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "CHAOS_REDIS_URL": self.redis_url,
-            "DRPC_STATE_DIR": str(self.workdir / "state"),
-            "CHAOS_LOCAL_DIR": str(self.workdir / "local"),
-        }
-        (self.workdir / "redis").mkdir(parents=True, exist_ok=True)
-        redis = shutil.which("redis-server") or "redis-server"
-        self.services["redis"] = Service(
-            "redis",
-            [
-                redis,
-                "--port",
-                str(self.redis_port),
-                "--bind",
-                self.host,
-                "--protected-mode",  # it listens on a test address only; no password
-                "no",
-                "--dir",
-                str(self.workdir / "redis"),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-            ],
-            env,
-            self.workdir / "redis.log",
-        )
-        for index, ports in enumerate(self.servers):
-            self.services[f"server{index}"] = Service(
-                f"server{index}",
-                [
-                    sys.executable,
-                    "-m",
-                    "drpc.server",
-                    "--host",
-                    self.host,
-                    "--port",
-                    str(ports["port"]),
-                    "--invocations-port",
-                    str(ports["invocations"]),
-                    "--http-port",
-                    str(ports["http"]),
-                    "--executor",
-                    "local",
-                    "--timeout",
-                    str(SERVER_TIMEOUT),
-                    "--runner-liveness",
-                    "5",
-                    "--startup-grace",  # a restarted server waits for the runner
-                    "3",
-                ],
-                env,
-                self.workdir / f"server{index}.log",
-            )
-        invocations = ",".join(f"{self.host}:{ports['invocations']}" for ports in self.servers)
-        self.services["runner"] = Service(
-            "runner",
-            [
-                *self.runner_prefix,
-                sys.executable,
-                "-m",
-                "drpc.runner",
-                "--servers",
-                invocations,
-                "--topology",
-                "bench.chaos_workload:query",
-                "--transactional",
-                "bench.chaos_workload:counting",
-                "--state-dir",
-                str(self.workdir / "state"),
-                "--executor",
-                "spark",
-                "--master",
-                self.master,
-                "--reconnect-interval",
-                "0.2",
-                "--checkpoint-dir",
-                (self.workdir / "store").as_uri(),
-            ],
-            env,
-            self.workdir / "runner.log",
-        )
-
-    @property
-    def redis_url(self) -> str:
-        return f"redis://{self.host}:{self.redis_port}"
-
-    def redis(self) -> Any:
-        import redis
-
-        return redis.Redis(
-            host=self.host, port=self.redis_port, socket_timeout=2, socket_connect_timeout=2
-        )
-
-    def ready(self, name: str) -> bool:
-        if name == "redis":
-            return bool(self.redis().ping())
-        if name.startswith("server"):
-            return port_open(self.host, self.servers[int(name[-1])]["port"])
-        return answers(self.host, self.servers, timeout=CLIENT_TIMEOUT)
-
-    def start(self, name: str, timeout: float = REPAIR_TIMEOUT) -> None:
-        self.services[name].start()
-        wait_for(lambda: self.ready(name), timeout, name)
-
-    def stop(self) -> None:
-        for name in ("runner", "server0", "server1", "redis"):
-            self.services[name].stop()
-
-
-def answers(host: str, servers: list[dict[str, int]], timeout: float) -> bool:
-    """Whether a call through the first server that takes it is answered."""
-    client = DRPCClient(servers=[f"{host}:{ports['port']}" for ports in servers], timeout=timeout)
-    with client:
-        client.execute(FUNCTION, ALL_NAMES[0])
-    return True
 
 
 class History:
@@ -518,7 +255,9 @@ class Caller:
         )
 
 
-def client_loop(caller: Caller, history: History, stop: threading.Event, seed: int) -> None:
+def client_loop(
+    caller: Caller, history: History, stop: threading.Event, seed: int, think: float
+) -> None:
     rng = random.Random(seed)
     while not stop.is_set():
         if rng.random() < 0.3:
@@ -526,7 +265,7 @@ def client_loop(caller: Caller, history: History, stop: threading.Event, seed: i
         else:
             names = tuple(sorted(rng.sample(ALL_NAMES, rng.randint(1, 4))))
         history.call(caller.call(names))
-        stop.wait(THINK)
+        stop.wait(think)
 
 
 class Nemesis:
@@ -698,31 +437,18 @@ def down_windows(faults: list[Fault], end: float) -> list[Window]:
     return sorted(windows)
 
 
-def process_figures(deployment: Deployment) -> dict[str, dict[str, int]]:
-    """Each service's process now: pid, open descriptors, resident memory, starts."""
-    return {
-        name: {
-            "pid": service.pid,
-            "fds": procs.open_fds(service.pid),
-            "rss_kib": procs.status_kib(service.pid, "VmRSS"),
-            "starts": service.starts,
-        }
-        for name, service in deployment.services.items()
-    }
-
-
 def resources(
-    deployment: Deployment, baseline: dict[str, dict[str, int]]
+    deployment: Deployment,
 ) -> tuple[dict[str, Any], list[Anomaly]]:
-    """Each live process's descriptors and memory (against its own figures after the
-    warm-up, when the nemesis never restarted it), the state's undo logs and pins."""
+    """Each live process's descriptors and memory, against its own figures when it was
+    found ready after its last start; the state's undo logs and pins."""
     from drpc.state import StateEnvironment
 
     figures: dict[str, Any] = {}
     anomalies = []
     for name, now in process_figures(deployment).items():
-        before = baseline.get(name)
-        figures[name] = {**now, "baseline": before}
+        before = deployment.ready_figures.get(name)
+        figures[name] = {**now, "when_ready": before}
         if now["fds"] > FD_BOUND:
             anomalies.append(Anomaly("resources", f"{name} holds {now['fds']} descriptors"))
         if before is not None and before["pid"] == now["pid"]:
@@ -817,7 +543,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         threads += [
             threading.Thread(
                 target=client_loop,
-                args=(caller, history, stop_load, args.seed * 100 + index),
+                args=(caller, history, stop_load, args.seed * 100 + index, args.think),
                 daemon=True,
             )
             for index, caller in enumerate(callers)
@@ -825,8 +551,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.monotonic()
         for thread in threads:
             thread.start()
-        time.sleep(min(5.0, args.seconds / 10))
-        baseline = process_figures(deployment)
         nemesis = Nemesis(deployment, args.seed, args.interval, args.pause, link, args.cut)
         try:
             nemesis.run(started + args.seconds, stop_nemesis)
@@ -841,7 +565,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             thread.join(CLIENT_TIMEOUT + 5)
         log(f"load stopped: {len(history.appends)} appends, {len(history.calls)} calls; auditing")
         final = audit(deployment, history, args.settle)
-        figures, resource_anomalies = resources(deployment, baseline)
+        figures, resource_anomalies = resources(deployment)
     finally:
         stop_load.set()
         stop_nemesis.set()
@@ -989,6 +713,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--rate", type=float, default=100.0, help="appends/s per stream (default 100)"
+    )
+    parser.add_argument(
+        "--think",
+        type=float,
+        default=0.05,
+        help="seconds each client waits between two calls (default 0.05)",
     )
     parser.add_argument(
         "--settle",

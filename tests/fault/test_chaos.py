@@ -38,6 +38,10 @@ def _chaos_run(workdir: Path) -> ahead.Command:
             "1",
             "--pause",
             "11",
+            "--rate",  # a lighter load than the bench's: the other tests run beside it
+            "25",
+            "--think",
+            "0.2",
             "--workdir",
             str(workdir / "deployment"),
             "--out",
