@@ -17,7 +17,9 @@ call recorded with its outcome, its answer and the txid the answer names.
 
 The nemesis, seeded (``--seed``): after a random pause (exponential, mean
 ``--interval`` seconds) it injects the next fault of a shuffled round of every kind, then
-waits until it is repaired before the next pause:
+waits until it is repaired before the next pause. With ``--concurrent`` each kind has a
+thread and a schedule of its own instead (mean ``--interval`` seconds apart per kind),
+so faults overlap and a runner may be killed again while it starts. The kinds:
 
 - ``worker``: SIGKILL a resident task's Python process (the runner's resident job
   restarts);
@@ -45,8 +47,8 @@ only runner or every server is down (a call counts inside when it was in flight 
 one), p50/p99 of answered calls during faults and outside them. The last line reads
 ``chaos: F faults, C calls, A anomalies``; exit status 1 when there is an anomaly.
 Usage: ``python bench/chaos.py [--seconds 600] [--seed N] [--interval 4] [--rate 100]
-[--think 0.05] [--pause S] [--two-hosts] [--cut 8] [--master local[2]] [--workdir DIR]
-[--out bench/results/chaos.json]``.
+[--think 0.05] [--pause S] [--two-hosts] [--cut 8] [--concurrent] [--master local[2]]
+[--workdir DIR] [--out bench/results/chaos.json]``.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +85,17 @@ from bench.chaos_deployment import (  # noqa: E402
     process_figures,
     wait_for,
 )
-from bench.chaos_history import Anomaly, Append, Call, Row, check  # noqa: E402
+from bench.chaos_history import (  # noqa: E402
+    Anomaly,
+    Append,
+    Call,
+    Fault,
+    Row,
+    Window,
+    check,
+    down_windows,
+    settle_repairs,
+)
 from bench.chaos_workload import (  # noqa: E402
     ALL_NAMES,
     FUNCTION,
@@ -106,15 +118,6 @@ FD_GROWTH = 32
 RSS_GROWTH = 1.5
 """Resident memory a process may hold at the end, times its figure when it was found
 ready after its last start (plus 64 MiB): its load settles well inside it."""
-
-
-@dataclass
-class Fault:
-    kind: str
-    target: str
-    started: float
-    repaired: float | None = None
-    detail: str = ""
 
 
 class History:
@@ -269,6 +272,12 @@ def client_loop(
 
 
 class Nemesis:
+    """Injects the faults (module doc). ``run`` injects one fault at a time, each repaired
+    before the next pause; ``run_concurrent`` gives each kind a thread and a seeded
+    schedule of its own, so that faults overlap: a worker, the runner and the link are
+    then not waited for (a runner may be killed again while it starts), and their
+    ``repaired`` is the first answer after the injection (``settle_repairs``)."""
+
     def __init__(
         self,
         deployment: Deployment,
@@ -282,6 +291,7 @@ class Nemesis:
         self.link = link
         self.cut = cut
         self.kinds = KINDS + (("link",) if link is not None else ())
+        self.seed = seed
         self.rng = random.Random(seed)
         self.interval = interval
         self.pause = pause
@@ -289,6 +299,8 @@ class Nemesis:
         self.round: list[str] = []
         self.paused: set[str] = set()
         self.timers: list[threading.Timer] = []
+        self.lock = threading.Lock()
+        self.waits = True
 
     def run(self, until: float, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -297,67 +309,94 @@ class Nemesis:
             if not self.round:
                 self.round = list(self.kinds)
                 self.rng.shuffle(self.round)
-            kind = self.round.pop()
-            fault = getattr(self, f"_{kind}")()
+            self._inject(self.round.pop(), self.rng)
+
+    def run_concurrent(self, until: float, stop: threading.Event) -> None:
+        self.waits = False
+        threads = [
+            threading.Thread(
+                target=self._kind_loop,
+                args=(kind, random.Random(self.seed * 1000 + index), until, stop),
+                name=f"nemesis-{kind}",
+                daemon=True,
+            )
+            for index, kind in enumerate(self.kinds)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _kind_loop(
+        self, kind: str, rng: random.Random, until: float, stop: threading.Event
+    ) -> None:
+        while not stop.wait(rng.expovariate(1.0 / self.interval)) and time.monotonic() < until:
+            self._inject(kind, rng)
+
+    def _inject(self, kind: str, rng: random.Random) -> None:
+        fault = getattr(self, f"_{kind}")(rng)
+        if fault is None:
+            return
+        fault.until = fault.until or time.monotonic()
+        with self.lock:
             self.faults.append(fault)
-            log(f"fault {len(self.faults)}: {kind} {fault.target} {fault.detail}".rstrip())
-            self._repair(fault)
+            number = len(self.faults)
+        log(f"fault {number}: {kind} {fault.target} {fault.detail}".rstrip())
+        self._repair(fault)
 
     def _repair(self, fault: Fault) -> None:
         if fault.kind == "pause":
-            log(f"  resumes in {self.pause:g} s")
             return
         deployment = self.deployment
         if fault.kind in ("worker", "runner", "link"):
+            if not self.waits:
+                return
             wait_for(
                 lambda: answers(deployment.host, deployment.servers, CLIENT_TIMEOUT),
                 REPAIR_TIMEOUT,
                 "an answer after the fault",
             )
         fault.repaired = time.monotonic()
-        log(f"  repaired in {fault.repaired - fault.started:.2f} s")
+        log(f"  {fault.kind} repaired in {fault.repaired - fault.started:.2f} s")
 
-    def _worker(self) -> Fault:
+    def _worker(self, rng: random.Random) -> Fault | None:
         runner = self.deployment.services["runner"]
         jvm = procs.jvm(runner.pid)
         tasks = procs.spark_python(jvm).tasks if jvm else []
         # A resident task runs threads of its own (its server, fetchers); a forked worker
         # waiting for reuse runs one: killing that breaks nothing.
         busy = [pid for pid in tasks if len(procs.thread_cpu(pid)) > 1]
-        tasks = busy or tasks
-        fault = Fault("worker", "", time.monotonic())
-        if not tasks:
-            fault.detail = "no resident task process found"
-            return fault
-        pid = self.rng.choice(tasks)
+        if not busy:
+            return None  # the runner is starting: no resident task to kill yet
+        pid = rng.choice(busy)
+        fault = Fault("worker", f"pid {pid}", time.monotonic())
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        fault.target = f"pid {pid}"
         return fault
 
-    def _runner(self) -> Fault:
+    def _runner(self, rng: random.Random) -> Fault:
         fault = Fault("runner", "runner", time.monotonic())
         service = self.deployment.services["runner"]
         service.kill()
         service.start()
         return fault
 
-    def _server(self) -> Fault:
-        name = self.rng.choice(["server0", "server1"])
+    def _server(self, rng: random.Random) -> Fault:
+        name = rng.choice(["server0", "server1"])
         fault = Fault("server", name, time.monotonic())
         self.deployment.services[name].kill()
         time.sleep(0.5)
         self.deployment.start(name)
         return fault
 
-    def _redis(self) -> Fault:
+    def _redis(self, rng: random.Random) -> Fault:
         fault = Fault("redis", "redis", time.monotonic())
         self.deployment.services["redis"].kill()
         time.sleep(0.5)
         self.deployment.start("redis")
         return fault
 
-    def _link(self) -> Fault:
+    def _link(self, rng: random.Random) -> Fault:
         """Cut the link to the runner's host for ``cut`` seconds."""
         assert self.link is not None
         fault = Fault("link", "runner", time.monotonic(), detail=f"{self.cut:g} s")
@@ -366,15 +405,18 @@ class Nemesis:
             time.sleep(self.cut)
         finally:
             self.link.restore()
+        fault.until = time.monotonic()
         return fault
 
-    def _pause(self) -> Fault:
+    def _pause(self, rng: random.Random) -> Fault | None:
         """SIGSTOP a process that is not already stopped; a timer SIGCONTs it, so the next
         faults go on meanwhile (a kill of it first sends SIGCONT)."""
         free = [
             name for name in ("server0", "server1", "runner", "redis") if name not in self.paused
         ]
-        name = self.rng.choice(free)
+        if not free:
+            return None
+        name = rng.choice(free)
         fault = Fault("pause", name, time.monotonic(), detail=f"{self.pause:g} s")
         service = self.deployment.services[name]
         service.signal(signal.SIGSTOP)
@@ -392,15 +434,16 @@ class Nemesis:
         return fault
 
     def finish(self) -> None:
-        """Resume every paused process now."""
+        """Resume every paused process now (a pause ends there)."""
         for timer in self.timers:
             timer.cancel()
+        now = time.monotonic()
         for name in list(self.paused):
             self.deployment.services[name].signal(signal.SIGCONT)
             self.paused.discard(name)
         for fault in self.faults:
-            if fault.repaired is None:
-                fault.repaired = time.monotonic()
+            if fault.kind == "pause" and fault.repaired is None:
+                fault.repaired = now
 
 
 def log(message: str) -> None:
@@ -412,29 +455,6 @@ def percentile(values: list[float], share: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
-
-
-Window = tuple[float, float]
-
-
-def down_windows(faults: list[Fault], end: float) -> list[Window]:
-    """When the only runner was down (killed, or cut off: to the first answer after;
-    stopped: to its SIGCONT), or every server was (both killed or stopped at once)."""
-
-    def spans(kind: str, target: str) -> list[Window]:
-        return [
-            (fault.started, fault.repaired or end)
-            for fault in faults
-            if fault.target == target and fault.kind in (kind, "pause", "link")
-        ]
-
-    windows = spans("runner", "runner")
-    for first_start, first_end in spans("server", "server0"):
-        for second_start, second_end in spans("server", "server1"):
-            start, stop = max(first_start, second_start), min(first_end, second_end)
-            if start < stop:
-                windows.append((start, stop))
-    return sorted(windows)
 
 
 def resources(
@@ -553,7 +573,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             thread.start()
         nemesis = Nemesis(deployment, args.seed, args.interval, args.pause, link, args.cut)
         try:
-            nemesis.run(started + args.seconds, stop_nemesis)
+            if args.concurrent:
+                nemesis.run_concurrent(started + args.seconds, stop_nemesis)
+            else:
+                nemesis.run(started + args.seconds, stop_nemesis)
         finally:
             nemesis.finish()
         remaining = started + args.seconds - time.monotonic()
@@ -577,6 +600,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for call in calls:
             out.write(json.dumps(asdict(call)) + "\n")
     anomalies = check(history.appends, calls) + resource_anomalies
+    settle_repairs(nemesis.faults, calls, ended)
     return report(args, nemesis.faults, history, calls, anomalies, figures, started, ended)
 
 
@@ -735,6 +759,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--cut", type=float, default=8.0, help="seconds a link stays cut (default 8)"
+    )
+    parser.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="each kind of fault on a schedule of its own (mean --interval apart), "
+        "overlapping the others; the runner may be killed again while it starts",
     )
     parser.add_argument(
         "--workdir", help="where the processes keep their files (default a new temporary directory)"

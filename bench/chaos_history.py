@@ -6,6 +6,8 @@ test beyond the answers themselves:
 - ``Append(part, seq, key)``: an entry the producers know Redis holds (an append
   whose outcome was unknown was retried until Redis held it or refused it as a
   duplicate, so every append is known);
+- ``Fault(kind, target, started, repaired, detail, until)``: one fault the nemesis
+  injected;
 - ``Call(...)``: one DRPC call: who made it and over what, the names it asked,
   ``invoked``/``completed`` (seconds on one monotonic clock), ``outcome`` (``"ok"``
   or the error's type, ``"DRPCExecutionException:FAILED_REQUEST"`` for a typed DRPC
@@ -30,6 +32,10 @@ test beyond the answers themselves:
   older txid;
 - ``lost``: the final audit (``Call.audit``) does not hold every appended entry
   exactly once.
+
+``down_windows(faults, end)`` are the spans when the only runner or every server was
+down; ``settle_repairs(faults, calls, end)`` gives a fault the nemesis did not wait for
+its repair: the first answer after its injection ended.
 
 The committed state at txid t is a prefix of each stream (module doc of
 ``bench.chaos_workload``); an answer bounds each stream's prefix at its txid: at least
@@ -325,3 +331,50 @@ def _audit(call: Call, index: AppendIndex) -> list[Anomaly]:
                 )
             )
     return found
+
+
+@dataclass
+class Fault:
+    """One injected fault: ``started`` when it was injected, ``until`` when the injection
+    itself ended (a cut link restored, a killed runner started again), ``repaired`` when
+    the deployment was whole again (``bench.chaos.Nemesis``)."""
+
+    kind: str
+    target: str
+    started: float
+    repaired: float | None = None
+    detail: str = ""
+    until: float | None = None
+
+
+Window = tuple[float, float]
+
+
+def down_windows(faults: list[Fault], end: float) -> list[Window]:
+    """When the only runner was down (killed, or cut off: to the first answer after;
+    stopped: to its SIGCONT), or every server was (both killed or stopped at once)."""
+
+    def spans(kind: str, target: str) -> list[Window]:
+        return [
+            (fault.started, fault.repaired or end)
+            for fault in faults
+            if fault.target == target and fault.kind in (kind, "pause", "link")
+        ]
+
+    windows = spans("runner", "runner")
+    for first_start, first_end in spans("server", "server0"):
+        for second_start, second_end in spans("server", "server1"):
+            start, stop = max(first_start, second_start), min(first_end, second_end)
+            if start < stop:
+                windows.append((start, stop))
+    return sorted(windows)
+
+
+def settle_repairs(faults: list[Fault], calls: list[Call], end: float) -> None:
+    """A fault not repaired by the nemesis itself is repaired at the first answer that
+    completed after its injection ended (``end`` when none did)."""
+    answered = sorted(call.completed for call in calls if call.ok)
+    for fault in faults:
+        if fault.repaired is None:
+            after = bisect.bisect_left(answered, fault.until or fault.started)
+            fault.repaired = answered[after] if after < len(answered) else end

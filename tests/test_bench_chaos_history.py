@@ -7,7 +7,16 @@ invents one.
 
 from __future__ import annotations
 
-from bench.chaos_history import Anomaly, Append, Call, Row, check
+from bench.chaos_history import (
+    Anomaly,
+    Append,
+    Call,
+    Fault,
+    Row,
+    check,
+    down_windows,
+    settle_repairs,
+)
 
 # Stream 0: seqs 1..4 with keys a, b, a, b; stream 1: seqs 1..2 with key a.
 APPENDS = [
@@ -166,3 +175,34 @@ def test_an_anomaly_describes_its_slice() -> None:
         "  x thrift [0.000, 1.000] ok txid=9: 1/a=2@2",
         "  y thrift [2.000, 3.000] ok txid=8: 1/a=2@2",
     ]
+
+
+def test_the_down_windows_are_the_runner_s_and_both_servers_at_once() -> None:
+    faults = [
+        Fault("runner", "runner", 10.0, 19.0),
+        Fault("pause", "runner", 30.0, 42.0),
+        Fault("link", "runner", 50.0, None),  # not repaired by the end
+        Fault("server", "server0", 60.0, 61.0),
+        Fault("pause", "server1", 60.5, 72.0),  # overlaps server0's kill: both down
+        Fault("server", "server1", 80.0, 81.0),  # alone: the other server serves
+        Fault("redis", "redis", 85.0, 85.5),
+    ]
+    assert down_windows(faults, 100.0) == [
+        (10.0, 19.0),
+        (30.0, 42.0),
+        (50.0, 100.0),
+        (60.5, 61.0),
+    ]
+
+
+def test_a_fault_nobody_waited_for_is_repaired_at_the_first_answer_after_it() -> None:
+    answered = [
+        call([Row(1, "a", 2, 2, 9)], invoked=1.0, completed=2.0),
+        call([Row(1, "a", 2, 2, 9)], invoked=4.0, completed=6.0),
+    ]
+    refused = [call([], invoked=6.5, completed=7.0, outcome="DRPCConnectionError")]
+    runner = Fault("runner", "runner", 2.5, until=3.0)
+    link = Fault("link", "runner", 5.0, until=6.5)  # restored after the last answer
+    server = Fault("server", "server0", 1.0, 1.5)
+    settle_repairs([runner, link, server], [*answered, *refused], 10.0)
+    assert (runner.repaired, link.repaired, server.repaired) == (6.0, 10.0, 1.5)
