@@ -13,9 +13,10 @@ Contract:
   kept connection found broken is first replaced once (the server may have
   restarted), so a function runs twice only if a connection broke mid-call;
   when every server failed, ``DRPCConnectionError`` lists why;
-- ``timeout`` bounds connecting and each call, in seconds (None: wait as long
-  as the server does); past it ``DRPCTimeoutError`` and the connection is
-  closed (a late reply cannot be mistaken for the next call's);
+- ``timeout`` bounds each call as a whole, in seconds, connecting, a fresh try
+  on a stale connection and failing over included (None: wait as long as the
+  server does); past it ``DRPCTimeoutError`` and the connection is closed (a
+  late reply cannot be mistaken for the next call's);
 - replies over ``max_frame_size`` bytes (default 1 MiB) raise ``ProtocolError``
   and close the connection;
 - instances are safe to share between threads (calls are serialized);
@@ -26,8 +27,8 @@ Contract:
   handshake is a ``DRPCConnectionError``.
 
 ``DRPCInvocationsClient`` speaks ``DistributedRPCInvocations`` to one server,
-with the same connection, timeout and frame rules; after a connection error
-the next call reconnects.
+with the same connection and frame rules (its timeout bounds connecting and each
+read); after a connection error the next call reconnects.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,10 +100,13 @@ class _Connection:
                 raw.close()
             raise DRPCConnectionError(f"{format_address(address)}: {error}") from error
 
-    def call(self, call: Call) -> Any:
+    def call(self, call: Call, deadline: float | None = None) -> Any:
+        """The reply value of ``call``; with ``deadline`` (``time.monotonic()``) the
+        exchange ends there with ``DRPCTimeoutError``, else each socket operation waits
+        the connection's timeout."""
         self.calls += 1
         seqid = self.calls
-        (message,) = self._exchange(call.encode(seqid), 1, call.method)
+        (message,) = self._exchange(call.encode(seqid), 1, call.method, deadline)
         return self._checked(call, message, seqid)
 
     def call_many(self, calls: list[Call]) -> list[Any]:
@@ -116,16 +121,19 @@ class _Connection:
             for call, seqid in zip(calls, seqids, strict=True)
         ]
 
-    def _exchange(self, frames: bytes, count: int, method: str) -> list[Message]:
-        """Send ``frames``, then read ``count`` reply messages."""
+    def _exchange(
+        self, frames: bytes, count: int, method: str, deadline: float | None = None
+    ) -> list[Message]:
+        """Send ``frames``, then read ``count`` reply messages (by ``deadline``, if any)."""
         where = format_address(self.address)
         try:
+            self._wait_until(deadline)
             self._socket.sendall(frames)
             messages = []
             for _ in range(count):
-                header = self._receive(FRAME_HEADER_SIZE)
-                payload = self._receive(reply_length(header, self.max_frame_size, self.address))
-                messages.append(decode_message(payload))
+                header = self._receive(FRAME_HEADER_SIZE, deadline)
+                length = reply_length(header, self.max_frame_size, self.address)
+                messages.append(decode_message(self._receive(length, deadline)))
             return messages
         except TimeoutError as error:
             self.close()
@@ -147,9 +155,18 @@ class _Connection:
             self.close()
             raise
 
-    def _receive(self, size: int) -> bytes:
+    def _wait_until(self, deadline: float | None) -> None:
+        """Make the socket's next operation end by ``deadline`` (None: leave it)."""
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the call's time is up")
+            self._socket.settimeout(left)
+
+    def _receive(self, size: int, deadline: float | None = None) -> bytes:
         chunks = bytearray()
         while len(chunks) < size:
+            self._wait_until(deadline)
             chunk = self._socket.recv(size - len(chunks))
             if not chunk:
                 raise ConnectionResetError("the server closed the connection")
@@ -174,8 +191,9 @@ class DRPCClient:
         """
         :param host: server host (ignored when ``servers`` is given).
         :param port: server execute port, default 3772.
-        :param timeout: seconds for connecting and for each call; None waits as long as
-            the server does (its own deadline, 600 s by default).
+        :param timeout: seconds each call may take in all (connecting and failing over
+            included); None waits as long as the server does (its own deadline, 600 s by
+            default).
         :param servers: servers to fail over between, as "host:port,host:port" or a list
             of "host:port" strings or (host, port) pairs.
         :param max_frame_size: largest reply frame accepted in bytes, default 1 MiB.
@@ -196,11 +214,16 @@ class DRPCClient:
             return unwrap(self._call(execute_call(function, args)), returns_value=True)
 
     def _call(self, call: Call) -> Any:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         failures: list[str] = []
         for step in range(len(self.servers)):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DRPCTimeoutError(
+                    f"{call.method} timed out after {self.timeout:g} s: " + "; ".join(failures)
+                )
             index = (self._current + step) % len(self.servers)
             try:
-                result = self._call_on(index, call)
+                result = self._call_on(index, call, deadline)
             except DRPCConnectionError as error:
                 failures.append(str(error))
                 continue
@@ -208,27 +231,30 @@ class DRPCClient:
             return result
         raise DRPCConnectionError("no DRPC server answered: " + "; ".join(failures))
 
-    def _call_on(self, index: int, call: Call) -> Any:
+    def _call_on(self, index: int, call: Call, deadline: float | None) -> Any:
         connection = self._connection
         if connection is not None and connection.address != self.servers[index]:
             connection.close()
             connection = None
         if connection is not None:
             try:
-                return connection.call(call)
+                return connection.call(call, deadline)
             except DRPCConnectionError:
                 self._connection = None  # stale (the server restarted?): one fresh try below
         self._connection = None
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise DRPCTimeoutError(f"{call.method} timed out after {self.timeout:g} s")
         connection = _Connection(
             self.servers[index],
-            self.timeout,
+            left,
             self.max_frame_size,
             self._tls_context,
             self.tls.server_hostname if self.tls else None,
         )
         self._connection = connection
         try:
-            return connection.call(call)
+            return connection.call(call, deadline)
         except (DRPCConnectionError, DRPCTimeoutError, ProtocolError):
             self._connection = None
             raise

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import threading
 import time
 
 import pytest
@@ -237,3 +239,46 @@ def test_invocations_client_timeout_both_sides() -> None:
         DRPCInvocationsClient(HOST, server.invocations_port, timeout=0.3) as prompt,
     ):
         assert prompt.fetch_request("f") is None
+
+
+def _closes_after(delay: float) -> tuple[socket.socket, threading.Thread]:
+    """A listener whose connections read the call, then close after ``delay`` seconds
+    without a reply: a connection that breaks mid-call, so the client fails over."""
+    listener = socket.create_server((HOST, 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = listener.accept()
+                connection.recv(65536)
+                time.sleep(delay)
+                connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+def test_the_timeout_bounds_a_whole_call_across_failover() -> None:
+    """Found by the chaos run: each server tried got the whole timeout, so a call that
+    failed over late took up to twice its timeout or more. The timeout is the call's in
+    all: two servers that each break the call after 1.2 s use up a 2 s timeout, and the
+    third server is never tried."""
+    first, _ = _closes_after(1.2)
+    second, _ = _closes_after(1.2)
+    with first, second, socket.create_server((HOST, 0)) as third:
+        third.setblocking(False)
+        servers = [first.getsockname()[:2], second.getsockname()[:2], third.getsockname()[:2]]
+        drpc = DRPCClient(servers=servers, timeout=2.0)
+        started = time.monotonic()
+        with pytest.raises(DRPCTimeoutError):
+            drpc.execute("exclamation", "x")
+        assert time.monotonic() - started < 2.0 + SLACK
+        with pytest.raises(BlockingIOError):
+            third.accept()  # nobody connected: the time was up before its turn
+        drpc.close()
+    breaking, _ = _closes_after(0.5)
+    with breaking, running_server(exclamation()) as server:
+        servers = [breaking.getsockname()[:2], (HOST, server.port)]
+        with DRPCClient(servers=servers, timeout=2.0) as drpc:
+            assert drpc.execute("exclamation", "x") == "x!"  # failed over in time
