@@ -17,9 +17,11 @@ call recorded with its outcome, its answer and the txid the answer names.
 
 The nemesis, seeded (``--seed``): after a random pause (exponential, mean
 ``--interval`` seconds) it injects the next fault of a shuffled round of every kind, then
-waits until it is repaired before the next pause. With ``--concurrent`` each kind has a
-thread and a schedule of its own instead (mean ``--interval`` seconds apart per kind),
-so faults overlap and a runner may be killed again while it starts. The kinds:
+waits until it is repaired before the next pause; the load goes on until the round under
+way at ``--seconds`` is complete, so every kind is injected. With ``--concurrent`` each
+kind has a thread and a schedule of its own instead (mean ``--interval`` seconds apart
+per kind), so faults overlap and a runner may be killed again while it starts. The
+kinds:
 
 - ``worker``: SIGKILL a resident task's Python process (the runner's resident job
   restarts);
@@ -303,8 +305,12 @@ class Nemesis:
         self.waits = True
 
     def run(self, until: float, stop: threading.Event) -> None:
+        """Until ``until``, and then to the end of the round under way: every kind at
+        least once, however slowly the faults were repaired."""
         while not stop.is_set():
-            if stop.wait(self.rng.expovariate(1.0 / self.interval)) or time.monotonic() > until:
+            if stop.wait(self.rng.expovariate(1.0 / self.interval)):
+                return
+            if time.monotonic() > until and not self.round:
                 return
             if not self.round:
                 self.round = list(self.kinds)

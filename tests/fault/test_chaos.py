@@ -3,8 +3,10 @@ fault at least once, and the checker finding nothing.
 
 The run is a split deployment of its own (Redis, two ``drpc-server`` processes, a
 ``drpc-runner`` on ``local[2]`` running the Trident tally over partitioned state and
-serving its query), 16 clients and the nemesis (``bench/chaos.py``'s docstring). It starts
-ahead (``tests/ahead.py``) and goes on beside the other tests; this test reads its report.
+serving its query), 16 clients and the nemesis (``bench/chaos.py``'s docstring). Where
+this process can create network namespaces (root), the runner runs on a second host and
+the link between the hosts is cut too. It starts ahead (``tests/ahead.py``) and goes on
+beside the other tests; this test reads its report.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import Any
 import pytest
 
 from tests import ahead
+from tests.cluster.harness import namespaces_unavailable
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.spark]  # the runner's driver
 
 SEED = 20261128
 SECONDS = 70
-KINDS = ("worker", "runner", "server", "redis", "pause")
+TWO_HOSTS = namespaces_unavailable() is None
+KINDS = ("worker", "runner", "server", "redis", "pause") + (("link",) if TWO_HOSTS else ())
 
 
 def _chaos_run(workdir: Path) -> ahead.Command:
@@ -46,6 +50,7 @@ def _chaos_run(workdir: Path) -> ahead.Command:
             str(workdir / "deployment"),
             "--out",
             str(workdir / "chaos.json"),
+            *(["--two-hosts", "--cut", "4"] if TWO_HOSTS else []),
         ]
     )
 
