@@ -542,9 +542,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     link = Link().open() if args.two_hosts else None
     deployment = (
-        Deployment(workdir, args.master)
+        Deployment(workdir, args.master, slots=args.slots)
         if link is None
-        else Deployment(workdir, args.master, host=Link.HERE, runner_prefix=link.prefix)
+        else Deployment(
+            workdir, args.master, host=Link.HERE, runner_prefix=link.prefix, slots=args.slots
+        )
     )
     history = History()
     stop_load = threading.Event()
@@ -757,6 +759,13 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds the audit waits for every entry to be counted (default 120)",
     )
     parser.add_argument("--master", default="local[2]", help="the runner's Spark master")
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=2,
+        help="the runner's resident tasks (default 2: the state's two partitions on two "
+        "tasks, so a worker kill takes one partition's owner)",
+    )
     parser.add_argument(
         "--two-hosts",
         action="store_true",

@@ -7,9 +7,9 @@ Contract.
   children (a runner's JVM and Python workers); ``signal(signum)`` reaches the group,
   ``stop()`` sends SIGTERM to the main process only (it stops its children in order),
   then kills what is left after 30 s.
-- ``Deployment(workdir, master, host=, runner_prefix=)``: durable Redis (AOF,
+- ``Deployment(workdir, master, host=, runner_prefix=, slots=)``: durable Redis (AOF,
   ``appendfsync always``) and two ``drpc-server`` processes listening on ``host``, and a
-  ``drpc-runner`` (``--executor spark`` on ``master``) hosting the Trident tally of
+  ``drpc-runner`` (``--executor spark`` on ``master``, ``--slots``) hosting the Trident tally of
   ``bench.chaos_workload`` and serving its query to both servers; the runner starts
   with ``runner_prefix`` (``ip netns exec NS`` on a second host). ``start(name)``
   starts one service and waits until it is ready (Redis answers ``PING``, a server's
@@ -180,6 +180,7 @@ class Deployment:
     workdir: Path
     master: str
     host: str = "127.0.0.1"
+    slots: int | None = None
     runner_prefix: list[str] = field(default_factory=list)
     redis_port: int = field(default_factory=free_port)
     servers: list[dict[str, int]] = field(default_factory=list)
@@ -271,6 +272,7 @@ class Deployment:
                 "spark",
                 "--master",
                 self.master,
+                *([] if self.slots is None else ["--slots", str(self.slots)]),
                 "--reconnect-interval",
                 "0.2",
                 "--checkpoint-dir",
