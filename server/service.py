@@ -253,7 +253,7 @@ class DRPCService:
         """Bind to the running loop that awaits results. Call from that loop's thread."""
         self._loop = loop
         self._loop_thread = threading.get_ident()
-        if self.startup_grace > 0:
+        if self.startup_grace > 0 and not self.wait_for_unserved:
             self._grace_until = time.monotonic() + self.startup_grace
             loop.call_later(self.startup_grace, self._end_grace)
 

@@ -311,3 +311,15 @@ def test_the_startup_grace_holds_calls_until_the_runners_reconnect(grace: float)
             assert failed.value.type is DRPCExceptionType.FAILED_REQUEST
             assert "function 'nobody' is not served" in failed.value.msg
             assert DRPCClient(HOST, server.port, timeout=10).execute("exclamation", "a") == "a!"
+
+
+@pytest.mark.timeout(60)
+def test_the_startup_grace_leaves_waiting_for_unserved_functions_to_its_flag() -> None:
+    """With ``wait_for_unserved`` (Storm's behaviour) a call to a function nobody serves
+    waits for its deadline: the grace's end does not fail it as not served."""
+    with (
+        running_server(startup_grace=0.5, wait_for_unserved=True, timeout=2.0) as server,
+        pytest.raises(DRPCExecutionException) as waited,
+    ):
+        DRPCClient(HOST, server.port, timeout=30).execute("nobody", "x")
+    assert waited.value.type is DRPCExceptionType.SERVER_TIMEOUT
