@@ -85,6 +85,7 @@ from bench.chaos_deployment import (  # noqa: E402
     Link,
     answers,
     process_figures,
+    service_figures,
     wait_for,
 )
 from bench.chaos_history import (  # noqa: E402
@@ -362,6 +363,9 @@ class Nemesis:
                 REPAIR_TIMEOUT,
                 "an answer after the fault",
             )
+            if fault.kind == "runner":  # a new process: its figures now, for the end's check
+                runner = deployment.services["runner"]
+                deployment.ready_figures["runner"] = service_figures(runner)
         fault.repaired = time.monotonic()
         log(f"  {fault.kind} repaired in {fault.repaired - fault.started:.2f} s")
 
