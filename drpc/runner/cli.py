@@ -4,7 +4,8 @@ Contract: ``main(argv)`` parses the arguments (a mistake is one line and exit 2)
 builds a ``RemoteRunner`` over ``--servers`` for the ``--topology`` given, with the
 ``--transactional`` runs (``--state-dir`` ...) hosted beside them, and serves until
 SIGINT or SIGTERM, then stops it; exit 0, or 1 when a topology cannot start (its
-error is logged).
+error is logged) or, on Spark, when its driver's JVM is lost while it serves (said in the
+log, so that a supervisor starts the runner again instead of leaving it refusing calls).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from drpc.runner.remote_runner import RemoteRunner
 from drpc.transactional.cli import add_hosted_arguments, hosted_runs
 
 log = logging.getLogger("drpc.runner")  # not "__main__" under python -m
+SPARK_CHECK_INTERVAL = 1.0
+"""Seconds between two checks that the Spark driver still runs."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -135,9 +138,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DRPCError as error:  # e.g. SparkStartError: no executor registered in time
         log.error("cannot serve: %s", error)
         return 1
+    status = 0
     try:
-        stopping.wait()
-        log.info("stopping")
+        while not stopping.wait(SPARK_CHECK_INTERVAL):
+            lost = runner.spark_lost()
+            if lost is not None:
+                log.error("cannot serve any more: %s; exiting (start the runner again)", lost)
+                status = 1
+                break
+        else:
+            log.info("stopping")
     finally:
         runner.stop()
-    return 0
+    return status

@@ -11,6 +11,8 @@ topology, starts the runs, then starts fetching (a topology that cannot start st
 what started, and its error propagates); ``stop()`` fetches no more, stops the runs
 after the commit in progress, lets the topologies settle what they can, then sends
 the queued outcomes within ``stop_timeout``. It is a context manager.
+``spark_lost()`` says why a runner on a Spark executor can run nothing any more (its
+driver's JVM shut down or died), or None.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from drpc import runtime
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.client.calls import Address
 from drpc.errors import DRPCError
+from drpc.executors import SPARK_EXECUTORS
 from drpc.hosting import Host, as_topology
 from drpc.model.topology import Topology
 from drpc.runner.invocations import RemoteInvocations
@@ -100,6 +104,16 @@ class RemoteRunner:
             else "",
         )
         return self
+
+    def spark_lost(self) -> str | None:
+        """Why this runner's Spark driver can run nothing any more, or None (always None
+        off Spark, and before ``start``)."""
+        if self.executor not in SPARK_EXECUTORS:
+            return None
+        session = runtime.current_session()
+        if session is None or runtime.context_usable(session.sparkContext):
+            return None
+        return "its Spark driver's JVM shut down or went away"
 
     def stop(self) -> None:
         # Fetch no more, let the topologies settle what they can, then send the outcomes.
