@@ -11,8 +11,8 @@ test beyond the answers themselves:
 - ``Call(...)``: one DRPC call: who made it and over what, the names it asked,
   ``invoked``/``completed`` (seconds on one monotonic clock), ``outcome`` (``"ok"``
   or the error's type, ``"DRPCExecutionException:FAILED_REQUEST"`` for a typed DRPC
-  failure), its ``rows`` (``Row(part, key, count, highest)``, count and highest None
-  for a key the state does not hold) and the ``txid`` each row says it was read at.
+  failure) and its ``rows`` (``Row(part, key, count, highest, txid)``: count and
+  highest None for a key the state does not hold, txid the commit the row was read at).
 
 ``check(appends, calls, timeout_slack=...)`` returns every ``Anomaly`` (``kind``,
 ``message``, ``calls``: the smallest slice of the history that shows it):
