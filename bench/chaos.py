@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import random
@@ -219,46 +220,19 @@ class Caller:
 
     def call(self, names: tuple[str, ...], audit: bool = False) -> Call:
         invoked = time.monotonic()
+        record = functools.partial(
+            Call, self.name, self.transport, names, invoked, timeout=CLIENT_TIMEOUT, audit=audit
+        )
         try:
             result = self.execute(" ".join(names))
         except Exception as error:  # recorded: the checker judges every outcome
-            return Call(
-                self.name,
-                self.transport,
-                names,
-                invoked,
-                time.monotonic(),
-                outcome_of(error),
-                CLIENT_TIMEOUT,
-                detail=str(error)[:300],
-                audit=audit,
-            )
+            return record(time.monotonic(), outcome_of(error), detail=str(error)[:300])
         completed = time.monotonic()
         try:
             rows = parse_rows(result)
         except (ValueError, TypeError) as error:
-            return Call(
-                self.name,
-                self.transport,
-                names,
-                invoked,
-                completed,
-                "UnreadableAnswer",
-                CLIENT_TIMEOUT,
-                detail=f"{error}: {result[:200]}",
-                audit=audit,
-            )
-        return Call(
-            self.name,
-            self.transport,
-            names,
-            invoked,
-            completed,
-            "ok",
-            CLIENT_TIMEOUT,
-            rows,
-            audit=audit,
-        )
+            return record(completed, "UnreadableAnswer", detail=f"{error}: {result[:200]}")
+        return record(completed, "ok", rows=rows)
 
 
 def client_loop(

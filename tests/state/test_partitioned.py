@@ -41,6 +41,18 @@ def counts_run(state_dir: Path, batches: int, max_batches: int | None = None) ->
     run(topology, state_dir=str(state_dir), max_batches=max_batches)
 
 
+def worker_host(tmp_path: Path, state_dir: Path) -> tuple[Path, dict[str, str]]:
+    """A worker's host for ``state_dir``'s partitions: the state directory's path with no
+    global record there (no data.mdb), and the conf that finds a copy of the partitions
+    under ``drpc.state.local.dir``. The driver's environments are closed first."""
+    moved = tmp_path / "worker-disk"
+    for env in StateEnvironment.open_environments():
+        if env.path.startswith(str(state_dir)):
+            env.close()
+    shutil.copytree(partition_root(str(state_dir)), moved)
+    return tmp_path / "worker-view", {LOCAL_DIR_CONF: str(moved)}
+
+
 def test_a_pin_carries_the_global_commit_and_reads_go_there(tmp_path: Path) -> None:
     """A pin taken at global txid 2 keeps txid 2 readable in every partition while later
     txids commit: the driver hands the partitions the oldest pinned txid."""
@@ -88,15 +100,8 @@ def test_a_pin_from_before_the_first_commit_reads_nothing_after_it(tmp_path: Pat
     finally:
         leave_reads(previous)
         driver.release(pin)
-    worker_state = tmp_path / "worker-view"  # the same path on another host: no data.mdb
-    moved = tmp_path / "worker-disk"
-    for env in StateEnvironment.open_environments():
-        if env.path.startswith(str(state_dir)):
-            env.close()
-    shutil.copytree(partition_root(str(state_dir)), moved)
-    found = local_partitioned_map(
-        str(worker_state), {LOCAL_DIR_CONF: str(moved)}, "counts", TransactionalMap
-    )
+    worker_state, conf = worker_host(tmp_path, state_dir)
+    found = local_partitioned_map(str(worker_state), conf, "counts", TransactionalMap)
     assert found is not None
     assert found.multi_get(["w0"]) == [2]  # unpinned: each partition's latest
     previous = enter_reads(((str(worker_state.resolve()), pin.version),))
@@ -114,13 +119,7 @@ def test_a_host_with_partitions_but_no_global_record_reads_them(tmp_path: Path) 
     counts_run(state_dir, 3)
     driver = StateEnvironment.open(state_dir)
     pinned = (commit_read_key(driver.path, TXID), 3)
-    worker_state = tmp_path / "worker-view"  # the same path on another host: no data.mdb
-    moved = tmp_path / "worker-disk"
-    for env in StateEnvironment.open_environments():
-        if env.path.startswith(str(state_dir)):
-            env.close()
-    shutil.copytree(partition_root(str(state_dir)), moved)
-    conf = {LOCAL_DIR_CONF: str(moved)}
+    worker_state, conf = worker_host(tmp_path, state_dir)
     assert local_partitioned_map(str(worker_state), conf, "nope", TransactionalMap) is None
     found = local_partitioned_map(str(worker_state), conf, "counts", TransactionalMap)
     assert found is not None and found.layout.partitions == 4
