@@ -20,7 +20,9 @@ Contract.
   before the state's first global commit reads it at txid 0 (empty), even once the
   catalog that makes it partitioned has appeared. Outside such a request it reads at the
   latest global commit when this host has the directory's global record, else at each
-  partition's latest.
+  partition's latest; should commits go on while it reads until that commit's versions are
+  reclaimed, it reads again at the new latest (at most ``UNPINNED_READ_ATTEMPTS`` times,
+  then ``VersionReclaimedError``), so it still sees one commit. A pinned read never moves.
 - ``PartitionedMap(source, layout, kind, name, default)`` reads one map of a partitioned
   state like a map of one directory (``drpc.state.maps``): ``get``, ``multi_get``,
   ``stored``, ``items`` and ``page`` (at most ``limit`` keys in key order across every
@@ -44,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from drpc.errors import InvalidQueryError, PartitionLostError, StateError
+from drpc.errors import InvalidQueryError, PartitionLostError, StateError, VersionReclaimedError
 from drpc.state.checkpoint import PartitionCheckpoint, Restored, restore
 from drpc.state.checkpoint_store import CheckpointSettings, CheckpointStore
 from drpc.state.codec import StateKey, decode_names, encode_key, encode_name
@@ -415,6 +417,9 @@ class _Listed:
     more: bool
 
 
+UNPINNED_READ_ATTEMPTS = 5
+
+
 class PartitionedMap:
     """One map of a partitioned state, read across its partitions (see the module doc)."""
 
@@ -447,16 +452,38 @@ class PartitionedMap:
 
     def read_txid(self) -> int | None:
         """The global txid reads see now (see the module doc)."""
-        if self.state_dir is not None:
-            pinned = pinned_commit(self.state_dir, self.layout.topology)
-            if pinned is not None:
-                return pinned
-            if pinned_version(self.state_dir) is not None:
-                # The request pinned a version of the directory that held no partitioned
-                # state of this topology yet (its first global commit came after): nothing
-                # was committed as of the pin, whatever has been since.
-                return 0
+        pinned = self._pinned_txid()
+        if pinned is not None:
+            return pinned
         return None if self._latest_txid is None else self._latest_txid()
+
+    def _pinned_txid(self) -> int | None:
+        if self.state_dir is None:
+            return None
+        pinned = pinned_commit(self.state_dir, self.layout.topology)
+        if pinned is not None:
+            return pinned
+        if pinned_version(self.state_dir) is not None:
+            # The request pinned a version of the directory that held no partitioned
+            # state of this topology yet (its first global commit came after): nothing
+            # was committed as of the pin, whatever has been since.
+            return 0
+        return None
+
+    def _at_one_commit(self, body: Callable[[int | None], T]) -> T:
+        """``body(txid)`` at the txid reads see; an unpinned read whose commit was
+        reclaimed meanwhile runs again at the new latest (see the module doc)."""
+        pinned = self._pinned_txid()
+        if pinned is not None:
+            return body(pinned)
+        for attempt in range(UNPINNED_READ_ATTEMPTS):
+            txid = None if self._latest_txid is None else self._latest_txid()
+            try:
+                return body(txid)
+            except VersionReclaimedError:
+                if txid is None or attempt == UNPINNED_READ_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _by_partition(self, keys: list[StateKey]) -> dict[int, list[int]]:
         layout = self.layout
@@ -469,20 +496,26 @@ class PartitionedMap:
     def multi_get(self, keys: Iterable[StateKey], default: Any = _MISSING) -> list[Any]:
         fallback = self.default if default is _MISSING else default
         keys = list(keys)
-        values: list[Any] = [fallback] * len(keys)
-        txid = self.read_txid()
         kind, name, map_default = self.kind, self.name, self.default
-        for index, positions in self._by_partition(keys).items():
-            wanted = [keys[at] for at in positions]
+        spread = self._by_partition(keys)
 
-            def read(partition: StatePartition, txn: Any, wanted: list[Any] = wanted) -> list[Any]:
-                state_map = partition_map(partition, kind, name, map_default)
-                return state_map.multi_get(wanted, fallback, txn=txn)
+        def at_commit(txid: int | None) -> list[Any]:
+            values: list[Any] = [fallback] * len(keys)
+            for index, positions in spread.items():
+                wanted = [keys[at] for at in positions]
 
-            found = self.source.read(self.layout, index, txid, read)
-            for at, value in zip(positions, found, strict=True):
-                values[at] = value
-        return values
+                def read(
+                    partition: StatePartition, txn: Any, wanted: list[Any] = wanted
+                ) -> list[Any]:
+                    state_map = partition_map(partition, kind, name, map_default)
+                    return state_map.multi_get(wanted, fallback, txn=txn)
+
+                found = self.source.read(self.layout, index, txid, read)
+                for at, value in zip(positions, found, strict=True):
+                    values[at] = value
+            return values
+
+        return self._at_one_commit(at_commit)
 
     def get(self, key: StateKey, default: Any = _MISSING) -> Any:
         [value] = self.multi_get([key], default)
@@ -491,30 +524,37 @@ class PartitionedMap:
     def stored(self, key: StateKey) -> Any:
         index = partition_of(key, self.layout.partitions, self.layout.key_groups)
         kind, name, default = self.kind, self.name, self.default
-        return self.source.read(
-            self.layout,
-            index,
-            self.read_txid(),
-            lambda partition, txn: partition_map(partition, kind, name, default).stored(
-                key, txn=txn
-            ),
+        return self._at_one_commit(
+            lambda txid: self.source.read(
+                self.layout,
+                index,
+                txid,
+                lambda partition, txn: partition_map(partition, kind, name, default).stored(
+                    key, txn=txn
+                ),
+            )
         )
 
     def items(self) -> list[tuple[StateKey, Any]]:
         """Every key and committed value, in key order."""
-        entries: list[tuple[bytes, StateKey, Any]] = []
-        txid = self.read_txid()
         kind, name, default = self.kind, self.name, self.default
-        for index in range(self.layout.partitions):
-            listed = self.source.read(
-                self.layout,
-                index,
-                txid,
-                lambda partition, txn: partition_map(partition, kind, name, default).items(txn=txn),
-            )
-            entries.extend((encode_key(key), key, value) for key, value in listed)
-        entries.sort(key=lambda entry: entry[0])
-        return [(key, value) for _, key, value in entries]
+
+        def at_commit(txid: int | None) -> list[tuple[StateKey, Any]]:
+            entries: list[tuple[bytes, StateKey, Any]] = []
+            for index in range(self.layout.partitions):
+                listed = self.source.read(
+                    self.layout,
+                    index,
+                    txid,
+                    lambda partition, txn: partition_map(partition, kind, name, default).items(
+                        txn=txn
+                    ),
+                )
+                entries.extend((encode_key(key), key, value) for key, value in listed)
+            entries.sort(key=lambda entry: entry[0])
+            return [(key, value) for _, key, value in entries]
+
+        return self._at_one_commit(at_commit)
 
     def page(
         self, limit: int, *, after: StateKey | None = None, prefix: StateKey | None = None
@@ -523,7 +563,6 @@ class PartitionedMap:
         ``prefix``, in key order across every partition (see the module doc)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidQueryError(f"{self!r}: a page's limit is an int >= 1, got {limit!r}")
-        txid = self.read_txid()
         kind, name, default = self.kind, self.name, self.default
 
         def listed(partition: StatePartition, txn: Any) -> _Listed:
@@ -535,10 +574,12 @@ class PartitionedMap:
                 page.next_after is not None,
             )
 
-        pages = [
-            self.source.read(self.layout, index, txid, listed)
-            for index in range(self.layout.partitions)
-        ]
+        pages = self._at_one_commit(
+            lambda txid: [
+                self.source.read(self.layout, index, txid, listed)
+                for index in range(self.layout.partitions)
+            ]
+        )
         merged = list(heapq.merge(*(page.entries for page in pages), key=lambda e: e[0]))
         entries = [(key, value) for _, key, value in merged[:limit]]
         more = len(merged) > limit or any(page.more for page in pages)

@@ -311,6 +311,8 @@ def test_the_startup_grace_holds_calls_until_the_runners_reconnect(grace: float)
                 nobody.result(10)
             assert failed.value.type is DRPCExceptionType.FAILED_REQUEST
             assert "function 'nobody' is not served" in failed.value.msg
+            # Without a grace the runner's first fetch is what makes the function served.
+            wait_until(lambda: "exclamation" in server.service.served_functions())
             assert DRPCClient(HOST, server.port, timeout=10).execute("exclamation", "a") == "a!"
 
 

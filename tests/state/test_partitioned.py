@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from drpc import Fields
-from drpc.errors import StateError
+from drpc.errors import StateError, VersionReclaimedError
 from drpc.state import StateEnvironment, TransactionalMap
 from drpc.state.keygroups import partition_of
 from drpc.state.partition import LOCAL_DIR_CONF, partition_root
 from drpc.state.partitioned import (
+    UNPINNED_READ_ATTEMPTS,
+    PartitionedMap,
     commit_read_key,
     layouts,
     local_partitioned_map,
@@ -78,6 +80,64 @@ def test_a_pin_carries_the_global_commit_and_reads_go_there(tmp_path: Path) -> N
         env.release(pin)
     assert query.items() == sorted((word, 4) for word in WORDS)
     assert {partition_of(word, layout.partitions) for word in WORDS} == set(range(4))
+
+
+def test_an_unpinned_read_whose_commit_was_reclaimed_reads_again_at_the_latest(
+    tmp_path: Path,
+) -> None:
+    """Found in the fault suite: a read outside any request took the latest global commit,
+    then commits went on until that commit's versions were reclaimed in the partitions
+    before it read them (VersionReclaimedError from another process's reads). Nothing
+    pinned it, so it reads again at the new latest: still one commit. A read pinned there
+    raises, as does one whose every attempt finds its commit reclaimed."""
+    state_dir = tmp_path / "state"
+    counts_run(state_dir, 4)
+    env = StateEnvironment.open(state_dir)
+    query = LMDBMapState.transactional("counts").query(env)
+    latest = query.read_txid()
+    assert latest is not None and latest >= 4
+    seen: list[int] = []
+
+    def reclaimed_then_latest() -> int:
+        seen.append(1 if not seen else latest)  # the first look is from before txid 2 on
+        return seen[-1]
+
+    racing = PartitionedMap(
+        query.source,
+        query.layout,
+        TransactionalMap,
+        "counts",
+        state_dir=env.path,
+        latest_txid=reclaimed_then_latest,
+    )
+    assert racing.multi_get(["w0", "w39"]) == [4, 4]
+    assert seen == [1, latest]
+    seen.clear()
+    assert racing.items() == sorted((word, 4) for word in WORDS)
+    seen.clear()
+    assert racing.page(2, prefix="w1").entries == [("w1", 4), ("w10", 4)]
+    seen.clear()
+    assert racing.stored("w7") is not None
+    always_old = PartitionedMap(
+        query.source,
+        query.layout,
+        TransactionalMap,
+        "counts",
+        state_dir=env.path,
+        latest_txid=lambda: seen.append(1) or 1,
+    )
+    seen.clear()
+    with pytest.raises(VersionReclaimedError):
+        always_old.multi_get(["w0"])
+    assert len(seen) == UNPINNED_READ_ATTEMPTS
+    previous = enter_reads(((commit_read_key(env.path, TXID), 1),))
+    try:
+        seen.clear()
+        with pytest.raises(VersionReclaimedError):
+            racing.multi_get(["w0"])
+        assert seen == []  # a pinned read never asks for the latest
+    finally:
+        leave_reads(previous)
 
 
 def test_a_pin_from_before_the_first_commit_reads_nothing_after_it(tmp_path: Path) -> None:
