@@ -25,11 +25,17 @@ TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
 TOPOLOGY_DEBUG = "topology.debug"
 """Log every emitted tuple at DEBUG level."""
 
+TOPOLOGY_STATS_SAMPLE_RATE = "topology.stats.sample.rate"
+"""The share of DRPC requests whose step spans the resident tasks report when the driver
+feeds them (``drpc.executors.resident.feeding``), Storm's default 0.05: one request in
+20, plus every traced request and every failure. Other paths report every request."""
+
 DEFAULTS: dict[str, Any] = {
     TOPOLOGY_MESSAGE_TIMEOUT_SECS: 30.0,
     TOPOLOGY_MAX_SPOUT_PENDING: None,
     TOPOLOGY_ACKER_EXECUTORS: 1,
     TOPOLOGY_DEBUG: False,
+    TOPOLOGY_STATS_SAMPLE_RATE: 0.05,
 }
 
 
@@ -51,6 +57,9 @@ def resolve(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
         raise ValueError(
             f"{TOPOLOGY_MAX_SPOUT_PENDING} must be None or a positive integer, got {pending!r}"
         )
+    rate = conf[TOPOLOGY_STATS_SAMPLE_RATE]
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+        raise ValueError(f"{TOPOLOGY_STATS_SAMPLE_RATE} must be a number from 0 to 1, got {rate!r}")
     ackers = conf[TOPOLOGY_ACKER_EXECUTORS]
     if isinstance(ackers, bool) or not isinstance(ackers, int) or ackers < 1:
         raise ValueError(f"{TOPOLOGY_ACKER_EXECUTORS} must be a positive integer, got {ackers!r}")

@@ -9,6 +9,10 @@ observers. Engines report to ``bus(observer)`` (the observer itself when it is
 a ``FanOut`` or ``NULL_OBSERVER``, else a ``FanOut`` around it) by calling the
 event's method: every event is a typed method of ``Observer``.
 
+``wants_steps(return_info)`` is the one question an engine asks: whether any observer
+wants the step events of a request (default: every request's); an engine measures only
+the steps of requests that are wanted.
+
 Runtimes find their observer in their services under ``OBSERVER_SERVICE``
 (``observer_of(services)``; missing means ``NULL_OBSERVER``). Times are
 ``time.monotonic()`` of the reporting process, in seconds.
@@ -57,6 +61,11 @@ OBSERVER_SERVICE = "drpc.observer"
 
 class Observer:
     """Ignores every event; subclass and override what you need."""
+
+    def wants_steps(self, return_info: Any) -> bool:
+        """Whether the step events of this request are wanted (an engine measures the
+        steps of the requests some observer wants); default: every request's."""
+        return True
 
     def step_started(self, return_info: Any, step: str, now: float) -> None:
         pass
@@ -130,8 +139,21 @@ def _fan_out(event: str) -> Any:
 
 
 # One plain method per event, made once: an event costs a loop, not a closure per call.
-for _event in [name for name in vars(Observer) if not name.startswith("_")]:
+for _event in [name for name in vars(Observer) if not name.startswith(("_", "wants_"))]:
     setattr(FanOut, _event, _fan_out(_event))
+
+
+def _wants_steps(self: FanOut, return_info: Any) -> bool:
+    for observer in self.observers:
+        try:
+            if observer.wants_steps(return_info):
+                return True
+        except Exception:
+            log.exception("observer %r failed on wants_steps", observer)
+    return False
+
+
+FanOut.wants_steps = _wants_steps  # type: ignore[method-assign,assignment]
 
 
 def observer_of(services: dict[str, Any] | None) -> Observer:

@@ -82,6 +82,7 @@ class DRPCRequest:
     args: str
     return_info: ReturnInfo
     deadline: float | None = None  # time.monotonic() of the issuing process, if known
+    traced: bool = False  # the caller asked for its trace (``?trace=1``)
 
 
 class Invocations(Protocol):
@@ -297,7 +298,13 @@ class PendingRequest:
     trace: RequestTrace | None = field(default=None, repr=False)
 
     def as_request(self, origin: str = LOCAL_ORIGIN) -> DRPCRequest:
-        return DRPCRequest(self.function, self.args, ReturnInfo(self.id, origin), self.deadline)
+        return DRPCRequest(
+            self.function,
+            self.args,
+            ReturnInfo(self.id, origin),
+            self.deadline,
+            self.trace is not None,
+        )
 
 
 class RequestTable:

@@ -69,8 +69,13 @@ class Recorder(Observer):
             self.events.append(("batch_coalesced", function, size))
 
 
+EVERY_REQUEST = {"topology.stats.sample.rate": 1.0}
+"""On the resident tasks the steps of one request in 20 are reported by default (Storm's
+stats sampling): these tests look at every request's."""
+
+
 def observed(executor: str, recorder: Recorder) -> LocalDRPC:
-    drpc = LocalDRPC(executor=executor, timeout=30.0, observer=recorder)
+    drpc = LocalDRPC(executor=executor, timeout=30.0, observer=recorder, conf=EVERY_REQUEST)
     recorder.drpc = drpc
     return drpc
 
@@ -137,6 +142,26 @@ def test_failure_names_the_step_and_other_requests_still_answer(executor: str) -
 
 
 @pytest.mark.usefixtures("spark_session")
+def test_the_resident_tasks_report_the_steps_of_a_sample_and_every_failure() -> None:
+    """Fed by the driver, the resident tasks measure and report the steps of one request
+    in 1 / ``topology.stats.sample.rate`` (the first, the 21st, ...: every reported event
+    crosses to the driver), and the step every failure was in."""
+    builder = LinearDRPCTopologyBuilder("fails")
+    builder.add_bolt(bolts.Identity(), 2)
+    builder.add_bolt(bolts.FailOn("bad"), 2).shuffle_grouping()
+    recorder = Recorder()
+    with LocalDRPC(executor="spark", timeout=30.0, observer=recorder) as drpc:
+        recorder.drpc = drpc
+        drpc.register(builder)
+        assert [drpc.execute("fails", str(n)) for n in range(41)] == [f"{n}!" for n in range(41)]
+        with pytest.raises(DRPCExecutionException, match="cannot handle"):
+            drpc.execute("fails", "bad")
+    assert len(recorder.spans) == 3  # requests 1, 21 and 41; the failure's were not measured
+    [(step, reason)] = recorder.failed_in.values()
+    assert step == "bolt1" and "cannot handle 'bad'" in reason
+
+
+@pytest.mark.usefixtures("spark_session")
 def test_spark_reports_batches_and_jobs_with_real_job_ids() -> None:
     recorder = Recorder()
     with observed("spark-batch", recorder) as drpc:
@@ -170,8 +195,8 @@ def test_without_an_observer_nothing_is_measured(executor: str) -> None:
         assert drpc.execute("reach", "foo.com/blog/1") == "16"
         if executor == "local":
             assert runtime_.spans is None and runtime_.recorder is None
-        elif executor == "spark":  # neither the driver's share nor the resident tasks record
-            assert runtime_.engine.spans is None and runtime_.engine.recorder is None
+        elif executor == "spark":  # the driver only feeds; the resident tasks do not record
+            assert runtime_.engine is None and runtime_.deployment.feeder is not None
             assert runtime_.deployment.observed is False
         else:
             assert runtime_._observing is False

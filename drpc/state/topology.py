@@ -7,6 +7,10 @@ transactional spouts, a replayed txid is a no-op) and ``opaque_map(name,
 default=None)`` (``{value, prev, txid}``: for opaque spouts, a replayed txid
 recomputes from prev); see ``drpc.state.maps`` for the rules.
 
+- A process that opens the directory itself (no run lends it, e.g. a DRPC query on a
+  resident task) opens it with ``drpc.state.version.retention`` from the
+  configuration, when set, as its ``version_retention``; a directory this process has
+  open already (a hosted run's) keeps its own options.
 - ``get``/``multi_get``/``items`` outside a commit read committed data only.
 - Inside a commit (a committer's ``finish_batch``, and the bolts after it, which
   the commit phase runs in txid order), ``get`` reads as of the commit's txid
@@ -46,6 +50,7 @@ from drpc.state.partitioned import PartitionedMap, group_of, layouts, local_part
 STATE_SERVICE = "drpc.state"
 STATE_DIR_CONF = "drpc.state.dir"
 PINNED_READS_CONF = "drpc.state.pinned.reads"
+VERSION_RETENTION_CONF = "drpc.state.version.retention"
 """Whether a DRPC request reads one committed version of ``drpc.state.dir`` (default
 True; False reads each key at whatever was committed last, as Storm's Trident does)."""
 
@@ -198,10 +203,11 @@ class TopologyState:
         self.owner = owner
 
     @classmethod
-    def at(cls, directory: str) -> TopologyState:
+    def at(cls, directory: str, **options: Any) -> TopologyState:
         """The state of ``directory``: the environment this process already has open for it
-        (a hosted run's, with its options), else one opened with the default options."""
-        return cls(StateEnvironment.opened(directory) or StateEnvironment.open(directory))
+        (a hosted run's, with its options), else one opened with ``options``."""
+        opened = StateEnvironment.opened(directory)
+        return cls(opened or StateEnvironment.open(directory, **options))
 
     def _map(
         self, kind: type[TransactionalMap] | type[OpaqueMap], name: str, default: Any
@@ -291,8 +297,10 @@ def state_for(services: Mapping[str, Any], conf: Mapping[str, Any]) -> TopologyS
     # By the real path: a relative directory names another one once the process changes its
     # working directory, and a closed environment is opened again.
     real = os.path.realpath(directory)
+    retention = conf.get(VERSION_RETENTION_CONF)
+    options = {} if retention is None else {"version_retention": float(retention)}
     with _opened_lock:
         state = _opened.get(real)
         if state is None or state.env.closed:
-            state = _opened[real] = TopologyState.at(real)
+            state = _opened[real] = TopologyState.at(real, **options)
         return state

@@ -59,7 +59,7 @@ def _await_resident_recovery(runtime: Any, killed_at: float) -> None:
     worker may outlive its JVM for a while and answer the calls in flight: the break can
     come after they all ended, and it fails what is in flight then."""
     cluster = runtime.cluster
-    while cluster.restarts < 1 or runtime.engine is None:
+    while cluster.restarts < 1 or not runtime.serving:
         assert time.monotonic() - killed_at < REMOVAL_TIMEOUT, "the resident job never came back"
         time.sleep(0.1)
 

@@ -129,14 +129,35 @@ def test_a_tree_that_times_out_on_the_tasks_fails_at_its_server_naming_the_step(
     assert "did not complete within 1 s" in failure.value.msg
 
 
-def test_request_path_tasks_needs_a_handle_the_tasks_can_rebuild() -> None:
-    needs = "request_path='tasks' needs an invocations handle"
-    with LocalDRPC() as drpc, pytest.raises(ValueError, match=needs):
-        ResidentExecutor(
+def test_request_path_tasks_without_a_shippable_handle_feeds_whole_copies_only() -> None:
+    """A handle whose table is in this process is fed to the tasks by the driver, which
+    feeds whole copies of the topology only: one copy dealt over the tasks needs them to
+    fetch themselves."""
+    with LocalDRPC() as drpc:
+        fed = ResidentExecutor(
             build_reach().create_topology(),
             services={"drpc.invocations": drpc},
             request_path="tasks",
         )
+        assert fed.feed is drpc and fed.fetching is None
+        dealt = ResidentExecutor(
+            build_reach().create_topology(), services={"drpc.invocations": drpc}, replicate=False
+        )
+        assert dealt.feed is None and dealt.fetching is None  # auto: the driver path
+        needs = "request_path='tasks' needs an invocations handle .* replicate=False"
+        with pytest.raises(ValueError, match=needs):
+            ResidentExecutor(
+                build_reach().create_topology(),
+                services={"drpc.invocations": drpc},
+                request_path="tasks",
+                replicate=False,
+            )
+        with pytest.raises(ValueError, match="feed_window must be >= 1, got 0"):
+            ResidentExecutor(
+                build_reach().create_topology(),
+                services={"drpc.invocations": drpc},
+                feed_window=0,
+            )
     with pytest.raises(ValueError, match="request_path must be one of auto, tasks, driver"):
         ResidentExecutor(
             build_reach().create_topology(),

@@ -160,8 +160,13 @@ def test_a_request_reads_its_version_for_version_retention_seconds(
             writer(state, version_retention=retention),
             LocalDRPC(executor=executor, timeout=60.0) as drpc,
         ):
+            # The conf reaches a process that opens the directory itself (a resident task).
             drpc.register(
-                counts_function(str(state), before_split=[Sleep(1.0 if past_retention else 0.05)])
+                counts_function(
+                    str(state),
+                    {"drpc.state.version.retention": retention},
+                    before_split=[Sleep(1.0 if past_retention else 0.05)],
+                )
             )
             if past_retention:
                 with pytest.raises(DRPCExecutionException) as failed:

@@ -1,7 +1,9 @@
 """Per-request spans on the in-process engine, reported to the observer.
 
 Observation (``drpc.observe``; only when ``services`` holds an observer and
-the topology serves a DRPC function, otherwise nothing is measured). Every
+the topology serves a DRPC function, otherwise nothing is measured; and only for
+the requests the observer ``wants_steps`` of: of any other, only a failure is
+reported, ``request_failed_in`` naming the failing component). Every
 tuple of a request's tree carries its spout root, so a step's span for a
 request runs from the first message of that tree a task of the step began
 handling to the end of the last one it handled (count reports only where
@@ -113,6 +115,7 @@ class RequestSpans:
         self.function = function
         self._trees: dict[int, Tree] = {}
         self._roots: dict[ReturnInfo, int] = {}
+        self._unwatched: dict[int, ReturnInfo] = {}
 
     def __len__(self) -> int:
         return len(self._trees)
@@ -122,6 +125,10 @@ class RequestSpans:
         return nullcontext()
 
     def opened(self, root: int, return_info: ReturnInfo) -> None:
+        if not self.observer.wants_steps(return_info):
+            # Not measured: only a failure is reported, naming its component.
+            self._unwatched[root] = return_info
+            return
         self._roots[return_info] = root
         self._trees[root] = Tree(return_info, self.function)
 
@@ -177,6 +184,13 @@ class RequestSpans:
     def failed(self, root: int, failure: Failure) -> None:
         tree = self._trees.get(root)
         if tree is None:
+            unwatched = self._unwatched.get(root)
+            if unwatched is not None:
+                self.observer.request_failed_in(
+                    unwatched,
+                    failure.component or "unknown",
+                    f"{failure.type.name}: {failure.message}",
+                )
             return
         step = failure.component
         if step is None:
@@ -227,6 +241,8 @@ class RequestSpans:
         tree = self._trees.pop(root, None)
         if tree is not None:
             self._roots.pop(tree.return_info, None)
+        else:
+            self._unwatched.pop(root, None)
 
 
 class ObservedInvocations:

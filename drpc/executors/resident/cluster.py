@@ -16,7 +16,11 @@ every resident function of the process is deployed on it:
   task runs a whole copy of the topology, so a request never leaves the task
   that fetched it; without, the topology's tasks are dealt over the resident
   tasks as usual, each of which runs one scaffolding task of each kind
-  (``spread_scaffolding``).
+  (``spread_scaffolding``). With ``feed`` (an invocations handle of this process: the
+  request table of the server or ``LocalDRPC`` it runs in) the tasks run whole copies
+  as with ``fetching``, and the driver feeds them the table's requests over the
+  resident link and hands their outcomes back (``drpc.executors.resident.feeding``):
+  per request it moves two items, no tuple.
 - The job occupies ``slots`` executor slots for as long as it runs; batch jobs
   and transactional runs use the rest. ``default_slots(sc)`` is half the
   default parallelism, at least one.
@@ -26,7 +30,8 @@ every resident function of the process is deployed on it:
   fail with INTERNAL_ERROR naming the cause (Spark's error when there is
   one), and after ``restart_delay`` seconds a new job starts and every
   deployment is deployed again; requests that arrive meanwhile wait in the
-  request table. When the SparkContext itself is stopped (the driver's JVM shut
+  request table (on the fed path, too: feeding stops until the tasks are back). When
+  the SparkContext itself is stopped (the driver's JVM shut
   down or died) no new job starts: the cluster stays broken and says why. A job
   that does not get all its tasks connected within ``start_timeout`` seconds
   fails ``deploy`` with ``DRPCError`` naming the master and the slots it asked
@@ -58,6 +63,7 @@ from typing import Any
 
 from drpc.builders.coordinated_drpc import spread_scaffolding
 from drpc.compiled import engine_build
+from drpc.config import TOPOLOGY_STATS_SAMPLE_RATE
 from drpc.errors import DRPCError, DRPCExceptionType, Failure
 from drpc.executors.local.executor import LocalExecutor
 from drpc.executors.resident.control import (
@@ -71,9 +77,11 @@ from drpc.executors.resident.control import (
     Undeploy,
     settle,
 )
+from drpc.executors.resident.feeding import DEFAULT_FEED_WINDOW, FedBlueprint, RequestFeeder
 from drpc.executors.resident.routing import (
     CONTROL,
     DRIVER,
+    FED,
     Route,
     dispatch_items,
     hosted_by,
@@ -122,6 +130,7 @@ class Deployment:
     observed: bool = False  # the resident tasks ship their step spans to the driver
     fetching: Any = None  # InvocationsSettings: the tasks fetch and answer requests themselves
     replicated: bool = False  # with fetching: a whole copy of the topology on each task
+    feeder: RequestFeeder | None = None  # the driver feeds the tasks its requests
     engine: LocalExecutor | None = None
     deployed: set[int] = field(default_factory=set)
     failed: str | None = None
@@ -239,16 +248,33 @@ class ResidentCluster:
         threads: int = DEFAULT_WORKER_THREADS,
         fetching: Any = None,
         replicate: bool = True,
+        feed: Any = None,
+        feed_window: int = DEFAULT_FEED_WINDOW,
     ) -> Deployment:
         """Run ``topology`` on the resident tasks and its driver share here (none with
-        ``fetching``: see the module doc)."""
+        ``fetching`` or ``feed``: see the module doc)."""
         self.start()
+        key = f"{topology.name}#{next(_keys)}"
+        feeder = None
+        if feed is not None:
+            if fetching is not None:
+                raise ValueError("a deployment is fed by the driver or fetches, not both")
+            assert topology.drpc_function is not None
+            feeder = RequestFeeder(
+                feed,
+                topology.drpc_function,
+                partial(self._feed, key),
+                observer_of(services),
+                window=feed_window,
+                sample_rate=float(conf.get(TOPOLOGY_STATS_SAMPLE_RATE, 1.0)),
+            )
+            fetching, replicate = FedBlueprint(key), True
         spread = fetching is not None
         replicated = spread and replicate
         if spread and not replicated:
             topology = spread_scaffolding(topology, self.slots)
         deployment = Deployment(
-            key=f"{topology.name}#{next(_keys)}",
+            key=key,
             topology=topology,
             frozen=freeze(topology),
             conf=dict(conf),
@@ -257,9 +283,11 @@ class ResidentCluster:
             node_of={}
             if replicated
             else place(topology, self.slots, scaffolding_on_workers=spread),
-            observed=not spread and observer_of(services) is not NULL_OBSERVER,
+            observed=(not spread or feeder is not None)
+            and observer_of(services) is not NULL_OBSERVER,
             fetching=fetching,
             replicated=replicated,
+            feeder=feeder,
         )
         if not self.wait_ready(self.start_timeout):
             raise DRPCError(self._not_ready_message())
@@ -312,6 +340,8 @@ class ResidentCluster:
                 f"resident tasks {missing} did not start {deployment.topology.name!r} within "
                 f"{self.start_timeout:g} s"
             )
+        if deployment.feeder is not None:
+            deployment.feeder.start(self.workers)
         if deployment.fetching is not None:
             return  # the tasks run every part of it
         route = Route(self.node, deployment.key, deployment.node_of)
@@ -332,10 +362,28 @@ class ResidentCluster:
         with self._cond:
             self._deployments.pop(deployment.key, None)
         engine, deployment.engine = deployment.engine, None
+        if deployment.feeder is not None:
+            deployment.feeder.stop()
         self.node.broadcast((None, CONTROL, Undeploy(deployment.key)))
+        shutdown = Failure(DRPCExceptionType.SERVER_SHUTDOWN, "Server Shutting Down")
         if engine is not None:
             engine.stop()
-            engine.fail_pending(Failure(DRPCExceptionType.SERVER_SHUTDOWN, "Server Shutting Down"))
+            engine.fail_pending(shutdown)
+        if deployment.feeder is not None:
+            # What the tasks still held; what they answered meanwhile is settled already.
+            deployment.feeder.fail_pending(shutdown)
+
+    def serving(self, deployment: Deployment) -> bool:
+        """Whether ``deployment`` serves now: every task runs its share, and the driver's
+        share (its engine, or its feeder) runs too; False while the job restarts."""
+        with self._cond:
+            if self._broken or deployment.key not in self._deployments:
+                return False
+            if set(self.workers) - deployment.deployed:
+                return False
+        if deployment.feeder is not None:
+            return deployment.feeder.feeding
+        return deployment.fetching is not None or deployment.engine is not None
 
     def deployments(self) -> list[Deployment]:
         with self._cond:
@@ -373,7 +421,15 @@ class ResidentCluster:
     # -- what arrives ----------------------------------------------------------------------
 
     def _on_items(self, peer: int, items: list[Any]) -> None:
-        dispatch_items(items, self._engine_of, self._control)
+        dispatch_items(items, self._engine_of, self._control, self._outcomes)
+
+    def _feed(self, key: str, worker: int, requests: list[Any]) -> bool:
+        return self.node.send(worker, (key, FED, requests))
+
+    def _outcomes(self, key: str, outcomes: Any) -> None:
+        deployment = self._deployments.get(key)
+        if deployment is not None and deployment.feeder is not None:
+            deployment.feeder.settle(outcomes)
 
     def _engine_of(self, key: str) -> LocalExecutor | None:
         deployment = self._deployments.get(key)
@@ -420,6 +476,9 @@ class ResidentCluster:
             self._broken = True
             self._cond.notify_all()
             job, tag = self._job, self._tag
+            feeders = [d.feeder for d in self._deployments.values() if d.feeder is not None]
+        for feeder in feeders:
+            feeder.stop()  # what arrives now waits in the table for the tasks to be back
         self._fail_calls(reason)
         threading.Thread(
             target=self._recover, args=(reason, job, tag), name="drpc-resident-recover", daemon=True
@@ -453,6 +512,8 @@ class ResidentCluster:
             if engine is not None:
                 engine.stop()
                 failed += engine.fail_pending(failure)
+            if deployment.feeder is not None:
+                failed += deployment.feeder.fail_pending(failure)
         if not context_usable(self.sc):
             # Nothing can run on a stopped SparkContext: restarting would fail for ever.
             with self._cond:

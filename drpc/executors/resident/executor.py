@@ -19,16 +19,20 @@ the process:
   executor (``drpc.executors.local``), its tasks spread over processes, so
   every rule (acking, coordination, tree timeouts, asynchronous acks) is the
   local executor's. No Spark job runs per request.
-- ``request_path`` says where requests enter and leave. ``"tasks"``: every
-  resident task fetches requests from the DRPC servers itself, runs the DRPC
-  spout, scaffolding and ackers beside its bolts and answers each request to
-  its server; the driver does nothing per request. It needs an invocations
-  handle that can be rebuilt on the tasks (``drpc.requests.ShippableInvocations``:
-  a remote runner's ``RemoteInvocations``, which then leaves the function to
-  them, ``hand_off``), else ``ValueError``.
-  ``"driver"``: as described above. ``"auto"`` (default): ``"tasks"`` when the
-  handle allows it (a ``drpc-runner``), else ``"driver"`` (a topology
-  embedded in the server or in ``LocalDRPC``, whose request table is here).
+- ``request_path`` says where requests enter and leave. ``"tasks"`` (the
+  default, ``"auto"``): every resident task runs the DRPC spout, scaffolding and
+  ackers beside its bolts. With an invocations handle the tasks can rebuild
+  (``drpc.requests.ShippableInvocations``: a remote runner's ``RemoteInvocations``,
+  which then leaves the function to them, ``hand_off``) each task fetches requests
+  from the DRPC servers itself and answers each to its server: the driver does
+  nothing per request. With a handle whose request table is in this process and
+  that wakes its readers (``add_listener``: a topology embedded in the server or in
+  ``LocalDRPC``) the driver feeds the tasks the table's requests over the resident
+  link and hands their outcomes back (``drpc.executors.resident.feeding``, at most
+  ``feed_window`` in flight per task): two items per request, no tuple; it feeds
+  whole copies only. Any other handle with ``"tasks"`` raises ``ValueError``.
+  ``"driver"``: as described above, every tuple between the driver's share and the
+  tasks; ``"auto"`` takes it where the tasks can neither fetch nor be fed.
 - ``replicate`` (with the ``"tasks"`` path; default True): each resident task
   runs a whole copy of the topology, every step with its parallelism, so a
   request never leaves the task that fetched it and throughput grows with the
@@ -39,6 +43,7 @@ the process:
   tasks.
 - A resident task or executor that dies fails the requests in flight with
   INTERNAL_ERROR naming the cause; the job restarts and serving resumes.
+- ``serving`` says whether the function is served now (False while the job restarts).
 - ``stop()`` undeploys the function (the resident job keeps running for the
   others, and ends with the session: ``drpc.runtime.stop_session``).
 """
@@ -63,6 +68,7 @@ from drpc.executors.resident.cluster import (
     ResidentCluster,
     default_slots,
 )
+from drpc.executors.resident.feeding import DEFAULT_FEED_WINDOW
 from drpc.model.topology import Topology
 from drpc.requests import ShippableInvocations
 
@@ -149,6 +155,7 @@ class ResidentExecutor:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         request_path: str = "auto",
         replicate: bool = True,
+        feed_window: int = DEFAULT_FEED_WINDOW,
     ) -> None:
         self.function = served_function(topology, "resident Spark executor")
         if slots is not None and slots < 1:
@@ -165,13 +172,21 @@ class ResidentExecutor:
             raise ValueError(
                 f"request_path must be one of {', '.join(REQUEST_PATHS)}, got {request_path!r}"
             )
+        if feed_window < 1:
+            raise ValueError(f"feed_window must be >= 1, got {feed_window}")
         self.replicate = replicate
+        self.feed_window = feed_window
         self.fetching = _fetching_settings(invocations) if request_path != "driver" else None
-        if request_path == "tasks" and self.fetching is None:
+        wakes = callable(getattr(invocations, "add_listener", None))
+        fed = self.fetching is None and request_path != "driver" and wakes and replicate
+        if request_path == "tasks" and self.fetching is None and not fed:
             raise ValueError(
                 "request_path='tasks' needs an invocations handle the resident tasks can "
-                f"rebuild (drpc.runner.RemoteInvocations), got {type(invocations).__name__}"
+                "rebuild (drpc.runner.RemoteInvocations), or for the driver to feed them, one "
+                "that wakes it (add_listener) and replicate=True (whole copies); got "
+                f"{type(invocations).__name__} with replicate={replicate}"
             )
+        self.feed = invocations if fed else None
         self.master = master
         self.spark_conf = dict(spark_conf or {})
         self.slots = slots
@@ -196,6 +211,8 @@ class ResidentExecutor:
             threads=self.threads,
             fetching=self.fetching,
             replicate=self.replicate,
+            feed=self.feed,
+            feed_window=self.feed_window,
         )
         if self.fetching is not None:
             self.services[INVOCATIONS_SERVICE].hand_off(self.function)
@@ -210,6 +227,8 @@ class ResidentExecutor:
                 else "each task fetches and answers requests itself"
             )
             if self.fetching is not None
+            else "the driver feeds each task requests for its own whole copy of the topology"
+            if self.feed is not None
             else "requests enter and leave through the driver",
         )
         return self
@@ -225,6 +244,12 @@ class ResidentExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @property
+    def serving(self) -> bool:
+        """Whether the function is served now (False while the resident job restarts)."""
+        deployment, cluster = self.deployment, self.cluster
+        return deployment is not None and cluster is not None and cluster.serving(deployment)
 
     @property
     def engine(self) -> Any:

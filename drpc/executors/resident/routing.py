@@ -30,7 +30,10 @@ Contract.
   which keeps the requests' spans, and ``FIELDS`` items the log fields of a
   request to a worker, ahead of its first tuple there (once per request and
   worker while the request is in flight: what was told is forgotten once the
-  request is over).
+  request is over). ``FED`` items carry requests from the driver to a task and
+  ``OUTCOMES`` items their outcomes back, on the fed path
+  (``drpc.executors.resident.feeding``); ``dispatch_items`` hands both to its ``fed``
+  callback.
 
 ``key`` names a deployment (one function's topology on the current resident
 job); ``CONTROL`` items carry the deployment protocol instead
@@ -61,6 +64,8 @@ ABANDON = -2
 CONTROL = -3
 SPANS = -4
 FIELDS = -5
+FED = -6
+OUTCOMES = -7
 
 DRIVER_COMPONENTS = frozenset({PREPARE_ID, JOIN_ID, RETURN_ID})
 
@@ -209,11 +214,13 @@ def dispatch_items(
     items: list[Any],
     engine_of: Callable[[str], LocalExecutor | None],
     control: Callable[[Any], None],
+    fed: Callable[[str, Any], None] | None = None,
 ) -> None:
     """Hand a frame's items to the engines they are for (``engine_of(key)``; None: not
-    running here, the item is dropped) and its control items to ``control``. What one
-    engine gets between control items is posted as its ``holding`` block ends: one post
-    per destination task, each root's acks folded into one."""
+    running here, the item is dropped), its control items to ``control`` and its fed
+    path items (``FED``, ``OUTCOMES``) to ``fed(key, payload)``. What one engine gets
+    between control items is posted as its ``holding`` block ends: one post per
+    destination task, each root's acks folded into one."""
     held = ExitStack()
     holding: set[str] = set()
     with held:
@@ -222,6 +229,10 @@ def dispatch_items(
                 held.close()
                 holding.clear()
                 control(payload)
+                continue
+            if destination in (FED, OUTCOMES):
+                if fed is not None:
+                    fed(key, payload)
                 continue
             engine = engine_of(key)
             if engine is None:

@@ -11,9 +11,12 @@ Contract. A ``Node`` is one process of a deployment (index 0 the driver,
   the deployment reaches ``pickle.loads``.
 - Every connection then carries frames both ways: a 4-byte big-endian length
   (at most ``max_frame_size``) and a pickled list of items. ``send(peer,
-  item)`` queues an item; one writer thread per connection sends everything
-  queued since its last frame as one frame, so under load many items share a
-  frame and alone an item leaves at once.
+  item)`` sends an item. On a quiet connection (nothing queued or being written,
+  and no frame sent for ``QUIET`` seconds) the calling thread writes it as a frame of
+  its own, without blocking (what the socket does not take at once is left to the
+  writer thread): a lone call's item leaves with no hand-off to another thread.
+  Otherwise it is queued, and one writer thread per connection sends everything
+  queued since its last frame as one frame, so under load many items share a frame.
 - One reader thread per connection hands each frame's items, in order, to
   ``on_items(peer, items)``. ``on_lost(peer, reason)`` is called once when a
   connection breaks (end of stream, a socket error, a bad frame), never for
@@ -40,6 +43,9 @@ log = logging.getLogger(__name__)
 MAGIC = b"DRPC-RESIDENT-1\n"
 TOKEN_SIZE = 32
 DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
+QUIET = 0.001
+"""Seconds without a frame after which a connection is quiet: the next item is written by
+the thread that sends it (under load, items wait for the writer thread and share frames)."""
 _HELLO = struct.Struct(f">{len(MAGIC)}s{TOKEN_SIZE}sI")
 _LENGTH = struct.Struct(">I")
 
@@ -60,6 +66,9 @@ class _Connection:
         self.peer = peer
         self.sock = sock
         self._queue: list[Any] = []
+        self._unsent = b""  # the rest of a frame a sender's non-blocking write left
+        self._writing = False  # a thread is writing to the socket
+        self._last_frame = 0.0  # time.monotonic() of the last frame started
         self._cond = threading.Condition()
         self._closed = False
         self._writer = threading.Thread(
@@ -77,24 +86,50 @@ class _Connection:
         with self._cond:
             if self._closed:
                 return
-            self._queue.append(item)
-            if len(self._queue) == 1:
+            now = time.monotonic()
+            if self._writing or self._queue or self._unsent or now - self._last_frame < QUIET:
+                self._queue.append(item)
+                if len(self._queue) == 1 and not self._writing:
+                    self._cond.notify()
+                return
+            self._writing = True
+            self._last_frame = now
+        try:
+            frame = _frame([item])
+        except Exception as error:  # as the writer thread would: the connection is lost
+            with self._cond:
+                self._writing = False
+            self.node._lost(self, f"sending failed: {type(error).__name__}: {error}")
+            return
+        try:
+            sent = self.sock.send(frame, socket.MSG_DONTWAIT)
+        except OSError:  # full (BlockingIOError) or broken: the writer sends it, or reports
+            sent = 0
+        with self._cond:
+            self._writing = False
+            if sent < len(frame):
+                self._unsent = frame[sent:]
+            if self._unsent or self._queue:
                 self._cond.notify()
 
     def _write(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
+                while (self._writing or not (self._queue or self._unsent)) and not self._closed:
                     self._cond.wait()
                 if self._closed:
                     return
                 items, self._queue = self._queue, []
+                unsent, self._unsent = self._unsent, b""
+                self._writing = True
+                self._last_frame = time.monotonic()
             try:
-                frame = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
-                self.sock.sendall(_LENGTH.pack(len(frame)) + frame)
+                self.sock.sendall(unsent + _frame(items) if items else unsent)
             except Exception as error:
                 self.node._lost(self, f"sending failed: {type(error).__name__}: {error}")
                 return
+            with self._cond:
+                self._writing = False
 
     def _read(self) -> None:
         sock = self.sock
@@ -129,6 +164,11 @@ class _Connection:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+
+
+def _frame(items: list[Any]) -> bytes:
+    body = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(body)) + body
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes | None:

@@ -18,7 +18,10 @@ the driver sends ``Stop`` or its connection to the driver breaks:
   ``InvocationsBlueprint.build``) that fetches from
   every server and answers each request to the server it came from; with
   ``replicated`` it runs a whole copy of the topology by itself (a plain
-  ``LocalExecutor``: a request never leaves the task that fetched it);
+  ``LocalExecutor``: a request never leaves the task that fetched it). The handle
+  may instead be fed by the driver (a ``FedBlueprint``: ``drpc.executors.resident.
+  feeding``): ``FED`` items bring its requests, ``answer`` sends their outcomes back,
+  and when the deployment is observed its engine reports to the handle's observer;
 - ``Undeploy``: stop that share (the requests its spouts hold fail with
   SERVER_SHUTDOWN);
 - ``Call``: run the function on a thread of the worker's call pool (``threads``
@@ -70,6 +73,7 @@ from drpc.executors.resident.partition_reads import place, worker_reader
 from drpc.executors.resident.routing import (
     CONTROL,
     DRIVER,
+    OUTCOMES,
     Route,
     acker_roots,
     dispatch_items,
@@ -78,6 +82,7 @@ from drpc.executors.resident.routing import (
 from drpc.executors.resident.staging import STAGED
 from drpc.executors.resident.transport import Address, Node
 from drpc.logs import configure_worker_logging
+from drpc.observe import OBSERVER_SERVICE
 from drpc.semantics.runners import freeze
 from drpc.state.partitioned import set_remote_reader
 
@@ -139,7 +144,16 @@ class ResidentWorker:
         self._finish(f"lost {who}: {reason}")
 
     def _on_items(self, peer: int, items: list[Any]) -> None:
-        dispatch_items(items, self.engines.get, self._control)
+        dispatch_items(items, self.engines.get, self._control, self._fed)
+
+    def _fed(self, key: str, requests: Any) -> None:
+        fetcher = self.fetchers.get(key)
+        if fetcher is not None:
+            fetcher.arrived(requests)
+
+    def answer(self, key: str, outcome: Any) -> None:
+        """Send the driver the outcome of a request it fed this task (``FedOutcome``)."""
+        self.node.send(DRIVER, (key, OUTCOMES, [outcome]))
 
     def _control(self, message: Any) -> None:
         if isinstance(message, Deploy):
@@ -266,6 +280,9 @@ class ResidentWorker:
             if fetching is not None:
                 fetcher = fetching.build([topology.drpc_function])
                 services[INVOCATIONS_SERVICE] = fetcher
+                observer = getattr(fetcher, "observer", None)
+                if message.observed and observer is not None:
+                    services[OBSERVER_SERVICE] = observer
             engine = self._share(message, topology, services)
             with self._lock:
                 previous = self.engines.get(message.key)
