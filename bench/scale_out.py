@@ -6,9 +6,12 @@ Every deployment below serves storm-starter's reach on the resident executor
 spread over the servers. Two parts, both run by default (``--parts``):
 
 - **deployments**: the embedded one, one ``drpc-server`` hosting the topology
-  (as ``make serve``); and the split one, ``drpc-server`` processes take the
-  calls and one ``drpc-runner`` hosts the topology, fetching from every
-  server's invocations port (Storm's usual deployment), with 1 and 2 resident
+  (as ``make serve``: the driver feeds its resident tasks), and the same server on
+  its older path (``--request-path driver``: every tuple crosses between the
+  driver and the tasks), labelled ``embedded-driver``; and the split one,
+  ``drpc-server`` processes take the calls and one ``drpc-runner`` hosts the
+  topology, fetching from every server's invocations port (Storm's usual
+  deployment), with 1 and 2 resident
   slots, and with 1 and 2 servers. No process is limited.
 - **quota**: the split deployment with 1 and with 2 resident slots, one
   server, under CPU quotas (``bench/quota.py``, cgroups; needs root): the
@@ -31,8 +34,12 @@ also gives the total CPU per call and the physical limit it implies: the
 machine's cores times one second over that total. Every answer is checked
 against storm-starter's reach.
 
-Usage: ``python bench/scale_out.py [--parts deployments,quota] [--seconds 10]
-[--callers 64] [--driver-cores 0.25] [--worker-cores 0.3] [--quick]
+With ``--rounds N`` the deployments run N times, alternated, and the report adds
+the embedded deployment's calls/s over the split one's (1 slot, 1 server) in each
+round, with one caller's p50 in both.
+
+Usage: ``python bench/scale_out.py [--parts deployments,quota] [--rounds 1]
+[--seconds 10] [--callers 64] [--driver-cores 0.25] [--worker-cores 0.3] [--quick]
 [--out FILE]``. Prints a table and writes JSON (default
 ``bench/results/scale_out.json``). Run it on an otherwise idle machine.
 """
@@ -122,7 +129,7 @@ class Server:
     invocations_port: int
 
 
-def _start_server(hosting: bool, slots: int | None) -> Server:
+def _start_server(hosting: bool, slots: int | None, request_path: str | None = None) -> Server:
     port, invocations, http = _free_port(), _free_port(), _free_port()
     command = [
         sys.executable, "-m", "drpc.server", "--host", HOST, "--port", str(port),
@@ -133,6 +140,8 @@ def _start_server(hosting: bool, slots: int | None) -> Server:
         command += ["--topology", TOPOLOGY, "--executor", "spark", "--master", MASTER]
         if slots is not None:
             command += ["--slots", str(slots)]
+        if request_path is not None:
+            command += ["--request-path", request_path]
     process = subprocess.Popen(
         command, cwd=ROOT, env=_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -235,16 +244,23 @@ class Setup:
     slots: int
     servers: int
     quotas: Quotas | None = None
+    request_path: str | None = None  # the embedded server's --request-path
+
+    @property
+    def label(self) -> str:
+        return self.deployment + (f"-{self.request_path}" if self.request_path else "")
 
 
 DEPLOYMENTS = [
     Setup("embedded", 1, 1),
+    Setup("embedded", 1, 1, request_path="driver"),
     Setup("split", 1, 1),
     Setup("split", 2, 1),
     Setup("split", 1, 2),
 ]
-"""The "deployments" part: the embedded server at drpc's default slot on local[2], and the
-split deployment with one and two slots, and with two servers, none under a quota."""
+"""The "deployments" part: the embedded server at drpc's default slot on local[2] (on its
+default path, then on the driver path), and the split deployment with one and two slots,
+and with two servers, none under a quota."""
 
 PARTS = ("deployments", "quota")
 DRIVER_CORES = 0.25
@@ -268,7 +284,9 @@ def _deployment(setup: Setup) -> Iterator[tuple[list[Server], list[subprocess.Po
     processes: list[subprocess.Popen[bytes]] = []
     try:
         if setup.deployment == "embedded":
-            started.append(_start_server(hosting=True, slots=setup.slots))
+            started.append(
+                _start_server(hosting=True, slots=setup.slots, request_path=setup.request_path)
+            )
         else:
             started += [_start_server(hosting=False, slots=None) for _ in range(setup.servers)]
             processes.append(_start_runner(started, setup.slots))
@@ -408,7 +426,7 @@ def run_record(
     }
     total = sum(cpu_ms_per_call.values())
     return {
-        "deployment": setup.deployment,
+        "deployment": setup.label,
         "slots": setup.slots,
         "servers": setup.servers,
         "quotas": limits,
@@ -452,7 +470,7 @@ def table(results: list[dict[str, Any]]) -> str:
     roles = [role for role in ROLE_ORDER if role in seen] + sorted(seen - set(ROLE_ORDER))
     widths = [max(9, len(role) + 2) for role in roles]
     where = (
-        f"{'deployment':<10}{'slots':>6}{'servers':>8}{'quota':>10}{'p50 ms':>8}{'calls/s':>9}  "
+        f"{'deployment':<16}{'slots':>6}{'servers':>8}{'quota':>10}{'p50 ms':>8}{'calls/s':>9}  "
     )
     head = where + "".join(f"{role:>{w}}" for role, w in zip(roles, widths, strict=True))
     lines = [
@@ -466,7 +484,7 @@ def table(results: list[dict[str, Any]]) -> str:
             for role, w in zip(roles, widths, strict=True)
         )
         lines.append(
-            f"{run['deployment']:<10}{run['slots']:>6}{run['servers']:>8}"
+            f"{run['deployment']:<16}{run['slots']:>6}{run['servers']:>8}"
             f"{_quota_label(run):>10}{_p50(run):>8}{run['calls_per_s']:>9.0f}  {cells}"
             f"{run['total_cpu_ms_per_call']:>9.3f}{run['physical_limit_calls_per_s']:>9.0f}"
         )
@@ -489,11 +507,39 @@ def scaling(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def embedded_vs_split(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each round's embedded deployment (its default path) against the split one with one
+    slot and one server, taken in order: calls/s ratio and both one-caller p50s."""
+    unlimited = [run for run in results if not run.get("quotas")]
+    embedded = [run for run in unlimited if run["deployment"] == "embedded"]
+    split = [
+        run
+        for run in unlimited
+        if run["deployment"] == "split" and run["slots"] == 1 and run["servers"] == 1
+    ]
+    return [
+        {
+            "ratio": one["calls_per_s"] / other["calls_per_s"] if other["calls_per_s"] else None,
+            "calls_per_s": [one["calls_per_s"], other["calls_per_s"]],
+            "p50_ms": [one.get("sequential_p50_ms"), other.get("sequential_p50_ms")],
+        }
+        for one, other in zip(embedded, split, strict=False)
+    ]
+
+
 def summary(results: list[dict[str, Any]]) -> list[str]:
-    """The lines under the table: the quota part's scaling and its physical limits."""
+    """The lines under the table: each round's embedded / split ratio, the quota part's
+    scaling and its physical limits."""
+    lines = [
+        f"round {n}: embedded / split calls/s = {pair['ratio']:.2f}x "
+        f"({pair['calls_per_s'][0]:.0f} / {pair['calls_per_s'][1]:.0f}); one caller's p50 "
+        f"{_ms(pair['p50_ms'][0])} / {_ms(pair['p50_ms'][1])}"
+        for n, pair in enumerate(embedded_vs_split(results), 1)
+        if pair["ratio"] is not None
+    ]
     verdict = scaling(results)
     if verdict is None:
-        return []
+        return lines
     held = [run for run in results if run.get("quotas")]
     limits = ", ".join(
         f"{run['slots']} worker(s) {run['physical_limit_calls_per_s']:.0f} calls/s "
@@ -501,12 +547,17 @@ def summary(results: list[dict[str, Any]]) -> list[str]:
         for run in held
     )
     return [
+        *lines,
         f"under quotas (driver {verdict['driver_cores']:g} core, each worker "
         f"{verdict['worker_cores']:g} core): 2 workers / 1 worker = {verdict['ratio']:.2f}x "
         f"calls/s (target: at least {verdict['target']:g}x)",
         *(held_line(run) for run in held),
         f"physical limit, {CPUS} cores x 1 s / total CPU per call: {limits}",
     ]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
 
 
 def held_line(run: dict[str, Any]) -> str:
@@ -523,6 +574,12 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[Setup]]:
     parser.add_argument("--seconds", type=float, default=10.0, help="timed window (default 10)")
     parser.add_argument("--callers", type=int, default=64, help="closed-loop callers (default 64)")
     parser.add_argument("--quick", action="store_true", help="3 s windows (a smoke run)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the deployments part this many times, alternated (default 1)",
+    )
     parser.add_argument(
         "--parts",
         default=",".join(PARTS),
@@ -542,8 +599,8 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[Setup]]:
     )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "scale_out.json")
     args = parser.parse_args(argv)
-    if args.callers < 1 or args.seconds <= 0:
-        parser.error("--callers must be at least 1 and --seconds above 0")
+    if args.callers < 1 or args.seconds <= 0 or args.rounds < 1:
+        parser.error("--callers and --rounds must be at least 1 and --seconds above 0")
     parts = [part for part in args.parts.split(",") if part]
     if not parts or set(parts) - set(PARTS):
         parser.error(f"--parts takes {' and '.join(PARTS)}, comma-separated; got {args.parts!r}")
@@ -555,7 +612,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[Setup]]:
                 f"--{option.replace('_', '-')} must be between {least:g} and {CPUS} "
                 f"(this machine's cores), got {cores:g}"
             )
-    setups = DEPLOYMENTS if "deployments" in parts else []
+    setups = DEPLOYMENTS * args.rounds if "deployments" in parts else []
     if "quota" in parts:
         try:
             quota.require_writable()
@@ -578,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
             else ""
         )
         print(
-            f"{setup.deployment}, {setup.slots} slot(s), {setup.servers} server(s){held} ...",
+            f"{setup.label}, {setup.slots} slot(s), {setup.servers} server(s){held} ...",
             file=sys.stderr,
             flush=True,
         )
@@ -601,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
             "elapsed_s": elapsed,
         },
         "runs": results,
+        "embedded_vs_split": embedded_vs_split(results),
         "scaling": scaling(results),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -336,7 +336,11 @@ def hosting_setup(
     return topologies, options
 
 
+SERVING_OPTIONS = frozenset({"slots", "request_path", "replicate"})
+"""Executor options of served functions only: they size and route the resident tasks."""
+
+
 def job_options(options: dict[str, Any]) -> dict[str, Any]:
     """The executor options that apply to runs made of Spark jobs (transactional runs):
-    all but ``slots``, which sizes the resident tasks of served functions."""
-    return {name: value for name, value in options.items() if name != "slots"}
+    all but ``SERVING_OPTIONS``."""
+    return {name: value for name, value in options.items() if name not in SERVING_OPTIONS}

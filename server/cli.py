@@ -90,6 +90,15 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a remote runner's last fetch keeps its function served (default %(default)g)",
     )
     parser.add_argument(
+        "--request-path",
+        choices=("tasks", "driver"),
+        default=None,
+        help="with --executor spark: where the hosted functions' requests go; tasks (the "
+        "default: this process feeds each resident task requests for its own whole copy of "
+        "the topology), driver (the spouts, scaffolding and ackers stay here and every tuple "
+        "crosses to the tasks)",
+    )
+    parser.add_argument(
         "--startup-grace",
         type=float,
         default=0.0,
@@ -193,6 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     topologies, executor_options = hosting_setup(parser, args)
+    if args.request_path is not None:
+        if args.executor != "spark":
+            parser.error("--request-path applies to --executor spark only")
+        executor_options["request_path"] = args.request_path
     security = _security(parser, args)
     hosted = hosted_runs(parser, args)
     try:

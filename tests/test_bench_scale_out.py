@@ -127,16 +127,46 @@ def test_the_resident_tasks_are_the_busiest_task_processes() -> None:
     assert scale_out.busiest([gone, me], busy_since, 3) == [me, gone]
 
 
-def test_a_bad_argument_is_one_line_and_exit_2() -> None:
+@pytest.mark.parametrize("argument", ["--callers", "--rounds"])
+def test_a_bad_argument_is_one_line_and_exit_2(argument: str) -> None:
     ran = subprocess.run(
-        [sys.executable, "bench/scale_out.py", "--callers", "0"],
+        [sys.executable, "bench/scale_out.py", argument, "0"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert ran.returncode == 2
     assert ran.stdout == ""
     assert ran.stderr.strip().splitlines()[-1] == (
-        "scale_out.py: error: --callers must be at least 1 and --seconds above 0"
+        "scale_out.py: error: --callers and --rounds must be at least 1 and --seconds above 0"
     )
+
+
+def test_each_round_sets_the_embedded_deployment_against_the_split_one() -> None:
+    """Rounds alternate the deployments: the embedded run of each round (its default path,
+    not the driver path's) against that round's split run with one slot and one server."""
+    cpu = ({"driver": 0.0}, {"driver": 1.0})
+    rounds = []
+    for embedded, driver_path, split in ((900, 400, 1000), (1100, 500, 1000)):
+        rounds += [
+            _run(1, embedded * 10, *cpu, deployment="embedded"),
+            scale_out.run_record(
+                scale_out.Setup("embedded", 1, 1, request_path="driver"),
+                {"calls": driver_path * 10, "wrong": 0, "errors": 0}, 10.0, *cpu, None,
+            ),
+            _run(1, split * 10, *cpu),
+            _run(2, 5000, *cpu),
+        ]  # fmt: skip
+    for run, p50 in zip(rounds, [1.2, 2.3, 2.0, 2.5, 1.1, 2.4, 2.1, 2.6], strict=True):
+        run["sequential_p50_ms"] = p50
+    assert [run["deployment"] for run in rounds[:3]] == ["embedded", "embedded-driver", "split"]
+    pairs = scale_out.embedded_vs_split(rounds)
+    assert [round(pair["ratio"], 2) for pair in pairs] == [0.9, 1.1]
+    assert pairs[1]["p50_ms"] == [1.1, 2.1]
+    assert scale_out.summary(rounds) == [
+        "round 1: embedded / split calls/s = 0.90x (900 / 1000); one caller's p50 1.20 ms / "
+        "2.00 ms",
+        "round 2: embedded / split calls/s = 1.10x (1100 / 1000); one caller's p50 1.10 ms / "
+        "2.10 ms",
+    ]
 
 
 @pytest.mark.parametrize(

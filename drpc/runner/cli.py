@@ -117,8 +117,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, DRPCError) as error:  # a bad --servers, an unusable TLS file
         parser.error(str(error))
     run_options = job_options(executor_options)
-    for name in ("request_path", "replicate"):
-        run_options.pop(name, None)
     try:
         for topology in hosted.topologies:
             runner.register_transactional(topology, **hosted.options, **run_options)

@@ -373,6 +373,10 @@ def test_a_cli_mistake_is_one_line_and_exit_2(
         ),
         (["--http-token-auth"], "--http-token-auth needs --tls-ca and --tokens"),
         (["--tls-ca", "ca.pem"], "--tls-key and --tls-ca need --tls-cert"),
+        (
+            ["--executor", "local", "--request-path", "driver"],
+            "--request-path applies to --executor spark only",
+        ),
     ],
 )
 def test_the_server_cli_refuses_flags_that_cannot_work_together(
@@ -405,7 +409,10 @@ def test_slots_go_to_served_functions_and_not_to_a_hosted_transactional_run() ->
     args = parser.parse_args(["--executor", "spark", "--slots", "2", "--master", "local[2]"])
     _, options = hosting_setup(parser, args)
     assert options["slots"] == 2
+    options["request_path"] = "driver"  # what --request-path adds, for served functions only
     transactional = job_options(options)
-    assert "slots" not in transactional
+    assert "slots" not in transactional and "request_path" not in transactional
     assert transactional["master"] == "local[2]"
-    assert transactional == {name: options[name] for name in options if name != "slots"}
+    assert transactional == {
+        name: options[name] for name in options if name not in ("slots", "request_path")
+    }
