@@ -55,6 +55,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "drpc.semantics.routing",
     "drpc.semantics.runners",
     "drpc.executors.task",
+    "drpc.executors.task_collector",
     "drpc.executors.local.messages",
     "drpc.executors.local.gathering",
     "drpc.executors.local.tasks",

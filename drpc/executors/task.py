@@ -29,7 +29,8 @@ request's pinned versions as its thread's (``drpc.state.versions``), so every st
 it makes sees the versions the request entered with: where the bolt's ``state_reads``
 says it reads (``drpc.model.components``; executes only for "anywhere").
 
-Acks and fails come through the collector: the core updates the tracker and
+Acks and fails come through the collector (``drpc.executors.task_collector``): the core
+updates the tracker and
 then asks the effects to ``settle`` the tuple (it is done here: acked, or
 failed with a failure). Emits are checked and routed here, counted for the
 tracker on data streams, and handed to ``effects.deliver``; ``emit_many``
@@ -59,15 +60,14 @@ from mypy_extensions import mypyc_attr
 
 from drpc import config
 from drpc.errors import Failure, InvalidTopologyError, InvalidTupleError
+from drpc.executors.task_collector import TaskCollector
 from drpc.model.anchors import CURRENT_ANCHOR, _CurrentAnchor
-from drpc.model.collectors import Anchors
-from drpc.model.components import STATE_READS, OutputCollector
+from drpc.model.components import STATE_READS
 from drpc.model.context import TopologyContext
 from drpc.model.fields import Fields
 from drpc.model.streams import (
     COORDINATED_STREAM_FIELDS,
     COORDINATED_STREAM_ID,
-    DEFAULT_STREAM_ID,
     GlobalStreamId,
 )
 from drpc.model.topology import CoordinatedBolt, Topology
@@ -682,120 +682,4 @@ class TaskCore:
             self.component_id,
             self.task_id,
             what,
-        )
-
-
-class TaskCollector(OutputCollector):
-    """The collector of one task: checks, routes and counts every call, under the task's
-    lock, whatever thread the bolt calls from."""
-
-    def __init__(self, core: TaskCore) -> None:
-        self._core = core
-        self._lock = core.lock
-        # Whether this thread holds the lock: the RLock's own check (what a Condition on
-        # it asks), bound once; it reads the thread's ident without making an int of it.
-        self._held: Callable[[], bool] = core.lock._is_owned  # type: ignore[attr-defined]
-
-    # Each call holds the task's lock, unless this thread holds it already (it runs the
-    # task's turn): taking a re-entrant lock again costs more than the check.
-
-    def emit(
-        self,
-        values: Sequence[Any],
-        anchors: Anchors = None,
-        stream: str = DEFAULT_STREAM_ID,
-    ) -> list[int]:
-        if self._held():
-            return self._emit(values, anchors, stream)
-        with self._lock:
-            return self._emit(values, anchors, stream)
-
-    def _emit(self, values: Sequence[Any], anchors: Any, stream: str) -> list[int]:
-        core = self._core
-        if core.ended:
-            core.late("emitted")
-            return []
-        core.router.check(stream, values, direct=False)
-        targets = core.router.targets(stream, values)
-        core.send(stream, values, targets, core.anchors(anchors))
-        return targets
-
-    def emit_many(
-        self,
-        many: Iterable[Sequence[Any]],
-        anchors: Anchors = None,
-        stream: str = DEFAULT_STREAM_ID,
-    ) -> None:
-        if self._held():
-            self._emit_many(many, anchors, stream)
-            return
-        with self._lock:
-            self._emit_many(many, anchors, stream)
-
-    def _emit_many(self, many: Iterable[Sequence[Any]], anchors: Any, stream: str) -> None:
-        core = self._core
-        if core.ended:
-            core.late("emitted")
-            return
-        core.send_many(stream, many, core.anchors(anchors))
-
-    def emit_direct(
-        self,
-        task: int,
-        values: Sequence[Any],
-        anchors: Anchors = None,
-        stream: str = DEFAULT_STREAM_ID,
-    ) -> None:
-        if self._held():
-            self._emit_direct(task, values, anchors, stream)
-            return
-        with self._lock:
-            self._emit_direct(task, values, anchors, stream)
-
-    def _emit_direct(self, task: int, values: Sequence[Any], anchors: Any, stream: str) -> None:
-        core = self._core
-        if core.ended:
-            core.late("emitted")
-            return
-        core.router.check(stream, values, direct=True)
-        core.send(stream, values, core.router.direct_target(stream, task), core.anchors(anchors))
-
-    def ack(self, tuple: Tuple) -> None:
-        if self._held():
-            self._ack(tuple)
-            return
-        with self._lock:
-            self._ack(tuple)
-
-    def _ack(self, tuple: Tuple) -> None:
-        core = self._core
-        if tuple._done:
-            log.warning("step %r acked a tuple twice; ignoring the second ack", core.component_id)
-            return
-        if core.ended:
-            tuple._done = True
-            core.late("acked")
-            return
-        core.on_ack(tuple)
-
-    def fail(self, tuple: Tuple, reason: Failure | BaseException | str | None = None) -> None:
-        if self._held():
-            self._fail(tuple, reason)
-            return
-        with self._lock:
-            self._fail(tuple, reason)
-
-    def _fail(self, tuple: Tuple, reason: Failure | BaseException | str | None) -> None:
-        core = self._core
-        if tuple._done:
-            return
-        if core.ended:
-            tuple._done = True
-            core.late("failed")
-            return
-        core.on_fail(tuple, core.runner.failure_from(reason))
-
-    def report_error(self, error: BaseException) -> None:
-        log.error(
-            "step %r task %d reported: %r", self._core.component_id, self._core.task_id, error
         )
