@@ -4,15 +4,18 @@ A Trident word count runs forever over a file log (4 partitions, the spout's par
 2, 100 000 lines a partition a batch at most), hosted in this process as a server would
 host it, on ``--executors`` (``spark``: the resident Spark tasks, continuous; ``spark-batch``:
 a Spark job per batch). Beside it a writer appends background words at ``--rates`` lines
-per second (in 10 ms chunks over the partitions), and every 50 ms the probe appends a word
-no line had before and asks the ``count`` DRPC query for it (the in-process executor, every
-millisecond) until it reads 1: that wait is the line's freshness. After ``--warm-up``
-seconds (5) the probes of ``--seconds`` (20) are measured: p50, p90, p99 and max in
-milliseconds, with the batches committed meanwhile and the driver's CPU.
+per second (in 10 ms chunks over the partitions), and every ``--probe-every`` seconds
+(0.05) the probe appends a word no line had before and asks the ``count`` DRPC query for it
+(the in-process executor, every millisecond) until it reads 1: that wait is the line's
+freshness. After ``--warm-up`` seconds (5) the probes of ``--seconds`` (20) are measured:
+p50, p90, p99, max and the first in milliseconds, with the batches committed meanwhile and
+the driver's CPU. With ``--warm-up 0`` the first probe is the first line appended after
+the run started (issue 53's case: ``--rates 0 --probe-every 1 --seconds 40 --warm-up 0``,
+40 lines at one a second, the first included).
 
 Usage: ``python bench/freshness.py [--executors spark,spark-batch] [--rates 1,1000,50000]
-[--seconds 20] [--warm-up 5] [--out FILE]``; prints a table and writes JSON (default
-``bench/results/freshness.json``).
+[--seconds 20] [--warm-up 5] [--probe-every 0.05] [--out FILE]``; prints a table and
+writes JSON (default ``bench/results/freshness.json``).
 """
 
 from __future__ import annotations
@@ -83,7 +86,12 @@ def background(log_dir: Path, rate: float, stop: threading.Event) -> None:
 
 
 def scenario(
-    executor: str, rate: float, seconds: float, warm_up: float, query_executor: str = "local"
+    executor: str,
+    rate: float,
+    seconds: float,
+    warm_up: float,
+    query_executor: str = "local",
+    probe_every: float = PROBE_EVERY,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="drpc-freshness-"))
     log_dir, state_dir = work / "log", work / "state"
@@ -124,7 +132,7 @@ def scenario(
                 seen = time.monotonic() - appended
                 if now - started > warm_up:
                     freshness.append(seen)
-                time.sleep(max(0.0, PROBE_EVERY - seen))
+                time.sleep(max(0.0, probe_every - seen))
             assert cpu_at is not None
             cpu = time.process_time() - cpu_at
             elapsed = time.monotonic() - measured_at
@@ -136,6 +144,7 @@ def scenario(
         if writer.is_alive():
             writer.join()
         shutil.rmtree(work, ignore_errors=True)
+    first = freshness[0]
     ordered = sorted(freshness)
 
     def at(q: float) -> float:
@@ -149,6 +158,7 @@ def scenario(
         "p90_ms": at(0.9),
         "p99_ms": at(0.99),
         "max_ms": round(ordered[-1] * 1000, 1),
+        "first_ms": round(first * 1000, 1),
         "batches_per_second": round(batches / elapsed, 1),
         "driver_cpu_percent": round(100 * cpu / elapsed, 1),
     }
@@ -160,6 +170,9 @@ def main() -> None:
     parser.add_argument("--rates", default="1,1000,50000")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warm-up", type=float, default=5.0)
+    parser.add_argument(
+        "--probe-every", type=float, default=PROBE_EVERY, help="seconds between probes (0.05)"
+    )
     parser.add_argument("--master", default="local[2]")
     parser.add_argument(
         "--query-executor", default="local", help="where the count query runs (default local)"
@@ -173,19 +186,27 @@ def main() -> None:
     try:
         for rate in (float(r) for r in args.rates.split(",")):
             for executor in args.executors.split(","):
-                row = scenario(executor, rate, args.seconds, args.warm_up, args.query_executor)
+                row = scenario(
+                    executor,
+                    rate,
+                    args.seconds,
+                    args.warm_up,
+                    args.query_executor,
+                    args.probe_every,
+                )
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     finally:
         runtime.stop_session()
     print(
         f"{'executor':<12}{'lines/s':>9}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}"
-        f"{'batches/s':>11}{'cpu %':>7}"
+        f"{'first ms':>9}{'batches/s':>11}{'cpu %':>7}"
     )
     for row in rows:
         print(
             f"{row['executor']:<12}{row['rate']:>9g}{row['p50_ms']:>9}{row['p90_ms']:>9}"
-            f"{row['p99_ms']:>9}{row['max_ms']:>9}{row['batches_per_second']:>11}"
+            f"{row['p99_ms']:>9}{row['max_ms']:>9}{row['first_ms']:>9}"
+            f"{row['batches_per_second']:>11}"
             f"{row['driver_cpu_percent']:>7}"
         )
     result = {
