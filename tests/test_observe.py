@@ -5,6 +5,7 @@ import logging
 import pytest
 
 from drpc.observe import NULL_OBSERVER, OBSERVER_SERVICE, FanOut, Observer, bus, observer_of
+from drpc.requests import ReturnInfo
 
 
 class Recording(Observer):
@@ -69,3 +70,29 @@ def test_every_event_is_a_typed_method_the_bus_passes_on() -> None:
     assert {"step_started", "tx_committed", "request_submitted", "request_refused"} <= set(events)
     for name in events:
         assert getattr(FanOut, name) is not getattr(Observer, name), name
+
+
+class Choosy(Observer):
+    def __init__(self, wanted: set[str]) -> None:
+        self.wanted = wanted
+
+    def wants_steps(self, return_info: object) -> bool:
+        return getattr(return_info, "request_id", None) in self.wanted
+
+
+class Unsure(Observer):
+    def wants_steps(self, return_info: object) -> bool:
+        raise RuntimeError("observer bug")
+
+
+def test_the_steps_of_a_request_are_wanted_when_any_observer_wants_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first, second = ReturnInfo("1"), ReturnInfo("2")
+    assert Observer().wants_steps(first)  # by default every request's
+    fan = FanOut(Unsure(), Choosy({"1"}))
+    with caplog.at_level(logging.ERROR, logger="drpc.observe"):
+        assert fan.wants_steps(first) and not fan.wants_steps(second)
+    assert "failed on wants_steps" in caplog.text  # logged, and taken as not wanting
+    assert fan.wants_steps(second) is False
+    assert FanOut(Choosy(set()), Recording()).wants_steps(second)

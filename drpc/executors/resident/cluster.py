@@ -30,12 +30,12 @@ every resident function of the process is deployed on it:
   fail with INTERNAL_ERROR naming the cause (Spark's error when there is
   one), and after ``restart_delay`` seconds a new job starts and every
   deployment is deployed again; requests that arrive meanwhile wait in the
-  request table (on the fed path, too: feeding stops until the tasks are back). When
-  the SparkContext itself is stopped (the driver's JVM shut
-  down or died) no new job starts: the cluster stays broken and says why. A job
-  that does not get all its tasks connected within ``start_timeout`` seconds
-  fails ``deploy`` with ``DRPCError`` naming the master and the slots it asked
-  for.
+  request table (on the fed path, too: feeding stops until the tasks are back).
+  When the SparkContext itself is stopped (the driver's JVM shut down or died) no
+  new job starts: the cluster stays broken and says why. A job that does not get
+  all its tasks connected within ``start_timeout`` seconds fails ``deploy`` with
+  ``DRPCError`` naming the master and the slots it asked for. ``serving(deployment)``
+  says whether a deployment serves now (False while the job restarts).
 - ``call(node, function, *args)`` runs ``function(*args)`` on resident task
   ``node`` (1..``slots``) and returns a ``Future`` of its result: it waits (up to
   ``start_timeout``) for the job to have every task connected, and a call in

@@ -18,19 +18,18 @@ ACLs nor TLS stand in the way.
   ``observed`` when its caller asked for its trace, and for one in ``1 / sample_rate``
   of the others (``topology.stats.sample.rate``, Storm's stats sampling, default 0.05):
   the task measures and reports the steps of those only, since every reported event
-  crosses to the driver. ``settle(outcomes)``
-  takes what the tasks send back: a ``StepStarted`` is reported to ``observer`` at
-  once (a step shows as started while it works); a ``FedOutcome`` first has the events
-  the task's engine observed for the request replayed into ``observer``
-  (``ObservedEvent``: step spans, the step a failure was in, the versions it read), on
-  this process's clock, then its result or typed failure handed to the invocations
-  handle, so a trace is whole when the caller sees it. Either for a request not in
-  flight here (failed already) is dropped. An observer that raises is logged, never
-  in the way of an outcome (``drpc.observe.bus``). ``fail_pending(failure)`` fails
-  every request in flight (the resident job broke or the function is undeployed) and
-  returns how many; ``stop()`` stops feeding, and the table keeps what was not taken
-  (it waits for a restarted job); ``feeding`` says whether it feeds, ``in_flight``
-  how many requests are out.
+  crosses to the driver. ``settle(outcomes)`` takes what the tasks send back: a
+  ``StepStarted`` is reported to ``observer`` at once (a step shows as started while it
+  works); a ``FedOutcome`` first has the events the task's engine observed for the
+  request replayed into ``observer`` (``ObservedEvent``: step spans, the step a failure
+  was in, the versions it read), on this process's clock, then its result or typed
+  failure handed to the invocations handle, so a trace is whole when the caller sees it.
+  Either for a request not in flight here (failed already) is dropped. An observer that
+  raises is logged, never in the way of an outcome (``drpc.observe.bus``).
+  ``fail_pending(failure)`` fails every request in flight (the resident job broke or the
+  function is undeployed) and returns how many; ``stop()`` stops feeding, and the table
+  keeps what was not taken (it waits for a restarted job); ``feeding`` says whether it
+  feeds, ``in_flight`` how many requests are out.
 - ``FedBlueprint(key)`` travels in the ``Deploy`` message in place of a remote
   runner's settings; on a task, ``build(functions)`` gives the ``FedInvocations`` its
   copy of the topology pulls from: ``arrived(requests)`` buffers what the driver sent
@@ -140,7 +139,7 @@ class RequestFeeder:
         self.window = window
         self._send = send
         self._observer = bus(observer)
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         # Reentrant: a send that loses its connection breaks the cluster, which stops this.
         self._feed_lock = threading.RLock()
         self._workers: list[int] = []
@@ -150,7 +149,7 @@ class RequestFeeder:
         self._unsubscribe: Callable[[], None] | None = None
 
     def start(self, workers: Sequence[int]) -> None:
-        with self._cond:
+        with self._lock:
             self._workers = list(workers)
             self._in_flight = dict.fromkeys(self._workers, 0)
             self._feeding = True
@@ -160,17 +159,15 @@ class RequestFeeder:
 
     def _feed(self) -> None:
         """Send what fits from the table, on the thread that made room or brought a
-        request (no hand-off to a thread of the feeder's own: a lone call waits for none)."""
-        self._feed_what_fits()
+        request (no hand-off to a thread of the feeder's own: a lone call waits for none);
+        one feed at a time, and ``stop()`` waits for the one in progress."""
+        with self._feed_lock:
+            self._feed_what_fits()
 
     def _feed_what_fits(self) -> None:
-        with self._feed_lock:  # one feed at a time: stop() waits for it to end
-            self._feed_locked()
-
-    def _feed_locked(self) -> None:
         batches: dict[int, list[FedRequest]] = {}
         while True:
-            with self._cond:
+            with self._lock:
                 if not self._feeding:
                     break
                 worker = min(self._workers, key=lambda w: (self._in_flight[w], w))
@@ -178,7 +175,7 @@ class RequestFeeder:
                     break  # the next answer makes room, and feeds what waits
                 self._in_flight[worker] += 1  # reserved: the table's lock is taken unheld
             request = self.invocations.fetch_request(self.function)
-            with self._cond:
+            with self._lock:
                 if request is None:
                     self._in_flight[worker] -= 1
                     break
@@ -198,12 +195,12 @@ class RequestFeeder:
         offset = time.monotonic() - time.time()
         for outcome in outcomes:
             if isinstance(outcome, StepStarted):
-                with self._cond:
+                with self._lock:
                     found = self._pending.get(outcome.request_id)
                 if found is not None:
                     self._observer.step_started(found[1], outcome.step, outcome.at + offset)
                 continue
-            with self._cond:
+            with self._lock:
                 found = self._pending.pop(outcome.request_id, None)
                 if found is None:
                     continue
@@ -223,7 +220,7 @@ class RequestFeeder:
                 self._feed()
 
     def fail_pending(self, failure: Failure) -> int:
-        with self._cond:
+        with self._lock:
             pending, self._pending = self._pending, {}
             self._in_flight = dict.fromkeys(self._workers, 0)
         error = failure.to_exception()
@@ -232,7 +229,7 @@ class RequestFeeder:
         return len(pending)
 
     def stop(self) -> None:
-        with self._cond:
+        with self._lock:
             self._feeding = False
         with self._feed_lock:
             pass  # a feed in progress has sent what it took: fail_pending() finds it
@@ -241,7 +238,7 @@ class RequestFeeder:
             unsubscribe()
 
     def _sample(self) -> bool:
-        """Whether the next untraced request is one of the sample (feed thread only)."""
+        """Whether the next request is one of the sample (under the feed lock)."""
         if not self._period:
             return False
         self._sampled = (self._sampled + 1) % self._period
@@ -250,12 +247,12 @@ class RequestFeeder:
     @property
     def feeding(self) -> bool:
         """Whether requests go from the table to the tasks now (started, not stopped)."""
-        with self._cond:
+        with self._lock:
             return self._feeding
 
     @property
     def in_flight(self) -> int:
-        with self._cond:
+        with self._lock:
             return len(self._pending)
 
 
