@@ -254,8 +254,20 @@ def test_a_committer_waits_for_the_commit_tuple_and_knows_its_input_streams() ->
         core.input_kind("partial-count", "default"),
         core.input_kind("partial-count", "__coord"),
         core.input_kind("spout/coordinator", "commit"),  # asked again: the same answer
+        # a stream's kind is its source's and its name's: the same name from elsewhere is data
+        core.input_kind("partial-count", "commit"),
+        core.input_kind("spout/coordinator", "commit"),
+        core.input_kind("commit", "commit"),
     ]
-    assert kinds == [InputKind.COMMIT, InputKind.DATA, InputKind.REPORT, InputKind.COMMIT]
+    assert kinds == [
+        InputKind.COMMIT,
+        InputKind.DATA,
+        InputKind.REPORT,
+        InputKind.COMMIT,
+        InputKind.DATA,
+        InputKind.COMMIT,
+        InputKind.DATA,
+    ]
 
 
 def test_execute_restores_the_tuple_being_executed_around_it() -> None:
@@ -487,7 +499,7 @@ def test_a_second_ack_is_ignored_with_a_warning(caplog: pytest.LogCaptureFixture
     received = request(core, 7, "a")
     core.collector.ack(received)
     settled = len(recorder.trace)
-    with caplog.at_level(logging.WARNING, logger="drpc.executors.task"):
+    with caplog.at_level(logging.WARNING, logger="drpc.executors.task_collector"):
         core.collector.ack(received)
     assert len(recorder.trace) == settled
     assert [record.getMessage() for record in caplog.records] == [
@@ -563,10 +575,12 @@ def test_emits_are_counted_for_the_reports_except_on_the_coordination_stream() -
     assert core.tracker is not None
     request(core, 7, "a")
     core.collector.emit([7, "more"])
+    core.collector.emit((7, "a tuple of values"))  # counted by its id too, not only a list's
     core.send("__coord", [7, 5], [2], ())
-    targets = [int(line.split(" to [")[1][0]) for line in recorder.trace[:2]]
+    targets = [int(line.split(" to [")[1][0]) for line in recorder.trace[:3]]
     assert core.tracker.emitted_counts(7) == {target: targets.count(target) for target in targets}
-    assert recorder.trace[2] == "deliver __coord [7, 5] to [2] anchored []"
+    assert sum(core.tracker.emitted_counts(7).values()) == 3
+    assert recorder.trace[3] == "deliver __coord [7, 5] to [2] anchored []"
 
 
 def test_a_debug_topology_logs_each_emit(caplog: pytest.LogCaptureFixture) -> None:
@@ -587,7 +601,7 @@ def test_a_debug_topology_logs_each_emit(caplog: pytest.LogCaptureFixture) -> No
 
 def test_reported_errors_are_logged_with_the_task(caplog: pytest.LogCaptureFixture) -> None:
     core, recorder = core_of(drpc(bolts.RichUpper(), bolts.CountPerRequest()), "bolt1", 3)
-    with caplog.at_level(logging.ERROR, logger="drpc.executors.task"):
+    with caplog.at_level(logging.ERROR, logger="drpc.executors.task_collector"):
         core.collector.report_error(ValueError("odd"))
     assert [(record.levelno, record.getMessage()) for record in caplog.records] == [
         (logging.ERROR, "step 'bolt1' task 3 reported: ValueError('odd')")
@@ -604,6 +618,14 @@ def test_tuples_carry_the_declared_fields_of_their_stream() -> None:
     assert made.fields == Fields("id", "result") and again.fields is made.fields
     assert made.message_id == {5: 6} and again.message_id == {}
     assert report.fields != made.fields
+    # a count report made without looking its fields up: the same tuple as make_tuple's
+    quick = core.make_report_tuple("bolt0", 1, 7, 1, {3: 4})
+    assert (quick.values, quick.fields, quick.message_id) == ([7, 1], report.fields, {3: 4})
+    assert (quick.source_component, quick.source_stream, quick.source_task) == (
+        "bolt0",
+        "__coord",
+        1,
+    )
 
 
 class EchoBatch(bolts.CountPerRequest):
