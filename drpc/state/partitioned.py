@@ -418,6 +418,7 @@ class _Listed:
 
 
 UNPINNED_READ_ATTEMPTS = 5
+"""Latest commits an unpinned read tries before its ``VersionReclaimedError`` stands."""
 
 
 class PartitionedMap:
@@ -453,8 +454,9 @@ class PartitionedMap:
     def read_txid(self) -> int | None:
         """The global txid reads see now (see the module doc)."""
         pinned = self._pinned_txid()
-        if pinned is not None:
-            return pinned
+        return pinned if pinned is not None else self._latest()
+
+    def _latest(self) -> int | None:
         return None if self._latest_txid is None else self._latest_txid()
 
     def _pinned_txid(self) -> int | None:
@@ -477,7 +479,7 @@ class PartitionedMap:
         if pinned is not None:
             return body(pinned)
         for attempt in range(UNPINNED_READ_ATTEMPTS):
-            txid = None if self._latest_txid is None else self._latest_txid()
+            txid = self._latest()
             try:
                 return body(txid)
             except VersionReclaimedError:
