@@ -86,6 +86,12 @@ class AbandonedError(DRPCExecutionException):
     the outcome ``abandoned``."""
 
 
+class ResidentTasksBrokenError(DRPCError):
+    """A call on the resident Spark tasks (``drpc.executors.resident``) failed because their
+    job broke, or was made while it restarts. A new job starts on its own: what was asked
+    may be asked again once its tasks are back (``ResidentCluster.wait_ready``)."""
+
+
 class AuthorizationException(DRPCError):
     """The caller's identity may not perform the operation."""
 

@@ -51,6 +51,9 @@ until its source runs dry (a committed batch emitted nothing) or
   (or refuses) stops the run the same way, with ``TransactionalError`` caused by
   ``CheckpointStoreError``;
 - restarting with the same state directory resumes after the last commit;
+- on ``spark``, a resident job that breaks while the run starts (placing, making or
+  restoring its partitions, warming the tasks) is waited for: the start is done again
+  on the new job, until ``start_timeout`` has passed;
 - events go to the ``drpc.observe`` observer given as ``observer``
   (``tx_started``, ``tx_committed``, ``tx_replayed`` with cause
   "processing" or "commit", and ``tx_phases`` with each committed batch's
@@ -77,6 +80,7 @@ from drpc.errors import (
     CheckpointStoreError,
     InvalidTopologyError,
     PartitionLostError,
+    ResidentTasksBrokenError,
     StateFullError,
     TransactionalError,
 )
@@ -202,6 +206,8 @@ class RunResult:
 
 
 MIN_IDLE_WAIT = 0.001
+RESIDENT_RESTART_POLL = 0.5
+"""Seconds a run's start waits before it tries again on a restarting resident job."""
 """The first wait of an idle source its coordinator does not watch; each empty batch after
 doubles it, up to ``idle_interval``."""
 
@@ -322,6 +328,7 @@ class TransactionalRunner:
             raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
         self.topology = topology
         self.info = info
+        self.start_timeout = start_timeout
         self.executor = executor
         self.conf = config.resolve(topology.conf, conf, {STATE_DIR_CONF: str(state_dir)})
         if max_spout_pending is None:
@@ -465,12 +472,36 @@ class TransactionalRunner:
 
     def start(self) -> None:
         if not self._started:
-            if self.partitioned is not None:
-                self.partitioned.start()
-            self.backend.start(self._events.put)
+            partitioned = self.partitioned
+            if partitioned is not None:
+                self._through_resident_restarts("placing its partitions", partitioned.start)
+            self._through_resident_restarts(
+                "starting its batches", lambda: self.backend.start(self._events.put)
+            )
             self._started = True
             self._unwatch = watch_of(self.spout_coordinator, self._wake)
             self.metadata.watching = self._unwatch is not None
+
+    def _through_resident_restarts(self, what: str, step: Callable[[], None]) -> None:
+        """``step()``, done again while the resident job it calls restarts (each try's
+        calls wait for the new job's tasks), until ``start_timeout`` has passed."""
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            try:
+                step()
+                return
+            except ResidentTasksBrokenError as error:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning(
+                    "transactional topology %r: the resident Spark tasks broke while %s (%s); "
+                    "doing it again on the restarted tasks",
+                    self.info.id,
+                    what,
+                    error,
+                    extra={"topology": self.info.id},
+                )
+                time.sleep(RESIDENT_RESTART_POLL)
 
     def _wake(self) -> None:
         """The spout's coordinator says input may have arrived (from its watcher's thread)."""

@@ -13,6 +13,7 @@ from drpc import FailedException, stable_hash
 from drpc.state.partition import held_txid, partition_path, partition_root
 from drpc.state.topology import STATE_DIR_CONF, current_commit
 from drpc.transactional import OpaqueMemoryTransactionalSpout
+from drpc.transactional.filelog import FileLogTransactionalSpout
 from drpc.transactional.spouts import MemoryMeta, _OpaqueMemoryEmitter
 from drpc.trident import (
     Consumer,
@@ -102,6 +103,24 @@ class KillsBetweenPartitions(Count):
                 shutil.rmtree(partition_path(root, self.state, self.victim))
             os.kill(os.getpid(), signal.SIGKILL)
         return a + b
+
+
+class KillsItsFirstReader(FileLogTransactionalSpout):
+    """A file log spout whose first emitter made outside the driver SIGKILLs its process:
+    on ``spark`` a resident task warming the run's reader dies while the run starts. The
+    marker file ``reader-killed`` records the pid that died."""
+
+    def __init__(self, directory: str, fields: Any, take: int, marker_dir: str) -> None:
+        super().__init__(directory, fields, take)
+        self.marker_dir = marker_dir
+        self.driver_pid = os.getpid()
+
+    def get_emitter(self, conf: Any, context: Any) -> Any:
+        if os.getpid() != self.driver_pid and first_time(self.marker_dir, "reader-kill"):
+            with open(os.path.join(self.marker_dir, "reader-killed"), "w") as out:
+                out.write(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().get_emitter(conf, context)
 
 
 class _GrowingOpaqueEmitter(_OpaqueMemoryEmitter):

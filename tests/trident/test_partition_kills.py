@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from drpc import Fields
 from drpc.state import CoordinatorState, StateEnvironment
 from drpc.state.keygroups import partition_of
 from drpc.state.partition import held_txid, partition_path, partition_root
-from drpc.trident import run
+from drpc.trident import Count, TridentTopology, run
 from tests.transactional.test_faults import write_words
 
+from .ops import KillsItsFirstReader
 from .partition_kills import KILLED_TXID, PARTITIONS, TXID, counts, word_count
 from .test_word_count import committed
 
@@ -65,6 +67,33 @@ def test_a_resident_task_killed_between_two_partitions_commits(
         result.last_txid
     )
     assert committed(state_dir, counts(opaque)) == dict(expected)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_resident_task_killed_while_the_run_starts(spark_session: object, tmp_path: Path) -> None:
+    """The run's start (placing its partitions, warming the tasks' readers) is done again on
+    the restarted resident job: the run goes on and counts every word once."""
+    expected = write_words(tmp_path / "log", seed=31, count=1_000)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    state_dir = tmp_path / "state"
+    topology = TridentTopology()
+    (
+        topology.new_stream(
+            "reader-kill-words",
+            KillsItsFirstReader(str(tmp_path / "log"), Fields("word"), 50, str(markers)),
+            parallelism=2,
+        )
+        .group_by(["word"])
+        .persistent_aggregate(counts(False), Count(), ["count"])
+        .parallelism_hint(PARTITIONS)
+    )
+    result = run(topology, state_dir=str(state_dir), executor="spark", max_spout_pending=2)
+    died = int((markers / "reader-killed").read_text())
+    assert died != os.getpid()  # a resident task's process, not this driver
+    assert result.commits[0].txid == 1  # nothing was lost to the restart
+    assert committed(state_dir, counts(False)) == dict(expected)
 
 
 @pytest.mark.slow

@@ -39,8 +39,9 @@ every resident function of the process is deployed on it:
 - ``call(node, function, *args)`` runs ``function(*args)`` on resident task
   ``node`` (1..``slots``) and returns a ``Future`` of its result: it waits (up to
   ``start_timeout``) for the job to have every task connected, and a call in
-  flight when the job breaks fails with ``DRPCError`` naming why. No Spark job
-  runs per call.
+  flight when the job breaks, or made while it restarts, fails with
+  ``ResidentTasksBrokenError`` naming why (ask again: the next call waits for the new
+  job). No Spark job runs per call.
 - ``stop()`` ends the job (the tasks return) and closes the node.
 
 The wire is ``drpc.executors.resident.transport`` (node 0 here, listening on
@@ -64,7 +65,7 @@ from typing import Any
 from drpc.builders.coordinated_drpc import spread_scaffolding
 from drpc.compiled import engine_build
 from drpc.config import TOPOLOGY_STATS_SAMPLE_RATE
-from drpc.errors import DRPCError, DRPCExceptionType, Failure
+from drpc.errors import DRPCError, DRPCExceptionType, Failure, ResidentTasksBrokenError
 from drpc.executors.local.executor import LocalExecutor
 from drpc.executors.resident.control import (
     Call,
@@ -400,7 +401,9 @@ class ResidentCluster:
         work = freeze((function, args))
         with self._cond:
             if self._broken:
-                raise DRPCError(f"the resident Spark tasks are restarting: {self.last_failure}")
+                raise ResidentTasksBrokenError(
+                    f"the resident Spark tasks are restarting: {self.last_failure}"
+                )
             call_id = next(self._call_ids)
             self._calls[call_id] = future
         self.node.send(node, (None, CONTROL, Call(call_id, work)))
@@ -416,7 +419,9 @@ class ResidentCluster:
         with self._cond:
             calls, self._calls = self._calls, {}
         for future in calls.values():
-            future.set_exception(DRPCError(f"the resident Spark tasks broke: {reason}"))
+            future.set_exception(
+                ResidentTasksBrokenError(f"the resident Spark tasks broke: {reason}")
+            )
 
     # -- what arrives ----------------------------------------------------------------------
 
