@@ -92,6 +92,14 @@ class ResidentTasksBrokenError(DRPCError):
     may be asked again once its tasks are back (``ResidentCluster.wait_ready``)."""
 
 
+class AlreadyAliveError(DRPCError):
+    """A plain topology of that name runs already (Storm's ``AlreadyAliveException``)."""
+
+
+class NotAliveError(DRPCError):
+    """No plain topology of that name runs (Storm's ``NotAliveException``)."""
+
+
 class AuthorizationException(DRPCError):
     """The caller's identity may not perform the operation."""
 

@@ -2,7 +2,8 @@
 
 ``executor`` is parametrized over the DRPC executors (local, spark: resident
 tasks, spark-batch: a job per batch), ``tx_executor`` over the continuous executors of
-transactional runs (local, spark: resident tasks), ``every_tx_executor`` over those and
+transactional runs (local, spark: resident tasks), ``plain_executor`` over the same two
+for plain topologies, ``every_tx_executor`` over those and
 spark-batch (a Spark job per batch); ``drpc`` is a LocalDRPC on ``executor``,
 shut down after the test. Tests on Spark share one SparkSession
 (``local[2]``) for the whole run, started on first use, and carry the
@@ -86,6 +87,14 @@ def executor(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(params=TRANSACTIONAL_EXECUTORS)
 def tx_executor(request: pytest.FixtureRequest) -> str:
     """Each continuous executor of transactional runs in turn."""
+    if request.param != "local":
+        request.getfixturevalue("spark_session")
+    return str(request.param)
+
+
+@pytest.fixture(params=TRANSACTIONAL_EXECUTORS)
+def plain_executor(request: pytest.FixtureRequest) -> str:
+    """Each executor of plain topologies in turn (``drpc.topologies``: local, spark)."""
     if request.param != "local":
         request.getfixturevalue("spark_session")
     return str(request.param)

@@ -620,6 +620,28 @@ class LocalExecutor(Turns):
                 failed += 1
         return failed
 
+    def fail_in_flight(self, failure: Failure) -> int:
+        """Fail every tree this engine's spouts wait for, on the spouts' own turns, while
+        the engine runs on (their ``fail`` may replay); returns how many."""
+        failed = 0
+        for spout in self.spout_tasks:
+            for root in list(spout.pending):
+                self.post(spout, RootDone(root, failure))
+                failed += 1
+        return failed
+
+    def hold_spouts(self) -> None:
+        """Poll no spout until ``release_spouts`` (their acks and fails still arrive)."""
+        for spout in self.spout_tasks:
+            spout.active = False
+
+    def release_spouts(self) -> None:
+        if not self.running:
+            return
+        for spout in self.spout_tasks:
+            spout.active = True
+            spout.wake()
+
     # -- introspection (tests, metrics) ---------------------------------------------------
 
     def tracked_ids(self) -> int:

@@ -4,9 +4,11 @@ Contract. ``SpoutTask`` polls its spout again at once after an emit (unless it
 declares its wake-ups: it asks then), else with a short idle back-off (``wake``
 polls at once; a spout that declares wake-ups waits ``max_idle_wait``), gives
 each emit with a message id a root and tells the acker, and hands ``ack``/``fail``
-back to the spout when the root settles. What the spout emits on its turn's
-thread goes into the turn's outbox; from a thread of its own, straight to the
-targets. ``SpoutCollector`` is the spout's collector.
+back to the spout when the root settles. It counts ``emitted``, ``acked`` and
+``failures``, and sums the acked roots' ``complete_seconds`` (Storm's complete
+latency; ``drpc.executors.stats``). What the spout emits on its turn's thread goes
+into the turn's outbox; from a thread of its own, straight to the targets.
+``SpoutCollector`` is the spout's collector.
 """
 
 from __future__ import annotations
@@ -99,6 +101,10 @@ class SpoutTask(Actor):
         self.spout = spout
         self.collector = SpoutCollector(self)
         self.pending: dict[int, Any] = {}
+        self.emitted_at: dict[int, float] = {}  # each pending root's emit (complete latency)
+        self.acked = 0
+        self.failures = 0
+        self.complete_seconds = 0.0  # summed over the acked roots
         self.max_pending: int | None = self.conf[config.TOPOLOGY_MAX_SPOUT_PENDING]
         self.active = False
         self.emitted = 0
@@ -182,6 +188,13 @@ class SpoutTask(Actor):
         msg_id = self.pending.pop(root, _MISSING)
         if msg_id is _MISSING:
             return
+        emitted_at = self.emitted_at.pop(root, None)
+        if failure is not None:
+            self.failures += 1
+        else:
+            self.acked += 1
+            if emitted_at is not None:
+                self.complete_seconds += time.monotonic() - emitted_at
         spans = self.engine.spans
         if spans is not None and failure is not None:
             spans.failed(root, failure)
@@ -225,6 +238,7 @@ class SpoutTask(Actor):
         modulus = engine.root_modulus
         root = new_root_id(modulus, engine.root_residue) if modulus else new_edge_id()
         self.pending[root] = msg_id
+        self.emitted_at[root] = time.monotonic()
         spans = self.engine.spans
         if spans is not None and isinstance(msg_id, ReturnInfo):
             spans.opened(root, msg_id)

@@ -119,6 +119,10 @@ class BoltTask(Actor):
         # the task it reports to may finish (and end its own span) at once.
         self.first_report: float | None = None
         self.failed_here = False  # the handling failed an id
+        # Storm's per-component figures (drpc.executors.stats): emits, tuples acked, failed
+        self.emitted = 0
+        self.acked = 0
+        self.failures = 0
         self.hands_over = spec.id == RETURN_ID  # hands results to the invocations handle
         self.timeout = self.core.message_timeout
         self.reports_received = 0  # count reports, a folded one counting what it stands for
@@ -434,6 +438,7 @@ class BoltTask(Actor):
     def deliver(
         self, stream: str, values: Sequence[Any], targets: list[int], anchors: tuple[Tuple, ...]
     ) -> None:
+        self.emitted += 1
         if not targets:
             return
         core = self.core
@@ -578,6 +583,7 @@ class BoltTask(Actor):
         if done._done:
             return
         done._done = True
+        self.acked += 1
         ack_val = done._ack_val  # 0 when it had no children: XORing copies a large id
         for root, edge in done.message_id.items():
             self.ack_to_acker(root, edge ^ ack_val if ack_val else edge)
@@ -590,6 +596,7 @@ class BoltTask(Actor):
             if tuple._done:
                 continue
             tuple._done = True
+            self.acked += 1
             ack_val = tuple._ack_val
             for root, edge in tuple.message_id.items():
                 value = edge ^ ack_val if ack_val else edge
@@ -602,6 +609,7 @@ class BoltTask(Actor):
         if done._done:
             return
         done._done = True
+        self.failures += 1
         for root in done.message_id:
             self.to_acker(root, AckFail(root, failure))
 

@@ -31,6 +31,10 @@ every resident function of the process is deployed on it:
   one), and after ``restart_delay`` seconds a new job starts and every
   deployment is deployed again; requests that arrive meanwhile wait in the
   request table (on the fed path, too: feeding stops until the tasks are back).
+  A continuous deployment (a plain topology, ``drpc.topologies``) keeps its driver
+  share instead: its spouts are held while the job restarts, every tree they have in
+  flight fails to their ``fail`` (a reliable spout replays it), and they go on once
+  the new job runs their bolts.
   When the SparkContext itself is stopped (the driver's JVM shut down or died) no
   new job starts: the cluster stays broken and says why. A job that does not get
   all its tasks connected within ``start_timeout`` seconds fails ``deploy`` with
@@ -133,6 +137,7 @@ class Deployment:
     replicated: bool = False  # with fetching: a whole copy of the topology on each task
     feeder: RequestFeeder | None = None  # the driver feeds the tasks its requests
     engine: LocalExecutor | None = None
+    continuous: bool = False  # a plain topology: its driver share outlives a job restart
     deployed: set[int] = field(default_factory=set)
     failed: str | None = None
 
@@ -251,9 +256,16 @@ class ResidentCluster:
         replicate: bool = True,
         feed: Any = None,
         feed_window: int = DEFAULT_FEED_WINDOW,
+        continuous: bool = False,
     ) -> Deployment:
         """Run ``topology`` on the resident tasks and its driver share here (none with
-        ``fetching`` or ``feed``: see the module doc)."""
+        ``fetching`` or ``feed``: see the module doc). ``continuous``: a plain topology,
+        whose spouts keep running on the driver through a restart of the job."""
+        if continuous and (fetching is not None or feed is not None or replicate):
+            raise ValueError(
+                "a continuous deployment keeps its spouts on the driver: it takes neither "
+                "fetching nor feed, and replicate=False"
+            )
         self.start()
         key = f"{topology.name}#{next(_keys)}"
         feeder = None
@@ -289,6 +301,7 @@ class ResidentCluster:
             fetching=fetching,
             replicated=replicated,
             feeder=feeder,
+            continuous=continuous,
         )
         if not self.wait_ready(self.start_timeout):
             raise DRPCError(self._not_ready_message())
@@ -345,6 +358,9 @@ class ResidentCluster:
             deployment.feeder.start(self.workers)
         if deployment.fetching is not None:
             return  # the tasks run every part of it
+        if deployment.engine is not None:  # continuous: its spouts waited for the new job
+            deployment.engine.release_spouts()
+            return
         route = Route(self.node, deployment.key, deployment.node_of)
         engine = LocalExecutor(
             deployment.topology,
@@ -482,8 +498,11 @@ class ResidentCluster:
             self._cond.notify_all()
             job, tag = self._job, self._tag
             feeders = [d.feeder for d in self._deployments.values() if d.feeder is not None]
+            holding = [d.engine for d in self._deployments.values() if d.continuous and d.engine]
         for feeder in feeders:
             feeder.stop()  # what arrives now waits in the table for the tasks to be back
+        for engine in holding:
+            engine.hold_spouts()  # what they emitted now would go nowhere
         self._fail_calls(reason)
         threading.Thread(
             target=self._recover, args=(reason, job, tag), name="drpc-resident-recover", daemon=True
@@ -513,6 +532,10 @@ class ResidentCluster:
         )
         failed = 0
         for deployment in self.deployments():
+            if deployment.continuous and deployment.engine is not None:
+                # The spouts live on: told of every tree in flight, they may replay it.
+                failed += deployment.engine.fail_in_flight(failure)
+                continue
             engine, deployment.engine = deployment.engine, None
             if engine is not None:
                 engine.stop()
