@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "drpc-client": "drpc.client.cli",
     "drpc-runner": "drpc.runner.cli",
     "drpc-transactional": "drpc.transactional.cli",
+    "drpc-topology": "drpc.topology_cli",
 }
 """Each console script and the module whose ``_parser()`` builds its parser."""
 

@@ -15,6 +15,8 @@ Contract:
   as an installed script (whose ``sys.path`` starts at its own ``bin``
   directory). ``WORKING_DIRECTORY_HELP`` is the sentence the commands' help
   uses to say so.
+- ``positive_seconds`` and ``seconds_or_zero`` are argparse types of a number of
+  seconds (finite; above zero, or at least zero).
 """
 
 from __future__ import annotations
@@ -45,3 +47,29 @@ def import_from_working_directory() -> None:
     here = os.getcwd()
     if not any(os.path.abspath(entry or os.curdir) == here for entry in sys.path):
         sys.path.insert(0, here)
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if seconds != seconds or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a finite number of seconds: {text!r}")
+    return seconds
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above zero."""
+    seconds = _seconds(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return seconds
+
+
+def seconds_or_zero(text: str) -> float:
+    """An argparse type: a finite number of seconds, zero or more."""
+    seconds = _seconds(text)
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text!r}")
+    return seconds

@@ -34,6 +34,8 @@ def test_every_command_and_sub_command_is_reached() -> None:
         ["drpc-transactional"],
         ["drpc-transactional", "run"],
         ["drpc-transactional", "status"],
+        ["drpc-topology"],
+        ["drpc-topology", "run"],
     ]
 
 

@@ -174,6 +174,8 @@ PYTHON_BLOCKS: dict[str, Run] = {
     'new_drpc_stream("list-stock")': Run(
         "nothing", ['[[[["apple", 2], ["fig", 1]], "fig"]]', '[[[["plum", 1]], null]]']
     ),
+    # docs/how-to/plain-topologies.md
+    'cluster.submit_topology("word-count"': Run("nothing", ["2 12"]),
     # docs/how-to/writing-a-spout.md: sketches whose classes are defined, never run
     "class MySpout(BasePartitionedTransactionalSpout)": Run("nothing"),
     "class KafkaMeta:": Run("nothing"),

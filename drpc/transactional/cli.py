@@ -37,6 +37,7 @@ from drpc.commandline import (
     WORKING_DIRECTORY_HELP,
     CommandLineParser,
     import_from_working_directory,
+    positive_seconds,
 )
 from drpc.errors import CheckpointStoreError, DRPCError, StateError, StateFormatError
 from drpc.executors import EXECUTORS
@@ -70,16 +71,6 @@ def _size(text: str) -> int:
     return size
 
 
-def _seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return seconds
-
-
 def add_state_arguments(parser: argparse._ActionsContainer) -> None:
     """``--map-size``, ``--max-map-size`` and ``--version-retention`` of the LMDB state
     directory."""
@@ -100,7 +91,7 @@ def add_state_arguments(parser: argparse._ActionsContainer) -> None:
     )
     parser.add_argument(
         "--version-retention",
-        type=_seconds,
+        type=positive_seconds,
         default=DEFAULT_VERSION_RETENTION,
         metavar="SECONDS",
         help="a DRPC query reads one committed version of the state for at least this "

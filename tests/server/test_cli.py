@@ -33,6 +33,7 @@ def test_console_scripts_are_declared() -> None:
     assert scripts["drpc-client"] == "drpc.client.cli:main"
     assert scripts["drpc-runner"] == "drpc.runner:main"
     assert scripts["drpc-transactional"] == "drpc.transactional.cli:main"
+    assert scripts["drpc-topology"] == "drpc.topology_cli:main"
 
 
 @pytest.mark.parametrize(
@@ -338,6 +339,17 @@ def _as_a_user(directory: Path) -> dict[str, str]:
             "drpc-transactional",
             ["status", "--state-dir", "typo"],
             "state directory 'typo' does not exist",
+        ),
+        ("drpc-topology", ["run", "mytopos:needs"], "mytopos:needs needs arguments (count)"),
+        (
+            "drpc-topology",
+            ["run", "mytopos:shout"],
+            "mytopos:shout serves DRPC function 'shout': serve it with drpc-server",
+        ),
+        (
+            "drpc-topology",
+            ["run", "mytopos:shout", "--seconds", "0"],
+            "argument --seconds: must be a positive number of seconds, got '0'",
         ),
     ],
     ids=lambda value: value if isinstance(value, str) and value.startswith("drpc-") else None,

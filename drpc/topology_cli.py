@@ -1,0 +1,178 @@
+"""``drpc-topology``: run a plain Storm-style topology until it is stopped.
+
+Usage::
+
+    drpc-topology run MODULE:ATTR [--name NAME] [--executor local|spark]
+        [--conf KEY=VALUE ...] [--seconds N] [--stats-every S] [--json]
+
+``run`` submits the topology (a ``Topology``, a ``TopologyBuilder``, or a
+zero-argument callable returning one) to a ``drpc.topologies.LocalCluster`` on
+the executor, prints each component's figures (emitted, acked, failed, complete
+latency) every ``--stats-every`` seconds on stderr, and runs until SIGINT or
+SIGTERM, or for ``--seconds``; then it deactivates the spouts, gives the trees in
+flight ``--drain`` seconds, prints the last figures on stdout (``--json``: as JSON)
+and kills the topology.
+``--conf`` sets a topology setting, its value read as JSON when it parses
+(``topology.max.spout.pending=100``), else as text. ``MODULE`` is imported as
+``python -m`` would, the working directory first. A usage mistake is one line on
+stderr and exit status 2; a topology that cannot start, one line and status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from drpc.commandline import (
+    WORKING_DIRECTORY_HELP,
+    CommandLineParser,
+    import_from_working_directory,
+    positive_seconds,
+    seconds_or_zero,
+)
+from drpc.errors import DRPCError
+from drpc.hosting import as_topology, load_topology
+from drpc.logs import add_logging_arguments, configure_logging
+from drpc.progress import Progress
+from drpc.sparkconf import add_spark_arguments, spark_options
+from drpc.topologies import PLAIN_EXECUTORS, LocalCluster, TopologyInfo
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    try:
+        return key.strip(), json.loads(value)
+    except ValueError:
+        return key.strip(), value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = CommandLineParser(
+        prog="drpc-topology",
+        description="Run plain Storm-style topologies (spouts, bolts, acking) at least once.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a topology until SIGINT/SIGTERM or --seconds")
+    run.add_argument(
+        "topology",
+        metavar="MODULE:ATTR",
+        help="a plain topology, e.g. drpc.examples.word_count_topology:topology; "
+        + WORKING_DIRECTORY_HELP,
+    )
+    run.add_argument("--name", help="the name to run it under (default: the topology's own)")
+    run.add_argument(
+        "--executor",
+        choices=PLAIN_EXECUTORS,
+        default="local",
+        help="local (every task in this process) or spark (the spouts here, the bolts on "
+        "resident Spark tasks) (default: %(default)s)",
+    )
+    run.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="KEY=VALUE",
+        help="a topology setting, e.g. topology.max.spout.pending=100 (repeatable)",
+    )
+    run.add_argument("--seconds", type=positive_seconds, metavar="N", help="stop after N seconds")
+    run.add_argument(
+        "--stats-every",
+        type=positive_seconds,
+        default=5.0,
+        metavar="S",
+        help="print the figures every S seconds on stderr (default: %(default)g)",
+    )
+    run.add_argument(
+        "--drain",
+        type=seconds_or_zero,
+        default=1.0,
+        metavar="S",
+        help="seconds the trees in flight get when stopping (default: %(default)g)",
+    )
+    run.add_argument("--json", action="store_true", help="print the last figures as JSON")
+    add_spark_arguments(run)
+    add_logging_arguments(run, default_level="WARNING")
+    return parser
+
+
+def render(info: TopologyInfo) -> str:
+    """The figures as Storm's UI lists them: one line per component."""
+    lines = [f"{info.name} on {info.executor}, up {info.uptime_secs:.1f} s"]
+    for stats in info.components.values():
+        latency = (
+            ""
+            if stats.complete_latency_ms is None
+            else f", complete latency {stats.complete_latency_ms:.2f} ms"
+        )
+        lines.append(
+            f"  {stats.component} ({stats.kind} x{stats.tasks}): emitted {stats.emitted}, "
+            f"acked {stats.acked}, failed {stats.failed}{latency}"
+        )
+    return "\n".join(lines)
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    spark = spark_options(parser, args, args.executor)
+    import_from_working_directory()
+    try:
+        topology = as_topology(load_topology(args.topology), args.topology)
+    except ValueError as error:
+        parser.error(str(error))
+    if topology.drpc_function is not None:
+        parser.error(
+            f"{args.topology} serves DRPC function {topology.drpc_function!r}: serve it with "
+            "drpc-server (or drpc-runner)"
+        )
+    if topology.transactional is not None:
+        parser.error(f"{args.topology} is a transactional topology: run it with drpc-transactional")
+    name = args.name or topology.name
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    progress = Progress(sys.stderr)
+    try:
+        cluster = LocalCluster(args.executor, **spark)
+        cluster.submit_topology(name, dict(args.conf), topology)
+    except (DRPCError, ValueError) as error:
+        print(f"drpc-topology: {error}", file=sys.stderr)
+        return 1
+    try:
+        deadline = None if args.seconds is None else time.monotonic() + args.seconds
+        next_figures = time.monotonic() + args.stats_every
+        while True:
+            wake = next_figures if deadline is None else min(next_figures, deadline)
+            if stop.wait(max(0.0, wake - time.monotonic())):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            progress.update(render(cluster.get_topology_info(name)).replace("\n", ";"))
+            next_figures += args.stats_every
+        cluster.deactivate(name)
+        time.sleep(args.drain)
+        info = cluster.get_topology_info(name)
+        cluster.kill_topology(name)
+    finally:
+        cluster.shutdown()
+    progress.close()
+    print(json.dumps(info.as_dict(), indent=2) if args.json else render(info))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    return _run(parser, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
