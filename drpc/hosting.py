@@ -27,8 +27,9 @@ Contract:
   zero-argument callable returning one; anything else, a callable that needs
   arguments included, raises ``ValueError`` naming the spec;
 - ``as_topology`` does the same conversion for a value already in hand;
-  ``as_drpc`` and ``as_transactional`` also check the kind (``ValueError``
-  naming the spec: a transactional topology is not a DRPC function);
+  ``as_drpc``, ``as_hosted`` (a DRPC function or a plain topology) and
+  ``as_transactional`` also check the kind (``ValueError`` naming the spec: a
+  transactional topology is not a DRPC function);
 - ``Wakeups`` is a thread-safe registry of per-function callbacks, the
   ``add_listener`` half of an invocations handle that can wake its spouts;
 - ``add_hosting_arguments``/``hosting_setup`` give the command lines that host
@@ -134,6 +135,19 @@ def as_drpc(value: Any, source: str = "value") -> Topology:
     if topology.drpc_function is None:
         raise ValueError(
             f"{source} serves no DRPC function (build it with LinearDRPCTopologyBuilder)"
+        )
+    return topology
+
+
+def as_hosted(value: Any, source: str = "value") -> Topology:
+    """``as_topology`` for what a server or runner hosts beside its runs: a DRPC function
+    or a plain topology (``drpc.topologies``); ValueError naming ``source`` for a
+    transactional one."""
+    topology = as_topology(value, source)
+    if topology.transactional is not None:
+        raise ValueError(
+            f"{source} is a transactional topology, not a DRPC function: run it with "
+            "--transactional (drpc-server) or drpc-transactional run"
         )
     return topology
 
@@ -292,9 +306,10 @@ def add_hosting_arguments(parser: argparse.ArgumentParser, *, topology_required:
         default=None if topology_required else [],
         required=topology_required,
         metavar="MODULE:ATTR",
-        help="a DRPC topology to host, e.g. drpc.examples.reach:topology (repeatable); ATTR "
-        "may be a LinearDRPCTopologyBuilder, a Topology or a zero-argument callable returning "
-        f"one; {WORKING_DIRECTORY_HELP}",
+        help="a DRPC topology to host, e.g. drpc.examples.reach:topology, or a plain one to "
+        "run beside it (drpc.topologies) (repeatable); ATTR may be a "
+        "LinearDRPCTopologyBuilder, a TopologyBuilder, a Topology or a zero-argument callable "
+        f"returning one; {WORKING_DIRECTORY_HELP}",
     )
     parser.add_argument(
         "--executor",
@@ -323,7 +338,7 @@ def hosting_setup(
     configure_logging(args.log_level, args.log_format)
     import_from_working_directory()
     try:
-        topologies = [as_drpc(load_topology(spec), spec) for spec in args.topology]
+        topologies = [as_hosted(load_topology(spec), spec) for spec in args.topology]
     except ValueError as error:
         parser.error(str(error))
     options = spark_options(parser, args, args.executor)

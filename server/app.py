@@ -12,6 +12,9 @@ port 0 picks a free port, readable after ``start()`` from the same attribute.
 ``register(topology, executor=...)`` hosts a DRPC topology in this process:
 its runtime pulls requests straight from the request table (no sockets) with
 the at-most-once contract remote runners get through the invocations port.
+``register_plain(topology)`` runs a plain topology (``drpc.topologies``) beside them,
+on the server's executor (``local`` or ``spark``), its components' figures on
+``/metrics``.
 ``stop()`` stops accepting, fails every outstanding request with
 SERVER_SHUTDOWN (callers get that reply), stops the hosted runtimes, and closes.
 
@@ -29,6 +32,7 @@ operating system.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from dataclasses import replace
@@ -55,11 +59,12 @@ from drpc.server.trim import MemoryTrimmer
 from drpc import runtime
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.compiled import engine_build
-from drpc.errors import DRPCError, NameTooLongError
+from drpc.errors import DRPCError, NameTooLongError, NotAliveError
 from drpc.hosting import Host, as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
 from drpc.sparkconf import DEFAULT_START_TIMEOUT, session_options
+from drpc.topologies import PLAIN_EXECUTORS, LocalCluster, TopologyInfo
 from drpc.transactional.hosted import HostedTransactional
 
 log = logging.getLogger(__name__)
@@ -223,6 +228,9 @@ class DRPCServer:
             observer=self.observer,
             spark_options=self.spark_options,
         )
+        self.plain: LocalCluster | None = None
+        """The plain topologies this server runs (``register_plain``), made with the first."""
+        self.metrics.watch_plain(self._plain_infos)
         self.started = False
         self.stopped = False
 
@@ -257,6 +265,32 @@ class DRPCServer:
         runtime = self._host.register(built, executor, **executor_options)
         self.service.register_embedded(built.drpc_function)
         return runtime
+
+    def register_plain(self, topology: Any, *, name: str | None = None) -> str:
+        """Run a plain topology (``drpc.topologies``) in this process until the server
+        stops, on the server's executor; returns the name it runs under (default its
+        own). Blocks while it starts, as ``register`` does."""
+        if self.stopped:
+            raise DRPCError("the DRPC server is stopped")
+        built = as_topology(topology)
+        if self.plain is None:
+            if self.executor not in PLAIN_EXECUTORS:
+                raise DRPCError(
+                    f"plain topologies run on the {' or '.join(PLAIN_EXECUTORS)} executor, "
+                    f"not on this server's {self.executor!r}"
+                )
+            self.plain = LocalCluster(self.executor, **self.spark_options)
+        name = name or built.name
+        self.plain.submit_topology(name, self._conf, built)
+        return name
+
+    def _plain_infos(self) -> dict[str, TopologyInfo]:
+        """Each plain topology's figures (none that stopped meanwhile)."""
+        plain, infos = self.plain, {}
+        for name in [] if plain is None else plain.get_topology_names():
+            with contextlib.suppress(NotAliveError):
+                infos[name] = plain.get_topology_info(name)  # type: ignore[union-attr]
+        return infos
 
     def _hosted_status(self) -> dict[str, dict[str, Any]]:
         """Each hosted transactional run's status, by topology."""
@@ -393,6 +427,8 @@ class DRPCServer:
                 await loop.run_in_executor(None, hosted.stop)
             except Exception:
                 log.exception("stopping transactional topology %r failed", topology_id)
+        if self.plain is not None:
+            await loop.run_in_executor(None, self.plain.shutdown)
         for function in self._host.functions:
             self.service.unregister_embedded(function)
         await loop.run_in_executor(None, self._host.stop)

@@ -2,8 +2,9 @@
 
 ``drpc-server --topology drpc.examples.reach:topology [--topology ...]
 [--executor spark|local] [--master local[*]] [--port 3772 --invocations-port
-3773 --http-port 3774] [--timeout 600]`` hosts each topology in-process and
-listens for Thrift and HTTP callers; with no ``--topology`` it serves only
+3773 --http-port 3774] [--timeout 600]`` hosts each topology in-process (a plain
+topology runs beside the DRPC functions: ``drpc.topologies``, its figures on
+``/metrics``) and listens for Thrift and HTTP callers; with no ``--topology`` it serves only
 remote runners (``python -m drpc.runner``). Security: ``--acl FILE``
 (Storm's ACL, ``--acl-strict``), ``--tokens FILE`` (HTTP bearer tokens),
 ``--tls-cert/--tls-key`` (TLS on every port), ``--tls-ca`` (client
@@ -18,7 +19,7 @@ topologies in the server process (``--max-spout-pending``, ``--map-size``,
 functions can answer from that committed state.
 It logs what it serves and where, and on SIGINT/SIGTERM fails outstanding
 calls with SERVER_SHUTDOWN and exits 0. Exit status 2 for bad arguments (an
-unloadable topology or one that serves no DRPC function, an ACL, tokens or
+unloadable topology or a transactional one, an ACL, tokens or
 certificate file included: one line on stderr), 1 when a port cannot be bound.
 """
 
@@ -226,7 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     try:
         for topology in topologies:
-            server.register(topology, **executor_options)
+            if topology.drpc_function is None:
+                server.register_plain(topology)
+            else:
+                server.register(topology, **executor_options)
         for topology in hosted.topologies:
             server.register_transactional(
                 topology, **hosted.options, **job_options(executor_options)

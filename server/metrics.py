@@ -53,6 +53,11 @@ topology):
   ``drpc_checkpoint_waiting{topology}`` (1 while a commit waits for the store) and
   ``drpc_checkpoint_restore_seconds{topology}`` (how long its last restore of a
   partition took; absent before one).
+- per component of the plain topologies the server runs (``watch_plain``;
+  ``drpc.topologies``), Storm UI's figures read at each scrape:
+  ``drpc_topology_emitted_total{topology,component}``,
+  ``drpc_topology_acked_total{...}``, ``drpc_topology_failed_total{...}`` and, for a
+  spout, ``drpc_topology_complete_latency_seconds{...}`` (mean, over its acked trees).
 
 Label cardinality is bounded: a function name gets a label value of its own
 only if the function is served or its call was queued, and at most
@@ -265,6 +270,7 @@ class ServerMetrics(Observer):
         self.max_label_length = max_label_length
         self._service: DRPCService | None = None
         self._hosted: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
+        self._plain: Callable[[], Mapping[str, Any]] | None = None
         registry = self.registry = CollectorRegistry(auto_describe=True)
 
         self.requests = Counter(
@@ -372,6 +378,7 @@ class ServerMetrics(Observer):
         registry.register(_ServiceCollector(self))
         registry.register(_StateCollector(self))
         registry.register(_PartitionCollector(self))
+        registry.register(_PlainCollector(self))
 
     def bind(self, service: DRPCService) -> None:
         """Read queue depths, in-flight counts and late results from ``service`` at scrape."""
@@ -381,6 +388,11 @@ class ServerMetrics(Observer):
         """``hosted()`` maps each hosted transactional topology to its run's status, whose
         ``partitions`` the partition gauges show."""
         self._hosted = hosted
+
+    def watch_plain(self, infos: Callable[[], Mapping[str, Any]]) -> None:
+        """``infos()`` maps each plain topology the server runs to its
+        ``drpc.topologies.TopologyInfo``, whose figures the topology metrics show."""
+        self._plain = infos
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""
@@ -653,3 +665,38 @@ __all__ = [
     "StateDirStatus",
     "state_dir_status",
 ]
+
+
+class _PlainCollector(_Collector):
+    """Storm UI's figures of the plain topologies' components, read at each scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        infos = self._metrics._plain
+        labels = ["topology", "component"]
+        emitted = CounterMetricFamily(
+            "drpc_topology_emitted", "Tuples a component emitted.", labels=labels
+        )
+        acked = CounterMetricFamily(
+            "drpc_topology_acked",
+            "Trees a spout saw complete; tuples a bolt acked.",
+            labels=labels,
+        )
+        failed = CounterMetricFamily(
+            "drpc_topology_failed",
+            "Trees a spout saw fail (or time out); tuples a bolt failed.",
+            labels=labels,
+        )
+        latency = GaugeMetricFamily(
+            "drpc_topology_complete_latency_seconds",
+            "Mean time from a spout's emit to its tree's ack.",
+            labels=labels,
+        )
+        for name, info in sorted((infos or dict)().items()):
+            for stats in info.components.values():
+                values = [name, stats.component]
+                emitted.add_metric(values, stats.emitted)
+                acked.add_metric(values, stats.acked)
+                failed.add_metric(values, stats.failed)
+                if stats.complete_latency_ms is not None:
+                    latency.add_metric(values, stats.complete_latency_ms / 1000.0)
+        yield from (emitted, acked, failed, latency)

@@ -6,7 +6,9 @@ one ``RemoteInvocations`` over every server (its keywords pass through).
 ``register_transactional(topology, state_dir=..., **options)`` adds a transactional
 or Trident run hosted beside them (``drpc.transactional.hosted.HostedTransactional``,
 on the runner's executor), so the functions that read its state, partitioned state
-included, are served from the process that runs it. ``start()`` registers every
+included, are served from the process that runs it. A plain topology among
+``topologies`` (no DRPC function: ``drpc.topologies``) runs beside them on the same
+executor until ``stop()``. ``start()`` registers every
 topology, starts the runs, then starts fetching (a topology that cannot start stops
 what started, and its error propagates); ``stop()`` fetches no more, stops the runs
 after the commit in progress, lets the topologies settle what they can, then sends
@@ -29,9 +31,13 @@ from drpc.executors import SPARK_EXECUTORS
 from drpc.hosting import Host, as_topology
 from drpc.model.topology import Topology
 from drpc.runner.invocations import RemoteInvocations
+from drpc.topologies import LocalCluster
 from drpc.transactional.hosted import HostedTransactional
 
 log = logging.getLogger("drpc.runner")
+
+PLAIN_OPTIONS = frozenset({"master", "spark_conf", "start_timeout", "slots"})
+"""The executor options a plain topology's ``LocalCluster`` takes."""
 
 
 class RemoteRunner:
@@ -47,12 +53,16 @@ class RemoteRunner:
         executor_options: dict[str, Any] | None = None,
         **invocations_options: Any,
     ) -> None:
-        self.topologies = [as_topology(topology) for topology in topologies]
-        functions = []
-        for topology in self.topologies:
+        self.topologies: list[Topology] = []
+        self.plain_topologies: list[Topology] = []
+        """Plain topologies (``drpc.topologies``) run beside the functions."""
+        functions: list[str] = []
+        for topology in map(as_topology, topologies):
             if topology.drpc_function is None:
-                raise DRPCError(f"topology {topology.name!r} does not serve a DRPC function")
-            functions.append(topology.drpc_function)
+                self.plain_topologies.append(topology)
+            else:
+                self.topologies.append(topology)
+                functions.append(topology.drpc_function)
         self.invocations = RemoteInvocations(servers, functions, **invocations_options)
         self.host = Host(
             self.invocations,
@@ -62,6 +72,10 @@ class RemoteRunner:
         )
         self.executor = self.host.executor
         self.transactional: dict[str, HostedTransactional] = {}
+        self._cluster_options = {
+            name: value for name, value in (executor_options or {}).items() if name in PLAIN_OPTIONS
+        }
+        self.plain: LocalCluster | None = None
 
     def register_transactional(
         self, topology: Any, *, state_dir: str, **options: Any
@@ -81,6 +95,10 @@ class RemoteRunner:
         try:
             for topology in self.topologies:
                 self.host.register(topology)
+            if self.plain_topologies:
+                self.plain = LocalCluster(self.executor, **self._cluster_options)
+                for topology in self.plain_topologies:
+                    self.plain.submit_topology(topology.name, None, topology)
             for hosted in self.transactional.values():
                 hosted.start()
                 log.info(
@@ -120,6 +138,8 @@ class RemoteRunner:
         self.invocations.stop_fetching()
         for hosted in self.transactional.values():
             hosted.stop()
+        if self.plain is not None:
+            self.plain.shutdown()
         self.host.stop()
         self.invocations.stop()
 
