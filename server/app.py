@@ -231,6 +231,7 @@ class DRPCServer:
         self.plain: LocalCluster | None = None
         """The plain topologies this server runs (``register_plain``), made with the first."""
         self.metrics.watch_plain(self._plain_infos)
+        self.dashboard.watch_plain(self._plain_infos)
         self.started = False
         self.stopped = False
 

@@ -38,6 +38,9 @@ runtimes); it keeps, in memory and bounded:
   the bytes it keeps there (``store_bytes``); a hosted run with a store says so on its
   topology (``checkpoint``: the store, the bytes the run keeps there, since when a commit
   waits for it, and the last restore's duration and time);
+- ``topologies``: with ``watch_plain(infos)``, each plain topology the server runs
+  (``drpc.topologies``) and Storm UI's figures of each of its components: kind, tasks,
+  emitted, acked, failed, and a spout's complete latency (names cut to ``max_name``);
 - per state directory open in this process (``state``; at most
   ``max_state_dirs``, default 16, the first by path; ``state_total`` counts them
   all; a partition's directory is shown as a partition, not here), read at each
@@ -307,6 +310,7 @@ class Dashboard(Observer):
         self._topologies: dict[str, _Topology] = {}
         self._hosted: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
         self._spark_ui: Callable[[], str | None] | None = None
+        self._plain: Callable[[], Mapping[str, Any]] | None = None
         self._lock = threading.Lock()
 
     def watch_transactional(self, hosted: Callable[[], Mapping[str, Mapping[str, Any]]]) -> None:
@@ -314,6 +318,22 @@ class Dashboard(Observer):
         status (``running``, ``error``, ``executor``, ``last_txid``…); the page shows
         whether each run is up, and runs that have not committed yet."""
         self._hosted = hosted
+
+    def watch_plain(self, infos: Callable[[], Mapping[str, Any]]) -> None:
+        """``infos()`` maps each plain topology the server runs to its
+        ``drpc.topologies.TopologyInfo``; the page lists their components' figures."""
+        self._plain = infos
+
+    def plain_status(self) -> list[dict[str, Any]]:
+        """The plain topologies' figures, by name."""
+        shown = []
+        for name, info in sorted(({} if self._plain is None else self._plain()).items()):
+            figures = info.as_dict()
+            figures["name"] = _clip(name, self.max_name)
+            for component in figures["components"]:
+                component["component"] = _clip(component["component"], self.max_name)
+            shown.append(figures)
+        return shown
 
     def watch_spark_ui(self, url: Callable[[], str | None]) -> None:
         """``url()`` is the Spark UI's address (None while there is none); the page links it."""
@@ -518,6 +538,7 @@ class Dashboard(Observer):
             }
         status["partitions"], status["partitions_total"] = self._add_hosted(status["transactional"])
         status["state"], status["state_total"] = self.state_status()
+        status["topologies"] = self.plain_status()
         status["spark_ui"] = self.spark_ui()
         if service is not None:
             listed, total = service.served_summary()

@@ -1,5 +1,6 @@
 """The dashboard in a real headless Chromium against a real server: it loads without console
-errors and shows the calls the test sent and the hosted run's state directory; the run
+errors and shows the calls the test sent, the hosted run's state directory and the figures
+of a plain topology's components; the run
 leaves a screenshot in
 ``test-artifacts/dashboard.png`` (and in the test's tmp dir)."""
 
@@ -18,6 +19,8 @@ from drpc.server.dashboard import Dashboard
 
 from drpc.errors import DRPCExceptionType
 from tests.ops.cdp import Chromium, find_chromium
+from tests.plain_topology import WordCount, events
+from tests.plain_topology import word_count as plain_word_count
 from tests.server.helpers import HOST, exclamation, failing_topology, server_options, wait_until
 from tests.server.test_transactional_hosting import append_words
 from tests.transactional.faults import word_count
@@ -26,6 +29,8 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 WIDTH = 1360
 RESOLUTION = 1.0
 TOPOLOGY = "fault-words"
+PLAIN = "word-count"
+SENTENCES = ["the cow jumped over the moon", "four score and seven years ago"] * 10
 
 
 def _cell(function: str, selector: str) -> str:
@@ -39,6 +44,13 @@ def _topology_cell(selector: str) -> str:
     return (
         f"(document.querySelector('#transactional tr[data-topology=\"{TOPOLOGY}\"] {selector}')"
         " || {}).textContent"
+    )
+
+
+def _plain_cell(component: str, selector: str) -> str:
+    return (
+        f'(document.querySelector(\'#topologies tr[data-topology="{PLAIN}"]'
+        f'[data-component="{component}"] {selector}\') || {{}}).textContent'
     )
 
 
@@ -117,6 +129,11 @@ async def _look(executable: str, url: str, profile: Path, shot: Path) -> list[st
         replays = await page.evaluate(_topology_cell(".replays"))
         assert "processing" in replays or "commit" in replays
         assert await page.evaluate(_topology_cell(".run-state")) == "running"
+        acked = await page.evaluate(_plain_cell("sentences", ".acked"))
+        assert acked == str(len(SENTENCES))
+        assert await page.evaluate(_plain_cell("split", ".emitted")) == str(6 * len(SENTENCES))
+        assert (await page.evaluate(_plain_cell("sentences", ".complete-latency"))).endswith("s")
+        assert await page.evaluate(_plain_cell("count", ".complete-latency")) == "—"
         txid, version, pins, undo_logs = await page.wait_for(_state_row())
         assert int(txid) > 0 and int(version) > 0
         assert int(pins) >= 0 and int(undo_logs) >= 0
@@ -145,9 +162,13 @@ def test_the_dashboard_shows_the_calls_sent_with_no_console_errors(tmp_path: Pat
         max_spout_pending=2,
         idle_interval=0.5,
     )
+    run = f"dashboard-{id(tmp_path)}"
+    plain = plain_word_count(run, SENTENCES, WordCount(str(markers)))
+    server.register_plain(plain, name=PLAIN)
     with ServerThread(server):
         _send_calls(server)
         wait_until(lambda: hosted.status()["tuples"] == words, 60)
+        wait_until(lambda: len(set(events(run)["acked"])) == len(SENTENCES))
         held = _hold_one(server)
         url = f"http://{HOST}:{server.http_port}/"
         errors = asyncio.run(_look(executable, url, tmp_path / "chromium-profile", shot))

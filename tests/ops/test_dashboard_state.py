@@ -17,8 +17,10 @@ from drpc.server.dashboard import LATENCY_BINS, Dashboard, latency_bin, percenti
 from drpc.server.metrics import OTHER
 
 from drpc.errors import AuthorizationException, DRPCExceptionType, ServerBusyError
+from drpc.executors.stats import ComponentStats
 from drpc.requests import PendingRequest, ReturnInfo
 from drpc.state import StateEnvironment
+from drpc.topologies import TopologyInfo
 from tests.ops.test_metrics import commit, commit_around_a_pin
 from tests.server.helpers import HOST, exclamation, failing_topology, running_server
 
@@ -415,3 +417,23 @@ def test_api_status_over_a_real_server() -> None:
     assert isinstance(status["state"], list) and status["state_total"] >= len(status["state"])
     assert "default-src 'none'" in csp and "script-src 'self'" in csp
     assert '<script src="/ui/dashboard.js"' in html
+
+
+def test_plain_topologies_show_each_components_figures_and_names_are_cut() -> None:
+    dashboard = Dashboard(max_name=8)
+    assert dashboard.status()["topologies"] == []  # nothing watched
+    components = {
+        "sentences": ComponentStats("sentences", "spout", 1, 21, 20, 1, 0.25),
+        "split": ComponentStats("split", "bolt", 2, 126, 21, 0),
+    }
+    info = TopologyInfo("word-count-topology", "local", 3.0, components)
+    dashboard.watch_plain(lambda: {info.name: info})
+    (shown,) = dashboard.status()["topologies"]
+    assert shown["name"] == "word-co…"  # max_name characters, the last an ellipsis
+    assert shown["executor"] == "local" and shown["uptime_secs"] == 3.0
+    assert shown["components"] == [
+        {"component": "sentenc…", "kind": "spout", "tasks": 1, "emitted": 21, "acked": 20,
+         "failed": 1, "complete_latency_ms": 0.25},
+        {"component": "split", "kind": "bolt", "tasks": 2, "emitted": 126, "acked": 21,
+         "failed": 0, "complete_latency_ms": None},
+    ]  # fmt: skip

@@ -371,6 +371,29 @@ function renderPartitions(status) {
   fill("partitions", rows);
 }
 
+function renderTopologies(status) {
+  const rows = (status.topologies || []).flatMap((topology) =>
+    topology.components.map((component) =>
+      el(
+        "tr",
+        { "data-topology": topology.name, "data-component": component.component },
+        el("td", { class: "name" }, topology.name),
+        el("td", { class: "name" }, `${component.component} (${component.kind})`),
+        el("td", { class: "num tasks" }, component.tasks),
+        el("td", { class: "num emitted" }, component.emitted),
+        el("td", { class: "num acked" }, component.acked),
+        el("td", { class: "num failed" }, component.failed),
+        el(
+          "td",
+          { class: "num complete-latency" },
+          component.complete_latency_ms === null ? "—" : seconds(component.complete_latency_ms / 1000),
+        ),
+      ),
+    ),
+  );
+  fill("topologies", rows);
+}
+
 function checkpointLine(checkpoint) {
   const parts = [`store ${checkpoint.store}`, `${checkpoint.bytes ?? 0} bytes`];
   if (checkpoint.last_restore_seconds !== null && checkpoint.last_restore_seconds !== undefined) {
@@ -385,6 +408,7 @@ function render(status) {
   renderInFlight(status);
   renderFailures(status);
   renderTransactional(status);
+  renderTopologies(status);
   renderState(status);
   renderPartitions(status);
   lastUpdate = Date.now();
