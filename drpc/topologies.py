@@ -47,6 +47,8 @@ from typing import Any
 from drpc import config
 from drpc.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
 from drpc.executors.local import LocalExecutor
+from drpc.executors.resident.executor import resident_cluster_of
+from drpc.executors.resident.worker import current_worker
 from drpc.executors.stats import ComponentStats, TaskFigures, component_stats, engine_figures
 from drpc.model.topology import Topology, TopologyBuilder
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
@@ -78,8 +80,6 @@ class TopologyInfo:
 
 def share_figures(key: str) -> list[TaskFigures]:
     """On a resident task: the figures of its share of deployment ``key``."""
-    from drpc.executors.resident.worker import current_worker
-
     engine = current_worker().engines.get(key)
     return [] if engine is None else engine_figures(engine)
 
@@ -224,8 +224,6 @@ class LocalCluster:
         )
 
     def _deploy(self, running: _Running, conf: dict[str, Any]) -> None:
-        from drpc.executors.resident.executor import resident_cluster_of
-
         cluster = resident_cluster_of(self.master, self.spark_conf, self.start_timeout, self.slots)
         running.cluster = cluster
         running.deployment = cluster.deploy(
