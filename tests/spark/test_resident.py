@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from drpc import runtime
+from drpc import LinearDRPCTopologyBuilder, runtime
 from drpc.compiled import engine_build
 from drpc.examples.exclamation import build_exclamation
 from drpc.examples.reach import EXPECTED_REACH, build_reach
@@ -21,6 +21,7 @@ from drpc.executors.resident.cluster import default_slots
 from drpc.state.topology import TopologyState
 from drpc.testing import LocalDRPC
 from drpc.transactional import run
+from tests.spark.workload import KillsItsTaskInPrepare
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark_session")]
 
@@ -98,3 +99,20 @@ def test_batch_jobs_and_a_transactional_run_go_on_beside_resident_functions(
     assert totals[:3] == [9, 16, 19]
     state = TopologyState.at(str(tmp_path))
     assert state.transactional_map("global-count").get("count") == 19
+
+
+@pytest.mark.timeout(180)
+def test_a_task_dying_while_it_starts_a_function_does_not_fail_the_start(tmp_path: Path) -> None:
+    """The job breaks while ``deploy`` waits for its tasks; the recovery deploys the
+    function on the new job and the start returns once that serves it."""
+    builder = LinearDRPCTopologyBuilder("phoenix")
+    builder.add_bolt(KillsItsTaskInPrepare(str(tmp_path)), 2)
+    restarts = None
+    with LocalDRPC(executor="spark", timeout=60) as drpc:
+        drpc.register(builder)
+        cluster = current_cluster()
+        assert cluster is not None
+        restarts = cluster.restarts
+        assert (tmp_path / "killed-in-prepare").exists()
+        assert drpc.execute("phoenix", "again") == "again!"
+    assert restarts is not None and restarts >= 1

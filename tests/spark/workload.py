@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -57,6 +58,29 @@ class UsesResource(BaseBasicBolt):
 
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
         collector.emit([tuple[0], str(self.loaded_by)])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "result"))
+
+
+class KillsItsTaskInPrepare(BaseBasicBolt):
+    """Echoes; the first task of it prepared anywhere (marker ``killed-in-prepare`` in
+    ``marker_dir``) SIGKILLs its own process: a resident task dies while it starts a
+    deployment."""
+
+    def __init__(self, marker_dir: str) -> None:
+        self.marker_dir = marker_dir
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        marker = os.path.join(self.marker_dir, "killed-in-prepare")
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        collector.emit([tuple[0], tuple[1] + "!"])
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(Fields("id", "result"))

@@ -40,6 +40,10 @@ every resident function of the process is deployed on it:
   all its tasks connected within ``start_timeout`` seconds fails ``deploy`` with
   ``DRPCError`` naming the master and the slots it asked for. ``serving(deployment)``
   says whether a deployment serves now (False while the job restarts).
+- A job that breaks while ``deploy`` waits for its tasks does not fail it: the
+  deployment is registered, so the recovery deploys it on the new job, and ``deploy``
+  returns once that serves it (``DRPCError`` when it does not within
+  ``start_timeout``).
 - ``call(node, function, *args)`` runs ``function(*args)`` on resident task
   ``node`` (1..``slots``) and returns a ``Future`` of its result: it waits (up to
   ``start_timeout``) for the job to have every task connected, and a call in
@@ -172,6 +176,7 @@ class ResidentCluster:
         self.generation = 0
         self.restarts = 0
         self.last_failure: str | None = None
+        self._broke_because = ""  # what broke the job last, as soon as it is seen
         self._cond = threading.Condition()
         self._ready: set[int] = set()
         self.engine_builds: dict[int, str] = {}  # each resident task's, as it said Ready
@@ -309,10 +314,32 @@ class ResidentCluster:
             self._deployments[deployment.key] = deployment
         try:
             self._deploy(deployment)
+        except ResidentTasksBrokenError as broke:
+            # The recovery deploys every registered deployment on the new job: wait for it.
+            if not self._wait_serving(deployment, time.monotonic() + self.start_timeout):
+                self.undeploy(deployment)
+                raise DRPCError(
+                    f"the resident tasks broke while they started {topology.name!r} ({broke}) "
+                    f"and the restarted ones did not serve it within {self.start_timeout:g} s"
+                ) from None
+            log.info(
+                "the resident tasks broke while they started %r; the restarted ones serve it",
+                topology.name,
+            )
         except BaseException:
             self.undeploy(deployment)
             raise
         return deployment
+
+    def _wait_serving(self, deployment: Deployment, deadline: float) -> bool:
+        """Wait until ``deployment`` is served (see ``serving``) or ``deadline`` passes."""
+        while not self.serving(deployment):
+            remaining = deadline - time.monotonic()
+            with self._cond:
+                if remaining <= 0 or self._stopping or self._gone is not None:
+                    return False
+                self._cond.wait(min(remaining, 0.05))  # the driver share starts unannounced
+        return True
 
     def _deploy(self, deployment: Deployment) -> None:
         with self._cond:
@@ -345,6 +372,12 @@ class ResidentCluster:
                 self._cond.wait(remaining)
             failed = deployment.failed
             missing = sorted(set(self.workers) - deployment.deployed)
+            broken = self._broken and self._broke_because
+        if broken and failed is None:
+            raise ResidentTasksBrokenError(
+                f"the resident Spark tasks broke while they started {deployment.topology.name!r}: "
+                f"{broken}"
+            )
         if failed is not None:
             raise DRPCError(
                 f"the resident tasks could not run {deployment.topology.name!r}: {failed}"
@@ -495,6 +528,7 @@ class ResidentCluster:
             if self._broken or self._stopping:
                 return
             self._broken = True
+            self._broke_because = reason
             self._cond.notify_all()
             job, tag = self._job, self._tag
             feeders = [d.feeder for d in self._deployments.values() if d.feeder is not None]
