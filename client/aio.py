@@ -153,6 +153,7 @@ class AsyncDRPCClient:
         self._current = 0
         self._connections: dict[int, _MultiplexedConnection] = {}
         self._connecting = asyncio.Lock()
+        self._closes = 0  # close() calls so far: a call in flight across one ends there
 
     async def execute(self, function: str, args: str) -> str:
         call = execute_call(function, args)
@@ -180,19 +181,24 @@ class AsyncDRPCClient:
         raise DRPCConnectionError("no DRPC server answered: " + "; ".join(failures))
 
     async def _call_on(self, index: int, call: Call) -> Any:
+        closes = self._closes
         connection = self._connections.get(index)
         if connection is not None and connection.broken is None:
             try:
                 return await connection.call(call)
             except DRPCConnectionError:
-                pass  # stale (the server restarted?): one fresh connection below
-        connection = await self._fresh_connection(index, connection)
+                if self._closes != closes:
+                    raise  # close() ended it: a call in flight is not sent again
+                # stale (the server restarted?): one fresh connection below
+        connection = await self._fresh_connection(index, connection, closes)
         return await connection.call(call)
 
     async def _fresh_connection(
-        self, index: int, failed: _MultiplexedConnection | None
+        self, index: int, failed: _MultiplexedConnection | None, closes: int
     ) -> _MultiplexedConnection:
         async with self._connecting:
+            if self._closes != closes:
+                raise DRPCConnectionError("the client closed its connections meanwhile")
             current = self._connections.get(index)
             if current is not None and current is not failed and current.broken is None:
                 return current  # another call reconnected meanwhile
@@ -208,6 +214,9 @@ class AsyncDRPCClient:
             return connection
 
     async def close(self) -> None:
+        """Close every connection: the calls in flight fail with ``DRPCConnectionError``
+        (never sent again); a later call connects anew."""
+        self._closes += 1
         connections = list(self._connections.values())
         self._connections.clear()
         for connection in connections:

@@ -35,7 +35,7 @@ from tests.server.helpers import (
     server_options,
 )
 from tests.topologies.bolts import SleepThenEcho
-from tests.waiting import SLACK
+from tests.waiting import SLACK, wait_until
 
 
 def _sleeper() -> LinearDRPCTopologyBuilder:
@@ -157,6 +157,27 @@ async def test_async_client_result_failure_and_failover() -> None:
         with pytest.raises(DRPCExecutionException) as failure:
             await drpc.execute("failing", "bad")
         assert failure.value.type is errors.DRPCExceptionType.FAILED_REQUEST
+
+
+async def test_async_client_close_fails_the_calls_in_flight_without_sending_them_again() -> None:
+    server = DRPCServer(**server_options(wait_for_unserved=True))
+    server.register(exclamation())
+    async with server:
+        drpc = AsyncDRPCClient(HOST, server.port, timeout=20)
+        first = asyncio.ensure_future(drpc.execute("unserved", "first"))
+        await asyncio.to_thread(wait_until, lambda: server.service.queue_depth("unserved") == 1)
+        # made once the connection exists: the path that reconnects a stale connection
+        second = asyncio.ensure_future(drpc.execute("unserved", "second"))
+        await asyncio.to_thread(wait_until, lambda: server.service.queue_depth("unserved") == 2)
+        await drpc.close()
+        for call in (first, second):
+            with pytest.raises(DRPCConnectionError, match="the client closed the connection"):
+                await call
+        await asyncio.to_thread(wait_until, lambda: server.service.queue_depth("unserved") == 0)
+        await asyncio.sleep(0.2)  # a call sent again would be queued by now
+        assert server.service.queue_depth("unserved") == 0
+        assert await drpc.execute("exclamation", "x") == "x!"  # a later call connects anew
+        await drpc.close()
 
 
 async def test_async_client_timeout_keeps_the_connection_usable() -> None:
