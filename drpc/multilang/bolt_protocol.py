@@ -20,6 +20,10 @@ monotonic seconds) and does no IO. Tuples are opaque values of the caller's (``T
   ``ack`` and ``fail`` (``id`` of a tuple in flight, which then leaves it), ``log``
   (``level`` 0-4: trace, debug, info, warn, error; info when absent or unknown),
   ``error``, ``metrics`` (``name``, ``params``), ``sync`` (a heartbeat's answer).
+  A ``fail`` whose subprocess reported an ``error`` since the last ack or fail carries
+  it (``ShellReportedError``: the error's last line, as pystorm and storm.py report an
+  exception raised while processing the tuple and then fail it), so the caller learns
+  why.
   Every message counts as a sign of life. An unknown command is logged and ignored
   (as Storm's ShellBolt does). Output that is not the protocol (not JSON, no
   ``command``, an emit without a ``tuple`` list, an ack, fail or anchor naming no tuple
@@ -45,7 +49,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any, Final, Generic, TypeVar
 
-from drpc.errors import UnserializableValueError
+from drpc.errors import ShellReportedError, UnserializableValueError
 from drpc.multilang.decisions import (
     Ack,
     Decision,
@@ -127,6 +131,7 @@ class BoltProtocol(Generic[T]):
         self._heartbeat_at = 0.0
         self._served = False  # the current generation answered the handshake
         self._restart_on_execute = False
+        self._reported: str | None = None  # an error reported since the last ack or fail
 
     @property
     def in_flight(self) -> int:
@@ -311,11 +316,15 @@ class BoltProtocol(Generic[T]):
                         "flight (unknown, or already acked or failed)",
                     )
                 ]
-            return [Ack(settled)] if command == "ack" else [Fail(settled)]
+            reported, self._reported = self._reported, None
+            if command == "ack":
+                return [Ack(settled)]
+            return [Fail(settled, None if reported is None else reported_error(reported))]
         if command == "log":
             return [Log(log_level(message), str(message.get("msg")))]
         if command == "error":
-            return [ReportError(str(message.get("msg")))]
+            self._reported = str(message.get("msg"))
+            return [ReportError(self._reported)]
         if command == "metrics":
             name = message.get("name")
             if not isinstance(name, str) or not name:
@@ -368,6 +377,20 @@ class BoltProtocol(Generic[T]):
             anchors.append(anchored)
         direct = task if task else None
         return [Emit(values, tuple(anchors), stream, direct, need is not False and direct is None)]
+
+
+REPORTED_EXCERPT = 300
+"""Characters of a reported error a failure carries."""
+
+
+def reported_error(message: str) -> ShellReportedError:
+    """The error a fail after an ``error`` report carries: its last non-empty line (a
+    traceback's exception), cut to ``REPORTED_EXCERPT`` characters."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    last = lines[-1] if lines else "(an empty error report)"
+    if len(last) > REPORTED_EXCERPT:
+        last = last[: REPORTED_EXCERPT - 1] + "…"
+    return ShellReportedError(f"the multilang subprocess reported {last}")
 
 
 def _key(id: Any) -> str | None:

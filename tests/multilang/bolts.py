@@ -36,3 +36,17 @@ class JsExclaim(ShellBolt):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(Fields("id", "result"))
+
+
+PYSTORM_BOLTS = str(HERE / "pystorm_bolts.py")
+
+
+class PystormBolt(ShellBolt):
+    """A bolt of tests/multilang/pystorm_bolts.py (``which``), written with pystorm."""
+
+    def __init__(self, which: str, fields: tuple[str, ...] = ("id", "result")) -> None:
+        super().__init__(sys.executable, PYSTORM_BOLTS, which)
+        self.fields = fields
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields(*self.fields))

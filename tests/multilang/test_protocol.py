@@ -9,8 +9,8 @@ import random
 import pytest
 
 from drpc import LinearDRPCTopologyBuilder, TopologyContext
-from drpc.errors import ShellProcessExitedError, UnserializableValueError
-from drpc.multilang.bolt_protocol import TRACE, BoltProtocol, State
+from drpc.errors import ShellProcessExitedError, ShellReportedError, UnserializableValueError
+from drpc.multilang.bolt_protocol import TRACE, BoltProtocol, State, reported_error
 from drpc.multilang.decisions import (
     Ack,
     Emit,
@@ -188,6 +188,34 @@ def test_emit_ack_fail_log_error_metrics_sync() -> None:
     ]
     assert machine.task_ids([4, 5]) == [Send([4, 5])]
     assert machine.in_flight == 0
+
+
+def test_a_fail_after_an_error_report_carries_the_errors_last_line() -> None:
+    machine = ready()
+    for tuple in ("t1", "t2", "t3"):
+        machine.execute(tuple, "c", "default", 1, [tuple])
+    traceback = "Python ValueError raised while processing\nTraceback:\n ...\nValueError: no\n"
+    out = machine.received(
+        frame(
+            {"command": "error", "msg": traceback},
+            {"command": "sync"},
+            {"command": "fail", "id": "1"},
+            {"command": "fail", "id": "2"},  # no error reported since the last fail
+            {"command": "error", "msg": "x" * 400},
+            {"command": "ack", "id": "3"},  # an ack clears it
+        ),
+        1.0,
+    )
+    assert out[0] == ReportError(traceback)
+    first = out[1]
+    assert isinstance(first, Fail) and first.tuple == "t1"
+    assert isinstance(first.error, ShellReportedError)
+    assert str(first.error) == "the multilang subprocess reported ValueError: no"
+    assert out[2:] == [Fail("t2"), ReportError("x" * 400), Ack("t3")]
+    assert str(reported_error("x" * 400)).endswith("x" * 299 + "…")
+    assert str(reported_error("\n \n")) == (
+        "the multilang subprocess reported (an empty error report)"
+    )
 
 
 @pytest.mark.parametrize(

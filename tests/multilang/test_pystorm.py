@@ -1,0 +1,63 @@
+"""Bolts written with pystorm (from PyPI, an adapter no one here wrote) run unchanged as
+DRPC steps through ``ShellBolt``, on every executor, and in a plain topology."""
+
+from __future__ import annotations
+
+import pytest
+
+from drpc import (
+    BaseBatchBolt,
+    BatchOutputCollector,
+    DRPCExceptionType,
+    DRPCExecutionException,
+    Fields,
+    LinearDRPCTopologyBuilder,
+    OutputFieldsDeclarer,
+    TopologyContext,
+    Tuple,
+)
+from drpc.testing import LocalDRPC
+from tests.multilang.bolts import PystormBolt
+
+pytestmark = pytest.mark.timeout(90)
+
+
+class CountWords(BaseBatchBolt):
+    """Counts the words of one request (a coordinated batch bolt after the pystorm step)."""
+
+    def prepare(
+        self, conf: dict, context: TopologyContext, collector: BatchOutputCollector, id: object
+    ) -> None:
+        self.collector, self.id, self.count = collector, id, 0
+
+    def execute(self, tuple: Tuple) -> None:
+        self.count += 1
+
+    def finish_batch(self) -> None:
+        self.collector.emit([self.id, self.count])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("id", "count"))
+
+
+def test_a_pystorm_bolt_is_a_drpc_step(drpc: LocalDRPC) -> None:
+    builder = LinearDRPCTopologyBuilder("exclaim")
+    builder.add_bolt(PystormBolt("exclaim"), 2)
+    drpc.register(builder)
+    assert drpc.execute("exclaim", "hello") == "hello!"
+    futures = [drpc.submit("exclaim", f"call{i}") for i in range(20)]
+    assert [f.result(timeout=30) for f in futures] == [f"call{i}!" for i in range(20)]
+    with pytest.raises(DRPCExecutionException) as failed:
+        drpc.execute("exclaim", "fail")
+    assert failed.value.type is DRPCExceptionType.FAILED_REQUEST
+    assert "pystorm bolt refuses 'fail'" in failed.value.msg
+    assert drpc.execute("exclaim", "after") == "after!"  # the subprocess serves on
+
+
+def test_a_pystorm_bolts_emits_are_counted_by_the_next_coordinated_step(drpc: LocalDRPC) -> None:
+    builder = LinearDRPCTopologyBuilder("count-words")
+    builder.add_bolt(PystormBolt("words", ("id", "word")), 2)
+    builder.add_bolt(CountWords(), 2).fields_grouping(Fields("id"))
+    drpc.register(builder)
+    assert drpc.execute("count-words", "the cow jumped over the moon") == "6"
+    assert drpc.execute("count-words", "") == "0"
