@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "drpc-runner": "drpc.runner.cli",
     "drpc-transactional": "drpc.transactional.cli",
     "drpc-topology": "drpc.topology_cli",
+    "drpc-sparse": "drpc.sparse_cli",
 }
 """Each console script and the module whose ``_parser()`` builds its parser."""
 

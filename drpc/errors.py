@@ -100,6 +100,11 @@ class NotAliveError(DRPCError):
     """No plain topology of that name runs (Storm's ``NotAliveException``)."""
 
 
+class SparseProjectError(DRPCError, ValueError):
+    """A streamparse project cannot run on drpc (``drpc.sparse``): a missing file or
+    topology, or a part that does not map (a Java component, a custom grouping)."""
+
+
 class AuthorizationException(DRPCError):
     """The caller's identity may not perform the operation."""
 

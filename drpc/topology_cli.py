@@ -68,39 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         + WORKING_DIRECTORY_HELP,
     )
     run.add_argument("--name", help="the name to run it under (default: the topology's own)")
-    run.add_argument(
-        "--executor",
-        choices=PLAIN_EXECUTORS,
-        default="local",
-        help="local (every task in this process) or spark (the spouts here, the bolts on "
-        "resident Spark tasks) (default: %(default)s)",
-    )
-    run.add_argument(
-        "--conf",
-        action="append",
-        default=[],
-        type=_setting,
-        metavar="KEY=VALUE",
-        help="a topology setting, e.g. topology.max.spout.pending=100 (repeatable)",
-    )
-    run.add_argument("--seconds", type=positive_seconds, metavar="N", help="stop after N seconds")
-    run.add_argument(
-        "--stats-every",
-        type=positive_seconds,
-        default=5.0,
-        metavar="S",
-        help="print the figures every S seconds on stderr (default: %(default)g)",
-    )
-    run.add_argument(
-        "--drain",
-        type=seconds_or_zero,
-        default=1.0,
-        metavar="S",
-        help="seconds the trees in flight get when stopping (default: %(default)g)",
-    )
-    run.add_argument("--json", action="store_true", help="print the last figures as JSON")
-    add_spark_arguments(run)
-    add_logging_arguments(run, default_level="WARNING")
+    add_run_arguments(run)
     return parser
 
 
@@ -134,16 +102,67 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         )
     if topology.transactional is not None:
         parser.error(f"{args.topology} is a transactional topology: run it with drpc-transactional")
-    name = args.name or topology.name
+    return run_until_stopped(
+        "drpc-topology", topology, args.name or topology.name, args, args.executor, spark
+    )
+
+
+def add_run_arguments(run: argparse.ArgumentParser) -> None:
+    """The options of running a plain topology until stopped (``run_until_stopped``)."""
+    run.add_argument(
+        "--executor",
+        choices=PLAIN_EXECUTORS,
+        default="local",
+        help="local (every task in this process) or spark (the spouts here, the bolts on "
+        "resident Spark tasks) (default: %(default)s)",
+    )
+    run.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="KEY=VALUE",
+        help="a topology setting, e.g. topology.max.spout.pending=100 (repeatable)",
+    )
+    run.add_argument("--seconds", type=positive_seconds, metavar="N", help="stop after N seconds")
+    run.add_argument(
+        "--stats-every",
+        type=positive_seconds,
+        default=5.0,
+        metavar="S",
+        help="print the figures every S seconds on stderr (default: %(default)g)",
+    )
+    run.add_argument(
+        "--drain",
+        type=seconds_or_zero,
+        default=1.0,
+        metavar="S",
+        help="seconds the trees in flight get when stopping (default: %(default)g)",
+    )
+    run.add_argument("--json", action="store_true", help="print the last figures as JSON")
+    add_spark_arguments(run)
+    add_logging_arguments(run, default_level="WARNING")
+
+
+def run_until_stopped(
+    prog: str,
+    topology: Any,
+    name: str,
+    args: argparse.Namespace,
+    executor: str,
+    spark: dict[str, Any],
+) -> int:
+    """Run ``topology`` on a ``LocalCluster`` until SIGINT/SIGTERM or ``args.seconds``,
+    printing the figures (see the module doc); the exit status."""
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     progress = Progress(sys.stderr)
     try:
-        cluster = LocalCluster(args.executor, **spark)
+        cluster = LocalCluster(executor, **spark)
         cluster.submit_topology(name, dict(args.conf), topology)
     except (DRPCError, ValueError) as error:
-        print(f"drpc-topology: {error}", file=sys.stderr)
+        print(f"{prog}: {error}", file=sys.stderr)
         return 1
     try:
         deadline = None if args.seconds is None else time.monotonic() + args.seconds

@@ -34,6 +34,7 @@ def test_console_scripts_are_declared() -> None:
     assert scripts["drpc-runner"] == "drpc.runner:main"
     assert scripts["drpc-transactional"] == "drpc.transactional.cli:main"
     assert scripts["drpc-topology"] == "drpc.topology_cli:main"
+    assert scripts["drpc-sparse"] == "drpc.sparse_cli:main"
 
 
 @pytest.mark.parametrize(
