@@ -4,6 +4,7 @@ Usage::
 
     drpc-topology run MODULE:ATTR [--name NAME] [--executor local|spark]
         [--conf KEY=VALUE ...] [--seconds N] [--stats-every S] [--json]
+    drpc-topology list [--server http://localhost:3774] [--json]
 
 ``run`` submits the topology (a ``Topology``, a ``TopologyBuilder``, or a
 zero-argument callable returning one) to a ``drpc.topologies.LocalCluster`` on
@@ -14,7 +15,9 @@ flight ``--drain`` seconds, prints the last figures on stdout (``--json``: as JS
 and kills the topology.
 ``--conf`` sets a topology setting, its value read as JSON when it parses
 (``topology.max.spout.pending=100``), else as text. ``MODULE`` is imported as
-``python -m`` would, the working directory first. A usage mistake is one line on
+``python -m`` would, the working directory first. ``list`` prints the plain topologies a
+``drpc-server`` runs (``--topology``) with their figures, read from its ``/api/status``
+(a server it cannot read: one line, exit status 1). A usage mistake is one line on
 stderr and exit status 2; a topology that cannot start, one line and status 1.
 """
 
@@ -26,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +41,7 @@ from drpc.commandline import (
     seconds_or_zero,
 )
 from drpc.errors import DRPCError
+from drpc.executors.stats import ComponentStats
 from drpc.hosting import as_topology, load_topology
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.progress import Progress
@@ -69,7 +74,50 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--name", help="the name to run it under (default: the topology's own)")
     add_run_arguments(run)
+    listing = commands.add_parser(
+        "list", help="list the plain topologies a drpc-server runs, with their figures"
+    )
+    listing.add_argument(
+        "--server",
+        default="http://localhost:3774",
+        metavar="URL",
+        help="the server's HTTP address (default: %(default)s); its /api/status is read",
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument(
+        "--timeout", type=positive_seconds, default=10.0, metavar="S", help="default: %(default)g"
+    )
     return parser
+
+
+def server_topologies(url: str, timeout: float) -> list[TopologyInfo]:
+    """The plain topologies a server runs, read from its ``/api/status``."""
+    with urllib.request.urlopen(f"{url.rstrip('/')}/api/status", timeout=timeout) as response:
+        status = json.loads(response.read())
+    return [
+        TopologyInfo(
+            shown["name"],
+            shown["executor"],
+            shown["uptime_secs"],
+            {stats["component"]: ComponentStats(**stats) for stats in shown["components"]},
+        )
+        for shown in status.get("topologies", [])
+    ]
+
+
+def _list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if not args.server.startswith(("http://", "https://")):
+        parser.error(f"--server must be an http:// or https:// URL, got {args.server!r}")
+    try:
+        infos = server_topologies(args.server, args.timeout)
+    except (OSError, ValueError) as error:
+        print(f"drpc-topology: cannot read {args.server}/api/status: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([info.as_dict() for info in infos], indent=2))
+    else:
+        print("\n".join(render(info) for info in infos) or "no plain topology runs there")
+    return 0
 
 
 def render(info: TopologyInfo) -> str:
@@ -189,6 +237,8 @@ def run_until_stopped(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "list":
+        return _list(parser, args)
     configure_logging(args.log_level, args.log_format)
     return _run(parser, args)
 

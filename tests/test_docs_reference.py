@@ -36,6 +36,7 @@ def test_every_command_and_sub_command_is_reached() -> None:
         ["drpc-transactional", "status"],
         ["drpc-topology"],
         ["drpc-topology", "run"],
+        ["drpc-topology", "list"],
         ["drpc-sparse"],
         ["drpc-sparse", "run"],
         ["drpc-sparse", "list"],

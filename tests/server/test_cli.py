@@ -349,6 +349,11 @@ def _as_a_user(directory: Path) -> dict[str, str]:
         ),
         (
             "drpc-topology",
+            ["list", "--server", "localhost:3774"],
+            "--server must be an http:// or https:// URL, got 'localhost:3774'",
+        ),
+        (
+            "drpc-topology",
             ["run", "mytopos:shout", "--seconds", "0"],
             "argument --seconds: must be a positive number of seconds, got '0'",
         ),

@@ -4,7 +4,9 @@ components' figures on ``/metrics``."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -80,7 +82,24 @@ def test_drpc_server_hosts_storm_starters_word_count_from_the_command_line() -> 
         )  # fmt: skip
         with DRPCClient(HOST, server.port) as drpc:
             assert drpc.execute("exclamation", "hi") == "hi!"
+        listed = subprocess.run(
+            [sys.executable, "-m", "drpc.topology_cli", "list", "--server",
+             f"http://{HOST}:{server.http_port}", "--json"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        (shown,) = json.loads(listed.stdout)
+        assert (shown["name"], shown["executor"]) == ("word-count", "local")
+        spout = next(c for c in shown["components"] if c["component"] == "spout")
+        assert spout["acked"] > 100 and spout["complete_latency_ms"] > 0
     assert "topology 'word-count' running on the local executor" in server.text
+    gone = subprocess.run(
+        [sys.executable, "-m", "drpc.topology_cli", "list", "--server",
+         f"http://{HOST}:{server.http_port}", "--timeout", "2"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert gone.returncode == 1
+    assert gone.stderr.startswith("drpc-topology: cannot read http://")
 
 
 def test_a_remote_runner_runs_a_plain_topology_beside_its_functions(tmp_path: Path) -> None:
