@@ -29,7 +29,10 @@ start_timeout=120, threads=4)`` runs plain topologies in this process, Storm's
   stops. An unknown name raises ``NotAliveError``.
 - ``get_topology_info(name)``: a ``TopologyInfo`` with each component's figures as
   Storm's UI shows them (``drpc.executors.stats``: emitted, acked, failed, complete
-  latency), summed over every process running its tasks.
+  latency), summed over every process running its tasks. On ``spark`` it never waits
+  for a restarting job: while the resident tasks restart, or do not answer within
+  ``STATS_TIMEOUT`` (2 s), only the driver's tasks (the spouts) are counted, and a
+  restarted task counts from zero, as a restarted Storm worker does.
 - ``deactivate(name)`` stops polling its spouts (the trees in flight complete),
   ``activate(name)`` polls them again (Storm's commands of the same names).
 - ``get_topology_names()``; ``shutdown()`` kills every topology; a context manager.
@@ -45,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drpc import config
-from drpc.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
+from drpc.errors import AlreadyAliveError, DRPCError, InvalidTopologyError, NotAliveError
 from drpc.executors.local import LocalExecutor
 from drpc.executors.resident.executor import resident_cluster_of
 from drpc.executors.resident.worker import current_worker
@@ -56,8 +59,8 @@ from drpc.sparkconf import DEFAULT_START_TIMEOUT
 log = logging.getLogger(__name__)
 
 PLAIN_EXECUTORS = ("local", "spark")
-STATS_TIMEOUT = 10.0
-"""Seconds ``get_topology_info`` waits for a resident task's figures."""
+STATS_TIMEOUT = 2.0
+"""Seconds ``get_topology_info`` waits for the resident tasks' figures."""
 
 
 @dataclass(frozen=True)
@@ -104,13 +107,16 @@ class _Running:
     def figures(self) -> list[TaskFigures]:
         engine = self.driver_engine()
         figures = [] if engine is None else engine_figures(engine)
-        if self.deployment is not None:
-            calls = [
-                self.cluster.call(node, share_figures, self.deployment.key)
-                for node in self.cluster.workers
-            ]
+        deployment, cluster = self.deployment, self.cluster
+        if deployment is None or not cluster.serving(deployment):
+            return figures  # restarting: no resident task to ask (see the module doc)
+        try:
+            calls = [cluster.call(node, share_figures, deployment.key) for node in cluster.workers]
             for call in calls:
                 figures += call.result(timeout=STATS_TIMEOUT)
+        except (DRPCError, TimeoutError) as error:
+            log.debug("the resident tasks' figures of %r are left out: %s", self.name, error)
+            return [] if engine is None else engine_figures(engine)
         return figures
 
     def hold(self) -> None:
