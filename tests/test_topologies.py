@@ -7,8 +7,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from drpc import InvalidTopologyError, LinearDRPCTopologyBuilder
 from drpc.config import TOPOLOGY_MAX_SPOUT_PENDING, TOPOLOGY_MESSAGE_TIMEOUT_SECS
 from drpc.errors import AlreadyAliveError, NotAliveError
+from drpc.executors.resident import current_cluster
 from drpc.topologies import LocalCluster
 
 from .plain_topology import HoldsOnce, WordCount, events, word_count
@@ -106,6 +109,31 @@ def test_a_resident_task_killed_fails_its_trees_to_the_spout_which_replays_them(
         assert seen["failed"]  # the trees in flight on the dead task failed to the spout
         spout = cluster.get_topology_info("survives").components["sentences"]
         assert (spout.acked, spout.failed) == (len(SENTENCES), len(seen["failed"]))
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(180)
+def test_a_deactivated_topology_stays_so_through_a_resident_restart(
+    spark_session: object, tmp_path: Path
+) -> None:
+    run = token()
+    counter = WordCount(str(tmp_path), delay=0.002)
+    conf = {TOPOLOGY_MAX_SPOUT_PENDING: 4}
+    with LocalCluster("spark") as cluster:
+        cluster.submit_topology("paused", conf, word_count(run, SENTENCES, counter))
+        wait_until(lambda: len(events(run)["acked"]) >= 10, 60, what="ten sentences acked")
+        cluster.deactivate("paused")
+        resident = current_cluster()
+        assert resident is not None
+        restarts = resident.restarts
+        os.kill(resident.call(1, os.getpid).result(timeout=30), signal.SIGKILL)
+        wait_until(lambda: resident.restarts > restarts, 60, what="the resident job restarted")
+        assert resident.wait_ready(60)
+        emitted = cluster.get_topology_info("paused").components["sentences"].emitted
+        time.sleep(0.5)  # a released spout would emit at once
+        assert cluster.get_topology_info("paused").components["sentences"].emitted == emitted
+        cluster.activate("paused")
+        wait_until(lambda: all_acked(run, len(SENTENCES)), 120, what="every sentence acked")
 
 
 def test_a_name_runs_once_and_only_a_running_one_can_be_killed(tmp_path: Path) -> None:

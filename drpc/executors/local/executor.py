@@ -635,6 +635,10 @@ class LocalExecutor(Turns):
         for spout in self.spout_tasks:
             spout.active = False
 
+    def spouts_active(self) -> bool:
+        """Whether any spout is polled (none once held or stopped)."""
+        return any(spout.active for spout in self.spout_tasks)
+
     def release_spouts(self) -> None:
         if not self.running:
             return

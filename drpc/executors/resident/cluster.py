@@ -142,6 +142,7 @@ class Deployment:
     feeder: RequestFeeder | None = None  # the driver feeds the tasks its requests
     engine: LocalExecutor | None = None
     continuous: bool = False  # a plain topology: its driver share outlives a job restart
+    held: bool = False  # continuous: its spouts were held for a job restart (not by the user)
     deployed: set[int] = field(default_factory=set)
     failed: str | None = None
 
@@ -392,7 +393,9 @@ class ResidentCluster:
         if deployment.fetching is not None:
             return  # the tasks run every part of it
         if deployment.engine is not None:  # continuous: its spouts waited for the new job
-            deployment.engine.release_spouts()
+            if deployment.held:
+                deployment.held = False
+                deployment.engine.release_spouts()
             return
         route = Route(self.node, deployment.key, deployment.node_of)
         engine = LocalExecutor(
@@ -532,11 +535,14 @@ class ResidentCluster:
             self._cond.notify_all()
             job, tag = self._job, self._tag
             feeders = [d.feeder for d in self._deployments.values() if d.feeder is not None]
-            holding = [d.engine for d in self._deployments.values() if d.continuous and d.engine]
+            holding = [d for d in self._deployments.values() if d.continuous and d.engine]
         for feeder in feeders:
             feeder.stop()  # what arrives now waits in the table for the tasks to be back
-        for engine in holding:
-            engine.hold_spouts()  # what they emitted now would go nowhere
+        for deployment in holding:
+            assert deployment.engine is not None
+            if deployment.engine.spouts_active():  # what they emitted now would go nowhere
+                deployment.engine.hold_spouts()
+                deployment.held = True
         self._fail_calls(reason)
         threading.Thread(
             target=self._recover, args=(reason, job, tag), name="drpc-resident-recover", daemon=True
