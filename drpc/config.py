@@ -30,12 +30,20 @@ TOPOLOGY_STATS_SAMPLE_RATE = "topology.stats.sample.rate"
 feeds them (``drpc.executors.resident.feeding``), Storm's default 0.05: one request in
 20, plus every traced request and every failure. Other paths report every request."""
 
+TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
+"""Seconds between the tick tuples a bolt task gets (None, the default: none), Storm's
+key: set it on a component (``add_configuration``) or a topology. A tick tuple comes from
+component ``__system`` on stream ``__tick`` (``drpc.model.streams.is_tick``) with one
+value, the period; it is not tracked and skips a DRPC step's coordination. A batch bolt
+gets none (its instances live one batch)."""
+
 DEFAULTS: dict[str, Any] = {
     TOPOLOGY_MESSAGE_TIMEOUT_SECS: 30.0,
     TOPOLOGY_MAX_SPOUT_PENDING: None,
     TOPOLOGY_ACKER_EXECUTORS: 1,
     TOPOLOGY_DEBUG: False,
     TOPOLOGY_STATS_SAMPLE_RATE: 0.05,
+    TOPOLOGY_TICK_TUPLE_FREQ_SECS: None,
 }
 
 
@@ -63,4 +71,11 @@ def resolve(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
     ackers = conf[TOPOLOGY_ACKER_EXECUTORS]
     if isinstance(ackers, bool) or not isinstance(ackers, int) or ackers < 1:
         raise ValueError(f"{TOPOLOGY_ACKER_EXECUTORS} must be a positive integer, got {ackers!r}")
+    tick = conf[TOPOLOGY_TICK_TUPLE_FREQ_SECS]
+    if tick is not None and (
+        isinstance(tick, bool) or not isinstance(tick, (int, float)) or not tick > 0
+    ):
+        raise ValueError(
+            f"{TOPOLOGY_TICK_TUPLE_FREQ_SECS} must be None or a positive number, got {tick!r}"
+        )
     return conf

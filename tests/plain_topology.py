@@ -29,6 +29,7 @@ from drpc import (
     Tuple,
 )
 from drpc.examples.word_count_topology import SplitSentence
+from drpc.model.streams import is_tick
 from tests.transactional.bolts import first_time
 
 EVENTS: dict[str, dict[str, Any]] = {}
@@ -169,3 +170,21 @@ def redis_word_count(
     builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("entries")
     builder.set_bolt("count", counter, 2).fields_grouping("split", Fields("word"))
     return builder
+
+
+class EmitsOnTick(BaseRichBolt):
+    """Acks its input; emits one unanchored ``["tick", period]`` per tick tuple it gets."""
+
+    def prepare(
+        self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        self.collector = collector
+
+    def execute(self, tuple: Tuple) -> None:
+        if is_tick(tuple):
+            self.collector.emit(["tick", tuple[0]])
+            return
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(Fields("what", "period"))

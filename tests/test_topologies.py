@@ -15,14 +15,27 @@ from pathlib import Path
 
 import pytest
 
-from drpc import InvalidTopologyError, LinearDRPCTopologyBuilder
-from drpc.config import TOPOLOGY_MAX_SPOUT_PENDING, TOPOLOGY_MESSAGE_TIMEOUT_SECS
+from drpc import InvalidTopologyError, LinearDRPCTopologyBuilder, TopologyBuilder
+from drpc.config import (
+    TOPOLOGY_MAX_SPOUT_PENDING,
+    TOPOLOGY_MESSAGE_TIMEOUT_SECS,
+    TOPOLOGY_TICK_TUPLE_FREQ_SECS,
+)
 from drpc.errors import AlreadyAliveError, NotAliveError
+from drpc.executors.local import LocalExecutor
 from drpc.executors.resident import current_cluster
 from drpc.topologies import LocalCluster
 
-from .plain_topology import HoldsOnce, WordCount, events, word_count
+from .plain_topology import (
+    EmitsOnTick,
+    HoldsOnce,
+    ReplayingSpout,
+    WordCount,
+    events,
+    word_count,
+)
 from .topologies import bolts
+from .topologies.bolts import CountPerRequest
 from .waiting import wait_until
 
 _tokens = itertools.count()
@@ -134,6 +147,41 @@ def test_a_deactivated_topology_stays_so_through_a_resident_restart(
         assert cluster.get_topology_info("paused").components["sentences"].emitted == emitted
         cluster.activate("paused")
         wait_until(lambda: all_acked(run, len(SENTENCES)), 120, what="every sentence acked")
+
+
+@pytest.mark.timeout(120)
+def test_a_bolt_configured_for_tick_tuples_gets_them_untracked(plain_executor: str) -> None:
+    run = token()
+    builder = word_count(run, SENTENCES[:6], WordCount(""))
+    builder.set_bolt("ticks", EmitsOnTick(), 2).shuffle_grouping("split").add_configuration(
+        TOPOLOGY_TICK_TUPLE_FREQ_SECS, 0.05
+    )
+    with LocalCluster(plain_executor) as cluster:
+        cluster.submit_topology("ticking", None, builder)
+        wait_until(lambda: all_acked(run, 6), what="every sentence acked")
+
+        def ticks() -> int:
+            return cluster.get_topology_info("ticking").components["ticks"].emitted
+
+        wait_until(lambda: ticks() >= 10, 60, what="ten tick tuples")
+        figures = cluster.get_topology_info("ticking").components
+    assert figures["ticks"].acked == 36  # the words; a tick is never acked or counted
+    assert figures["count"].emitted == 36  # a bolt without the setting gets no tick
+    assert events(run)["failed"] == []  # nothing waits on a tick: no tree timed out
+
+
+def test_tick_tuples_reach_no_batch_bolt_and_the_setting_is_checked() -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", ReplayingSpout(token(), []))
+    builder.set_bolt("batch", CountPerRequest(), 1).shuffle_grouping("sentences")
+    builder.set_bolt("rich", EmitsOnTick(), 1).shuffle_grouping("sentences")
+    topology = builder.create_topology("ticks", {TOPOLOGY_TICK_TUPLE_FREQ_SECS: 1})
+    engine = LocalExecutor(topology)
+    every = {task.component_id: task.tick_every for task in engine.bolt_tasks}
+    assert every == {"batch": None, "rich": 1}
+    for wrong in (0, -1, True, "1"):
+        with pytest.raises(ValueError, match=r"topology\.tick\.tuple\.freq\.secs must be"):
+            LocalExecutor(builder.create_topology("ticks", {TOPOLOGY_TICK_TUPLE_FREQ_SECS: wrong}))
 
 
 def test_a_name_runs_once_and_only_a_running_one_can_be_killed(tmp_path: Path) -> None:

@@ -22,6 +22,20 @@ tuples it sent it for an id: values ``[id, count]``."""
 
 COORDINATED_STREAM_FIELDS = Fields("id", "count")
 
+SYSTEM_COMPONENT_ID: Final = "__system"
+SYSTEM_TICK_STREAM_ID: Final = "__tick"
+"""Where a tick tuple comes from (Storm's ``Constants``): ``topology.tick.tuple.freq.secs``."""
+
+TICK_FIELDS = Fields("rate_secs")
+
+
+def is_tick(tuple: object) -> bool:
+    """Whether ``tuple`` is a tick tuple (Storm's ``TupleUtils.isTick``)."""
+    return (
+        getattr(tuple, "source_component", None) == SYSTEM_COMPONENT_ID
+        and getattr(tuple, "source_stream", None) == SYSTEM_TICK_STREAM_ID
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class StreamInfo:

@@ -44,9 +44,18 @@ PYSTORM_BOLTS = str(HERE / "pystorm_bolts.py")
 class PystormBolt(ShellBolt):
     """A bolt of tests/multilang/pystorm_bolts.py (``which``), written with pystorm."""
 
-    def __init__(self, which: str, fields: tuple[str, ...] = ("id", "result")) -> None:
+    def __init__(
+        self,
+        which: str,
+        fields: tuple[str, ...] = ("id", "result"),
+        conf: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(sys.executable, PYSTORM_BOLTS, which)
         self.fields = fields
+        self.conf = conf
+
+    def get_component_configuration(self) -> dict[str, Any] | None:
+        return self.conf
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(Fields(*self.fields))

@@ -16,6 +16,7 @@ from drpc import (
     TopologyContext,
     Tuple,
 )
+from drpc.config import TOPOLOGY_TICK_TUPLE_FREQ_SECS
 from drpc.testing import LocalDRPC
 from tests.multilang.bolts import PystormBolt
 
@@ -61,3 +62,19 @@ def test_a_pystorm_bolts_emits_are_counted_by_the_next_coordinated_step(drpc: Lo
     drpc.register(builder)
     assert drpc.execute("count-words", "the cow jumped over the moon") == "6"
     assert drpc.execute("count-words", "") == "0"
+
+
+def test_a_pystorm_batching_bolt_flushes_on_tick_tuples_as_a_drpc_step(
+    plain_executor: str,
+) -> None:
+    """pystorm's BatchingBolt holds a request's tuples until the second tick tuple
+    (``topology.tick.tuple.freq.secs``), then emits and acks them: the step finishes the
+    request only once they are acked. On the executors whose tasks live between two
+    ticks (a job per batch has none)."""
+    builder = LinearDRPCTopologyBuilder("batched")
+    builder.add_bolt(PystormBolt("batched", conf={TOPOLOGY_TICK_TUPLE_FREQ_SECS: 0.05}), 2)
+    with LocalDRPC(executor=plain_executor, timeout=30.0) as drpc:
+        drpc.register(builder)
+        assert drpc.execute("batched", "hello") == "hello!"
+        futures = [drpc.submit("batched", f"call{i}") for i in range(10)]
+        assert [f.result(timeout=30) for f in futures] == [f"call{i}!" for i in range(10)]

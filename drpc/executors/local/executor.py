@@ -76,6 +76,7 @@ from drpc.executors.local.gathering import (
     idle_giveups,
 )
 from drpc.executors.local.messages import (
+    TICK_TUPLE,
     Abandon,
     Message,
     Outbox,
@@ -263,6 +264,9 @@ class LocalExecutor(Turns):
         self.timer.start()
         self.running = True
         self.timer.schedule(self.tick_interval, self._tick)
+        for bolt in self.bolt_tasks:
+            if bolt.tick_every is not None:
+                self._schedule_tick_tuple(bolt, bolt.tick_every)
         for spout in self.spout_tasks:
             try:
                 spout.open()
@@ -619,6 +623,14 @@ class LocalExecutor(Turns):
                 spout.root_done(root, failure)
                 failed += 1
         return failed
+
+    def _schedule_tick_tuple(self, bolt: BoltTask, every: float) -> None:
+        def due() -> None:
+            if self.running:
+                self.post(bolt, TICK_TUPLE)
+                self._schedule_tick_tuple(bolt, every)
+
+        self.timer.schedule(every, due)
 
     def fail_in_flight(self, failure: Failure) -> int:
         """Fail every tree this engine's spouts wait for, on the spouts' own turns, while

@@ -152,6 +152,15 @@ class Tick(Value):
         self.now = now
 
 
+class TickTuple(Value):
+    """Time for a bolt task's tick tuple (``topology.tick.tuple.freq.secs``)."""
+
+    __slots__ = ()
+
+
+TICK_TUPLE: Final = TickTuple()
+
+
 class Next(Value):
     __slots__ = ()
 
@@ -168,6 +177,7 @@ Message = (
     | RootDone
     | Abandon
     | Tick
+    | TickTuple
     | Next
 )
 

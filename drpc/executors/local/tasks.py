@@ -48,12 +48,15 @@ from drpc.executors.local.messages import (
     Outbox,
     ReportMessage,
     Tick,
+    TickTuple,
     TupleMessage,
     fold_reports,
 )
 from drpc.executors.local.spans import HANDLING, StepRecorder
 from drpc.executors.task import DATA, ID, TaskCore, TaskEffects
 from drpc.logs import pop_context, push_context
+from drpc.model.components import BaseBasicBolt, BaseRichBolt
+from drpc.model.streams import SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, TICK_FIELDS
 from drpc.model.topology import ComponentSpec
 from drpc.model.tuples import Tuple
 from drpc.semantics.acker import new_edge_id
@@ -83,12 +86,18 @@ class BoltTask(Actor):
         self.component_id = spec.id
         self.task_id = task_id
         self.name = f"{spec.id}[{task_id}]"
+        conf = task_conf(engine, spec)
         self.core = TaskCore(
             engine.topology,
             spec.id,
             task_id,
-            conf=task_conf(engine, spec),
+            conf=conf,
             effects=BoltEffects(self),
+        )
+        # Storm's tick tuples, for the bolts that live across tuples (not batch bolts)
+        tick = conf[config.TOPOLOGY_TICK_TUPLE_FREQ_SECS]
+        self.tick_every: float | None = (
+            tick if isinstance(spec.user_component, (BaseBasicBolt, BaseRichBolt)) else None
         )
         self.lock = self.core.lock
         # bound once: compiled, ``lock.acquire()`` would look the method up at every turn
@@ -237,6 +246,15 @@ class BoltTask(Actor):
             self.abandon_root(message.root)
         elif isinstance(message, Tick):
             self.tick(message.now)
+        elif isinstance(message, TickTuple):
+            self.tick_tuple()
+
+    def tick_tuple(self) -> None:
+        """Execute a tick tuple: untracked, outside any DRPC step's coordination."""
+        tick = Tuple(
+            [self.tick_every], TICK_FIELDS, SYSTEM_COMPONENT_ID, SYSTEM_TICK_STREAM_ID, -1, {}
+        )
+        self.core.execute(tick)
 
     def _handle_traced(self, message: Tuple | ReportMessage) -> None:
         spans = self.engine.recorder
