@@ -12,6 +12,8 @@ makes a drpc ``TopologyBuilder`` of it, a plain topology for ``drpc.topologies``
   streamparse.run MODULE.CLASS`` with this interpreter and ``src/`` on ``PYTHONPATH``;
   any other as its command and script. It is a ``ShellSpout`` or ``ShellBolt``
   declaring the spec's streams (their fields, direct or not);
+- with ``in_process``, the project's Python components run inside the tasks instead
+  (``drpc.inprocess``: their own pystorm code, without a subprocess or JSON);
 - ``par`` is the component's parallelism and ``config`` its configuration;
 - groupings map one to one: shuffle, fields, global (fields of none), all, none,
   direct and local-or-shuffle.
@@ -33,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from drpc.errors import SparseProjectError
+from drpc.inprocess import InProcessBolt, InProcessSpout
+from drpc.model.components import BaseRichSpout
 from drpc.model.fields import Fields
 from drpc.model.streams import OutputFieldsDeclarer
 from drpc.model.topology import BoltDeclarer, TopologyBuilder
@@ -132,8 +136,8 @@ class SparseProject:
             )
         return found[0]
 
-    def builder(self, name: str) -> TopologyBuilder:
-        return as_builder(self.topology(name), self.src)
+    def builder(self, name: str, *, in_process: bool = False) -> TopologyBuilder:
+        return as_builder(self.topology(name), self.src, in_process=in_process)
 
 
 def _command(spec: Any, src: Path) -> tuple[list[str], dict[str, str]]:
@@ -182,21 +186,38 @@ def _subscribe(declarer: BoltDeclarer, spec: Any) -> None:
             )
 
 
-def as_builder(topology: Any, src: str | os.PathLike[str]) -> TopologyBuilder:
-    """A drpc ``TopologyBuilder`` of a ``streamparse.Topology`` class (see the module doc)."""
+def _component(spec: Any, src: Path, in_process: bool) -> Any:
+    """The drpc spout or bolt that runs ``spec`` (see the module doc)."""
+    command, env = _command(spec, src)
+    streams = _streams(spec)
+    spout = "Spout" in type(spec).__name__
+    if in_process and command[1:3] == ["-m", "streamparse.run"]:
+        declared = {stream.name: (stream.fields, stream.direct) for stream in streams}
+        if spout:
+            return InProcessSpout(command[3], declared, str(src))
+        return InProcessBolt(command[3], declared, str(src))
+    if spout:
+        return SparseShellSpout(*command, cwd=str(src), env=env, streams=streams)
+    return SparseShellBolt(*command, cwd=str(src), env=env, streams=streams)
+
+
+def as_builder(
+    topology: Any, src: str | os.PathLike[str], *, in_process: bool = False
+) -> TopologyBuilder:
+    """A drpc ``TopologyBuilder`` of a ``streamparse.Topology`` class (see the module doc);
+    ``in_process``: the project's Python components run in the tasks
+    (``drpc.inprocess``), not as subprocesses."""
     src_dir = Path(src).resolve()
     builder = TopologyBuilder()
     for spec in topology.specs:
-        command, env = _command(spec, src_dir)
-        settings: dict[str, Any] = {"cwd": str(src_dir), "env": env, "streams": _streams(spec)}
+        component = _component(spec, src_dir, in_process)
         conf = spec.config or {}
         if isinstance(conf, str):  # streamparse keeps a component's config as JSON text
             conf = json.loads(conf)
-        if "Spout" in type(spec).__name__:
-            spout = builder.set_spout(spec.name, SparseShellSpout(*command, **settings), spec.par)
-            spout.add_configurations(conf)
+        if isinstance(component, BaseRichSpout):
+            builder.set_spout(spec.name, component, spec.par).add_configurations(conf)
             continue
-        bolt = builder.set_bolt(spec.name, SparseShellBolt(*command, **settings), spec.par)
+        bolt = builder.set_bolt(spec.name, component, spec.par)
         bolt.add_configurations(conf)
         _subscribe(bolt, spec)
     return builder

@@ -3,14 +3,15 @@ on Storm.
 
 Usage, from the project's directory (the one holding ``config.json``)::
 
-    drpc-sparse run -n NAME [--project DIR] [--executor local|spark] [--seconds N]
+    drpc-sparse run -n NAME [--project DIR] [--in-process] [--executor local|spark] [--seconds N]
         [--conf KEY=VALUE ...] [--stats-every S] [--json]
     drpc-sparse list [--project DIR]
 
 ``run`` builds ``topologies/NAME.py`` into a plain drpc topology (``drpc.sparse``: its
 Python components as multilang subprocesses through pystorm, as on Storm) and runs it
 as ``drpc-topology run`` does (``drpc.topology_cli``): until SIGINT or SIGTERM, or for
-``--seconds``, each component's figures on stderr, the last ones on stdout. ``-n`` may
+``--seconds``, each component's figures on stderr, the last ones on stdout;
+``--in-process`` runs the Python components inside the tasks (``drpc.inprocess``). ``-n`` may
 be left out when the project has one topology. ``list`` prints the project's
 topologies. A project or topology that cannot run (a missing file, a Java component, a
 custom grouping) is one line on stderr and exit status 2.
@@ -42,6 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--project", default=".", metavar="DIR", help="the project (default: this directory)"
     )
+    run.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the project's Python components inside the tasks (their pystorm code, "
+        "without a subprocess each)",
+    )
     add_run_arguments(run)
     listing = commands.add_parser("list", help="list the project's topologies")
     listing.add_argument(
@@ -60,7 +67,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             if len(names) != 1:
                 parser.error(f"the project has {len(names)} topologies: name one with -n")
             name = names[0]
-        topology = project.builder(name).create_topology(name)
+        topology = project.builder(name, in_process=args.in_process).create_topology(name)
     except (SparseProjectError, MissingExtraError) as error:
         parser.error(str(error))
     return run_until_stopped("drpc-sparse", topology, name, args, args.executor, spark)

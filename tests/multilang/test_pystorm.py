@@ -17,6 +17,7 @@ from drpc import (
     Tuple,
 )
 from drpc.config import TOPOLOGY_TICK_TUPLE_FREQ_SECS
+from drpc.inprocess import InProcessBolt
 from drpc.testing import LocalDRPC
 from tests.multilang.bolts import PystormBolt
 
@@ -78,3 +79,19 @@ def test_a_pystorm_batching_bolt_flushes_on_tick_tuples_as_a_drpc_step(
         assert drpc.execute("batched", "hello") == "hello!"
         futures = [drpc.submit("batched", f"call{i}") for i in range(10)]
         assert [f.result(timeout=30) for f in futures] == [f"call{i}!" for i in range(10)]
+
+
+def test_a_pystorm_bolt_runs_in_the_task_as_a_drpc_step(drpc: LocalDRPC) -> None:
+    """The same bolt in-process (``drpc.inprocess``): its own pystorm code, no subprocess;
+    its exception fails the call with the reported error and the bolt serves on."""
+    builder = LinearDRPCTopologyBuilder("in-process")
+    streams = {"default": (("id", "result"), False)}
+    builder.add_bolt(InProcessBolt("tests.multilang.pystorm_bolts.Exclaim", streams, None), 2)
+    drpc.register(builder)
+    assert drpc.execute("in-process", "hello") == "hello!"
+    with pytest.raises(DRPCExecutionException) as failed:
+        drpc.execute("in-process", "fail")
+    assert failed.value.type is DRPCExceptionType.FAILED_REQUEST
+    assert "ValueError: pystorm bolt refuses 'fail'" in failed.value.msg
+    futures = [drpc.submit("in-process", f"call{i}") for i in range(20)]
+    assert [f.result(timeout=30) for f in futures] == [f"call{i}!" for i in range(20)]

@@ -57,12 +57,13 @@ def project(quickstart: Path, tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.mark.parametrize("in_process", [False, True], ids=["subprocess", "in-process"])
 def test_the_quickstart_counts_its_words_on_each_executor(
-    plain_executor: str, project: Path
+    plain_executor: str, project: Path, in_process: bool
 ) -> None:
     sparse = SparseProject(project)
     assert sparse.names() == ["wordcount"]
-    builder = sparse.builder("wordcount")
+    builder = sparse.builder("wordcount", in_process=in_process)
     with LocalCluster(plain_executor) as cluster:
         cluster.submit_topology("wordcount", None, builder)
 
