@@ -14,10 +14,13 @@ process's), with ``env`` added to that process's environment.
   acks and fails through the task's collector (a value it emits equal to its first
   anchor's at the same position, a subclass's instance there, is the anchor's: a DRPC
   request id keeps its pinned reads, ``kept_from_anchors``; ``drpc.multilang.
-  bolt_protocol`` has the protocol's rules). Subprocess ``log`` messages go to the logger
-  ``drpc.multilang.<component id>`` at their level (trace is 5, below debug), and so do
-  its stderr lines (info); ``error`` goes to the collector's ``report_error`` as a
-  ``ShellReportedError``; ``metrics`` calls ``update_metric(name, params)``.
+  bolt_protocol`` has the protocol's rules). In a transactional topology the batch's
+  ``TransactionAttempt`` (field 0) goes out as ``"txid:attempt_id"``, Storm's JSON of it,
+  and comes back as the attempt when the subprocess emits it anchored. Subprocess ``log``
+  messages go to the logger ``drpc.multilang.<component id>`` at their level (trace is
+  5, below debug), and so do its stderr lines (info); ``error`` goes to the collector's
+  ``report_error`` as a ``ShellReportedError``; ``metrics`` calls
+  ``update_metric(name, params)``.
 - Faults: a subprocess that exits (``ShellProcessExitedError``), writes nothing, not
   even a heartbeat's ``sync``, for ``heartbeat_timeout`` seconds
   (``ShellHeartbeatTimeoutError``; default: the conf's ``topology.subprocess.timeout.secs``,
@@ -78,6 +81,7 @@ from drpc.multilang.decisions import (
 from drpc.multilang.handshake import setup_message
 from drpc.multilang.process import DEFAULT_STDERR_TAIL_BYTES, ShellProcess
 from drpc.multilang.wire import DEFAULT_MAX_MESSAGE_BYTES
+from drpc.transactional.attempt import TransactionAttempt
 
 SUBPROCESS_TIMEOUT_CONF: Final = "topology.subprocess.timeout.secs"
 WORKER_TIMEOUT_CONF: Final = "supervisor.worker.timeout.secs"
@@ -103,20 +107,36 @@ def heartbeat_timeout_of(conf: Conf, given: float | None) -> float:
     return DEFAULT_HEARTBEAT_TIMEOUT
 
 
+def wire_values(values: list[Any]) -> list[Any]:
+    """What the subprocess gets for a tuple's values: a transactional batch's
+    ``TransactionAttempt`` (field 0) as Storm's JSON writes it, ``"txid:attempt_id"``
+    (``kept_from_anchors`` turns it back)."""
+    if values and isinstance(values[0], TransactionAttempt):
+        return [str(values[0]), *values[1:]]
+    return values
+
+
 def kept_from_anchors(values: list[Any], anchors: list[Tuple]) -> list[Any]:
     """``values`` with each one that equals the first anchor's value at its position, and
     whose anchor's value is of a subclass of its type, replaced by the anchor's: JSON
     carries a DRPC request id as a plain int, and the engine's id is a ``PinnedRequest``
-    whose pinned reads the steps after this one must keep."""
+    whose pinned reads the steps after this one must keep. Likewise a value equal to the
+    wire form of the anchor's ``TransactionAttempt`` (``wire_values``) becomes the attempt,
+    so what the subprocess emits stays in its batch."""
     if not anchors:
         return values
     before = anchors[0].values
     return [
         before[at]
         if at < len(before)
-        and type(before[at]) is not type(value)
-        and isinstance(before[at], type(value))
-        and before[at] == value
+        and (
+            (
+                type(before[at]) is not type(value)
+                and isinstance(before[at], type(value))
+                and before[at] == value
+            )
+            or (isinstance(before[at], TransactionAttempt) and value == str(before[at]))
+        )
         else value
         for at, value in enumerate(values)
     ]
@@ -237,7 +257,7 @@ class _BoltShell:
                     tuple.source_component,
                     tuple.source_stream,
                     tuple.source_task,
-                    tuple.values,
+                    wire_values(tuple.values),
                 )
             )
         self._carry_out(later, generation)

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,10 +29,18 @@ from drpc import (
     Tuple,
 )
 from drpc.errors import ShellHandshakeError
+from drpc.examples.transactional_global_count import (
+    DATA,
+    GLOBAL_COUNT_MAP,
+    PARTITION_TAKE_PER_BATCH,
+    BatchCount,
+    UpdateGlobalCount,
+)
 from drpc.multilang import ShellBolt
-from drpc.state import StateEnvironment
+from drpc.state import StateEnvironment, TransactionalMap
 from drpc.state.topology import STATE_DIR_CONF
 from drpc.testing import LocalDRPC
+from drpc.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder, run
 from tests.multilang.bolts import NODE, JsExclaim, PyExclaim
 from tests.topologies.bolts import EmitN, Identity
 
@@ -337,3 +346,25 @@ def test_a_shell_bolt_is_one_branch_of_a_dag_step(drpc: LocalDRPC) -> None:
     drpc.register(builder.create_topology())
     assert drpc.execute("shell-diamond", "3") == "0,0!,1,1!,2,2!"
     assert drpc.execute("shell-diamond", "0") == ""  # nothing on either branch: answered
+
+
+@pytest.mark.timeout(120)
+def test_a_shell_bolt_in_a_transactional_topology_keeps_its_tuples_in_their_batch(
+    tx_executor: str, tmp_path: Path
+) -> None:
+    """storm-starter's global count with a multilang step between the spout and the batch
+    count: the attempt crosses as "txid:attempt_id" and comes back as the attempt, so
+    every word is counted in its batch, exactly once."""
+    spout = MemoryTransactionalSpout(DATA, Fields("word"), PARTITION_TAKE_PER_BATCH)
+    builder = TransactionalTopologyBuilder("shell-count", "spout", spout, 3)
+    builder.set_bolt("exclaim", PyExclaim(), 2).shuffle_grouping("spout")
+    builder.set_bolt("partial-count", BatchCount(), 3).none_grouping("exclaim")
+    builder.set_bolt("sum", UpdateGlobalCount()).global_grouping("partial-count")
+    state_dir = tmp_path / "state"
+    result = run(builder, state_dir=str(state_dir), executor=tx_executor)
+    assert [commit.txid for commit in result.commits] == [1, 2, 3, 4]
+    env = StateEnvironment.open(str(state_dir))
+    try:
+        assert TransactionalMap(env, GLOBAL_COUNT_MAP).get("count") == 19
+    finally:
+        env.close()
