@@ -10,7 +10,8 @@ batch=100, claim_idle=30.0, username=None, password=None, tls=None)``:
 - ``next_tuple`` emits, in this order: an entry whose tree failed (again, with the
   values it had); entries another consumer has held unacknowledged for ``claim_idle``
   seconds (``XAUTOCLAIM``, looked for at most every ``claim_idle / 4`` seconds: the
-  entries of a spout process that died); up to ``batch`` new entries
+  entries of a spout process that died; a Redis before 6.2 cannot, which is logged once);
+  up to ``batch`` new entries
   (``XREADGROUP``). Each goes out with its entry id as message id and its fields, in
   the order of ``fields`` (a field the entry lacks is None; values are text).
 - ``ack`` acknowledges the entry in Redis (``XACK``); until then it stays in the
@@ -103,6 +104,7 @@ class RedisStreamsSpout(BaseRichSpout):
         self.failed: deque[str] = deque()
         self.unsent_acks: list[str] = []
         self.next_claim = 0.0
+        self.claiming = True
         self.away_since: float | None = None
         self.errors = transient_errors()
 
@@ -147,17 +149,9 @@ class RedisStreamsSpout(BaseRichSpout):
                 if values is not None:
                     self.collector.emit(values, msg_id=entry)
                 return
-            if time.monotonic() >= self.next_claim:
+            if self.claiming and time.monotonic() >= self.next_claim:
                 self.next_claim = time.monotonic() + self.claim_idle / 4
-                claimed = client.xautoclaim(
-                    self.stream,
-                    self.group,
-                    self.consumer,
-                    min_idle_time=int(self.claim_idle * 1000),
-                    start_id="0-0",
-                    count=self.batch,
-                )
-                if self._emit(claimed[1]):
+                if self._emit(self._claimed(client)):
                     return
             read = client.xreadgroup(
                 self.group, self.consumer, {self.stream: ">"}, count=self.batch
@@ -166,6 +160,31 @@ class RedisStreamsSpout(BaseRichSpout):
                 self._emit(entries)
         except self.errors as error:
             self._lost(error)
+
+    def _claimed(self, client: Any) -> list[Any]:
+        """Entries other consumers held past ``claim_idle``, now this one's."""
+        try:
+            claimed = client.xautoclaim(
+                self.stream,
+                self.group,
+                self.consumer,
+                min_idle_time=int(self.claim_idle * 1000),
+                start_id="0-0",
+                count=self.batch,
+            )
+        except self.errors:
+            raise
+        except Exception as error:
+            if "unknown command" not in str(error).lower():
+                raise
+            self.claiming = False  # a Redis before 6.2 has no XAUTOCLAIM
+            log.warning(
+                "%s cannot claim the entries of dead consumers (%s): they stay pending",
+                self.settings.description,
+                error,
+            )
+            return []
+        return list(claimed[1])
 
     def _emit(self, entries: Iterable[Any]) -> bool:
         emitted = False
