@@ -40,8 +40,7 @@ from drpc.model.components import (
     SpoutOutputCollector,
 )
 from drpc.model.context import TopologyContext
-from drpc.model.fields import Fields
-from drpc.model.streams import OutputFieldsDeclarer
+from drpc.model.streams import GivenStreams, StreamInfo
 from drpc.model.tuples import Tuple
 from drpc.multilang.bolt import logger_for
 from drpc.multilang.bolt_protocol import reported_error
@@ -69,10 +68,8 @@ def made(cls: type) -> Any:
 class _Translator:
     """What a pystorm component writes to Storm, done here (see the module doc)."""
 
-    def __init__(self, name: str, task: int) -> None:
+    def __init__(self, name: str) -> None:
         self.log = logger_for(name)
-        self.name = name
-        self.task = task
         self.task_ids: deque[list[int]] = deque()
         self.reported: str | None = None
 
@@ -111,19 +108,13 @@ class _Translator:
         raise NotImplementedError
 
 
-class _InProcess:
+class _InProcess(GivenStreams):
     """What both sides share: the target, its streams and where it is imported from."""
 
-    def __init__(
-        self, target: str, streams: dict[str, tuple[tuple[str, ...], bool]], path: str | None
-    ) -> None:
+    def __init__(self, target: str, streams: dict[str, StreamInfo], path: str | None) -> None:
         self.target = target
         self.streams = streams
         self.path = path
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        for stream, (fields, direct) in self.streams.items():
-            declarer.declare_stream(stream, Fields(*fields), direct=direct)
 
 
 class InProcessBolt(_InProcess, BaseRichBolt):
@@ -169,7 +160,7 @@ class InProcessBolt(_InProcess, BaseRichBolt):
 
 class _BoltTranslator(_Translator):
     def __init__(self, bolt: InProcessBolt, context: TopologyContext) -> None:
-        super().__init__(context.this_component_id, context.this_task_id)
+        super().__init__(context.this_component_id)
         self.bolt = bolt
 
     def emit(self, message: dict[str, Any]) -> None:
@@ -238,7 +229,7 @@ class InProcessSpout(_InProcess, BaseRichSpout):
 
 class _SpoutTranslator(_Translator):
     def __init__(self, spout: InProcessSpout, context: TopologyContext) -> None:
-        super().__init__(context.this_component_id, context.this_task_id)
+        super().__init__(context.this_component_id)
         self.spout = spout
 
     def emit(self, message: dict[str, Any]) -> None:

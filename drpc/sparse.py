@@ -30,7 +30,6 @@ import importlib.util
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from drpc.errors import SparseProjectError
 from drpc.inprocess import InProcessBolt, InProcessSpout
 from drpc.model.components import BaseRichSpout
 from drpc.model.fields import Fields
-from drpc.model.streams import OutputFieldsDeclarer
+from drpc.model.streams import GivenStreams, StreamInfo
 from drpc.model.topology import BoltDeclarer, TopologyBuilder
 from drpc.multilang import ShellBolt, ShellSpout
 from drpc.transactional.brokers import require
@@ -47,40 +46,20 @@ PYTHON_COMPONENT = "streamparse_run"
 """The command streamparse gives its Python components."""
 
 
-@dataclass(frozen=True)
-class Stream:
-    """One output stream of a component: its fields, and whether it is direct."""
-
-    name: str
-    fields: tuple[str, ...]
-    direct: bool = False
-
-
-def _declare(declarer: OutputFieldsDeclarer, streams: tuple[Stream, ...]) -> None:
-    for stream in streams:
-        declarer.declare_stream(stream.name, Fields(*stream.fields), direct=stream.direct)
-
-
-class SparseShellSpout(ShellSpout):
+class SparseShellSpout(GivenStreams, ShellSpout):
     """A streamparse spout run as a multilang subprocess."""
 
-    def __init__(self, *command: str, streams: tuple[Stream, ...], **settings: Any) -> None:
+    def __init__(self, *command: str, streams: dict[str, StreamInfo], **settings: Any) -> None:
         super().__init__(*command, **settings)
         self.streams = streams
 
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        _declare(declarer, self.streams)
 
-
-class SparseShellBolt(ShellBolt):
+class SparseShellBolt(GivenStreams, ShellBolt):
     """A streamparse bolt run as a multilang subprocess."""
 
-    def __init__(self, *command: str, streams: tuple[Stream, ...], **settings: Any) -> None:
+    def __init__(self, *command: str, streams: dict[str, StreamInfo], **settings: Any) -> None:
         super().__init__(*command, **settings)
         self.streams = streams
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        _declare(declarer, self.streams)
 
 
 class SparseProject:
@@ -154,11 +133,11 @@ def _command(spec: Any, src: Path) -> tuple[list[str], dict[str, str]]:
     return [shell.execution_command, shell.script], {}
 
 
-def _streams(spec: Any) -> tuple[Stream, ...]:
-    return tuple(
-        Stream(name, tuple(info.output_fields), bool(info.direct))
+def _streams(spec: Any) -> dict[str, StreamInfo]:
+    return {
+        name: StreamInfo(Fields(*info.output_fields), bool(info.direct))
         for name, info in sorted(spec.outputs.items())
-    )
+    }
 
 
 def _subscribe(declarer: BoltDeclarer, spec: Any) -> None:
@@ -192,10 +171,9 @@ def _component(spec: Any, src: Path, in_process: bool) -> Any:
     streams = _streams(spec)
     spout = "Spout" in type(spec).__name__
     if in_process and command[1:3] == ["-m", "streamparse.run"]:
-        declared = {stream.name: (stream.fields, stream.direct) for stream in streams}
         if spout:
-            return InProcessSpout(command[3], declared, str(src))
-        return InProcessBolt(command[3], declared, str(src))
+            return InProcessSpout(command[3], streams, str(src))
+        return InProcessBolt(command[3], streams, str(src))
     if spout:
         return SparseShellSpout(*command, cwd=str(src), env=env, streams=streams)
     return SparseShellBolt(*command, cwd=str(src), env=env, streams=streams)

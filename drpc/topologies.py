@@ -106,18 +106,17 @@ class _Running:
 
     def figures(self) -> list[TaskFigures]:
         engine = self.driver_engine()
-        figures = [] if engine is None else engine_figures(engine)
+        driver = [] if engine is None else engine_figures(engine)
         deployment, cluster = self.deployment, self.cluster
         if deployment is None or not cluster.serving(deployment):
-            return figures  # restarting: no resident task to ask (see the module doc)
+            return driver  # restarting: no resident task to ask (see the module doc)
         try:
             calls = [cluster.call(node, share_figures, deployment.key) for node in cluster.workers]
-            for call in calls:
-                figures += call.result(timeout=STATS_TIMEOUT)
+            resident = [figure for call in calls for figure in call.result(timeout=STATS_TIMEOUT)]
         except (DRPCError, TimeoutError) as error:
             log.debug("the resident tasks' figures of %r are left out: %s", self.name, error)
-            return [] if engine is None else engine_figures(engine)
-        return figures
+            return driver
+        return driver + resident
 
     def hold(self) -> None:
         engine = self.driver_engine()

@@ -43,6 +43,18 @@ class StreamInfo:
     direct: bool = False
 
 
+class GivenStreams:
+    """A component whose output streams are given when it is made (``streams``: each
+    stream's ``StreamInfo`` by name) rather than declared by code of its own: a
+    streamparse or pystorm component (``drpc.sparse``, ``drpc.inprocess``)."""
+
+    streams: dict[str, StreamInfo]
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        for name, info in self.streams.items():
+            declarer.declare_stream(name, info.fields, direct=info.direct)
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class GlobalStreamId:
     """A stream of a component: ``GlobalStreamId("bolt0", "default")``."""

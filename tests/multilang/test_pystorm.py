@@ -6,40 +6,19 @@ from __future__ import annotations
 import pytest
 
 from drpc import (
-    BaseBatchBolt,
-    BatchOutputCollector,
     DRPCExceptionType,
     DRPCExecutionException,
     Fields,
     LinearDRPCTopologyBuilder,
-    OutputFieldsDeclarer,
-    TopologyContext,
-    Tuple,
 )
 from drpc.config import TOPOLOGY_TICK_TUPLE_FREQ_SECS
 from drpc.inprocess import InProcessBolt
+from drpc.model.streams import StreamInfo
 from drpc.testing import LocalDRPC
 from tests.multilang.bolts import PystormBolt
+from tests.topologies.bolts import CountPerRequest
 
 pytestmark = pytest.mark.timeout(90)
-
-
-class CountWords(BaseBatchBolt):
-    """Counts the words of one request (a coordinated batch bolt after the pystorm step)."""
-
-    def prepare(
-        self, conf: dict, context: TopologyContext, collector: BatchOutputCollector, id: object
-    ) -> None:
-        self.collector, self.id, self.count = collector, id, 0
-
-    def execute(self, tuple: Tuple) -> None:
-        self.count += 1
-
-    def finish_batch(self) -> None:
-        self.collector.emit([self.id, self.count])
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(Fields("id", "count"))
 
 
 def test_a_pystorm_bolt_is_a_drpc_step(drpc: LocalDRPC) -> None:
@@ -59,7 +38,7 @@ def test_a_pystorm_bolt_is_a_drpc_step(drpc: LocalDRPC) -> None:
 def test_a_pystorm_bolts_emits_are_counted_by_the_next_coordinated_step(drpc: LocalDRPC) -> None:
     builder = LinearDRPCTopologyBuilder("count-words")
     builder.add_bolt(PystormBolt("words", ("id", "word")), 2)
-    builder.add_bolt(CountWords(), 2).fields_grouping(Fields("id"))
+    builder.add_bolt(CountPerRequest(), 2).fields_grouping(Fields("id"))
     drpc.register(builder)
     assert drpc.execute("count-words", "the cow jumped over the moon") == "6"
     assert drpc.execute("count-words", "") == "0"
@@ -85,7 +64,7 @@ def test_a_pystorm_bolt_runs_in_the_task_as_a_drpc_step(drpc: LocalDRPC) -> None
     """The same bolt in-process (``drpc.inprocess``): its own pystorm code, no subprocess;
     its exception fails the call with the reported error and the bolt serves on."""
     builder = LinearDRPCTopologyBuilder("in-process")
-    streams = {"default": (("id", "result"), False)}
+    streams = {"default": StreamInfo(Fields("id", "result"))}
     builder.add_bolt(InProcessBolt("tests.multilang.pystorm_bolts.Exclaim", streams, None), 2)
     drpc.register(builder)
     assert drpc.execute("in-process", "hello") == "hello!"
