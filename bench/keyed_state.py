@@ -195,15 +195,9 @@ def bench_drpc(
 def structured_streaming(stream_dir: Path, warm_dir: Path, work: Path) -> dict[str, Any]:
     """Structured Streaming over ``stream_dir`` in a process of its own, after a warm-up
     over ``warm_dir`` there (see the module doc)."""
-    child = subprocess.run(
-        [sys.executable, __file__, "--streaming-child", str(stream_dir), str(warm_dir), str(work)],
-        capture_output=True,
-        text=True,
-        check=False,
+    return procs.child_result(
+        "the Structured Streaming run", __file__, "--streaming-child", stream_dir, warm_dir, work
     )
-    if child.returncode != 0:
-        raise RuntimeError(f"the Structured Streaming run failed: {child.stderr[-3000:]}")
-    return dict(json.loads(child.stdout.splitlines()[-1]))
 
 
 def streaming_child(stream_dir: Path, warm_dir: Path, work: Path) -> None:

@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from bench import procs  # noqa: E402
 from drpc import (  # noqa: E402
     BaseRichSpout,
     Fields,
@@ -195,15 +195,9 @@ def structured_streaming(work: Path, sentences: int, per_file: int) -> dict[str,
     stream_dir, warm_dir = work / "stream", work / "warm"
     write_stream(stream_dir, sentences, per_file)
     write_stream(warm_dir, min(sentences, 2 * per_file), per_file)
-    child = subprocess.run(
-        [sys.executable, __file__, "--streaming-child", str(stream_dir), str(warm_dir), str(work)],
-        capture_output=True,
-        text=True,
-        check=False,
+    result = procs.child_result(
+        "the Structured Streaming run", __file__, "--streaming-child", stream_dir, warm_dir, work
     )
-    if child.returncode != 0:
-        raise RuntimeError(f"the Structured Streaming run failed: {child.stderr[-3000:]}")
-    result = dict(json.loads(child.stdout.splitlines()[-1]))
     if result["sentences"] != sentences:
         raise RuntimeError(f"Structured Streaming read {result['sentences']} of {sentences}")
     result["words_per_s"] = words_of(sentences) / result["seconds"]

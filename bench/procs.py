@@ -21,15 +21,22 @@ it out, values read 0.
   not Java (a worker started without the daemon, a helper, a zombie).
 - ``status_kib(pid, key)``: a ``/proc/PID/status`` figure in KiB (``VmRSS``,
   ``VmHWM``); ``open_fds(pid)``: how many descriptors the process holds.
+- ``child_result(what, script, *args)``: run ``python script *args`` in a process of its
+  own (a benchmark side that needs its own Spark session) and return the JSON object it
+  printed last; ``RuntimeError`` naming ``what`` and the tail of its stderr if it failed.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PROC = Path("/proc")
@@ -187,3 +194,16 @@ def open_fds(pid: int) -> int:
         return len(os.listdir(PROC / str(pid) / "fd"))
     except OSError:
         return 0
+
+
+def child_result(what: str, script: str | Path, *args: str | Path) -> dict[str, Any]:
+    """The JSON object ``python script *args`` printed last (see the module doc)."""
+    child = subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if child.returncode != 0:
+        raise RuntimeError(f"{what} failed: {child.stderr[-3000:]}")
+    return dict(json.loads(child.stdout.splitlines()[-1]))

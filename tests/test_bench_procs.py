@@ -1,4 +1,5 @@
-"""bench/procs.py: CPU of processes and threads, the process tree, a Spark JVM's Python."""
+"""bench/procs.py: CPU of processes and threads, the process tree, a Spark JVM's Python, and a
+benchmark side run in a process of its own."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bench import procs
 
@@ -77,3 +80,19 @@ def test_a_spark_jvm_s_daemon_and_the_task_processes_it_forked(spark_session: An
     assert jvm not in python.daemons + python.tasks + python.others
     daemon_commands = [procs.cmdline(daemon) for daemon in python.daemons]
     assert all(procs.cmdline(task) in daemon_commands for task in python.tasks)  # forked
+
+
+def test_a_child_result_is_the_json_it_printed_last_and_a_failure_names_it(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "side.py"
+    script.write_text(
+        "import json, sys\n"
+        "if sys.argv[1] == 'fail':\n"
+        "    sys.exit('the side broke')\n"
+        "print('warming up')\n"
+        "print(json.dumps({'rate': float(sys.argv[1])}))\n"
+    )
+    assert procs.child_result("the side", script, "2.5") == {"rate": 2.5}
+    with pytest.raises(RuntimeError, match="the side failed: the side broke"):
+        procs.child_result("the side", script, "fail")
