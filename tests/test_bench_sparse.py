@@ -18,3 +18,7 @@ def test_both_ways_count_words_of_the_quickstart_project(tmp_path: Path) -> None
     assert (project / "topologies" / "wordcount.py").is_file()
     for in_process in (False, True):
         assert sparse.words_per_second(project, in_process, "local", 0.3) > 0
+
+
+def test_the_plain_python_limit_counts_words() -> None:
+    assert sparse.plain_python_words_per_second(0.05) > 10_000
