@@ -122,32 +122,26 @@ def as_transactional(value: Any, source: str = "value") -> Topology:
     return topology
 
 
-def as_drpc(value: Any, source: str = "value") -> Topology:
-    """``as_topology`` for a topology serving a DRPC function; ValueError naming ``source``
-    otherwise (a transactional topology is run with ``--transactional`` or
-    ``drpc-transactional run``, not served as a function)."""
+def as_hosted(value: Any, source: str = "value") -> Topology:
+    """``as_topology`` for what a server or runner hosts beside its runs: a DRPC function
+    or a plain topology (``drpc.topologies``); ValueError naming ``source`` for a
+    transactional one (run with ``--transactional`` or ``drpc-transactional run``)."""
     topology = as_topology(value, source)
     if topology.transactional is not None:
         raise ValueError(
             f"{source} is a transactional topology, not a DRPC function: run it with "
             "--transactional (drpc-server) or drpc-transactional run"
-        )
-    if topology.drpc_function is None:
-        raise ValueError(
-            f"{source} serves no DRPC function (build it with LinearDRPCTopologyBuilder)"
         )
     return topology
 
 
-def as_hosted(value: Any, source: str = "value") -> Topology:
-    """``as_topology`` for what a server or runner hosts beside its runs: a DRPC function
-    or a plain topology (``drpc.topologies``); ValueError naming ``source`` for a
-    transactional one."""
-    topology = as_topology(value, source)
-    if topology.transactional is not None:
+def as_drpc(value: Any, source: str = "value") -> Topology:
+    """``as_hosted`` for a topology serving a DRPC function; ValueError naming ``source``
+    otherwise."""
+    topology = as_hosted(value, source)
+    if topology.drpc_function is None:
         raise ValueError(
-            f"{source} is a transactional topology, not a DRPC function: run it with "
-            "--transactional (drpc-server) or drpc-transactional run"
+            f"{source} serves no DRPC function (build it with LinearDRPCTopologyBuilder)"
         )
     return topology
 
