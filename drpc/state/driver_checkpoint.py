@@ -13,16 +13,21 @@ Contract.
   its sequence number (20 digits, so names sort as sequences).
 - ``DriverCheckpoint(store, topology_id)``:
 
-  - ``put(env)`` puts the records as the next sequence when they differ from the last it
-    put (True), else does nothing (False). Then it deletes every record but the newest
-    two. The run puts before its partitions apply a txid (so the batch metadata a replay
-    of that txid needs is durable before any partition holds it) and after the global
-    commit of the txid (so a restarted driver never reads a commit older than one the run
-    reported).
+  - ``put(env, txn=None)`` puts the records as the next sequence when they differ from
+    the last it put (True), else does nothing (False). Then it deletes every record but
+    the newest two. Given ``txn``, a write transaction of ``env``, it puts the records as
+    that write leaves them, before the write commits. The run puts before its partitions
+    apply a txid (so the batch metadata a replay of that txid needs is durable before any
+    partition holds it) and inside the global commit's write of the txid (so the commit is
+    durable before anyone can read it, and a restarted driver never reads a commit older
+    than one the run reported).
   - ``restore(env)``, before the run reads where to resume: when the newest record is
     ahead of the directory's commit record (or the directory has none), it replaces the
     three databases' entries with the record's in one write (``DriverRestore``); a
-    directory at or ahead of the record is kept. It refuses (``StateError``) a record
+    directory at or ahead of the record is kept, and so is one a single commit behind it
+    that keeps maps of its own: its driver stopped between the record's put and the
+    commit's write, and a replay of that txid applies it to those maps (the partitions
+    holding it skip it). It refuses (``StateError``) a record
     whose directory kept maps of its own, whose data the store does not hold, and a
     directory that holds other topologies' commit records, which a replacement would
     drop. A damaged record raises ``CheckpointCorruptError`` naming it.
@@ -85,6 +90,15 @@ def _commit_txid(rows: Writes, topology_id: str) -> int:
     return 0 if stored is None else decode_commit(stored)[0]
 
 
+def _own_maps(rows: Writes) -> list[str]:
+    """The maps a run kept in its state directory, not in partitions (catalog entries)."""
+    return sorted(
+        decode_names(key, 1)[0][0]
+        for key in rows.get(CATALOG_DB, {})
+        if not key.startswith(CATALOG_RECORDS)
+    )
+
+
 class DriverCheckpoint:
     """The driver records of ``topology_id`` in ``store`` (module doc)."""
 
@@ -108,9 +122,9 @@ class DriverCheckpoint:
         found = [name for name in self.store.list(self._folder) if _sequence_of(name) is not None]
         return sorted(found, key=lambda name: _sequence_of(name) or 0)
 
-    def put(self, env: StateEnvironment) -> bool:
-        with env.read_latest() as txn:
-            rows = driver_rows(txn)
+    def put(self, env: StateEnvironment, *, txn: StateTxn | None = None) -> bool:
+        with env.reading(txn) if txn is not None else env.read_latest() as read:
+            rows = driver_rows(read)
         if rows == self._last:
             return False
         sequence = 1 + max((_sequence_of(name) or 0 for name in self._names), default=0)
@@ -151,6 +165,19 @@ class DriverCheckpoint:
             others = sorted(set(CoordinatorState.topologies(env, txn=txn)) - {self.topology_id})
         if here >= txid:
             return None
+        if here == txid - 1 and self._keeps_own_maps(env):
+            log.warning(
+                "transactional topology %r: state directory %s is one commit behind the "
+                "checkpoint store's %s (txid %d): its driver stopped before that commit's "
+                "write; it keeps its own maps, so the run replays txid %d on it",
+                self.topology_id,
+                env.path,
+                name,
+                txid,
+                txid,
+                extra={"topology": self.topology_id},
+            )
+            return None
         self._refuse_unless_restorable(env, name, rows, others)
 
         def replace(txn: StateTxn) -> None:
@@ -180,14 +207,15 @@ class DriverCheckpoint:
         stored = txn.get(COORDINATOR_DB, commit_record_key(self.topology_id))
         return 0 if stored is None else decode_commit(stored)[0]
 
+    @staticmethod
+    def _keeps_own_maps(env: StateEnvironment) -> bool:
+        with env.read_latest() as txn:
+            return bool(_own_maps(driver_rows(txn)))
+
     def _refuse_unless_restorable(
         self, env: StateEnvironment, name: str, rows: Writes, others: list[str]
     ) -> None:
-        own_maps = sorted(
-            decode_names(key, 1)[0][0]
-            for key in rows.get(CATALOG_DB, {})
-            if not key.startswith(CATALOG_RECORDS)
-        )
+        own_maps = _own_maps(rows)
         if own_maps:
             raise StateError(
                 f"the checkpoint store's {name!r} is ahead of state directory {env.path!r}, "

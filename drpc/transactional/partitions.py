@@ -38,8 +38,8 @@ Contract.
   ``CommitFailed`` (the run replays the txid); a lost one ``PartitionLostError`` (the
   run stops). With a ``driver_checkpoint`` (the run has a checkpoint store) a lost
   partition is restored instead, and the driver's records are put in the store before
-  the partitions apply a txid and after its global commit
-  (``drpc.state.driver_checkpoint``).
+  the partitions apply a txid and inside the global commit's write, before it commits:
+  nothing reads a commit the store does not hold (``drpc.state.driver_checkpoint``).
 """
 
 from __future__ import annotations
@@ -521,7 +521,6 @@ class PartitionedCommit:
                     self.machine.abandon(attempt.txid, "the global commit failed")
                     raise
                 self.machine.committed(attempt.txid)
-                self._put_driver_records()  # before the run reports the commit
                 return result
         raise AssertionError(f"the commit of txid {attempt.txid} ended without a decision")
 
@@ -586,7 +585,10 @@ class PartitionedCommit:
                 record_maps(txn, ref.group, outcome.maps)
                 if self._recorded.get(ref) != places[ref]:
                     record_placement(txn, ref.group, ref.index, *places[ref])
-            return self.commit_phase.run(txn, attempt, captured, log_fields, done=done)
+            result = self.commit_phase.run(txn, attempt, captured, log_fields, done=done)
+            if self.driver_checkpoint is not None:  # durable before anyone can read it
+                self.driver_checkpoint.put(self.env, txn=txn)
+            return result
 
         result = self.env.run_write(write, what=what)
         self._recorded.update(places)

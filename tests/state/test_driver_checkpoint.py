@@ -98,6 +98,64 @@ def test_a_directory_at_or_ahead_of_the_store_is_kept(tmp_path: Path) -> None:
     assert restored is not None and last_txid(behind) == 2
 
 
+class DriverStopped(Exception):
+    """The driver died between the store's record and the directory's commit."""
+
+
+def put_then_stop(env: StateEnvironment, records: DriverCheckpoint, txid: int) -> None:
+    """The commit of ``txid`` as the run writes it: the record put inside the write, the
+    write then never committing."""
+    coordinator = CoordinatorState(env, TOPOLOGY, plain_batch_meta=True)
+
+    def record(txn: StateTxn) -> None:
+        coordinator.record_commit(txn, txid)
+        records.put(env, txn=txn)
+        raise DriverStopped
+
+    with pytest.raises(DriverStopped):
+        env.run_write(record, what=f"the commit of {txid}")
+
+
+def test_a_record_put_inside_a_write_holds_the_commit_before_the_directory_does(
+    tmp_path: Path,
+) -> None:
+    store = store_at(tmp_path)
+    env = directory(tmp_path / "driver", 2)
+    records = DriverCheckpoint(store, TOPOLOGY)
+    records.put(env)
+    put_then_stop(env, records, 3)
+    assert records.last_put == (2, 3)  # the store holds txid 3 ...
+    assert last_txid(env) == 2  # ... the directory never did
+    fresh = StateEnvironment.open(str(tmp_path / "elsewhere"))
+    restored = DriverCheckpoint(store, TOPOLOGY).restore(fresh)
+    assert restored is not None and restored.txid == 3
+
+
+def with_totals(env: StateEnvironment) -> StateEnvironment:
+    """``env`` with a map of its own, ``totals``, not in partitions."""
+    env.run_write(
+        lambda txn: TransactionalMap(env, "totals").handle(txn, 2).multi_put({"a": 1}),
+        what="a map of the directory",
+    )
+    return env
+
+
+def test_a_directory_one_commit_behind_keeps_its_own_maps(tmp_path: Path) -> None:
+    store = store_at(tmp_path)
+    env = with_totals(directory(tmp_path / "driver", 2))
+    ahead = with_totals(directory(tmp_path / "ahead", 3))
+    records = DriverCheckpoint(store, TOPOLOGY)
+    put_then_stop(env, records, 3)
+    assert DriverCheckpoint(store, TOPOLOGY).restore(env) is None  # replays 3 on its maps
+    assert last_txid(env) == 2
+    with env.read_latest() as txn:
+        assert TransactionalMap(env, "totals").multi_get(["a"], txn=txn) == [1]
+    # two commits behind is not the stop between a put and its write: refused, as before
+    put_then_stop(ahead, records, 4)
+    with pytest.raises(StateError, match=r"kept maps \['totals'\] in its directory"):
+        DriverCheckpoint(store, TOPOLOGY).restore(env)
+
+
 def test_no_record_in_the_store_restores_nothing(tmp_path: Path) -> None:
     fresh = StateEnvironment.open(str(tmp_path / "fresh"))
     assert DriverCheckpoint(store_at(tmp_path), TOPOLOGY).restore(fresh) is None
