@@ -25,8 +25,9 @@ start_timeout=120, threads=4)`` runs plain topologies in this process, Storm's
   so a reliable spout replays them), the spouts wait while the job restarts, and go
   on. ``"spark-batch"`` runs requests, not streams: it raises ``ValueError``.
 - ``kill_topology(name, wait_secs=0)``: the spouts stop emitting, the topology runs
-  ``wait_secs`` more seconds for the trees in flight (Storm's ``KillOptions``), then
-  stops. An unknown name raises ``NotAliveError``.
+  ``wait_secs`` more seconds for the trees in flight (Storm's ``KillOptions``; None: its
+  ``topology.message.timeout.secs``, Storm's default when the option is not set), then
+  stops; returns the seconds it waited. An unknown name raises ``NotAliveError``.
 - ``get_topology_info(name)``: a ``TopologyInfo`` with each component's figures as
   Storm's UI shows them (``drpc.executors.stats``: emitted, acked, failed, complete
   latency), summed over every process running its tasks. On ``spark`` it never waits
@@ -90,10 +91,11 @@ def share_figures(key: str) -> list[TaskFigures]:
 class _Running:
     """One submitted topology on its executor."""
 
-    def __init__(self, name: str, topology: Topology, executor: str) -> None:
+    def __init__(self, name: str, topology: Topology, executor: str, conf: dict[str, Any]) -> None:
         self.name = name
         self.topology = topology
         self.executor = executor
+        self.conf = conf
         self.started = time.monotonic()
         self.engine: LocalExecutor | None = None
         self.cluster: Any = None
@@ -203,7 +205,7 @@ class LocalCluster:
                 "drpc.transactional.TransactionalRunner or drpc-transactional, not as a plain one"
             )
         merged = config.resolve(topology.conf, conf)
-        running = _Running(name, topology, self.executor)
+        running = _Running(name, topology, self.executor, merged)
         with self._lock:
             if name in self._running:
                 raise AlreadyAliveError(f"topology {name!r} is already running")
@@ -243,18 +245,21 @@ class LocalCluster:
         """Poll the spouts of a deactivated topology again."""
         self._get(name).release()
 
-    def kill_topology(self, name: str, wait_secs: float = 0.0) -> None:
-        if wait_secs < 0:
+    def kill_topology(self, name: str, wait_secs: float | None = 0.0) -> float:
+        if wait_secs is not None and not wait_secs >= 0:
             raise ValueError(f"wait_secs must be >= 0, got {wait_secs}")
         with self._lock:
             running = self._running.pop(name, None)
         if running is None:
             raise NotAliveError(f"no topology named {name!r} is running")
+        if wait_secs is None:
+            wait_secs = float(running.conf[config.TOPOLOGY_MESSAGE_TIMEOUT_SECS])
         if wait_secs:
             running.hold()
             time.sleep(wait_secs)
         running.stop()
         log.info("killed topology %r", name)
+        return wait_secs
 
     def get_topology_info(self, name: str) -> TopologyInfo:
         running = self._get(name)

@@ -5,6 +5,8 @@ Usage::
     drpc-topology run MODULE:ATTR [--name NAME] [--executor local|spark]
         [--conf KEY=VALUE ...] [--seconds N] [--stats-every S] [--json]
     drpc-topology list [--server http://localhost:3774] [--json]
+    drpc-topology kill NAME [-w SECONDS] [--server URL]
+    drpc-topology activate|deactivate NAME [--server URL]
 
 ``run`` submits the topology (a ``Topology``, a ``TopologyBuilder``, or a
 zero-argument callable returning one) to a ``drpc.topologies.LocalCluster`` on
@@ -17,22 +19,36 @@ and kills the topology.
 (``topology.max.spout.pending=100``), else as text. ``MODULE`` is imported as
 ``python -m`` would, the working directory first. ``list`` prints the plain topologies a
 ``drpc-server`` runs (``--topology``) with their figures, read from its ``/api/status``
-(a server it cannot read: one line, exit status 1). A usage mistake is one line on
-stderr and exit status 2; a topology that cannot start, one line and status 1.
+(a server it cannot read: one line, exit status 1). ``kill``, ``activate`` and
+``deactivate`` are Storm's commands of the same names, sent to that server
+(``drpc.server.topology_admin``): ``kill`` deactivates the spouts, waits ``-w`` seconds
+(default: the topology's ``topology.message.timeout.secs``, as ``storm kill``) and returns
+once the topology stopped. The server lets only the users its ACL lists under
+``nimbus.admins`` run them; the caller is named by the bearer token of ``--token-file``
+(else ``$DRPC_TOKEN``) or by the client certificate of ``--tls-cert`` (HTTPS). A refusal,
+an unknown topology or a server it cannot reach is one line on stderr and exit status 1.
+A usage mistake is one line on stderr and exit status 2; a topology that cannot start,
+one line and status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
+import ssl
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from drpc.client.cli import TOKEN_ENVIRONMENT, add_tls_arguments, tls_from_args
 from drpc.commandline import (
     WORKING_DIRECTORY_HELP,
     CommandLineParser,
@@ -77,23 +93,121 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser(
         "list", help="list the plain topologies a drpc-server runs, with their figures"
     )
-    listing.add_argument(
-        "--server",
-        default="http://localhost:3774",
-        metavar="URL",
-        help="the server's HTTP address (default: %(default)s); its /api/status is read",
-    )
+    _add_server_arguments(listing)
     listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.add_argument(
-        "--timeout", type=positive_seconds, default=10.0, metavar="S", help="default: %(default)g"
+    kill = commands.add_parser(
+        "kill", help="deactivate a topology a drpc-server runs, wait, then stop it (admins)"
     )
+    kill.add_argument("name", help="the topology's name, as list shows it")
+    kill.add_argument(
+        "-w",
+        "--wait",
+        type=seconds_or_zero,
+        metavar="SECONDS",
+        help="seconds its trees in flight get after the spouts stop "
+        "(default: its topology.message.timeout.secs)",
+    )
+    _add_server_arguments(kill)
+    for command, says in (
+        ("activate", "poll the spouts of a deactivated topology again (admins)"),
+        ("deactivate", "stop polling a topology's spouts; what is in flight completes (admins)"),
+    ):
+        sub = commands.add_parser(command, help=says)
+        sub.add_argument("name", help="the topology's name, as list shows it")
+        _add_server_arguments(sub)
     return parser
 
 
-def server_topologies(url: str, timeout: float) -> list[TopologyInfo]:
+def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--server",
+        default="http://localhost:3774",
+        metavar="URL",
+        help="the server's HTTP address (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for the server, beyond a kill's wait (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"bearer token naming the caller, read from FILE (default: ${TOKEN_ENVIRONMENT})",
+    )
+    add_tls_arguments(parser)
+
+
+class ServerAnswer(Exception):
+    """The server refused or failed a command: its message, said in one line."""
+
+
+def _open(args: argparse.Namespace, path: str, *, post: bool = False, wait: float = 0.0) -> Any:
+    """The JSON the server answers at ``path`` (``ServerAnswer`` for an error it sent,
+    ``OSError`` when it cannot be reached)."""
+    request = urllib.request.Request(
+        f"{args.server.rstrip('/')}{path}",
+        method="POST" if post else "GET",
+        data=b"" if post else None,
+    )
+    token = (
+        Path(args.token_file).read_text(encoding="utf-8").strip()
+        if args.token_file
+        else os.environ.get(TOKEN_ENVIRONMENT)
+    )
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    tls = tls_from_args(args)
+    context: ssl.SSLContext | None = None if tls is None else tls.client_context()
+    try:
+        with urllib.request.urlopen(
+            request, timeout=args.timeout + wait, context=context
+        ) as answer:
+            return json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        try:
+            body = json.loads(error.read())
+            said = f"{body['error']}: {body['errorMessage']}"
+        except (ValueError, KeyError, TypeError):
+            said = f"HTTP {error.code} {error.reason}"
+        raise ServerAnswer(said) from None
+
+
+def _check_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not args.server.startswith(("http://", "https://")):
+        parser.error(f"--server must be an http:// or https:// URL, got {args.server!r}")
+    if args.token_file and not Path(args.token_file).is_file():
+        parser.error(f"--token-file {args.token_file!r} is not a readable file")
+
+
+def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``kill``, ``activate`` or ``deactivate`` sent to the server."""
+    _check_server(parser, args)
+    path = f"/api/topologies/{urllib.parse.quote(args.name, safe='')}/{args.command}"
+    wait = getattr(args, "wait", None)
+    if wait is not None:
+        path += f"?wait_secs={wait:g}"
+    try:
+        # the server answers a kill once the topology stopped: after its wait
+        answer = _open(args, path, post=True, wait=wait if wait is not None else 600.0)
+    except (ServerAnswer, OSError) as error:
+        print(
+            f"drpc-topology: {args.command} {args.name!r} at {args.server}: {error}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.command == "kill":
+        print(f"killed {args.name} (after {answer['wait_secs']:g} s for its trees in flight)")
+    else:
+        print(f"{args.name} is {'active' if answer['active'] else 'inactive'}")
+    return 0
+
+
+def server_topologies(args: argparse.Namespace) -> list[TopologyInfo]:
     """The plain topologies a server runs, read from its ``/api/status``."""
-    with urllib.request.urlopen(f"{url.rstrip('/')}/api/status", timeout=timeout) as response:
-        status = json.loads(response.read())
+    status = _open(args, "/api/status")
     return [
         TopologyInfo(
             shown["name"],
@@ -106,11 +220,10 @@ def server_topologies(url: str, timeout: float) -> list[TopologyInfo]:
 
 
 def _list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if not args.server.startswith(("http://", "https://")):
-        parser.error(f"--server must be an http:// or https:// URL, got {args.server!r}")
+    _check_server(parser, args)
     try:
-        infos = server_topologies(args.server, args.timeout)
-    except (OSError, ValueError) as error:
+        infos = server_topologies(args)
+    except (OSError, ValueError, ServerAnswer) as error:
         print(f"drpc-topology: cannot read {args.server}/api/status: {error}", file=sys.stderr)
         return 1
     if args.json:
@@ -239,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "list":
         return _list(parser, args)
+    if args.command in ("kill", "activate", "deactivate"):
+        return _command(parser, args)
     configure_logging(args.log_level, args.log_format)
     return _run(parser, args)
 

@@ -7,6 +7,7 @@ Contract. The ACL file (``--acl FILE``, YAML or JSON) has Storm's shape::
         client.users: [alice, bob]      # may execute
         invocation.user: runner         # may fetchRequest, result, failRequest(V2)
     drpc.authorizer.acl.strict: false   # optional; --acl-strict sets it
+    nimbus.admins: [ops]                # optional; may kill, activate and deactivate
 
 Decisions, exactly Storm's:
 
@@ -15,6 +16,10 @@ Decisions, exactly Storm's:
   is its ``invocation.user``; a missing key allows nobody;
 - a function with no entry is open to everyone unless strict, then closed;
 - an empty function name and any other operation are refused;
+- ``killTopology``, ``activate`` and ``deactivate`` of a plain topology the server runs
+  (Storm's Nimbus operations, named by the topology) are allowed to the users listed
+  under ``nimbus.admins`` (Storm's setting of the same name), and to nobody else: a file
+  without the key allows them to nobody;
 - the file must name its functions as strings: YAML reads unquoted keys such
   as ``on``, ``yes``, ``null``, ``007`` or ``12:30`` as other types, and the
   function meant would have no entry (open when not strict), so a key that is
@@ -48,7 +53,13 @@ from typing import Any
 
 from drpc.server.files import ConfigFileError, load_mapping
 from drpc.server.identity import ANONYMOUS
-from drpc.server.service import EXECUTE, FAIL_REQUEST, FETCH_REQUEST, RESULT
+from drpc.server.service import (
+    ADMIN_OPERATIONS,
+    EXECUTE,
+    FAIL_REQUEST,
+    FETCH_REQUEST,
+    RESULT,
+)
 
 from drpc.errors import AuthorizationException
 
@@ -58,6 +69,7 @@ ACL_KEY = "drpc.authorizer.acl"
 STRICT_KEY = "drpc.authorizer.acl.strict"
 CLIENT_USERS_KEY = "client.users"
 INVOCATION_USER_KEY = "invocation.user"
+ADMINS_KEY = "nimbus.admins"
 INVOCATION_OPERATIONS = frozenset({FETCH_REQUEST, RESULT, FAIL_REQUEST})
 DEFAULT_RELOAD_INTERVAL = 1.0
 
@@ -72,15 +84,16 @@ class FunctionACL:
 class ACL:
     entries: Mapping[str, FunctionACL]
     strict: bool = False
+    admins: frozenset[str] = frozenset()
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "ACL") -> ACL:
         _check_string_keys(data, source, "top-level keys")
-        unknown = set(data) - {ACL_KEY, STRICT_KEY}
+        unknown = set(data) - {ACL_KEY, STRICT_KEY, ADMINS_KEY}
         if unknown:
             raise ConfigFileError(
                 f"{source}: unknown key(s) {sorted(unknown)}; expected {ACL_KEY!r} "
-                f"and optionally {STRICT_KEY!r}"
+                f"and optionally {STRICT_KEY!r} and {ADMINS_KEY!r}"
             )
         strict = data.get(STRICT_KEY, False)
         if not isinstance(strict, bool):
@@ -94,7 +107,9 @@ class ACL:
         if not isinstance(functions, Mapping):
             raise ConfigFileError(f"{source}: {ACL_KEY!r} must map function names to entries")
         _check_string_keys(functions, source, "function names")
-        return cls({name: _entry(name, value, source) for name, value in functions.items()}, strict)
+        admins = _users(data.get(ADMINS_KEY), source, repr(ADMINS_KEY))
+        entries = {name: _entry(name, value, source) for name, value in functions.items()}
+        return cls(entries, strict, admins)
 
     @classmethod
     def from_file(cls, path: str | Path) -> ACL:
@@ -103,6 +118,8 @@ class ACL:
     def permits(self, user: str, operation: str, function: str) -> bool:
         if not function:
             return False
+        if operation in ADMIN_OPERATIONS:
+            return user in self.admins
         if operation != EXECUTE and operation not in INVOCATION_OPERATIONS:
             return False
         entry = self.entries.get(function)
@@ -131,11 +148,7 @@ def _entry(name: str, value: object, source: str) -> FunctionACL:
     unknown = set(value) - {CLIENT_USERS_KEY, INVOCATION_USER_KEY}
     if unknown:
         raise ConfigFileError(f"{source}: function {name!r} has unknown key(s) {sorted(unknown)}")
-    clients = value.get(CLIENT_USERS_KEY) or []
-    if isinstance(clients, str):
-        clients = [clients]
-    if not isinstance(clients, Iterable) or not all(isinstance(u, str) for u in clients):
-        raise ConfigFileError(f"{source}: {CLIENT_USERS_KEY!r} of {name!r} must list user names")
+    clients = _users(value.get(CLIENT_USERS_KEY), source, f"{CLIENT_USERS_KEY!r} of {name!r}")
     invocation = value.get(INVOCATION_USER_KEY)
     if invocation is not None and not isinstance(invocation, str):
         raise ConfigFileError(f"{source}: {INVOCATION_USER_KEY!r} of {name!r} must be one user")
@@ -143,7 +156,21 @@ def _entry(name: str, value: object, source: str) -> FunctionACL:
         audit.warning(
             "%s: function %r has no %s: nobody may serve it", source, name, INVOCATION_USER_KEY
         )
-    return FunctionACL(frozenset(clients), invocation)
+    return FunctionACL(clients, invocation)
+
+
+def _users(value: object, source: str, what: str) -> frozenset[str]:
+    """A list of user names (one name alone is a list of one; absent: nobody)."""
+    users = value or []
+    if isinstance(users, str):
+        users = [users]
+    if (
+        isinstance(users, Mapping)
+        or not isinstance(users, Iterable)
+        or not all(isinstance(user, str) for user in users)
+    ):
+        raise ConfigFileError(f"{source}: {what} must list user names")
+    return frozenset(users)
 
 
 def refusal(operation: str, user: str) -> AuthorizationException:
@@ -179,7 +206,7 @@ class ACLAuthorizer:
         return self._acl
 
     def _apply_strict(self, acl: ACL) -> ACL:
-        return acl if self._strict is None else ACL(acl.entries, self._strict)
+        return acl if self._strict is None else ACL(acl.entries, self._strict, acl.admins)
 
     def _maybe_reload(self) -> None:
         if self._path is None:
@@ -203,8 +230,9 @@ class ACLAuthorizer:
     def __call__(self, identity: str | None, operation: str, function: str) -> None:
         user = identity or ANONYMOUS
         allowed = self.acl.permits(user, operation, function)
-        if allowed:
-            audit.debug("allowed %s of %r for user %r", operation, function, user)
+        if allowed:  # the rare operations that stop something are worth a line each
+            level = logging.INFO if operation in ADMIN_OPERATIONS else logging.DEBUG
+            audit.log(level, "allowed %s of %r for user %r", operation, function, user)
             return
         audit.warning("denied %s of %r for user %r", operation, function, user)
         raise refusal(operation, user)

@@ -361,6 +361,7 @@ class DRPCServer:
                     metrics=self.metrics,
                     dashboard=self.dashboard,
                     credentials=self.http_credentials,
+                    topologies=lambda: self.plain,
                 )
                 self._http_runner = web.AppRunner(
                     app,

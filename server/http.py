@@ -59,7 +59,10 @@ Contract:
   like ``/health``, need no token: they show function names, counts, request
   ids, failure messages and state directory paths, never call arguments or
   results; keep the HTTP
-  port on a trusted network if failure messages are sensitive.
+  port on a trusted network if failure messages are sensitive;
+- with ``topologies`` (the server's plain topologies), ``POST
+  /api/topologies/{name}/kill|activate|deactivate``: Storm's commands, for the users
+  the ACL lists under ``nimbus.admins`` only (``drpc.server.topology_admin``).
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ import logging
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from drpc.server.dashboard import Dashboard, add_routes
@@ -78,6 +81,7 @@ from drpc.server.limits import Limits
 from drpc.server.metrics import ServerMetrics
 from drpc.server.refusals import RefusalLog
 from drpc.server.service import EXECUTE, DRPCService
+from drpc.server.topology_admin import add_topology_routes
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 
 from drpc.errors import (
@@ -89,6 +93,9 @@ from drpc.errors import (
 )
 from drpc.protocol.tls import common_name
 from drpc.requests import RequestTrace
+
+if TYPE_CHECKING:
+    from drpc.topologies import LocalCluster
 
 TRACE_ON = ("1", "true", "yes", "on")
 """Values of the ``trace`` query parameter that ask for a traced answer."""
@@ -213,6 +220,7 @@ def create_http_app(
     metrics: ServerMetrics | None = None,
     dashboard: Dashboard | None = None,
     credentials: str | None = None,
+    topologies: Callable[[], LocalCluster | None] | None = None,
 ) -> web.Application:
     limits = limits or service.limits
     middlewares = [deadline.middleware] if deadline is not None else []
@@ -231,6 +239,8 @@ def create_http_app(
         app.router.add_get("/metrics", _metrics_handler(metrics))
     if dashboard is not None:
         add_routes(app, dashboard, service)
+    if topologies is not None:
+        add_topology_routes(app, topologies, _identity, service)
     return app
 
 

@@ -29,7 +29,9 @@ runtimes may live in other threads:
   bytes is refused with ``NameTooLongError`` before anything looks at it
   (``check_name``, which front ends also call on request ids), then the
   authorizer decides; the default allows everything (``drpc.server.acl``
-  plugs in here);
+  plugs in here) but the operations on the plain topologies the server runs
+  (``ADMIN_OPERATIONS``, ``authorize_admin``): without an authorizer nobody may
+  kill, activate or deactivate one;
 - limits (``drpc.server.limits.Limits``) refuse a call at once with
   ``ServerBusyError`` (FAILED_REQUEST "server busy: …") when its function
   already has ``max_queue_depth`` requests waiting, when ``max_outstanding``
@@ -87,6 +89,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
 from drpc.server.fetchers import FetchBindings
+from drpc.server.identity import ANONYMOUS
 from drpc.server.limits import Limits
 from drpc.server.refusals import RefusalLog
 
@@ -125,6 +128,11 @@ EXECUTE = "execute"
 FETCH_REQUEST = "fetchRequest"
 RESULT = "result"
 FAIL_REQUEST = "failRequest"
+KILL_TOPOLOGY = "killTopology"
+ACTIVATE = "activate"
+DEACTIVATE = "deactivate"
+ADMIN_OPERATIONS = frozenset({KILL_TOPOLOGY, ACTIVATE, DEACTIVATE})
+"""Storm's Nimbus operations on a plain topology the server runs, named by the topology."""
 
 OK = "ok"
 FAILED = "failed"
@@ -342,6 +350,19 @@ class DRPCService:
             if operation == EXECUTE:
                 self.refused(function, error)
             raise
+
+    def authorize_admin(self, identity: str | None, operation: str, topology: str) -> None:
+        """``authorize`` for ``ADMIN_OPERATIONS``, which a server without an authorizer
+        refuses to everyone (a server open to callers is not open to being stopped)."""
+        if operation not in ADMIN_OPERATIONS:
+            raise ValueError(f"{operation!r} is not one of {sorted(ADMIN_OPERATIONS)}")
+        if self._authorizer is None:
+            user = identity or ANONYMOUS
+            raise AuthorizationException(
+                f"DRPC request '{operation}' for '{user}' user is not authorized: this server "
+                "has no ACL; list who may under nimbus.admins in an --acl file"
+            )
+        self.authorize(identity, operation, topology)
 
     def refused(self, function: str, error: BaseException) -> None:
         """Report an execute call answered with ``error`` without being queued (front ends

@@ -424,3 +424,4 @@ def test_the_acl_example_is_a_valid_acl() -> None:
     assert acl.entries["reach"].client_users == {"alice", "bob"}
     assert acl.entries["reach"].invocation_user == "runner"
     assert acl.strict is False
+    assert acl.admins == {"ops"}

@@ -272,8 +272,27 @@ def test_storm_rules_on_edge_cases() -> None:
     assert acl.permits("alice", "execute", "half")  # a single name for client.users
     assert not acl.permits("alice", "fetchRequest", "half")  # no invocation.user: nobody
     assert not acl.permits("alice", "execute", "")  # an empty function name, even open
-    assert not acl.permits("alice", "killTopology", "free")  # unknown operations
+    assert not acl.permits("alice", "rebalance", "free")  # unknown operations
+    assert not acl.permits("alice", "killTopology", "free")  # no nimbus.admins: nobody
     assert acl.permits("anyone", "result", "free")  # not strict: unlisted is open
+
+
+def test_nimbus_admins_alone_may_kill_activate_and_deactivate() -> None:
+    acl = ACL.from_mapping(
+        {
+            "drpc.authorizer.acl": {"words": {"client.users": ["alice"]}},
+            "drpc.authorizer.acl.strict": False,
+            "nimbus.admins": "ops",  # a single name, as for client.users
+        }
+    )
+    for operation in ("killTopology", "activate", "deactivate"):
+        assert acl.permits("ops", operation, "words")
+        assert not acl.permits("alice", operation, "words")  # a client of a same-named function
+        assert not acl.permits("anonymous", operation, "words")  # not strict: still nobody
+        assert not acl.permits("ops", operation, "")
+    assert not acl.permits("ops", "execute", "words")  # an admin is not a client
+    strict = ACLAuthorizer(acl, strict=True).acl
+    assert strict.strict and strict.permits("ops", "killTopology", "words")
 
 
 @pytest.mark.parametrize(
@@ -286,6 +305,8 @@ def test_storm_rules_on_edge_cases() -> None:
         ("acl: {}", "unknown key"),
         ("drpc.authorizer.acl: {f: [alice]}", "must be a mapping"),
         ("{unclosed", "is not valid"),
+        ("drpc.authorizer.acl: {}\nnimbus.admins: [ops, 7]", "'nimbus.admins' must list user"),
+        ("drpc.authorizer.acl: {}\nnimbus.admins: {ops: yes}", "'nimbus.admins' must list user"),
     ],
 )
 def test_a_bad_acl_file_is_refused_naming_the_problem(
