@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import faulthandler
 import json
+import logging
 import os
 import signal
 import sys
@@ -34,6 +36,9 @@ CALLS = 100
 SCENARIO_MARK = "kill_executor scenario: "
 """Written to stderr before each EXECUTOR's run: what Spark logs after it is that run's."""
 REMOVAL_TIMEOUT = 120.0
+HANG_DUMP_AFTER = 150.0
+"""Seconds into a scenario (about three times a loaded one's) after which every thread's
+stack goes to stderr, and again every as many seconds."""
 
 
 def _executor_endpoints() -> set[str]:
@@ -137,10 +142,15 @@ def _scenario(cluster: Any, executor: str) -> dict[str, Any]:
 
 def main(workdir: Path, executors: list[str]) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # drpc's own account of each step on stderr, and every thread's stack should a
+    # scenario outlast HANG_DUMP_AFTER: a run that hangs then says where.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with standalone_cluster(workdir) as cluster:
         for executor in executors:
             print(f"{SCENARIO_MARK}{executor}", file=sys.stderr, flush=True)
+            faulthandler.dump_traceback_later(HANG_DUMP_AFTER, repeat=True)
             print(json.dumps(_scenario(cluster, executor)), flush=True)
+            faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":
