@@ -20,10 +20,8 @@ logging (``drpc.logs``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from drpc.client.calls import format_address, parse_servers
 from drpc.client.errors import (
@@ -36,12 +34,16 @@ from drpc.client.errors import (
 from drpc.client.http import HTTPDRPCClient, TracedResult
 from drpc.client.sync import DEFAULT_PORT, DRPCClient
 
-from drpc.commandline import CommandLineParser
+from drpc.commandline import (
+    TOKEN_ENVIRONMENT,
+    CommandLineParser,
+    add_tls_arguments,
+    token_from,
+)
 from drpc.errors import DRPCError
 from drpc.logs import add_logging_arguments, configure_logging
-from drpc.protocol.tls import TLSSettings
+from drpc.protocol.tls import tls_from_args
 
-TOKEN_ENVIRONMENT = "DRPC_TOKEN"
 DEFAULT_HTTP_PORT = 3774
 
 
@@ -104,25 +106,8 @@ def _trace_url(args: argparse.Namespace) -> str:
     return f"{scheme}://{format_address((host, DEFAULT_HTTP_PORT))}"
 
 
-def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--tls-ca/--tls-cert/--tls-key``, shared with the remote runner."""
-    parser.add_argument("--tls-ca", metavar="FILE", help="CA that signed the server's certificate")
-    parser.add_argument(
-        "--tls-cert", metavar="FILE", help="client certificate to present (its CN is the user)"
-    )
-    parser.add_argument("--tls-key", metavar="FILE", help="the client certificate's key")
-
-
-def tls_from_args(args: argparse.Namespace, force: bool = False) -> TLSSettings | None:
-    if not (force or args.tls_ca or args.tls_cert):
-        return None
-    return TLSSettings(ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key)
-
-
 def _token(args: argparse.Namespace) -> str | None:
-    if args.token_file:
-        return Path(args.token_file).read_text(encoding="utf-8").strip()
-    return os.environ.get(TOKEN_ENVIRONMENT) or None
+    return token_from(args.token_file)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

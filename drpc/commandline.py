@@ -49,6 +49,29 @@ def import_from_working_directory() -> None:
         sys.path.insert(0, here)
 
 
+TOKEN_ENVIRONMENT = "DRPC_TOKEN"
+"""The environment variable an HTTP caller's bearer token is read from (a token is never
+a command-line argument, which any user of the host can read)."""
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--tls-ca/--tls-cert/--tls-key``, the options of every command that calls a server
+    (``drpc.protocol.tls.tls_from_args`` reads them)."""
+    parser.add_argument("--tls-ca", metavar="FILE", help="CA that signed the server's certificate")
+    parser.add_argument(
+        "--tls-cert", metavar="FILE", help="client certificate to present (its CN is the user)"
+    )
+    parser.add_argument("--tls-key", metavar="FILE", help="the client certificate's key")
+
+
+def token_from(token_file: str | None) -> str | None:
+    """The bearer token in ``token_file`` (stripped), else ``$DRPC_TOKEN``, else None."""
+    if token_file:
+        with open(token_file, encoding="utf-8") as file:
+            return file.read().strip()
+    return os.environ.get(TOKEN_ENVIRONMENT) or None
+
+
 def _seconds(text: str) -> float:
     try:
         seconds = float(text)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import ssl
 import sys
@@ -48,19 +47,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drpc.client.cli import TOKEN_ENVIRONMENT, add_tls_arguments, tls_from_args
 from drpc.commandline import (
+    TOKEN_ENVIRONMENT,
     WORKING_DIRECTORY_HELP,
     CommandLineParser,
+    add_tls_arguments,
     import_from_working_directory,
     positive_seconds,
     seconds_or_zero,
+    token_from,
 )
 from drpc.errors import DRPCError
 from drpc.executors.stats import ComponentStats
 from drpc.hosting import as_topology, load_topology
 from drpc.logs import add_logging_arguments, configure_logging
 from drpc.progress import Progress
+from drpc.protocol.tls import tls_from_args
 from drpc.sparkconf import add_spark_arguments, spark_options
 from drpc.topologies import PLAIN_EXECUTORS, LocalCluster, TopologyInfo
 
@@ -152,11 +154,7 @@ def _open(args: argparse.Namespace, path: str, *, post: bool = False, wait: floa
         method="POST" if post else "GET",
         data=b"" if post else None,
     )
-    token = (
-        Path(args.token_file).read_text(encoding="utf-8").strip()
-        if args.token_file
-        else os.environ.get(TOKEN_ENVIRONMENT)
-    )
+    token = token_from(args.token_file)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     tls = tls_from_args(args)

@@ -20,6 +20,7 @@ Contract:
 
 from __future__ import annotations
 
+import argparse
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,14 @@ class TLSSettings:
         if self.cert is not None:
             _load_chain(context, self.cert, self.key)
         return context
+
+
+def tls_from_args(args: argparse.Namespace, force: bool = False) -> TLSSettings | None:
+    """The settings of ``drpc.commandline.add_tls_arguments``'s options (None: none given
+    and not ``force``, so plain TCP)."""
+    if not (force or args.tls_ca or args.tls_cert):
+        return None
+    return TLSSettings(ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key)
 
 
 def common_name(peercert: dict[str, Any] | None) -> str | None:

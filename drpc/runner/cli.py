@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from types import FrameType
 
 from drpc.client import DEFAULT_INVOCATIONS_PORT
-from drpc.client.cli import add_tls_arguments, tls_from_args
-from drpc.commandline import CommandLineParser
+from drpc.commandline import CommandLineParser, add_tls_arguments
 from drpc.errors import DRPCError
 from drpc.executors.resident.executor import REQUEST_PATHS
 from drpc.hosting import add_hosting_arguments, hosting_setup, job_options
+from drpc.protocol.tls import tls_from_args
 from drpc.runner.invocations import (
     DEFAULT_MAX_QUEUED_OUTCOMES,
     DEFAULT_POLL_INTERVAL,
