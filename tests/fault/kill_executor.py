@@ -36,6 +36,8 @@ CALLS = 100
 SCENARIO_MARK = "kill_executor scenario: "
 """Written to stderr before each EXECUTOR's run: what Spark logs after it is that run's."""
 REMOVAL_TIMEOUT = 120.0
+LOAD_ROUNDS = 50
+"""Rounds of ``CALLS`` calls sent at most, until half of one round is in flight at once."""
 HANG_DUMP_AFTER = 150.0
 """Seconds into a scenario (about three times a loaded one's) after which every thread's
 stack goes to stderr, and again every as many seconds."""
@@ -106,9 +108,19 @@ def _scenario(cluster: Any, executor: str) -> dict[str, Any]:
         victim = cluster.executor_pids()[0]
 
         async def load_and_kill() -> tuple[list[tuple[str, str, str]], int, int, float]:
-            calls = asyncio.ensure_future(_calls(running.port, CALLS, 0))
-            while running.service.outstanding() < CALLS // 2:
-                await asyncio.sleep(0.001)
+            # On resident tasks the calls can all be answered before half of them were
+            # ever in flight at once (the full suite's CI runs waited here for good):
+            # then load again, until the kill lands on calls in flight.
+            for _ in range(LOAD_ROUNDS):
+                calls = asyncio.ensure_future(_calls(running.port, CALLS, 0))
+                while running.service.outstanding() < CALLS // 2 and not calls.done():
+                    await asyncio.sleep(0.001)
+                if not calls.done():
+                    break
+            else:
+                raise AssertionError(
+                    f"{LOAD_ROUNDS} rounds of {CALLS} calls never had {CALLS // 2} in flight"
+                )
             if executor == "spark-batch":
                 await asyncio.sleep(0.5)  # the jobs are running on both executors
             in_flight = running.service.outstanding()
