@@ -194,10 +194,21 @@ def _run_of(block: Block) -> Run:
 
 
 def _substituted(text: str, replacements: dict[str, str]) -> str:
-    for old, new in replacements.items():
+    """``text`` with every ``replacements`` key put in for, in one pass: a port put in for
+    3772 may itself hold 3773, which one replacement after another would replace again."""
+    for old in replacements:
         assert old in text, f"the block no longer shows {old!r}"
-        text = text.replace(old, new)
-    return text
+    if not replacements:
+        return text
+    pattern = "|".join(map(re.escape, sorted(replacements, key=len, reverse=True)))
+    return re.sub(pattern, lambda found: replacements[found[0]], text)
+
+
+def test_a_port_put_in_is_not_replaced_again() -> None:
+    shown = "ports 3772, 3773 and 3774"
+    assert _substituted(shown, {"3772": "43773", "3773": "3774", "3774": "1"}) == (
+        "ports 43773, 3774 and 1"
+    )
 
 
 def _exec(block: Block, replacements: dict[str, str]) -> list[str]:
