@@ -142,6 +142,11 @@ def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
     add_tls_arguments(parser)
 
 
+KILL_WAIT_UNKNOWN = 600.0
+"""Seconds a kill without ``-w`` may take beyond ``--timeout``: the topology's
+``topology.message.timeout.secs``, read on the server, bounded here."""
+
+
 class ServerAnswer(Exception):
     """The server refused or failed a command: its message, said in one line."""
 
@@ -188,8 +193,10 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if wait is not None:
         path += f"?wait_secs={wait:g}"
     try:
-        # the server answers a kill once the topology stopped: after its wait
-        answer = _open(args, path, post=True, wait=wait if wait is not None else 600.0)
+        # the server answers a kill once the topology stopped, after its wait (without -w,
+        # the topology's message timeout, which only the server knows)
+        beyond = 0.0 if args.command != "kill" else KILL_WAIT_UNKNOWN if wait is None else wait
+        answer = _open(args, path, post=True, wait=beyond)
     except (ServerAnswer, OSError) as error:
         print(
             f"drpc-topology: {args.command} {args.name!r} at {args.server}: {error}",
