@@ -42,6 +42,7 @@ never reads half of it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -206,7 +207,7 @@ class ACLAuthorizer:
         return self._acl
 
     def _apply_strict(self, acl: ACL) -> ACL:
-        return acl if self._strict is None else ACL(acl.entries, self._strict, acl.admins)
+        return acl if self._strict is None else dataclasses.replace(acl, strict=self._strict)
 
     def _maybe_reload(self) -> None:
         if self._path is None:

@@ -163,9 +163,10 @@ class DriverCheckpoint:
         with env.read_latest() as txn:
             here = self._local_txid(txn)
             others = sorted(set(CoordinatorState.topologies(env, txn=txn)) - {self.topology_id})
+            keeps_own_maps = bool(_own_maps({CATALOG_DB: dict(txn.scan(CATALOG_DB, b""))}))
         if here >= txid:
             return None
-        if here == txid - 1 and self._keeps_own_maps(env):
+        if here == txid - 1 and keeps_own_maps:
             log.warning(
                 "transactional topology %r: state directory %s is one commit behind the "
                 "checkpoint store's %s (txid %d): its driver stopped before that commit's "
@@ -206,11 +207,6 @@ class DriverCheckpoint:
     def _local_txid(self, txn: StateTxn) -> int:
         stored = txn.get(COORDINATOR_DB, commit_record_key(self.topology_id))
         return 0 if stored is None else decode_commit(stored)[0]
-
-    @staticmethod
-    def _keeps_own_maps(env: StateEnvironment) -> bool:
-        with env.read_latest() as txn:
-            return bool(_own_maps(driver_rows(txn)))
 
     def _refuse_unless_restorable(
         self, env: StateEnvironment, name: str, rows: Writes, others: list[str]
