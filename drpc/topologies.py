@@ -238,11 +238,13 @@ class LocalCluster:
         )
 
     def deactivate(self, name: str) -> None:
-        """Stop polling the topology's spouts; their trees in flight go on to complete."""
+        """Stop polling the topology's spouts and call each one's ``deactivate``; their
+        trees in flight go on to complete. Once it returns, the spouts emit nothing more
+        (a ``next_tuple`` in progress is waited for, up to 10 s, else a warning is logged)."""
         self._get(name).hold()
 
     def activate(self, name: str) -> None:
-        """Poll the spouts of a deactivated topology again."""
+        """Call each spout's ``activate`` and poll it again."""
         self._get(name).release()
 
     def kill_topology(self, name: str, wait_secs: float | None = 0.0) -> float:

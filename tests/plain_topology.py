@@ -39,18 +39,29 @@ LOCK = threading.Lock()
 def events(token: str) -> dict[str, Any]:
     with LOCK:
         return EVENTS.setdefault(
-            token, {"acked": [], "failed": [], "max_in_flight": 0, "opened": 0, "closed": 0}
+            token,
+            {
+                "acked": [],
+                "failed": [],
+                "max_in_flight": 0,
+                "opened": 0,
+                "closed": 0,
+                "activated": 0,
+                "deactivated": 0,
+            },
         )
 
 
 class ReplayingSpout(BaseRichSpout):
     """Emits sentence i with message id i, each once; a failed one is emitted again (a
-    reliable spout, as Storm's guide writes one). Records acks, fails, opens, closes and
-    the most trees it had in flight in ``EVENTS[token]``."""
+    reliable spout, as Storm's guide writes one). Records acks, fails, opens, closes,
+    activations, deactivations and the most trees it had in flight in ``EVENTS[token]``;
+    each ``next_tuple`` that emits first works ``pause`` seconds."""
 
-    def __init__(self, token: str, sentences: list[str]) -> None:
+    def __init__(self, token: str, sentences: list[str], pause: float = 0.0) -> None:
         self.token = token
         self.sentences = list(sentences)
+        self.pause = pause
 
     def open(
         self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector
@@ -65,6 +76,8 @@ class ReplayingSpout(BaseRichSpout):
     def next_tuple(self) -> None:
         if not self.queue:
             return
+        if self.pause:
+            time.sleep(self.pause)
         index = self.queue.popleft()
         self.in_flight.add(index)
         with LOCK:
@@ -81,6 +94,14 @@ class ReplayingSpout(BaseRichSpout):
         with LOCK:
             self.events["failed"].append(msg_id)
         self.queue.append(msg_id)
+
+    def activate(self) -> None:
+        with LOCK:
+            self.events["activated"] += 1
+
+    def deactivate(self) -> None:
+        with LOCK:
+            self.events["deactivated"] += 1
 
     def close(self) -> None:
         with LOCK:
@@ -147,10 +168,12 @@ class HoldsOnce(BaseRichBolt):
         pass
 
 
-def word_count(token: str, sentences: list[str], counter: Any) -> TopologyBuilder:
+def word_count(
+    token: str, sentences: list[str], counter: Any, *, spout_pause: float = 0.0
+) -> TopologyBuilder:
     """storm-starter's word count shape: sentences, split (shuffle), count (by word)."""
     builder = TopologyBuilder()
-    builder.set_spout("sentences", ReplayingSpout(token, sentences))
+    builder.set_spout("sentences", ReplayingSpout(token, sentences, spout_pause))
     builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
     builder.set_bolt("count", counter, 2).fields_grouping("split", Fields("word"))
     return builder

@@ -124,6 +124,34 @@ def test_a_resident_task_killed_fails_its_trees_to_the_spout_which_replays_them(
         assert (spout.acked, spout.failed) == (len(SENTENCES), len(seen["failed"]))
 
 
+@pytest.mark.timeout(120)
+def test_deactivate_waits_out_the_spouts_turn_and_calls_deactivate_then_activate(
+    plain_executor: str,
+) -> None:
+    """Storm's deactivate and activate: once ``deactivate`` returns, the spout emits
+    nothing more, even when it was inside ``next_tuple`` (it works 30 ms in each), and
+    its ``deactivate``/``activate`` run once each; ``close`` deactivates it again."""
+    run = token()
+    builder = word_count(run, SENTENCES, WordCount(""), spout_pause=0.03)
+    with LocalCluster(plain_executor) as cluster:
+        cluster.submit_topology("paused", None, builder)
+        wait_until(lambda: len(events(run)["acked"]) >= 3, 60, what="three sentences acked")
+        assert (events(run)["activated"], events(run)["deactivated"]) == (1, 0)
+
+        def emitted() -> int:
+            return cluster.get_topology_info("paused").components["sentences"].emitted
+
+        cluster.deactivate("paused")
+        held = emitted()
+        assert events(run)["deactivated"] == 1
+        time.sleep(0.3)  # ten turns' worth: a spout still polled would emit
+        assert emitted() == held < len(SENTENCES)
+        cluster.activate("paused")
+        wait_until(lambda: all_acked(run, len(SENTENCES)), 120, what="every sentence acked")
+        assert (events(run)["activated"], events(run)["deactivated"]) == (2, 1)
+    assert (events(run)["deactivated"], events(run)["closed"]) == (2, 1)
+
+
 @pytest.mark.spark
 @pytest.mark.timeout(180)
 def test_a_deactivated_topology_stays_so_through_a_resident_restart(

@@ -33,7 +33,9 @@ every task of the topology until ``stop()``:
   to ``max_idle_wait``); a spout whose source can notify calls
   ``context.request_wakeup()`` to be polled at once, and one that declared
   its wakeups (``context.declare_wakeups()``) is polled while idle only
-  every ``max_idle_wait``;
+  every ``max_idle_wait``; ``hold_spouts`` stops the polls and deactivates each
+  spout, waiting for a turn in progress to end, and ``release_spouts`` activates
+  them again (Storm's ``deactivate`` and ``activate``);
 - a bolt's collector is thread-safe: a rich bolt may emit, ack and fail from
   threads of its own (acking asynchronously, as Storm allows); such calls
   wait while the task handles a message.
@@ -78,6 +80,7 @@ from drpc.executors.local.gathering import (
 from drpc.executors.local.messages import (
     TICK_TUPLE,
     Abandon,
+    Activation,
     Message,
     Outbox,
     ReportMessage,
@@ -97,6 +100,9 @@ from drpc.semantics.coordination import TrackStatus
 from drpc.semantics.routing import id_owner_check, thaw_values
 
 log = logging.getLogger(__name__)
+
+HOLD_TIMEOUT = 10.0
+"""Seconds ``hold_spouts`` waits at most for a spout's turn in progress to end."""
 
 
 class Remote(Protocol):
@@ -642,21 +648,45 @@ class LocalExecutor(Turns):
                 failed += 1
         return failed
 
-    def hold_spouts(self) -> None:
-        """Poll no spout until ``release_spouts`` (their acks and fails still arrive)."""
+    def hold_spouts(self, timeout: float = HOLD_TIMEOUT) -> bool:
+        """Poll no spout until ``release_spouts`` (their acks and fails still arrive) and
+        deactivate each (Storm's ``deactivate``, on its own turn). Waits up to ``timeout``
+        seconds for a turn in progress to end, so nothing is emitted once it returns True;
+        False (logged) when a spout was still busy then (``timeout`` 0: no wait)."""
         for spout in self.spout_tasks:
             spout.active = False
+        if not self.running:
+            return True
+        posted = []
+        for spout in self.spout_tasks:
+            done = threading.Event()
+            self.post(spout, Activation(False, done))
+            posted.append((spout, done))
+        if not timeout:
+            return False
+        deadline = time.monotonic() + timeout
+        for spout, done in posted:
+            if not done.wait(max(0.0, deadline - time.monotonic())):
+                log.warning(
+                    "spout %r was still in a turn %.1f s after it was held: what it emits "
+                    "then still goes out",
+                    spout.name,
+                    timeout,
+                )
+                return False
+        return True
 
     def spouts_active(self) -> bool:
         """Whether any spout is polled (none once held or stopped)."""
         return any(spout.active for spout in self.spout_tasks)
 
     def release_spouts(self) -> None:
+        """Poll the spouts again, each activated first (Storm's ``activate``)."""
         if not self.running:
             return
         for spout in self.spout_tasks:
             spout.active = True
-            spout.wake()
+            self.post(spout, Activation(True, threading.Event()))
 
     # -- introspection (tests, metrics) ---------------------------------------------------
 

@@ -18,7 +18,9 @@ Tasks and ackers exchange these within one process:
   None) or failed;
 - ``Abandon``: to coordinated tasks, a root failed, drop its ids;
 - ``Tick``: the clock reached ``now`` (timeouts);
-- ``NEXT``: a spout should call ``next_tuple``.
+- ``NEXT``: a spout should call ``next_tuple``;
+- ``Activation``: a spout is activated or deactivated (Storm's ``activate`` and
+  ``deactivate``, on the spout's own turn), then ``done`` is set.
 
 Each is a ``Value`` (``drpc.semantics.values``): compared and matched by its fields.
 
@@ -39,6 +41,7 @@ is the same as each of them) beside the other acker messages in order.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Final
 
 from drpc.errors import Failure
@@ -167,6 +170,16 @@ class Next(Value):
 
 NEXT: Final = Next()
 
+
+class Activation(Value):
+    __slots__ = ("active", "done")
+    __match_args__ = ("active", "done")
+
+    def __init__(self, active: bool, done: threading.Event) -> None:
+        self.active = active
+        self.done = done
+
+
 Message = (
     Tuple
     | TupleMessage
@@ -179,6 +192,7 @@ Message = (
     | Tick
     | TickTuple
     | Next
+    | Activation
 )
 
 

@@ -8,7 +8,10 @@ back to the spout when the root settles. It counts ``emitted``, ``acked`` and
 ``failures``, and sums the acked roots' ``complete_seconds`` (Storm's complete
 latency; ``drpc.executors.stats``). What the spout emits on its turn's thread goes
 into the turn's outbox; from a thread of its own, straight to the targets.
-``SpoutCollector`` is the spout's collector.
+``SpoutCollector`` is the spout's collector. ``Activation`` runs the spout's
+``activate``/``deactivate`` on its own turn (each only when the spout's state changes:
+``open`` activates it, ``close`` deactivates an active one); ``next_tuple`` is called only
+while the task is ``active`` and its spout activated.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from drpc.executors.local.actors import Actor
 from drpc.executors.local.messages import (
     NEXT,
     AckInit,
+    Activation,
     Message,
     Next,
     Outbox,
@@ -106,7 +110,8 @@ class SpoutTask(Actor):
         self.failures = 0
         self.complete_seconds = 0.0  # summed over the acked roots
         self.max_pending: int | None = self.conf[config.TOPOLOGY_MAX_SPOUT_PENDING]
-        self.active = False
+        self.active = False  # polled (cleared at once by a hold, before its Activation)
+        self.activated = False  # the spout's activate() was called last, not deactivate()
         self.emitted = 0
         self.idle_wait = 0.0
         self.next_posted = False
@@ -126,7 +131,7 @@ class SpoutTask(Actor):
         )
         self.spout.open(self.conf, context, self.collector)
         self.spout.activate()
-        self.active = True
+        self.activated = self.active = True
 
     def wake(self) -> None:
         """Have ``next_tuple`` run soon. Safe from any thread."""
@@ -157,9 +162,27 @@ class SpoutTask(Actor):
                 self.next_tuple()
             case RootDone(root, failure):
                 self.root_done(root, failure)
+            case Activation(active, done):
+                self.apply_activation(active)
+                done.set()
+
+    def apply_activation(self, active: bool) -> None:
+        if active != self.activated:
+            self.activated = active
+            try:
+                if active:
+                    self.spout.activate()
+                else:
+                    self.spout.deactivate()
+            except Exception:
+                log.exception(
+                    "spout %r %s raised", self.component_id, "activate" if active else "deactivate"
+                )
+        if active and self.active:
+            self.wake()  # a poll taken while it was not yet activated did nothing
 
     def next_tuple(self) -> None:
-        if not self.active:
+        if not (self.active and self.activated):
             return
         if self.max_pending is not None and len(self.pending) >= self.max_pending:
             return
@@ -266,6 +289,8 @@ class SpoutTask(Actor):
     def close(self) -> None:
         self.active = False
         try:
-            self.spout.deactivate()
+            if self.activated:
+                self.activated = False
+                self.spout.deactivate()
         finally:
             self.spout.close()

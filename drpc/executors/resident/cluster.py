@@ -541,7 +541,8 @@ class ResidentCluster:
         for deployment in holding:
             assert deployment.engine is not None
             if deployment.engine.spouts_active():  # what they emitted now would go nowhere
-                deployment.engine.hold_spouts()
+                # no wait: this may run on a spout's own turn, whose send found the link lost
+                deployment.engine.hold_spouts(timeout=0)
                 deployment.held = True
         self._fail_calls(reason)
         threading.Thread(
