@@ -186,6 +186,22 @@ class BoundedLabels:
         return len(self._names)
 
 
+class LabelledChildren:
+    """A metric's children by label values, each looked up in the metric once:
+    prometheus-client's ``labels`` checks and locks on every call, and a call's path
+    asks for five."""
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *labels: str) -> Any:
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children.setdefault(labels, self._metric.labels(*labels))
+        return child
+
+
 class RecentRequests:
     """The function of the last ``limit`` requests (id → function), oldest dropped first.
     Thread-safe."""
@@ -313,6 +329,11 @@ class ServerMetrics(Observer):
             ["function"],
             registry=registry,
         )
+        # the children a call's own path updates
+        self._requests = LabelledChildren(self.requests)
+        self._duration = LabelledChildren(self.duration)
+        self._queue_wait = LabelledChildren(self.queue_wait)
+        self._in_flight = LabelledChildren(self.in_flight)
         self.jobs_in_flight = Gauge(
             "drpc_spark_jobs_in_flight",
             "Spark jobs running now.",
@@ -410,18 +431,18 @@ class ServerMetrics(Observer):
         # the allocator's arenas, and pin them.
         self.recent.add(request.id, request.function)
         function = self.functions(request.function)
-        self.queue_wait.labels(function).observe(max(0.0, now - request.submitted))
-        self.in_flight.labels(function).inc()
+        self._queue_wait(function).observe(max(0.0, now - request.submitted))
+        self._in_flight(function).inc()
 
     def request_settled(self, request: PendingRequest, now: float) -> None:
         function = self.functions(request.function)
         if request.fetched:
-            self.in_flight.labels(function).dec()
-        self.requests.labels(function, outcome_of(request.error)).inc()
-        self.duration.labels(function).observe(max(0.0, now - request.submitted))
+            self._in_flight(function).dec()
+        self._requests(function, outcome_of(request.error)).inc()
+        self._duration(function).observe(max(0.0, now - request.submitted))
 
     def request_refused(self, function: str, error: BaseException, known: bool, now: float) -> None:
-        self.requests.labels(self.functions(function, admit=known), outcome_of(error)).inc()
+        self._requests(self.functions(function, admit=known), outcome_of(error)).inc()
 
     # -- runtimes (drpc.observe.Observer) -----------------------------------------------------
 

@@ -398,20 +398,28 @@ class ThriftListener:
         """The next frame's payload if all of it has arrived already, else None (then
         ``_read_frame`` waits for it, under its deadlines). A pipelined burst's frames are
         taken this way without arming two timers each: reading what has arrived cannot
-        wait. Only looks at what arrived (StreamReader has no public way to say how
-        much; without its buffer every frame takes ``_read_frame``'s way)."""
+        wait."""
         reader = connection.reader
-        buffer = getattr(reader, "_buffer", None)
-        if not isinstance(buffer, bytearray) or len(buffer) < FRAME_HEADER_SIZE:
-            return None
-        try:
-            length = frame_length(bytes(buffer[:FRAME_HEADER_SIZE]), self.limits.max_frame_size)
-        except ProtocolError:
-            return None  # _read_frame refuses it, saying why
-        if len(buffer) < FRAME_HEADER_SIZE + length:
+        length = self._buffered_length(reader)
+        if length is None:
             return None
         await reader.readexactly(FRAME_HEADER_SIZE)
         return await reader.readexactly(length)
+
+    def _buffered_length(self, reader: asyncio.StreamReader, first: bytes = b"") -> int | None:
+        """The payload length of the next frame if all of it has arrived, the first
+        ``len(first)`` bytes of its header read already; else None. Only looks at what
+        arrived (StreamReader has no public way to say how much; without its buffer
+        every frame takes ``_read_frame``'s way)."""
+        buffer = getattr(reader, "_buffer", None)
+        missing = FRAME_HEADER_SIZE - len(first)
+        if not isinstance(buffer, bytearray) or len(buffer) < missing:
+            return None
+        try:
+            length = frame_length(first + bytes(buffer[:missing]), self.limits.max_frame_size)
+        except ProtocolError:
+            return None  # _read_frame refuses it, saying why
+        return length if len(buffer) >= missing + length else None
 
     async def _read_frame(self, connection: _Connection) -> bytes | None:
         """The next frame's payload, or None when the connection should close (reason
@@ -452,6 +460,10 @@ class ThriftListener:
             connection.waiting = None
         if not first:
             return None
+        whole = self._buffered_length(reader, first)
+        if whole is not None:  # the rest came with its first byte: no deadline to arm
+            await reader.readexactly(FRAME_HEADER_SIZE - 1)
+            return await reader.readexactly(whole)
         length = -1
         try:
             async with asyncio.timeout(self.limits.read_timeout):

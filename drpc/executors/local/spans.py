@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
@@ -46,7 +46,11 @@ from drpc.requests import ReturnInfo
 
 class StepRecorder(Protocol):
     """What bolt tasks report about the messages they handle (``RequestSpans`` here, or
-    ``ShippedSpans`` in a process that hosts only part of the topology)."""
+    ``ShippedSpans`` in a process that hosts only part of the topology). ``watched``: the
+    spout roots whose spans are measured here (a message of no other root is handled
+    untimed), or None when every message must be reported."""
+
+    watched: Container[int] | None
 
     def holding(self) -> AbstractContextManager[None]: ...
 
@@ -114,6 +118,7 @@ class RequestSpans:
         self.observer = observer
         self.function = function
         self._trees: dict[int, Tree] = {}
+        self.watched: Container[int] | None = self._trees
         self._roots: dict[ReturnInfo, int] = {}
         self._unwatched: dict[int, ReturnInfo] = {}
 
@@ -291,6 +296,7 @@ class ShippedSpans:
     ) -> None:
         self._hold = hold
         self._ship = ship
+        self.watched: Container[int] | None = None  # the spans are kept elsewhere
         self._local = threading.local()
         self._offset = time.time() - time.monotonic()
         self._fields: OrderedDict[int, dict[str, Any]] = OrderedDict()

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Container, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from drpc import config
@@ -236,7 +236,8 @@ class BoltTask(Actor):
         kind = type(message)
         if kind is Tuple or kind is ReportMessage:
             assert isinstance(message, (Tuple, ReportMessage))
-            if self.engine.recorder is not None and message.message_id:
+            recorder = self.engine.recorder
+            if recorder is not None and _any_watched(recorder.watched, message.message_id):
                 self._handle_traced(message)
                 return
             self.receive(message)
@@ -688,6 +689,14 @@ class BoltEffects(TaskEffects):
 
     def abandoned(self, id: Hashable) -> None:
         self.task.abandoned(id)
+
+
+def _any_watched(watched: Container[int] | None, roots: dict[int, int]) -> bool:
+    """Whether a message of these roots is one a step recorder times (``watched`` None:
+    every one with a root)."""
+    if watched is None:
+        return bool(roots)
+    return any(root in watched for root in roots)
 
 
 def _run_end(batch: list[Message], start: int, first: Tuple) -> int:
