@@ -72,7 +72,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from drpc import config
@@ -85,17 +85,15 @@ from drpc.errors import (
     TransactionalError,
 )
 from drpc.executors import EXECUTORS
-from drpc.executors.resident.executor import resident_cluster_of
 from drpc.gcpolicy import collected_less_often
 from drpc.model.context import TopologyContext
 from drpc.model.topology import Topology
 from drpc.observe import OBSERVER_SERVICE, Observer, bus
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
 from drpc.state import CoordinatorState, StateEnvironment
-from drpc.state.checkpoint_store import CheckpointStore, settings_from_conf
-from drpc.state.driver_checkpoint import DriverCheckpoint
-from drpc.state.partition import partition_root
+from drpc.state.checkpoint_store import settings_from_conf
 from drpc.state.topology import STATE_DIR_CONF, STATE_SERVICE, TopologyState
+from drpc.transactional.assembly import partitioned_commit, processing_backend, restored_driver
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.builder import TransactionalInfo, TransactionalTopologyBuilder
 from drpc.transactional.commit import CommitFailed, CommitPhase
@@ -105,13 +103,9 @@ from drpc.transactional.coordinator import (
     EmitCommit,
     TransactionalCoordinator,
 )
-from drpc.transactional.local_backend import LocalBackend
 from drpc.transactional.partitions import (
     DEFAULT_WRITERS,
-    CommitContext,
-    LocalPartitionHost,
     PartitionedCommit,
-    PartitionHost,
     partition_layouts,
 )
 from drpc.transactional.processing import (
@@ -120,8 +114,7 @@ from drpc.transactional.processing import (
     ProcessingBackend,
     batch_log_fields,
 )
-from drpc.transactional.resident_partitions import PARTITIONS_SERVICE, ResidentPartitionHost
-from drpc.transactional.spark_backend import ResidentBackend, SparkBackend
+from drpc.transactional.results import BatchPhases, CommitInfo, RunResult
 from drpc.transactional.spouts import (
     TRANSACTIONAL_SERVICE,
     TransactionalServices,
@@ -137,41 +130,6 @@ DEFAULT_MAX_TIMEOUTS = 3
 """Tuple-tree timeouts of one txid that stop a run (``max_timeouts``)."""
 
 
-@dataclass
-class CommitInfo:
-    txid: int
-    attempt: TransactionAttempt
-    tuples: int  # emitted by the spout for this batch
-    outputs: dict[str, list[list[Any]]]  # what commit-phase bolts emitted to no one
-    seconds: float  # commit phase duration
-    phases: BatchPhases | None = None  # where the batch's time went
-
-
-@dataclass(frozen=True, slots=True)
-class BatchPhases:
-    """Where one committed batch's time went, in seconds, from the transaction's start:
-    ``emit`` (its batch decided and handed to the backend: the emitters, or the ranges),
-    ``process`` (the processing phase), ``wait`` (processed, waiting for the batches
-    before it to commit) and ``commit``."""
-
-    emit: float
-    process: float
-    wait: float
-    commit: float
-
-    @property
-    def total(self) -> float:
-        return self.emit + self.process + self.wait + self.commit
-
-    def as_dict(self) -> dict[str, float]:
-        return {
-            "emit": self.emit,
-            "process": self.process,
-            "wait": self.wait,
-            "commit": self.commit,
-        }
-
-
 @dataclass(slots=True)
 class _Clock:
     """When a batch attempt started, was handed over and came back processed."""
@@ -185,31 +143,11 @@ SLOWEST_OF = 100
 """Committed batches ``status()`` looks back over for the slowest."""
 
 
-@dataclass
-class RunResult:
-    topology_id: str
-    commits: list[CommitInfo] = field(default_factory=list)
-    replays: collections.Counter[str] = field(default_factory=collections.Counter)
-    seconds: float = 0.0
-
-    @property
-    def tuples(self) -> int:
-        return sum(commit.tuples for commit in self.commits)
-
-    @property
-    def last_txid(self) -> int | None:
-        return self.commits[-1].txid if self.commits else None
-
-    def outputs(self, component: str) -> list[list[Any]]:
-        """Everything ``component`` emitted to no one, commit after commit."""
-        return [values for commit in self.commits for values in commit.outputs.get(component, [])]
-
-
 MIN_IDLE_WAIT = 0.001
-RESIDENT_RESTART_POLL = 0.5
-"""Seconds a run's start waits before it tries again on a restarting resident job."""
 """The first wait of an idle source its coordinator does not watch; each empty batch after
 doubles it, up to ``idle_interval``."""
+RESIDENT_RESTART_POLL = 0.5
+"""Seconds a run's start waits before it tries again on a restarting resident job."""
 
 
 class _Woken:
@@ -338,19 +276,8 @@ class TransactionalRunner:
         self.env = StateEnvironment.open(str(state_dir), **(state_options or {}))
         self.env.recover_crashed_writer()  # before reading where to resume
         self.checkpoint = settings_from_conf(checkpoint_dir, self.conf)
-        self.driver_checkpoint: DriverCheckpoint | None = None
         self.layouts = partition_layouts(topology)
-        if self.checkpoint is not None:
-            if not self.layouts:
-                raise InvalidTopologyError(
-                    f"topology {info.id!r} keeps no partitioned state, so a checkpoint store "
-                    f"({self.checkpoint.describe()}) would hold nothing of it: give its state "
-                    "a parallelism_hint of 2 or more, or run it without checkpoint_dir"
-                )
-            store = CheckpointStore(self.checkpoint)
-            store.check()
-            self.driver_checkpoint = DriverCheckpoint(store, info.id)
-            self.driver_checkpoint.restore(self.env)  # a driver on another host continues
+        self.driver_checkpoint = restored_driver(self.checkpoint, self.layouts, info, self.env)
         self.observer = bus(observer)
         self.coordinator_state = CoordinatorState(
             self.env, info.id, plain_batch_meta=drpc_owns_batch_meta(info.spout)
@@ -373,58 +300,39 @@ class TransactionalRunner:
         self.commit_phase = CommitPhase(
             topology, info, self.conf, self.services, self.transactional, self.coordinator_state
         )
-        if executor == "local":
-            make_local = info.local_backend or LocalBackend
-            self.backend: ProcessingBackend = make_local(
-                topology, info, self.conf, self.services, self.transactional, threads
-            )
-        else:
-            if executor == "spark":
-                make = info.resident_backend or ResidentBackend
-            else:
-                make = spark_backend or info.spark_backend or SparkBackend
-            self.backend = make(
-                topology,
-                info,
-                self.conf,
-                self.services,
-                self.transactional,
-                max_spout_pending,
-                master,
-                spark_conf,
-                start_timeout,
-            )
+        self.backend = processing_backend(
+            executor,
+            topology,
+            info,
+            self.conf,
+            self.services,
+            self.transactional,
+            threads=threads,
+            max_spout_pending=max_spout_pending,
+            master=master,
+            spark_conf=spark_conf,
+            start_timeout=start_timeout,
+            spark_backend=spark_backend,
+        )
         self.partitioned: PartitionedCommit | None = None
         if self.layouts:
-            commit_context = CommitContext(
-                topology, self.conf, self.services, self.commit_phase.hints
-            )
-            host: PartitionHost
-            if executor == "spark":
-                host = ResidentPartitionHost(
-                    partition_root(str(state_dir), self.conf),
-                    commit_context,
-                    lambda: resident_cluster_of(master, spark_conf, start_timeout),
-                    state_options=state_options,
-                    checkpoint=self.checkpoint,
-                )
-                self.services[PARTITIONS_SERVICE] = host
-            else:
-                host = LocalPartitionHost(
-                    str(state_dir),
-                    commit_context,
-                    writers=partition_writers,
-                    state_options=state_options,
-                    checkpoint=self.checkpoint,
-                )
-            self.partitioned = PartitionedCommit(
+            self.partitioned = partitioned_commit(
+                executor,
                 topology,
                 info,
                 self.layouts,
-                host,
+                self.conf,
+                self.services,
                 self.commit_phase,
                 self.coordinator_state,
+                state_dir=str(state_dir),
+                master=master,
+                spark_conf=spark_conf,
+                start_timeout=start_timeout,
+                state_options=state_options,
+                checkpoint=self.checkpoint,
                 driver_checkpoint=self.driver_checkpoint,
+                partition_writers=partition_writers,
             )
         self.max_attempts = max_attempts
         self.max_timeouts = max_timeouts
