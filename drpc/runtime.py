@@ -388,5 +388,14 @@ def stop_session() -> None:
         session, owned = _session, _owned
         _session, _owned, _master = None, False, None
     if session is not None and owned and not _stopped(session):
-        session.stop()
+        from py4j.protocol import Py4JError
+
+        try:
+            session.stop()
+        except (Py4JError, ConnectionError) as error:  # its JVM went away first (e.g. a
+            # signal to the whole process group): nothing is left to stop
+            log.info(
+                "the SparkSession's JVM was gone already (%s: %s)", type(error).__name__, error
+            )
+            return
         log.info("stopped the SparkSession")

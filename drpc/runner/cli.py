@@ -6,6 +6,8 @@ builds a ``RemoteRunner`` over ``--servers`` for the ``--topology`` given, with 
 SIGINT or SIGTERM, then stops it; exit 0, or 1 when a topology cannot start (its
 error is logged) or, on Spark, when its driver's JVM is lost while it serves (said in the
 log, so that a supervisor starts the runner again instead of leaving it refusing calls).
+With ``--standby`` it first warms its executor and waits for the runner writing the
+state directory to stop, then takes over (``drpc.runner.standby``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from drpc.runner.invocations import (
     DEFAULT_RECONNECT_INTERVAL,
 )
 from drpc.runner.remote_runner import RemoteRunner
+from drpc.runner.standby import wait_for_state, warm
 from drpc.transactional.cli import add_hosted_arguments, hosted_runs
 
 log = logging.getLogger("drpc.runner")  # not "__main__" under python -m
@@ -84,6 +87,13 @@ def _parser() -> argparse.ArgumentParser:
         "the resident tasks (Storm's placement: a fields grouping holds across requests) "
         "instead of a whole copy on every task (a request never leaves its task; default)",
     )
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="with --transactional: start the executor now, then wait while another runner "
+        "writes --state-dir and take over its runs when it stops (a killed runner is "
+        "replaced without a Spark start)",
+    )
     add_tls_arguments(parser)
     add_hosted_arguments(parser, "runner")
     return parser
@@ -116,13 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (ValueError, DRPCError) as error:  # a bad --servers, an unusable TLS file
         parser.error(str(error))
-    run_options = job_options(executor_options)
-    try:
-        for topology in hosted.topologies:
-            runner.register_transactional(topology, **hosted.options, **run_options)
-    except DRPCError as error:  # a state directory another run writes, a duplicate topology
-        log.error("cannot serve: %s", error)
-        return 1
+    if args.standby and not hosted.topologies:
+        parser.error("--standby needs --transactional: it waits to take over a state directory")
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -131,6 +136,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(ValueError):  # not the main thread
             signal.signal(signum, request_stop)
+    standby = None
+    if args.standby:
+        try:
+            warm(args.executor, executor_options)
+        except DRPCError as error:
+            log.error("cannot stand by: %s", error)
+            return 1
+        state = hosted.options
+        standby = wait_for_state(state["state_dir"], state["state_options"], stopping)
+        if standby is None:
+            log.info("stopping")
+            return 0
+    run_options = job_options(executor_options)
+    try:
+        for topology in hosted.topologies:
+            runner.register_transactional(topology, **hosted.options, **run_options)
+    except DRPCError as error:  # a state directory another run writes, a duplicate topology
+        log.error("cannot serve: %s", error)
+        return 1
+    finally:
+        if standby is not None:
+            standby.release()  # the runs hold the directory now (or it is given up)
     try:
         runner.start()
     except DRPCError as error:  # e.g. SparkStartError: no executor registered in time

@@ -65,7 +65,8 @@ Contract:
   commit.
 - **One writer per directory.** ``claim_writer(holder)`` claims the directory
   for this process (``drpc.state.writer``): while a live process holds it, a
-  claim from another process raises ``StateInUseError`` naming that pid;
+  claim from another process raises ``StateInUseError`` naming that pid
+  (``claim_writer_when_free`` waits instead, as a standby does);
   ``close()`` releases this process's claims. Reads need no claim.
 - **Commit watchers.** ``watch_commits(watcher)`` makes this process's every
   successful write call ``watcher.on_commit(txn, writes)`` (the ended
@@ -98,11 +99,12 @@ from drpc.errors import (
     StateError,
     StateForkError,
     StateFullError,
+    StateInUseError,
 )
 from drpc.state.pins import Pin, PinTable
 from drpc.state.txn import StateTxn, Writes, apply_writes
 from drpc.state.versions import VersionStore, pinned_version
-from drpc.state.writer import WriterClaim, WriterLock
+from drpc.state.writer import CLAIM_POLL, WriterClaim, WriterLock
 
 log = logging.getLogger(__name__)
 
@@ -555,6 +557,18 @@ class StateEnvironment:
         """Claim the directory for writes by this process as ``holder`` (see module doc)."""
         self._check()
         return self._writer.claim(holder)
+
+    def claim_writer_when_free(
+        self,
+        holder: str,
+        stop: threading.Event,
+        *,
+        poll: float = CLAIM_POLL,
+        on_busy: Callable[[StateInUseError], None] | None = None,
+    ) -> WriterClaim | None:
+        """``claim_writer``, waiting while another process writes (``WriterLock``)."""
+        self._check()
+        return self._writer.claim_when_free(holder, stop, poll=poll, on_busy=on_busy)
 
     def writers(self) -> tuple[str, ...]:
         """The holders this process has claimed the directory for."""

@@ -13,6 +13,9 @@ this process as ``holder`` (a topology id) and returns a ``WriterClaim`` to
   ``StateInUseError`` too.
 - The kernel drops a ``flock`` when its process dies, so a killed writer never
   leaves a stale lock. Readers take no lock.
+- ``claim_when_free(holder, stop, poll=...)`` is ``claim`` for a standby: while another
+  process holds the directory it tries again every ``poll`` seconds (``on_busy`` hears the
+  first refusal), until it has the claim or ``stop`` is set (None).
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ import fcntl
 import json
 import os
 import threading
+from collections.abc import Callable
 from contextlib import suppress
 
 from drpc.errors import StateError, StateInUseError
 
 WRITER_LOCK_FILE = "drpc-writer.lock"
+CLAIM_POLL = 0.05
+"""Seconds between a standby's tries to claim a directory another process holds."""
 
 
 class WriterLock:
@@ -46,6 +52,27 @@ class WriterLock:
             self._claims.add(holder)
             self._describe()
         return WriterClaim(self, holder)
+
+    def claim_when_free(
+        self,
+        holder: str,
+        stop: threading.Event,
+        *,
+        poll: float = CLAIM_POLL,
+        on_busy: Callable[[StateInUseError], None] | None = None,
+    ) -> WriterClaim | None:
+        busy = False
+        while True:
+            try:
+                return self.claim(holder)
+            except StateInUseError as error:
+                if error.pid == os.getpid():
+                    raise  # this process claimed it as holder already: waiting cannot help
+                if not busy and on_busy is not None:
+                    on_busy(error)
+                busy = True
+            if stop.wait(poll):
+                return None
 
     def holders(self) -> tuple[str, ...]:
         with self._lock:

@@ -279,6 +279,7 @@ def test_a_runner_runs_partitioned_state_and_exits_once_its_jvm_is_gone(
     assert GONE in output, output[-4000:]
     assert "cannot serve any more: its Spark driver's JVM shut down or went away; exiting" in output
     assert "restarting in" not in output, output[-4000:]
+    assert "Exception ignored in atexit" not in output, output[-4000:]  # its session: gone
 
 
 @pytest.mark.timeout(60)
