@@ -26,7 +26,10 @@ kinds:
 - ``worker``: SIGKILL a resident task's Python process (the runner's resident job
   restarts);
 - ``runner``: SIGKILL the runner's whole process group (driver, JVM, workers), start it
-  again at once;
+  again at once; with ``--standby`` a second runner waits warm beside it
+  (``drpc-runner --standby``), the kill (once the standby is warm) takes the one that
+  writes the state, the other takes over, and the killed one comes back as the next
+  standby;
 - ``server``: SIGKILL one ``drpc-server``, start it again on its ports;
 - ``redis``: SIGKILL Redis, start it again on its files;
 - ``pause``: SIGSTOP a server, the runner or Redis (one not stopped already) for
@@ -338,14 +341,17 @@ class Nemesis:
                 "an answer after the fault",
             )
             if fault.kind == "runner":  # a new process: its figures now, for the end's check
-                runner = deployment.services["runner"]
-                deployment.ready_figures["runner"] = service_figures(runner)
+                name = deployment.active_runner()
+                if name is not None:
+                    deployment.ready_figures[name] = service_figures(deployment.services[name])
         fault.repaired = time.monotonic()
         log(f"  {fault.kind} repaired in {fault.repaired - fault.started:.2f} s")
 
     def _worker(self, rng: random.Random) -> Fault | None:
-        runner = self.deployment.services["runner"]
-        jvm = procs.jvm(runner.pid)
+        active = self.deployment.active_runner()
+        if active is None:
+            return None  # a standby is taking over: no resident task to kill yet
+        jvm = procs.jvm(self.deployment.services[active].pid)
         tasks = procs.spark_python(jvm).tasks if jvm else []
         # A resident task runs threads of its own (its server, fetchers); a forked worker
         # waiting for reuse runs one: killing that breaks nothing.
@@ -359,8 +365,12 @@ class Nemesis:
         return fault
 
     def _runner(self, rng: random.Random) -> Fault:
-        fault = Fault("runner", "runner", time.monotonic())
-        service = self.deployment.services["runner"]
+        deployment = self.deployment
+        if deployment.standby:  # each kill a takeover: the last one's runner is warm again
+            wait_for(deployment.standby_warm, REPAIR_TIMEOUT, "a warm standby runner")
+        name = deployment.active_runner() or "runner"
+        fault = Fault("runner", name, time.monotonic())
+        service = self.deployment.services[name]
         service.kill()
         service.start()
         return fault
@@ -395,9 +405,8 @@ class Nemesis:
     def _pause(self, rng: random.Random) -> Fault | None:
         """SIGSTOP a process that is not already stopped; a timer SIGCONTs it, so the next
         faults go on meanwhile (a kill of it first sends SIGCONT)."""
-        free = [
-            name for name in ("server0", "server1", "runner", "redis") if name not in self.paused
-        ]
+        runner = self.deployment.active_runner() or "runner"
+        free = [name for name in ("server0", "server1", runner, "redis") if name not in self.paused]
         if not free:
             return None
         name = rng.choice(free)
@@ -520,10 +529,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     link = Link().open() if args.two_hosts else None
     deployment = (
-        Deployment(workdir, args.master, slots=args.slots)
+        Deployment(workdir, args.master, slots=args.slots, standby=args.standby)
         if link is None
         else Deployment(
-            workdir, args.master, host=Link.HERE, runner_prefix=link.prefix, slots=args.slots
+            workdir,
+            args.master,
+            host=Link.HERE,
+            runner_prefix=link.prefix,
+            slots=args.slots,
+            standby=args.standby,
         )
     )
     history = History()
@@ -534,6 +548,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name in ("redis", "server0", "server1"):
             deployment.start(name)
         deployment.start("runner", timeout=300)
+        if args.standby:
+            deployment.start_standby(timeout=300)
         log("deployment answers")
         threads = [
             threading.Thread(
@@ -758,6 +774,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="each kind of fault on a schedule of its own (mean --interval apart), "
         "overlapping the others; the runner may be killed again while it starts",
+    )
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="run a second runner with --standby beside the first: a runner kill is repaired "
+        "by its takeover, and the killed runner starts again as the next standby",
     )
     parser.add_argument(
         "--workdir", help="where the processes keep their files (default a new temporary directory)"

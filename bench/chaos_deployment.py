@@ -7,14 +7,18 @@ Contract.
   children (a runner's JVM and Python workers); ``signal(signum)`` reaches the group,
   ``stop()`` sends SIGTERM to the main process only (it stops its children in order),
   then kills what is left after 30 s.
-- ``Deployment(workdir, master, host=, runner_prefix=, slots=)``: durable Redis (AOF,
+- ``Deployment(workdir, master, host=, runner_prefix=, slots=, standby=)``: durable Redis (AOF,
   ``appendfsync always``) and two ``drpc-server`` processes listening on ``host``, and a
   ``drpc-runner`` (``--executor spark`` on ``master``, ``--slots``) hosting the Trident tally of
   ``bench.chaos_workload`` and serving its query to both servers; the runner starts
   with ``runner_prefix`` (``ip netns exec NS`` on a second host). ``start(name)``
   starts one service and waits until it is ready (Redis answers ``PING``, a server's
   port accepts, the runner answers a call) and keeps its figures then
-  (``ready_figures``); ``stop()`` stops them all.
+  (``ready_figures``); ``stop()`` stops them all. With ``standby`` a second runner,
+  ``standby``, runs beside ``runner``, both with ``drpc-runner --standby``: the one that
+  writes the state directory serves, the other waits warm to take over
+  (``drpc.runner.standby``); ``active_runner()`` names the one that writes, and
+  ``standby_warm()`` says whether the other waits warm.
 - ``Link``: a second host for the runner, a network namespace joined to this one by a
   veth pair, whose link ``cut()`` takes down and ``restore()`` brings back (root only).
 - ``answers(host, servers, timeout)``: whether a call through the servers is answered;
@@ -25,6 +29,7 @@ Contract.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -40,6 +45,7 @@ from drpc.client import DRPCClient
 
 from bench import procs
 from bench.chaos_workload import ALL_NAMES, FUNCTION
+from drpc.state.writer import WRITER_LOCK_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT_TIMEOUT = 10.0
@@ -48,6 +54,8 @@ SERVER_TIMEOUT = 8.0
 """The servers' --timeout: a request nobody answers fails with SERVER_TIMEOUT first."""
 REPAIR_TIMEOUT = 120.0
 """Seconds a restarted service has to be ready again."""
+WAITING = b"taking over when it stops"
+"""What a standby runner logs once it is warm and waits (``drpc.runner.standby``)."""
 
 
 def free_port() -> int:
@@ -79,8 +87,10 @@ class Service:
         self.name, self.argv, self.env, self.log = name, argv, env, log
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.log_offset = 0  # where its log stood when it last started
 
     def start(self) -> None:
+        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 self.argv,
@@ -182,6 +192,7 @@ class Deployment:
     host: str = "127.0.0.1"
     slots: int | None = None
     runner_prefix: list[str] = field(default_factory=list)
+    standby: bool = False
     redis_port: int = field(default_factory=free_port)
     servers: list[dict[str, int]] = field(default_factory=list)
     services: dict[str, Service] = field(default_factory=dict)
@@ -253,34 +264,64 @@ class Deployment:
                 self.workdir / f"server{index}.log",
             )
         invocations = ",".join(f"{self.host}:{ports['invocations']}" for ports in self.servers)
-        self.services["runner"] = Service(
-            "runner",
-            [
-                *self.runner_prefix,
-                sys.executable,
-                "-m",
-                "drpc.runner",
-                "--servers",
-                invocations,
-                "--topology",
-                "bench.chaos_workload:query",
-                "--transactional",
-                "bench.chaos_workload:counting",
-                "--state-dir",
-                str(self.workdir / "state"),
-                "--executor",
-                "spark",
-                "--master",
-                self.master,
-                *([] if self.slots is None else ["--slots", str(self.slots)]),
-                "--reconnect-interval",
-                "0.2",
-                "--checkpoint-dir",
-                (self.workdir / "store").as_uri(),
-            ],
-            env,
-            self.workdir / "runner.log",
-        )
+        runner = [
+            *self.runner_prefix,
+            sys.executable,
+            "-m",
+            "drpc.runner",
+            "--servers",
+            invocations,
+            "--topology",
+            "bench.chaos_workload:query",
+            "--transactional",
+            "bench.chaos_workload:counting",
+            "--state-dir",
+            str(self.workdir / "state"),
+            "--executor",
+            "spark",
+            "--master",
+            self.master,
+            *([] if self.slots is None else ["--slots", str(self.slots)]),
+            "--reconnect-interval",
+            "0.2",
+            "--checkpoint-dir",
+            (self.workdir / "store").as_uri(),
+            *(["--standby", "--log-level", "INFO"] if self.standby else []),
+        ]
+        for name in ("runner", "standby") if self.standby else ("runner",):
+            self.services[name] = Service(name, runner, env, self.workdir / f"{name}.log")
+
+    def runners(self) -> list[str]:
+        return ["runner", "standby"] if self.standby else ["runner"]
+
+    def active_runner(self) -> str | None:
+        """The runner that writes the state directory (the writer lock names its pid)."""
+        if not self.standby:
+            return "runner"
+        try:
+            pid = json.loads((self.workdir / "state" / WRITER_LOCK_FILE).read_text())["pid"]
+        except (OSError, ValueError, KeyError):
+            return None
+        for name in self.runners():
+            process = self.services[name].process
+            if process is not None and process.poll() is None and process.pid == pid:
+                return name
+        return None
+
+    def standby_warm(self) -> bool:
+        """Whether a runner other than the active one waits warm to take over (its log
+        says so since its last start)."""
+        active = self.active_runner()
+        for name in self.runners():
+            service = self.services[name]
+            if name != active and service.process is not None and service.process.poll() is None:
+                return WAITING in service.log.read_bytes()[service.log_offset :]
+        return False
+
+    def start_standby(self, timeout: float = REPAIR_TIMEOUT) -> None:
+        """Start the standby runner and wait until it is warm and waiting."""
+        self.services["standby"].start()
+        wait_for(self.standby_warm, timeout, "the standby runner")
 
     @property
     def redis_url(self) -> str:
@@ -306,7 +347,7 @@ class Deployment:
         self.ready_figures[name] = service_figures(self.services[name])
 
     def stop(self) -> None:
-        for name in ("runner", "server0", "server1", "redis"):
+        for name in (*reversed(self.runners()), "server0", "server1", "redis"):
             self.services[name].stop()
 
 

@@ -350,18 +350,24 @@ class Fault:
 Window = tuple[float, float]
 
 
+RUNNERS = ("runner", "standby")
+"""The names a runner fault targets: the runner, or with ``--standby`` either of two."""
+
+
 def down_windows(faults: list[Fault], end: float) -> list[Window]:
     """When the only runner was down (killed, or cut off: to the first answer after;
-    stopped: to its SIGCONT), or every server was (both killed or stopped at once)."""
+    stopped: to its SIGCONT), or every server was (both killed or stopped at once). With a
+    standby runner (``--standby``) a fault's target is whichever runner served then,
+    ``runner`` or ``standby``: its window ends when the other took over."""
 
-    def spans(kind: str, target: str) -> list[Window]:
+    def spans(kind: str, *targets: str) -> list[Window]:
         return [
             (fault.started, fault.repaired or end)
             for fault in faults
-            if fault.target == target and fault.kind in (kind, "pause", "link")
+            if fault.target in targets and fault.kind in (kind, "pause", "link")
         ]
 
-    windows = spans("runner", "runner")
+    windows = spans("runner", *RUNNERS)
     for first_start, first_end in spans("server", "server0"):
         for second_start, second_end in spans("server", "server1"):
             start, stop = max(first_start, second_start), min(first_end, second_end)
