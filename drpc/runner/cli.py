@@ -144,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("cannot stand by: %s", error)
             return 1
         state = hosted.options
-        standby = wait_for_state(state["state_dir"], state["state_options"], stopping)
+        if not stopping.is_set():  # a stop while it warmed: never take over
+            standby = wait_for_state(state["state_dir"], state["state_options"], stopping)
         if standby is None:
             log.info("stopping")
             return 0
