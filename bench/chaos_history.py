@@ -358,7 +358,10 @@ def down_windows(faults: list[Fault], end: float) -> list[Window]:
     """When the only runner was down (killed, or cut off: to the first answer after;
     stopped: to its SIGCONT), or every server was (both killed or stopped at once). With a
     standby runner (``--standby``) a fault's target is whichever runner served then,
-    ``runner`` or ``standby``: its window ends when the other took over."""
+    ``runner`` or ``standby``: its window ends when the other took over. A resident
+    worker killed takes the runner down too, to the first answer after: its calls in
+    flight fail at once by design (``INTERNAL_ERROR``, as when the runner dies), and the
+    runner's resident job, one barrier stage, serves nothing until all of it is back."""
 
     def spans(kind: str, *targets: str) -> list[Window]:
         return [
@@ -368,6 +371,8 @@ def down_windows(faults: list[Fault], end: float) -> list[Window]:
         ]
 
     windows = spans("runner", *RUNNERS)
+    workers = [fault for fault in faults if fault.kind == "worker"]
+    windows += [(fault.started, fault.repaired or end) for fault in workers]
     for first_start, first_end in spans("server", "server0"):
         for second_start, second_end in spans("server", "server1"):
             start, stop = max(first_start, second_start), min(first_end, second_end)

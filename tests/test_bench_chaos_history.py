@@ -177,7 +177,7 @@ def test_an_anomaly_describes_its_slice() -> None:
     ]
 
 
-def test_the_down_windows_are_the_runner_s_and_both_servers_at_once() -> None:
+def test_the_down_windows_are_the_runner_s_its_workers_and_both_servers_at_once() -> None:
     faults = [
         Fault("runner", "runner", 10.0, 19.0),
         Fault("pause", "runner", 30.0, 42.0),
@@ -186,12 +186,14 @@ def test_the_down_windows_are_the_runner_s_and_both_servers_at_once() -> None:
         Fault("pause", "server1", 60.5, 72.0),  # overlaps server0's kill: both down
         Fault("server", "server1", 80.0, 81.0),  # alone: the other server serves
         Fault("redis", "redis", 85.0, 85.5),
+        Fault("worker", "pid 7", 90.0, 93.0, until=90.01),  # the resident job restarts
     ]
     assert down_windows(faults, 100.0) == [
         (10.0, 19.0),
         (30.0, 42.0),
         (50.0, 100.0),
         (60.5, 61.0),
+        (90.0, 93.0),
     ]
 
 
