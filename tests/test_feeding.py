@@ -4,6 +4,7 @@ the resident link would carry the items (the link itself is tested with the clus
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 from collections import deque
@@ -14,7 +15,14 @@ from typing import Any
 import pytest
 
 from drpc.errors import DRPCExceptionType, DRPCExecutionException, Failure
-from drpc.executors.resident.feeding import FedInvocations, FedRequest, RequestFeeder
+from drpc.executors.resident.feeding import (
+    FedInvocations,
+    FedOutcome,
+    FedRequest,
+    ObservedEvent,
+    RequestFeeder,
+    StepStarted,
+)
 from drpc.observe import Observer
 from drpc.requests import DRPCRequest, ReturnInfo
 from tests.waiting import wait_until
@@ -199,3 +207,17 @@ def test_an_observer_that_raises_never_holds_up_an_outcome() -> None:
 def test_a_window_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="window must be >= 1, got 0"):
         RequestFeeder(Table([]), "f", lambda worker, requests: True, Observer(), window=0)
+
+
+def test_the_records_on_the_wire_travel_whole() -> None:
+    """Each crosses processes as its class and its fields; the defaulted ones too."""
+    event = ObservedEvent("step_finished", ("bolt0", 1.0, 2.0, {"busy_ms": 1.0}))
+    records = [
+        FedRequest("r1", "here", "args", 2.5, observed=True),
+        FedRequest("r2", "here", "args", None),
+        FedOutcome("r1", None, int(DRPCExceptionType.FAILED_REQUEST), "no", (event,)),
+        StepStarted("r1", "bolt0", 3.0),
+        event,
+    ]
+    for protocol in (2, pickle.HIGHEST_PROTOCOL):
+        assert pickle.loads(pickle.dumps(records, protocol)) == records
