@@ -31,6 +31,8 @@ monotonic seconds) and does no IO. Tuples are opaque values of the caller's (``T
 - ``tick(now)``: while ready, a heartbeat tuple (stream ``__heartbeat``, task -1, no
   values) every ``heartbeat_interval`` seconds; silence for more than
   ``heartbeat_timeout`` seconds is a ``HEARTBEAT`` fault.
+- ``heard(now)``: output arrived that ``received`` gets later (a shell that parses on
+  another thread): it counts as a sign of life from ``now``.
 - ``output_closed()``: the subprocess's stdout ended: an ``EXITED`` fault.
 - After a ``Fault`` the machine ignores the generation's output until the shell reports
   ``lost(error)``: every tuple sent to that subprocess fails with ``error``, and
@@ -65,7 +67,7 @@ from drpc.multilang.decisions import (
     Started,
 )
 from drpc.multilang.handshake import pid_of
-from drpc.multilang.wire import DEFAULT_MAX_MESSAGE_BYTES, Decoder, WireError
+from drpc.multilang.wire import DEFAULT_MAX_MESSAGE_BYTES, Decoder, WireError, encode_tuple
 
 T = TypeVar("T")
 
@@ -160,7 +162,7 @@ class BoltProtocol(Generic[T]):
         id = self._next_id()
         message = {"id": id, "comp": comp, "stream": stream, "task": task, "tuple": values}
         try:
-            send = Send.of(message)
+            send = Send(message, encode_tuple(id, comp, stream, task, values))
         except (TypeError, ValueError) as error:
             return [
                 Fail(
@@ -188,15 +190,24 @@ class BoltProtocol(Generic[T]):
         except WireError as error:
             return [self._fault(FaultKind.PROTOCOL, f"wrote {error}")]
         decisions: list[Decision] = []
-        for message in messages:
+        if messages:
             self._heard_at = now
-            if self.state is State.STARTING:
-                decisions += self._handshake(message, now)
+        for message in messages:
+            if self.state is State.READY:
+                decision = self._command(message)
+                if decision is not None:
+                    decisions.append(decision)
             else:
-                decisions += self._command(message)
+                decisions += self._handshake(message, now)
             if self.state is State.BROKEN:
                 break
         return decisions
+
+    def heard(self, now: float) -> None:
+        """The subprocess wrote something, to be handed to ``received`` later: a sign of
+        life for the heartbeat timeout already."""
+        if self.state in (State.STARTING, State.READY):
+            self._heard_at = now
 
     def task_ids(self, ids: list[int]) -> list[Decision]:
         """The task ids a non-direct emit went to, for the subprocess (in emit order)."""
@@ -293,90 +304,85 @@ class BoltProtocol(Generic[T]):
         self._waiting.clear()
         return decisions
 
-    def _command(self, message: Any) -> list[Decision]:
-        command = message.get("command") if isinstance(message, dict) else None
-        if not isinstance(command, str):
-            return [
-                self._fault(
-                    FaultKind.PROTOCOL, f"wrote a message without a command: {excerpt(message)}"
-                )
-            ]
-        if command == "sync":
-            return []
+    def _command(self, message: Any) -> Decision | None:
+        command = message.get("command") if type(message) is dict else None
         if command == "emit":
             return self._emit(message)
-        if command in ("ack", "fail"):
-            key = _key(message.get("id"))
+        if command == "ack" or command == "fail":
+            id = message.get("id")
+            key = id if type(id) is str else _key(id)
             settled = self._sent.pop(key, None) if key is not None else None
             if settled is None:
-                return [
-                    self._fault(
-                        FaultKind.PROTOCOL,
-                        f"{command}ed tuple id {excerpt(message.get('id'))}, which is not in "
-                        "flight (unknown, or already acked or failed)",
-                    )
-                ]
+                return self._fault(
+                    FaultKind.PROTOCOL,
+                    f"{command}ed tuple id {excerpt(id)}, which is not in flight "
+                    "(unknown, or already acked or failed)",
+                )
             reported, self._reported = self._reported, None
             if command == "ack":
-                return [Ack(settled)]
-            return [Fail(settled, None if reported is None else reported_error(reported))]
+                return Ack(settled)
+            return Fail(settled, None if reported is None else reported_error(reported))
+        if command == "sync":
+            return None
+        if not isinstance(command, str):
+            return self._fault(
+                FaultKind.PROTOCOL, f"wrote a message without a command: {excerpt(message)}"
+            )
         if command == "log":
-            return [Log(log_level(message), str(message.get("msg")))]
+            return Log(log_level(message), str(message.get("msg")))
         if command == "error":
             self._reported = str(message.get("msg"))
-            return [ReportError(self._reported)]
+            return ReportError(self._reported)
         if command == "metrics":
             name = message.get("name")
             if not isinstance(name, str) or not name:
-                return [
-                    self._fault(
-                        FaultKind.PROTOCOL, f"sent metrics without a name: {excerpt(message)}"
-                    )
-                ]
-            return [Metrics(name, message.get("params"))]
-        return [Log(logging.WARNING, f"ignored a message with unknown command {command!r}")]
-
-    def _emit(self, message: dict[str, Any]) -> list[Decision]:
-        values = message.get("tuple")
-        if not isinstance(values, list):
-            return [
-                self._fault(
-                    FaultKind.PROTOCOL, f"emitted without a 'tuple' list: {excerpt(message)}"
+                return self._fault(
+                    FaultKind.PROTOCOL, f"sent metrics without a name: {excerpt(message)}"
                 )
-            ]
-        stream = message.get("stream")
-        if stream is None:
-            stream = DEFAULT_STREAM
+            return Metrics(name, message.get("params"))
+        return Log(logging.WARNING, f"ignored a message with unknown command {command!r}")
+
+    def _emit(self, message: dict[str, Any]) -> Decision:
+        values = message.get("tuple")
+        stream = message.get("stream", DEFAULT_STREAM)
         task = message.get("task")
         need = message.get("need_task_ids")
-        raw_anchors = message.get("anchors")
-        if raw_anchors is None:
-            raw_anchors = []
-        elif not isinstance(raw_anchors, list):
-            raw_anchors = [raw_anchors]
+        anchors = message.get("anchors")
         if (
-            not isinstance(stream, str)
-            or (task is not None and (not isinstance(task, int) or isinstance(task, bool)))
-            or (need is not None and not isinstance(need, bool))
+            type(values) is not list
+            or (stream is not None and type(stream) is not str)
+            or (task is not None and type(task) is not int)
+            or (need is not None and type(need) is not bool)
         ):
-            return [
-                self._fault(FaultKind.PROTOCOL, f"emitted a malformed message: {excerpt(message)}")
-            ]
-        anchors: list[T] = []
-        for anchor in raw_anchors:
-            key = _key(anchor)
-            anchored = self._sent.get(key) if key is not None else None
-            if anchored is None:
-                return [
-                    self._fault(
+            if not isinstance(values, list):
+                detail = f"emitted without a 'tuple' list: {excerpt(message)}"
+            else:
+                detail = f"emitted a malformed message: {excerpt(message)}"
+            return self._fault(FaultKind.PROTOCOL, detail)
+        if anchors is None:
+            anchored: tuple[T, ...] = ()
+        else:
+            sent = self._sent
+            anchored_list: list[T] = []
+            for anchor in anchors if type(anchors) is list else [anchors]:
+                key = anchor if type(anchor) is str else _key(anchor)
+                tuple_ = sent.get(key) if key is not None else None
+                if tuple_ is None:
+                    return self._fault(
                         FaultKind.PROTOCOL,
                         f"anchored onto tuple id {excerpt(anchor)}, which is not in flight "
                         "(unknown, or already acked or failed)",
                     )
-                ]
-            anchors.append(anchored)
+                anchored_list.append(tuple_)
+            anchored = tuple(anchored_list)
         direct = task if task else None
-        return [Emit(values, tuple(anchors), stream, direct, need is not False and direct is None)]
+        return Emit(
+            values,
+            anchored,
+            DEFAULT_STREAM if stream is None else stream,
+            direct,
+            need is not False and direct is None,
+        )
 
 
 REPORTED_EXCERPT = 300

@@ -27,7 +27,7 @@ from drpc.multilang.decisions import (
 )
 from drpc.multilang.handshake import context_message, jsonable_conf, setup_message
 from drpc.multilang.spout_protocol import SpoutProtocol
-from drpc.multilang.wire import Decoder, WireError, encode
+from drpc.multilang.wire import Decoder, WireError, encode, encode_tuple
 from tests.multilang.bolts import PyExclaim
 
 pytestmark = pytest.mark.timeout(10)
@@ -56,6 +56,61 @@ def test_encode_is_json_then_an_end_line() -> None:
         encode([float("nan")])
     with pytest.raises(TypeError):
         encode([b"bytes"])
+
+
+def test_a_tuple_message_is_encoded_as_its_dict_is() -> None:
+    for comp, stream, task, values in [
+        ("split", "default", 3, [7, "word"]),
+        (None, "__heartbeat", -1, []),
+        ('quo"te', "s\u00e9", 0, [{"k": [1.5, None, True]}, "\u2603 \n"]),
+    ]:
+        for id in ("1", "12345"):
+            message = {"id": id, "comp": comp, "stream": stream, "task": task, "tuple": values}
+            assert encode_tuple(id, comp, stream, task, values) == encode(message)
+    with pytest.raises(ValueError):
+        encode_tuple("1", "c", "default", 1, [float("inf")])
+    with pytest.raises(TypeError):
+        encode_tuple("1", "c", "default", 1, [{1, 2}])
+
+
+def test_a_value_that_holds_itself_is_a_value_error() -> None:
+    looped: list[object] = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="Circular"):
+        encode(looped)
+    assert encode([1]) == b"[1]\nend\n"  # the encoder is fine after it
+
+
+def test_characters_of_several_bytes_split_across_chunks() -> None:
+    messages = [{"command": "emit", "tuple": ["\u00e9\u2603\U0001f600" * n]} for n in range(1, 30)]
+    data = frame(*messages)
+    for size in (1, 2, 3, 5, 64, len(data)):
+        decoder = Decoder()
+        out: list[object] = []
+        for start in range(0, len(data), size):
+            out += decoder.feed(data[start : start + size])
+        assert out == messages
+
+
+def test_max_message_bytes_counts_bytes_not_characters() -> None:
+    message = '"' + "\u2603" * 4 + '"'  # 6 characters, 14 bytes of UTF-8
+    data = message.encode() + b"\nend\n"
+    assert Decoder(max_message_bytes=14).feed(data) == ["\u2603" * 4]
+    with pytest.raises(WireError, match="max_message_bytes=13"):
+        Decoder(max_message_bytes=13).feed(data)
+    # several messages in one chunk, one of them too long
+    with pytest.raises(WireError, match="max_message_bytes=13"):
+        Decoder(max_message_bytes=13).feed(b"[1]\nend\n" + data)
+
+
+def test_decisions_equal_only_decisions_of_their_own_class() -> None:
+    assert Ack("t") == Ack("t") and hash(Ack("t")) == hash(Ack("t"))
+    assert Ack("t") != Fail("t") and Ack("t") != Started("t")  # type: ignore[arg-type]
+    assert Restart() != Synced() and Restart() == Restart()
+    assert Ack("t") != ("t",)
+    assert Send({"a": 1}, b"bytes") == Send({"a": 1})  # the bytes are not compared
+    with pytest.raises(AttributeError):
+        Ack("t").tuple = "u"  # type: ignore[misc]
 
 
 def test_decoder_reassembles_messages_from_any_chunks() -> None:
@@ -256,6 +311,18 @@ def test_heartbeats_go_out_every_interval_and_silence_past_the_timeout_is_a_faul
     [fault] = machine.tick(5.6)
     assert isinstance(fault, Fault) and fault.kind is FaultKind.HEARTBEAT
     assert "past heartbeat_timeout=3 s" in fault.detail
+
+
+def test_output_heard_before_it_is_parsed_is_a_sign_of_life() -> None:
+    machine = ready(heartbeat_interval=10.0, heartbeat_timeout=3.0)
+    machine.heard(2.0)  # a chunk arrived at 2.0, for a turn of the task to parse later
+    assert machine.tick(5.0) == []  # 3.0 s silent: not past
+    [fault] = machine.tick(5.1)
+    assert isinstance(fault, Fault) and fault.kind is FaultKind.HEARTBEAT
+    stopped = ready()
+    stopped.stop()
+    stopped.heard(9.0)  # ignored once stopped
+    assert stopped.state is State.STOPPED
 
 
 def test_start_timeout_both_sides() -> None:
