@@ -7,10 +7,13 @@ each:
 
 - the reader hands each chunk of stdout to ``on_output(data)`` as it arrives and calls
   ``on_closed()`` once stdout ends;
-- the writer writes what ``write(data)`` queued, in order, several queued writes at once;
-  ``write`` never blocks (a subprocess that stops reading must not stall the task that
-  executes tuples); a write to a subprocess that closed its stdin is dropped (its end is
-  seen by the reader or the heartbeat);
+- ``write(data)`` keeps the order of the writes and never blocks (a subprocess that
+  stops reading must not stall the task that executes tuples): a write that comes
+  ``QUIET`` seconds or more after the one before, with nothing queued, goes out from the
+  calling thread at once (a lone tuple does not wait for a thread to wake); the rest of
+  it, and writes closer together, queue for the writer thread, which writes what queued
+  in one go; a write to a subprocess that closed its stdin is dropped (its end is seen
+  by the reader or the heartbeat);
 - the stderr reader keeps the last ``stderr_tail_bytes`` bytes (``stderr_tail()``) and
   hands every line to ``on_stderr(line)``.
 
@@ -25,16 +28,23 @@ when the command cannot be run.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import queue
+import select
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Final
 
 DEFAULT_STDERR_TAIL_BYTES: Final = 4096
 """How much of a subprocess's stderr its errors quote (the last bytes)."""
+QUIET: Final = 0.0003
+"""A write that comes this long (seconds) after the one before goes out from the calling
+thread at once; writes closer together queue for the writer thread, which writes them
+in one go."""
 _READ_SIZE: Final = 65536
 _STDERR_WAIT: Final = 1.0
 
@@ -80,6 +90,10 @@ class ShellProcess:
         self._on_stderr = on_stderr
         self._tail = Tail(stderr_tail_bytes)
         self._writes: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._write_lock = threading.Lock()
+        self._backlog = False  # the writer thread has bytes to write: later ones queue
+        self._last_write = -math.inf
+        self._stdin_fd = -1
         self._popen: subprocess.Popen[bytes] | None = None
         self._stderr_thread: threading.Thread | None = None
         self.output_ended = False
@@ -100,6 +114,8 @@ class ShellProcess:
             start_new_session=True,
         )
         assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+        self._stdin_fd = popen.stdin.fileno()
+        os.set_blocking(self._stdin_fd, False)
         name = f"multilang-{popen.pid}"
         threading.Thread(
             target=self._read, args=(popen.stdout,), name=f"{name}-out", daemon=True
@@ -113,7 +129,22 @@ class ShellProcess:
         self._stderr_thread.start()
 
     def write(self, data: bytes) -> None:
-        self._writes.put(data)
+        now = time.monotonic()
+        with self._write_lock:
+            quiet = now - self._last_write >= QUIET
+            self._last_write = now
+            if quiet and not self._backlog:
+                try:
+                    written = os.write(self._stdin_fd, data)
+                except BlockingIOError:
+                    written = 0
+                except OSError:
+                    return  # closed, or the subprocess is gone: the reader sees the end
+                if written == len(data):
+                    return
+                data = data[written:]
+            self._backlog = True
+            self._writes.put(data)
 
     def stderr_tail(self) -> str:
         return self._tail.text()
@@ -161,6 +192,8 @@ class ShellProcess:
     def _write(self, stdin: IO[bytes]) -> None:
         fd = stdin.fileno()
         writes = self._writes
+        writable = select.poll()  # not select(): a Spark worker's fds may pass FD_SETSIZE
+        writable.register(fd, select.POLLOUT)
         try:
             while True:
                 first = writes.get()
@@ -179,7 +212,13 @@ class ShellProcess:
                     chunks.append(more)
                 view = memoryview(b"".join(chunks))
                 while view:
-                    view = view[os.write(fd, view) :]
+                    try:
+                        view = view[os.write(fd, view) :]
+                    except BlockingIOError:  # the pipe is full: wait until it takes more
+                        writable.poll()
+                with self._write_lock:
+                    if writes.empty():
+                        self._backlog = False
                 if done:
                     return
         except OSError:
