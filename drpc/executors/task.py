@@ -158,6 +158,11 @@ class TaskEffects:
         tell where a timed-out tree is stuck may name that step)."""
         raise NotImplementedError
 
+    def call_in_turn(self, run: Callable[[], None]) -> bool:
+        """Have ``run`` called on one of the task's turns, after what it has queued; False
+        when the executor runs no turns (the collector then calls it at once)."""
+        return False
+
     def abandoned(self, id: Hashable) -> None:
         """``id`` failed elsewhere and was given up here."""
         raise NotImplementedError

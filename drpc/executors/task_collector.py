@@ -17,6 +17,8 @@ Contract. ``TaskCollector(core)`` is the ``OutputCollector`` of the task ``core`
 - After the task ended (``core.ended``: a batch task that finished), every call is
   dropped with a warning (``core.late``); an ack or fail still marks the tuple done.
 - ``report_error`` logs the error with the task's step and index.
+- ``call_in_turn(run)`` hands ``run`` to the effects' ``call_in_turn``; when the
+  executor runs no turns, it is called at once under the task's lock.
 """
 
 from __future__ import annotations
@@ -146,6 +148,15 @@ class TaskCollector(OutputCollector):
             core.late("failed")
             return
         core.on_fail(tuple, core.runner.failure_from(reason))
+
+    def call_in_turn(self, run: Callable[[], None]) -> None:
+        if self._core.effects.call_in_turn(run):
+            return
+        if self._held():
+            run()
+            return
+        with self._lock:
+            run()
 
     def report_error(self, error: BaseException) -> None:
         log.error(

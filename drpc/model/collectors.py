@@ -22,7 +22,7 @@ method call or parsing its arguments (an interpreted subclass is called as Pytho
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from mypy_extensions import mypyc_attr
@@ -83,6 +83,13 @@ class OutputCollector:
 
     def report_error(self, error: BaseException) -> None:
         raise NotImplementedError
+
+    def call_in_turn(self, run: Callable[[], None]) -> None:
+        """Call ``run`` on the task's own turn, after the tuples it has queued: for a bolt
+        with a thread of its own (a ShellBolt's reader) whose emits, acks and fails then
+        cost what the task's own do. Returns at once; ``run`` must not block. An executor
+        without turns calls it at once, holding the task's lock."""
+        run()
 
 
 class BasicOutputCollector:

@@ -43,6 +43,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from drpc.errors import (
@@ -116,7 +117,7 @@ def wire_values(values: list[Any]) -> list[Any]:
     return values
 
 
-def kept_from_anchors(values: list[Any], anchors: list[Tuple]) -> list[Any]:
+def kept_from_anchors(values: list[Any], anchors: tuple[Tuple, ...]) -> list[Any]:
     """``values`` with each one that equals the first anchor's value at its position, and
     whose anchor's value is of a subclass of its type, replaced by the anchor's: JSON
     carries a DRPC request id as a plain int, and the engine's id is a ``PinnedRequest``
@@ -126,20 +127,18 @@ def kept_from_anchors(values: list[Any], anchors: list[Tuple]) -> list[Any]:
     if not anchors:
         return values
     before = anchors[0].values
-    return [
-        before[at]
-        if at < len(before)
-        and (
-            (
-                type(before[at]) is not type(value)
-                and isinstance(before[at], type(value))
-                and before[at] == value
-            )
-            or (isinstance(before[at], TransactionAttempt) and value == str(before[at]))
-        )
-        else value
-        for at, value in enumerate(values)
-    ]
+    kept: list[Any] | None = None
+    for at in range(min(len(values), len(before))):
+        old, value = before[at], values[at]
+        if type(old) is type(value):  # what JSON gave back: the value is the value
+            continue
+        if (isinstance(old, type(value)) and old == value) or (
+            isinstance(old, TransactionAttempt) and value == str(old)
+        ):
+            if kept is None:
+                kept = list(values)
+            kept[at] = old
+    return values if kept is None else kept
 
 
 def logger_for(component_id: str) -> logging.Logger:
@@ -321,17 +320,45 @@ class _BoltShell:
     # -- the subprocess's threads -----------------------------------------------------------
 
     def _output(self, generation: int, data: bytes) -> None:
-        with self.lock:
-            if generation != self.machine.generation:
-                return
-            later = self._locked(self.machine.received(data, time.monotonic()))
-        self._carry_out(later, generation)
+        now = time.monotonic()
+        self._hand_on(generation, lambda: self.machine.received(data, now), now)
 
     def _closed(self, generation: int) -> None:
+        self._hand_on(generation, self.machine.output_closed, None)
+
+    def _hand_on(
+        self, generation: int, event: Callable[[], list[Decision]], now: float | None
+    ) -> None:
+        """Once the subprocess is ready, the task's own turn settles what it wrote (in the
+        order it wrote it, its end last): emits and acks cost what the task's own do, and
+        this thread does not contend with the task for its lock. Before, this thread
+        does: ``prepare`` waits for the handshake, perhaps on the task's turn."""
         with self.lock:
             if generation != self.machine.generation:
                 return
-            later = self._locked(self.machine.output_closed())
+            ready = self.machine.state is State.READY
+            if not ready:
+                later = self._locked(event())
+            elif now is not None:
+                self.machine.heard(now)
+        if ready:
+            self.collector.call_in_turn(lambda: self._settle(generation, event))
+        else:
+            self._carry_out(later, generation)
+
+    def _settle(self, generation: int, event: Callable[[], list[Decision]]) -> None:
+        with self.lock:
+            if generation != self.machine.generation:
+                return
+            later = self._locked(event())
+        # A fault comes last (the machine stops there). Its recovery waits for the
+        # subprocess to exit, which a turn must not: a thread of its own does it.
+        fault = later[-1] if later else None
+        if isinstance(fault, Fault):
+            later.pop()
+            threading.Thread(
+                target=self._recover, args=(generation, fault), name="multilang-recover"
+            ).start()
         self._carry_out(later, generation)
 
     def _stderr(self, line: str) -> None:
@@ -384,13 +411,14 @@ class _BoltShell:
                 self._recover(generation, decision)
 
     def _emit(self, emit: Emit[Tuple], generation: int) -> None:
-        anchors = list(emit.anchors)
+        anchors = emit.anchors
         values = kept_from_anchors(emit.values, anchors)
+        anchored = anchors[0] if len(anchors) == 1 else anchors  # one: the collector's fast way
         try:
             if emit.task is None:
-                ids = self.collector.emit(values, anchors, emit.stream)
+                ids = self.collector.emit(values, anchored, emit.stream)
             else:
-                self.collector.emit_direct(emit.task, values, anchors, emit.stream)
+                self.collector.emit_direct(emit.task, values, anchored, emit.stream)
                 ids = []
         except Exception as error:  # an invalid emit fails what it was anchored to
             self.log.error("multilang subprocess emitted an invalid tuple: %s", error)

@@ -375,6 +375,9 @@ class _CountingCollector(OutputCollector):
     def report_error(self, error: BaseException) -> None:
         self.output.report_error(error)
 
+    def call_in_turn(self, run: Callable[[], None]) -> None:
+        self.output.call_in_turn(run)
+
 
 class TransactionalSpoutBatchExecutor(BaseRichBolt, FailedIdCallback):
     """The emitter bolt: emits a batch for each batch tuple [attempt, metadata, last committed]."""

@@ -5,7 +5,8 @@ does: "crash" (exits 3 after a line on stderr), "hang" (stops reading and writin
 "garbage" (writes text that is not JSON), "fail" (fails the tuple), "log" (logs at
 every level), "error" (reports an error), "metrics", "sleep:S" (answers after S
 seconds), "direct:T" (emits directly to task T), anything else: emits
-[first value, last value + "!"] anchored to the tuple, then acks it. Options:
+[first value, last value + "!"] anchored to the tuple, then acks it; "then-exit" does
+that too, then exits 0 at once. Options:
 --silent-start (never answers the handshake), --start-delay S, --exit-at-start,
 --pid-only-answer X (answers the handshake with X instead of its pid).
 """
@@ -111,6 +112,8 @@ def process(tuple: dict) -> None:
         send({"command": "emit", "anchors": [tuple["id"]], "tuple": [first, f"{value}!"]})
         read_task_ids()
     send({"command": "ack", "id": tuple["id"]})
+    if value == "then-exit":
+        sys.exit(0)
 
 
 def main() -> None:

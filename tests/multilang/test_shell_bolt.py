@@ -90,6 +90,28 @@ def test_crash_garbage_and_hang_fail_the_call_and_serving_goes_on(drpc: LocalDRP
     assert drpc.execute("exclaim", "after hang") == "after hang!"
 
 
+@pytest.mark.timeout(90)
+def test_what_a_subprocess_wrote_before_it_exited_counts(drpc: LocalDRPC) -> None:
+    """Its emit and ack, then its end: the task settles them in that order, so the tuple
+    is acked, not failed by the exit; then a new subprocess serves."""
+    for n in range(3):
+        serve(drpc, PyExclaim(**FAST), parallelism=1, name=f"exits{n}")
+        assert drpc.execute(f"exits{n}", "then-exit") == "then-exit!"
+        assert served_after_a_restart(drpc, f"exits{n}", "after") == "after!"
+
+
+def served_after_a_restart(drpc: LocalDRPC, function: str, args: str) -> str:
+    """The call's answer once a restarted subprocess takes it: a call that races the exit
+    fails with it, typed, as every tuple the exited subprocess had does."""
+    for _ in range(100):
+        try:
+            return drpc.execute(function, args)
+        except DRPCExecutionException as error:
+            assert "ShellProcessExitedError" in error.msg, error.msg
+            time.sleep(0.05)
+    raise AssertionError(f"{function} was not served again")
+
+
 @pytest.mark.timeout(30)
 def test_a_slow_tuple_within_the_heartbeat_timeout_is_not_a_hang() -> None:
     with LocalDRPC(timeout=20) as drpc:
@@ -162,14 +184,52 @@ class Recording(OutputCollector):
         pass
 
 
-def prepared(bolt: ShellBolt) -> tuple[TopologyContext, Recording]:
+class RecordingTurns(Recording):
+    """A ``Recording`` whose task runs turns only when the test says (``run_turns``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turns: list[Any] = []
+
+    def call_in_turn(self, run: Any) -> None:
+        self.turns.append(run)
+
+    def run_turns(self) -> None:
+        while self.turns:
+            self.turns.pop(0)()
+
+
+def prepared(
+    bolt: ShellBolt, collector: Recording | None = None
+) -> tuple[TopologyContext, Recording]:
     builder = LinearDRPCTopologyBuilder("f")
     builder.add_bolt(bolt)
     topology = builder.create_topology()
     context = TopologyContext(topology, "bolt0", topology.component_task_ids["bolt0"][0])
-    collector = Recording()
+    collector = collector if collector is not None else Recording()
     bolt.prepare({}, context, collector)
     return context, collector
+
+
+@pytest.mark.timeout(30)
+def test_the_task_s_turns_settle_the_output_then_the_end_that_followed_it() -> None:
+    """Once started, what the subprocess writes is settled on the task's turns only, in
+    order: the ack it wrote before exiting counts, and the exit fails nothing."""
+    bolt = PyExclaim(heartbeat_interval=0.2, heartbeat_timeout=30.0)
+    turns = RecordingTurns()
+    prepared(bolt, turns)
+    try:
+        tuple = Tuple([1, "then-exit"], Fields("request", "args"), "prepare-request", "default", 2)
+        bolt.execute(tuple)
+        wait_for(lambda: len(turns.turns) == 1)  # its emit, waiting for the task ids
+        turns.run_turns()
+        assert turns.emitted == [[1, "then-exit!"]]
+        wait_for(lambda: len(turns.turns) == 2)  # its ack, then its end
+        assert turns.acked == [] and turns.failed == []  # nothing settled outside a turn
+        turns.run_turns()
+        assert turns.acked == [tuple] and turns.failed == []
+    finally:
+        bolt.cleanup()
 
 
 def wait_for(condition: Any, timeout: float = 5.0) -> None:

@@ -20,7 +20,9 @@ Tasks and ackers exchange these within one process:
 - ``Tick``: the clock reached ``now`` (timeouts);
 - ``NEXT``: a spout should call ``next_tuple``;
 - ``Activation``: a spout is activated or deactivated (Storm's ``activate`` and
-  ``deactivate``, on the spout's own turn), then ``done`` is set.
+  ``deactivate``, on the spout's own turn), then ``done`` is set;
+- ``Call``: a bolt task calls ``run()`` on its own turn (work a thread of the bolt's
+  own hands to the task: ``OutputCollector.call_in_turn``).
 
 Each is a ``Value`` (``drpc.semantics.values``): compared and matched by its fields.
 
@@ -42,6 +44,7 @@ is the same as each of them) beside the other acker messages in order.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 from drpc.errors import Failure
@@ -180,6 +183,14 @@ class Activation(Value):
         self.done = done
 
 
+class Call(Value):
+    __slots__ = ("run",)
+    __match_args__ = ("run",)
+
+    def __init__(self, run: Callable[[], None]) -> None:
+        self.run = run
+
+
 Message = (
     Tuple
     | TupleMessage
@@ -193,6 +204,7 @@ Message = (
     | TickTuple
     | Next
     | Activation
+    | Call
 )
 
 

@@ -44,6 +44,7 @@ from drpc.executors.local.messages import (
     Abandon,
     Ack,
     AckFail,
+    Call,
     Message,
     Outbox,
     ReportMessage,
@@ -249,6 +250,8 @@ class BoltTask(Actor):
             self.tick(message.now)
         elif isinstance(message, TickTuple):
             self.tick_tuple()
+        elif isinstance(message, Call):
+            message.run()
 
     def tick_tuple(self) -> None:
         """Execute a tick tuple: untracked, outside any DRPC step's coordination."""
@@ -689,6 +692,10 @@ class BoltEffects(TaskEffects):
 
     def abandoned(self, id: Hashable) -> None:
         self.task.abandoned(id)
+
+    def call_in_turn(self, run: Callable[[], None]) -> bool:
+        self.task.engine.post(self.task, Call(run))
+        return True
 
 
 def _any_watched(watched: Container[int] | None, roots: dict[int, int]) -> bool:
