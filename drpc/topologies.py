@@ -276,6 +276,14 @@ class LocalCluster:
         with self._lock:
             return sorted(self._running)
 
+    def infos(self) -> dict[str, TopologyInfo]:
+        """Each running topology's figures, by name (none that stopped meanwhile)."""
+        infos = {}
+        for name in self.get_topology_names():
+            with contextlib.suppress(NotAliveError):  # killed meanwhile by another thread
+                infos[name] = self.get_topology_info(name)
+        return infos
+
     def _get(self, name: str) -> _Running:
         with self._lock:
             running = self._running.get(name)

@@ -32,7 +32,6 @@ operating system.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 from dataclasses import replace
@@ -59,7 +58,7 @@ from drpc.server.trim import MemoryTrimmer
 from drpc import runtime
 from drpc.builders.linear_drpc import LinearDRPCTopologyBuilder
 from drpc.compiled import engine_build
-from drpc.errors import DRPCError, NameTooLongError, NotAliveError
+from drpc.errors import DRPCError, NameTooLongError
 from drpc.hosting import Host, as_topology, as_transactional, default_executor
 from drpc.model.topology import Topology
 from drpc.requests import DEFAULT_REQUEST_TIMEOUT
@@ -287,11 +286,8 @@ class DRPCServer:
 
     def _plain_infos(self) -> dict[str, TopologyInfo]:
         """Each plain topology's figures (none that stopped meanwhile)."""
-        plain, infos = self.plain, {}
-        for name in [] if plain is None else plain.get_topology_names():
-            with contextlib.suppress(NotAliveError):
-                infos[name] = plain.get_topology_info(name)  # type: ignore[union-attr]
-        return infos
+        plain = self.plain
+        return {} if plain is None else plain.infos()
 
     def _hosted_status(self) -> dict[str, dict[str, Any]]:
         """Each hosted transactional run's status, by topology."""

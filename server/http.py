@@ -240,7 +240,7 @@ def create_http_app(
     if dashboard is not None:
         add_routes(app, dashboard, service)
     if topologies is not None:
-        add_topology_routes(app, topologies, _identity, service)
+        add_topology_routes(app, topologies, _identity, service.authorize_admin)
     return app
 
 

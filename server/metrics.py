@@ -399,7 +399,7 @@ class ServerMetrics(Observer):
         registry.register(_ServiceCollector(self))
         registry.register(_StateCollector(self))
         registry.register(_PartitionCollector(self))
-        registry.register(_PlainCollector(self))
+        registry.register(PlainTopologyCollector(self._plain_infos))
 
     def bind(self, service: DRPCService) -> None:
         """Read queue depths, in-flight counts and late results from ``service`` at scrape."""
@@ -414,6 +414,9 @@ class ServerMetrics(Observer):
         """``infos()`` maps each plain topology the server runs to its
         ``drpc.topologies.TopologyInfo``, whose figures the topology metrics show."""
         self._plain = infos
+
+    def _plain_infos(self) -> Mapping[str, Any]:
+        return {} if self._plain is None else self._plain()
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""
@@ -681,6 +684,7 @@ __all__ = [
     "OTHER",
     "OUTCOMES",
     "BoundedLabels",
+    "PlainTopologyCollector",
     "RecentRequests",
     "ServerMetrics",
     "StateDirStatus",
@@ -688,11 +692,18 @@ __all__ = [
 ]
 
 
-class _PlainCollector(_Collector):
-    """Storm UI's figures of the plain topologies' components, read at each scrape."""
+class PlainTopologyCollector:
+    """Storm UI's figures of the plain topologies' components, read from ``infos()`` (each
+    topology's ``drpc.topologies.TopologyInfo`` by name) at each scrape; a server's and a
+    runner's (``drpc.runner.admin``)."""
+
+    def __init__(self, infos: Callable[[], Mapping[str, Any]]) -> None:
+        self._infos = infos
+
+    def describe(self) -> list[Metric]:
+        return []
 
     def collect(self) -> Iterator[Metric]:
-        infos = self._metrics._plain
         labels = ["topology", "component"]
         emitted = CounterMetricFamily(
             "drpc_topology_emitted", "Tuples a component emitted.", labels=labels
@@ -712,7 +723,7 @@ class _PlainCollector(_Collector):
             "Mean time from a spout's emit to its tree's ack.",
             labels=labels,
         )
-        for name, info in sorted((infos or dict)().items()):
+        for name, info in sorted(self._infos().items()):
             for stats in info.components.values():
                 values = [name, stats.component]
                 emitted.add_metric(values, stats.emitted)

@@ -197,6 +197,28 @@ class Authorizer(Protocol):
     def __call__(self, identity: str | None, operation: str, function: str) -> None: ...
 
 
+def authorize_admin(
+    authorizer: Authorizer | None,
+    identity: str | None,
+    operation: str,
+    topology: str,
+    *,
+    process: str = "server",
+) -> None:
+    """Storm's rule for ``ADMIN_OPERATIONS`` on a plain topology: what ``authorizer``
+    allows, and nothing to anyone without one (a ``process`` open to callers is not open
+    to being stopped)."""
+    if operation not in ADMIN_OPERATIONS:
+        raise ValueError(f"{operation!r} is not one of {sorted(ADMIN_OPERATIONS)}")
+    if authorizer is None:
+        user = identity or ANONYMOUS
+        raise AuthorizationException(
+            f"DRPC request '{operation}' for '{user}' user is not authorized: this {process} "
+            "has no ACL; list who may under nimbus.admins in an --acl file"
+        )
+    authorizer(identity, operation, topology)
+
+
 class DRPCService:
     """Thread-safe request bookkeeping bound to one asyncio event loop."""
 
@@ -353,16 +375,9 @@ class DRPCService:
 
     def authorize_admin(self, identity: str | None, operation: str, topology: str) -> None:
         """``authorize`` for ``ADMIN_OPERATIONS``, which a server without an authorizer
-        refuses to everyone (a server open to callers is not open to being stopped)."""
-        if operation not in ADMIN_OPERATIONS:
-            raise ValueError(f"{operation!r} is not one of {sorted(ADMIN_OPERATIONS)}")
-        if self._authorizer is None:
-            user = identity or ANONYMOUS
-            raise AuthorizationException(
-                f"DRPC request '{operation}' for '{user}' user is not authorized: this server "
-                "has no ACL; list who may under nimbus.admins in an --acl file"
-            )
-        self.authorize(identity, operation, topology)
+        refuses to everyone (``authorize_admin``)."""
+        self.check_name(topology, "topology name")
+        authorize_admin(self._authorizer, identity, operation, topology)
 
     def refused(self, function: str, error: BaseException) -> None:
         """Report an execute call answered with ``error`` without being queued (front ends

@@ -1,7 +1,7 @@
-"""Storm's Nimbus commands over HTTP for the plain topologies a server runs: kill, activate,
-deactivate (``drpc-topology kill|activate|deactivate --server URL``).
+"""Storm's Nimbus commands over HTTP for the plain topologies a server or a runner runs: kill,
+activate, deactivate (``drpc-topology kill|activate|deactivate --server URL``).
 
-Contract. ``add_topology_routes(app, cluster, identify, service)`` adds:
+Contract. ``add_topology_routes(app, cluster, identify, authorize)`` adds:
 
 - ``POST /api/topologies/{name}/kill[?wait_secs=S]``: the topology's spouts stop, it runs
   ``S`` more seconds for its trees in flight, then stops (``LocalCluster.kill_topology``;
@@ -10,9 +10,10 @@ Contract. ``add_topology_routes(app, cluster, identify, service)`` adds:
 - ``POST /api/topologies/{name}/activate`` and ``.../deactivate``: 200
   ``{"topology": name, "active": true|false}``.
 
-Who may: ``service.authorize_admin`` decides, with the caller named as for calls (its
-bearer token's user, else its client certificate's CN, else anonymous): the users under
-``nimbus.admins`` in the ``--acl`` file; nobody on a server without an ACL. A refusal is
+Who may: ``authorize(identity, operation, name)`` decides (``DRPCService.authorize_admin``
+on a server), with the caller named as for calls (its bearer token's user, else its client
+certificate's CN, else anonymous): the users under ``nimbus.admins`` in the ``--acl``
+file; nobody on a server or runner without an ACL. A refusal is
 401 ``{"error": "AuthorizationException", ...}``, audited on ``drpc.audit`` like every
 decision (an allowed one at INFO). A topology the server does not run is 404
 ``NotAliveError``; a ``wait_secs`` that is not a number >= 0 is 400 ``FAILED_REQUEST``.
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from drpc.server.service import ACTIVATE, DEACTIVATE, KILL_TOPOLOGY, DRPCService
+from drpc.server.service import ACTIVATE, DEACTIVATE, KILL_TOPOLOGY
 
 from drpc.errors import AuthorizationException, NameTooLongError, NotAliveError
 
@@ -63,11 +64,11 @@ def add_topology_routes(
     app: web.Application,
     cluster: Callable[[], LocalCluster | None],
     identify: Callable[[web.Request], str | None],
-    service: DRPCService,
+    authorize: Callable[[str | None, str, str], None],
 ) -> None:
-    """Add the routes of the module doc; ``cluster()`` is the server's plain topologies
-    (None: it runs none), ``identify(request)`` the caller (raises
-    ``AuthorizationException`` for an unknown token)."""
+    """Add the routes of the module doc; ``cluster()`` is the plain topologies (None: it
+    runs none), ``identify(request)`` the caller (raises ``AuthorizationException`` for an
+    unknown token), ``authorize`` the decision."""
 
     async def command(request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -80,7 +81,7 @@ def add_topology_routes(
         except ValueError as error:
             return _error(400, "FAILED_REQUEST", str(error))
         try:
-            service.authorize_admin(identify(request), operation, name)
+            authorize(identify(request), operation, name)
         except AuthorizationException as error:
             return _error(401, "AuthorizationException", error.msg)
         except NameTooLongError as error:

@@ -47,8 +47,10 @@ LAYERS: list[set[str]] = [
     {"drpc", "drpc.examples"},
     {"drpc.runner"},
 ]
-HOSTS = {"drpc.runner"}  # may import the client: it serves topologies for remote servers
-"""Packages (with their modules) outside the engine, which may import the client."""
+HOSTS = {"drpc.runner"}
+"""Packages (with their modules) outside the engine, which may import the client and the
+server's parts: the runner serves topologies for remote servers, and answers topology
+commands as a server does."""
 OUTSIDE_THE_ENGINE = ("drpc.server", "drpc.client")
 
 

@@ -7,7 +7,10 @@ SIGINT or SIGTERM, then stops it; exit 0, or 1 when a topology cannot start (its
 error is logged) or, on Spark, when its driver's JVM is lost while it serves (said in the
 log, so that a supervisor starts the runner again instead of leaving it refusing calls).
 With ``--standby`` it first warms its executor and waits for the runner writing the
-state directory to stop, then takes over (``drpc.runner.standby``).
+state directory to stop, then takes over (``drpc.runner.standby``). With
+``--topology-port`` the plain topologies it hosts answer ``drpc-topology`` there
+(``drpc.runner.topology_port``), their commands allowed to ``--acl``'s
+``nimbus.admins``, named by ``--tokens``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from drpc.runner.invocations import (
 )
 from drpc.runner.remote_runner import RemoteRunner
 from drpc.runner.standby import wait_for_state, warm
+from drpc.runner.topology_port import DEFAULT_HOST, TopologyPort
+from drpc.server.acl import ACLAuthorizer
+from drpc.server.identity import TokenTable
 from drpc.transactional.cli import add_hosted_arguments, hosted_runs
 
 log = logging.getLogger("drpc.runner")  # not "__main__" under python -m
@@ -96,7 +102,65 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_tls_arguments(parser)
     add_hosted_arguments(parser, "runner")
+    port = parser.add_argument_group("topology port (the plain topologies this runner hosts)")
+    port.add_argument(
+        "--topology-port",
+        type=_port,
+        metavar="PORT",
+        help="answer drpc-topology list, kill, activate and deactivate, and serve /metrics "
+        "of the plain topologies on PORT (0: any free port, logged; default: no port)",
+    )
+    port.add_argument(
+        "--topology-host",
+        metavar="HOST",
+        help=f"the address of --topology-port (default {DEFAULT_HOST}: this host only)",
+    )
+    port.add_argument(
+        "--acl",
+        metavar="FILE",
+        help="Storm-style ACL whose nimbus.admins may kill, activate and deactivate on "
+        "--topology-port (default: no one may)",
+    )
+    port.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help="bearer tokens naming the callers of --topology-port (YAML or JSON mapping "
+        "each user to a token or a list)",
+    )
     return parser
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text!r}")
+    return port
+
+
+def _topology_port(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, runner: RemoteRunner
+) -> TopologyPort | None:
+    """The ``--topology-port`` the arguments ask for (None: none), its files loaded."""
+    if args.topology_port is None:
+        given = [flag for flag in ("topology_host", "acl", "tokens") if getattr(args, flag)]
+        if given:
+            parser.error(f"--{given[0].replace('_', '-')} needs --topology-port")
+        return None
+    if not runner.plain_topologies:
+        parser.error("--topology-port needs a plain topology among --topology")
+    try:
+        return TopologyPort(
+            lambda: runner.plain,
+            host=args.topology_host or DEFAULT_HOST,
+            port=args.topology_port,
+            authorizer=ACLAuthorizer(args.acl) if args.acl else None,
+            tokens=TokenTable.from_file(args.tokens) if args.tokens else None,
+        )
+    except (DRPCError, ValueError, OSError) as error:  # an unreadable or malformed file
+        parser.error(str(error))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -128,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     if args.standby and not hosted.topologies:
         parser.error("--standby needs --transactional: it waits to take over a state directory")
+    topology_port = _topology_port(parser, args, runner)
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -164,6 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DRPCError as error:  # e.g. SparkStartError: no executor registered in time
         log.error("cannot serve: %s", error)
         return 1
+    if topology_port is not None:
+        try:
+            topology_port.start()
+        except OSError as error:  # the port is taken, the address is not this host's
+            log.error("cannot serve --topology-port %d: %s", args.topology_port, error)
+            runner.stop()
+            return 1
     status = 0
     try:
         while not stopping.wait(SPARK_CHECK_INTERVAL):
@@ -175,5 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             log.info("stopping")
     finally:
+        if topology_port is not None:
+            topology_port.stop()
         runner.stop()
     return status

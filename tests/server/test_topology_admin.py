@@ -15,6 +15,7 @@ import pytest
 from drpc.server import DRPCServer
 from drpc.server.acl import ACL, ACLAuthorizer
 from drpc.server.identity import TokenTable
+from drpc.server.limits import Limits
 
 from drpc.examples.word_count_topology import build_word_count
 from drpc.topology_cli import main
@@ -43,10 +44,7 @@ def emitting(server: DRPCServer, seconds: float = 0.3) -> bool:
 def guarded(tmp_path: Path) -> Iterator[tuple[DRPCServer, Path, Path]]:
     """A server running storm-starter's word count whose ACL names ``ops`` an admin, with
     token files for ``ops`` and ``alice``."""
-    tokens = TokenTable({"ops": OPS_TOKEN, "alice": ALICE_TOKEN})
-    authorizer = ACLAuthorizer(
-        ACL.from_mapping({"drpc.authorizer.acl": {}, "nimbus.admins": ["ops"]})
-    )
+    authorizer, tokens = admins()
     ops, alice = tmp_path / "ops", tmp_path / "alice"
     ops.write_text(OPS_TOKEN + "\n")
     alice.write_text(ALICE_TOKEN)
@@ -54,6 +52,26 @@ def guarded(tmp_path: Path) -> Iterator[tuple[DRPCServer, Path, Path]]:
         server.register_plain(build_word_count(2, 2).create_topology(NAME))
         wait_until(lambda: spout_emitted(server) > 0)
         yield server, ops, alice
+
+
+def admins() -> tuple[ACLAuthorizer, TokenTable]:
+    """An ACL naming ``ops`` the one admin, and tokens for ``ops`` and ``alice``."""
+    authorizer = ACLAuthorizer(
+        ACL.from_mapping({"drpc.authorizer.acl": {}, "nimbus.admins": ["ops"]})
+    )
+    return authorizer, TokenTable({"ops": OPS_TOKEN, "alice": ALICE_TOKEN})
+
+
+def refused_kill(server: DRPCServer, name: str, wait: str = "0") -> tuple[int, dict[str, str]]:
+    """The status and body of an ops kill of ``name`` the server refuses."""
+    request = urllib.request.Request(
+        f"http://{HOST}:{server.http_port}/api/topologies/{name}/kill?wait_secs={wait}",
+        method="POST",
+        headers={"Authorization": f"Bearer {OPS_TOKEN}"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    return refused.value.code, json.loads(refused.value.read())
 
 
 def command(server: DRPCServer, *argv: str) -> list[str]:
@@ -114,15 +132,8 @@ def test_a_bad_wait_is_refused_before_anything_happens(
 ) -> None:
     server, _, _ = guarded
     for wait in ("-1", "soon", "nan", "inf"):
-        request = urllib.request.Request(
-            f"http://{HOST}:{server.http_port}/api/topologies/{NAME}/kill?wait_secs={wait}",
-            method="POST",
-            headers={"Authorization": f"Bearer {OPS_TOKEN}"},
-        )
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(request, timeout=10)
-        assert refused.value.code == 400
-        body = json.loads(refused.value.read())
+        code, body = refused_kill(server, NAME, wait)
+        assert code == 400
         assert body["errorMessage"] == f"wait_secs must be a number of seconds >= 0, got {wait!r}"
     assert emitting(server)
 
@@ -149,3 +160,27 @@ def test_a_cli_mistake_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]
             main(argv)
         assert exited.value.code == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_topology_name_over_max_function_name_is_refused_before_the_acl(tmp_path: Path) -> None:
+    authorizer, tokens = admins()
+    with running_server(
+        tokens=tokens, authorizer=authorizer, limits=Limits(max_function_name=16)
+    ) as server:
+        server.register_plain(build_word_count(2, 2).create_topology(NAME))
+        assert refused_kill(server, "n" * 16) == (
+            404,
+            {
+                "error": "NotAliveError",
+                "errorMessage": f"no topology named {'n' * 16!r} is running",
+            },
+        )
+        assert refused_kill(server, "n" * 17) == (
+            400,
+            {
+                "error": "FAILED_REQUEST",
+                "errorMessage": "a topology name of 17 bytes exceeds the limit of 16 "
+                "(max_function_name)",
+            },
+        )
+        assert emitting(server)
