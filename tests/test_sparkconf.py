@@ -11,7 +11,7 @@ import pytest
 from drpc.server.cli import main as server_main
 
 from drpc.errors import SparkConfError
-from drpc.runner import main as runner_main
+from drpc.runner.cli import main as runner_main
 from drpc.sparkconf import (
     DEFAULT_START_TIMEOUT,
     add_spark_arguments,

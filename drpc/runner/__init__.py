@@ -14,7 +14,10 @@ Modules, one concern each:
   thread and a connection of its own (``OutcomeSender``);
 - ``drpc.runner.remote_runner``: ``RemoteRunner``, the topologies' executors
   and the handle started and stopped together;
-- ``drpc.runner.cli``: the ``drpc-runner`` command line.
+- ``drpc.runner.cli``: the ``drpc-runner`` command line (``main``), and
+  ``drpc.runner.topology_port`` its ``--topology-port``. Neither is imported here: a
+  resident task on a worker imports this package to fetch requests, and a worker need
+  not have the server's dependencies (aiohttp) that those two use.
 
 Tracing: the executors' spans stay in this process (Storm's ``result`` call
 carries only the result), so a server's trace of a request a runner served
@@ -25,7 +28,6 @@ module logs as ``drpc.runner``.
 
 from __future__ import annotations
 
-from drpc.runner.cli import main
 from drpc.runner.invocations import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_MAX_BUFFERED,
@@ -54,5 +56,4 @@ __all__ = [
     "InvocationsSettings",
     "RemoteInvocations",
     "RemoteRunner",
-    "main",
 ]

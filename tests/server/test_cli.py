@@ -31,7 +31,7 @@ def test_console_scripts_are_declared() -> None:
     scripts = {entry.name: entry.value for entry in entry_points(group="console_scripts")}
     assert scripts["drpc-server"] == "drpc.server.cli:main"
     assert scripts["drpc-client"] == "drpc.client.cli:main"
-    assert scripts["drpc-runner"] == "drpc.runner:main"
+    assert scripts["drpc-runner"] == "drpc.runner.cli:main"
     assert scripts["drpc-transactional"] == "drpc.transactional.cli:main"
     assert scripts["drpc-topology"] == "drpc.topology_cli:main"
     assert scripts["drpc-sparse"] == "drpc.sparse_cli:main"
