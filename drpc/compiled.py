@@ -5,8 +5,9 @@ Contract:
 - ``COMPILED_MODULES`` is the one list of the modules the compiled build (``make compile``,
   or ``DRPC_COMPILE=1`` when building a wheel; see ``setup.py``) turns into C extensions.
   They are the engine's hot path: routing, partitioning, acking, coordination, tuples,
-  the collectors bolts emit through, the engine's value records, and the local
-  executor's actors, tasks (bolts, spouts, ackers) and messages. The sources stay the
+  the collectors bolts emit through, the engine's value records, the local
+  executor's actors, tasks (bolts, spouts, ackers) and messages, and a ShellBolt's
+  multilang wire codec and protocol machine (two messages parsed per tuple). The sources stay the
   reference; a compiled module behaves as its source does, only faster.
 - The build writes ``MANIFEST`` (``drpc/_compiled_sources.json``) last, holding the
   SHA-256 of each module's source as it was compiled.
@@ -65,6 +66,8 @@ COMPILED_MODULES: tuple[str, ...] = (
     "drpc.executors.local.actors",
     "drpc.executors.local.calls",
     "drpc.executors.local.executor",
+    "drpc.multilang.wire",
+    "drpc.multilang.bolt_protocol",
 )
 
 GROUP = "drpc._engine"
