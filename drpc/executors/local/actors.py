@@ -21,7 +21,10 @@ second thread running at once would only contend for it (with four threads
 running, a call cost about twice the CPU). A turn that blocks (a bolt
 sleeping or waiting on I/O) must not hold the rest up, so while actors wait
 a watchdog looks every ``handoff`` seconds, and when no worker has taken one
-since its last look it wakes a sleeping worker.
+since its last look it wakes a sleeping worker. It keeps looking for one
+``handoff`` after the queue empties: a busy engine's queue empties between most
+turns, and a watchdog woken by each post that refilled it cost a tenth of a
+ShellBolt's throughput.
 
 A thread waiting for a call may help (``begin_help``, ``help_until``): when
 no worker is awake it becomes the awake one, running turns as a worker does
@@ -506,17 +509,25 @@ class Scheduler:
     def _watch(self) -> None:
         """Wake a sleeping worker for actors that no awake worker takes (it is blocked)."""
         wakeup = self._watch_wakeup
+        lingered = False
         while True:
             with self._lock:
                 if self._stopped:
                     return
                 idle = not self._ready
-                if idle:
+                if idle and lingered:
                     self._watching = False  # the next post or re-queued turn releases wakeup
                 taken = self._taken
             if idle:
-                wakeup.acquire()
+                # The queue empties between most turns of a busy engine: still watching for
+                # one handoff, the posts that refill it need not wake this thread each time.
+                if lingered:
+                    wakeup.acquire()
+                else:
+                    wakeup.acquire(timeout=self._handoff)  # only stop() releases it now
+                lingered = not lingered
                 continue
+            lingered = False
             wakeup.acquire(timeout=self._handoff)
             with self._lock:
                 stuck = bool(self._ready) and self._taken == taken and not self._stopped
