@@ -7,8 +7,9 @@ Contract:
   They are the engine's hot path: routing, partitioning, acking, coordination, tuples,
   the collectors bolts emit through, the engine's value records, the local
   executor's actors, tasks (bolts, spouts, ackers) and messages, and a ShellBolt's
-  multilang wire codec and protocol machine (two messages parsed per tuple). The sources stay the
-  reference; a compiled module behaves as its source does, only faster.
+  multilang wire codec, protocol machine and shell (two messages parsed per tuple).
+  The sources stay the reference; a compiled module behaves as its source does, only
+  faster.
 - The build writes ``MANIFEST`` (``drpc/_compiled_sources.json``) last, holding the
   SHA-256 of each module's source as it was compiled.
 - ``guard()`` runs when ``drpc`` is imported, before any of those modules is. It decides
@@ -68,6 +69,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "drpc.executors.local.executor",
     "drpc.multilang.wire",
     "drpc.multilang.bolt_protocol",
+    "drpc.multilang.bolt_shell",
 )
 
 GROUP = "drpc._engine"

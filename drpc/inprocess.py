@@ -42,8 +42,8 @@ from drpc.model.components import (
 from drpc.model.context import TopologyContext
 from drpc.model.streams import GivenStreams, StreamInfo
 from drpc.model.tuples import Tuple
-from drpc.multilang.bolt import logger_for
 from drpc.multilang.bolt_protocol import reported_error
+from drpc.multilang.component import logger_for
 from drpc.multilang.handshake import context_message, jsonable_conf
 from drpc.transactional.brokers import require
 

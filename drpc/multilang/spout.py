@@ -27,15 +27,15 @@ from typing import Any
 from drpc.errors import ShellHandshakeError, ShellProcessError, ShellReportedError
 from drpc.model.components import BaseRichSpout, Conf, SpoutOutputCollector
 from drpc.model.context import TopologyContext
-from drpc.multilang.bolt import (
+from drpc.multilang.bolt_protocol import DEFAULT_START_TIMEOUT, State
+from drpc.multilang.component import (
     DEFAULT_STOP_GRACE,
     ERRORS,
     EXIT_GRACE,
+    ShellComponent,
     heartbeat_timeout_of,
     logger_for,
 )
-from drpc.multilang.bolt_protocol import DEFAULT_START_TIMEOUT, State
-from drpc.multilang.component import ShellComponent
 from drpc.multilang.decisions import (
     Decision,
     Emit,
