@@ -2,8 +2,7 @@
 with each root's acks folded into one; a turn folds runs of count reports and of acks;
 ready actors run first in first out, so a step fanning in takes its senders' messages in
 one turn; a ready actor waits for an awake worker rather than waking a second one, unless
-that worker's turn is blocked past the handoff; a thread outside the pool posting to
-an idle engine runs the turns itself; an idle spout's polls may be far apart
+that worker's turn is blocked past the handoff; an idle spout's polls may be far apart
 when it asks to be woken."""
 
 from __future__ import annotations
@@ -343,20 +342,13 @@ def test_actors_made_ready_while_a_worker_is_awake_wait_for_it_not_for_a_second_
     assert not scheduler._watchdog.is_alive()
 
 
-def blocked(scheduler: Scheduler) -> Blocking:
-    """Start ``scheduler`` with a worker blocked in a turn, until the actor is released."""
-    blocking = Blocking()
-    scheduler.start()
-    scheduler.post(blocking, Tick(0.0))
-    assert blocking.started.wait(5.0)
-    return blocking
-
-
 def test_a_blocked_turn_holds_the_others_up_only_for_the_handoff() -> None:
     scheduler = Scheduler(2, "handoff", handoff=0.005)
-    other = Recording("other")
-    blocking = blocked(scheduler)
+    blocking, other = Blocking(), Recording("other")
+    scheduler.start()
     try:
+        scheduler.post(blocking, Tick(0.0))
+        assert blocking.started.wait(5.0)
         scheduler.post(other, Tick(1.0))  # from outside: a worker is awake, so none is woken
         wait_until(lambda: bool(other.seen), timeout=5.0, what="the other actor handled")
         assert not blocking.done.is_set()  # handled while the first turn was still blocked
@@ -522,37 +514,6 @@ def test_a_sleeping_helper_wakes_when_its_call_completes_elsewhere() -> None:
         assert call.result(0) == "done"
         assert scheduler._awake == 0 and scheduler._callers == 0
     finally:
-        scheduler.stop(5.0)
-
-
-def test_a_thread_outside_the_pool_posting_to_an_idle_engine_runs_the_turns_itself() -> None:
-    scheduler = idle_scheduler(2)
-    try:
-        targets: list[Recording] = [Recording(f"target-{i}") for i in range(3)]
-        fanning = Fanning(scheduler, targets)
-        me = threading.current_thread().name
-        scheduler.post_and_help(fanning, Tick(0.0))
-        # the turn it posted, and the turns that turn led to, ran here before it returned
-        assert fanning.thread == me
-        assert [target.seen for target in targets] == [[(0.0, me)], [(1.0, me)], [(2.0, me)]]
-        assert scheduler._awake == 0 and not scheduler._ready
-        assert scheduler._helper_threads == set()
-    finally:
-        scheduler.stop(5.0)
-
-
-def test_posting_from_outside_while_a_worker_is_awake_leaves_the_turn_to_it() -> None:
-    scheduler = Scheduler(1, "busy", handoff=3600.0)
-    other = Recording("other")
-    blocking = blocked(scheduler)
-    try:
-        scheduler.post_and_help(other, Tick(1.0))  # returns at once: the worker is awake
-        assert other.seen == []
-        blocking.release.set()
-        wait_until(lambda: bool(other.seen), what="the other actor handled")
-        assert other.seen == [(1.0, "busy-worker-0")]
-    finally:
-        blocking.release.set()
         scheduler.stop(5.0)
 
 

@@ -87,10 +87,8 @@ class OutputCollector:
     def call_in_turn(self, run: Callable[[], None]) -> None:
         """Call ``run`` on the task's own turn, after the tuples it has queued: for a bolt
         with a thread of its own (a ShellBolt's reader) whose emits, acks and fails then
-        cost what the task's own do; ``run`` must not block. On an idle engine the calling
-        thread may run that turn (and the turns it leads to) before returning, rather
-        than wake a worker for it. An executor without turns calls it at once, holding
-        the task's lock."""
+        cost what the task's own do. Returns at once; ``run`` must not block. An executor
+        without turns calls it at once, holding the task's lock."""
         run()
 
 

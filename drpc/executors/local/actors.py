@@ -31,9 +31,7 @@ no worker is awake it becomes the awake one, running turns as a worker does
 until its call is done, so a caller alone costs no hand-off to a worker and
 back; otherwise it waits (``end_call``). Work still queued when a helper
 leaves goes to a worker woken at once when other callers wait, else to the
-next helper or, within ``handoff``, a worker the watchdog wakes. A thread outside
-the pool that posts (a subprocess's reader, ``post_and_help``) likewise runs the turns
-itself when no worker is awake, until the ready queue is empty.
+next helper or, within ``handoff``, a worker the watchdog wakes.
 
 The ``Timer`` calls functions after a delay on one thread of its own; a
 callback's exception is logged.
@@ -278,63 +276,6 @@ class Scheduler:
         if wake is not None:
             wake.release()
         return hooked
-
-    def post_and_help(self, actor: Actor, message: Message) -> None:
-        """``post`` from a thread outside the pool (a subprocess's reader): when no worker
-        is awake, this thread becomes the awake one and runs turns until the ready queue
-        is empty, instead of waking a worker for the turn it readied (on an idle engine
-        that wake is most of what the message costs). Otherwise a plain post."""
-        lock = self._lock
-        lock.acquire()
-        try:
-            actor._mailbox.append(message)
-            if actor._scheduled:
-                return
-            actor._scheduled = True
-            self._ready.append(actor)
-            if self._awake or self._stopped:
-                wake = self._readied()
-                helping = False
-            else:
-                wake = None
-                helping = True
-                self._awake += 1
-                self._helper_threads.add(threading.get_ident())
-        finally:
-            lock.release()
-        if wake is not None:
-            wake.release()
-        if helping:
-            self._help_while_ready()
-
-    def _help_while_ready(self) -> None:
-        """Run turns on this thread, counted awake, until the ready queue is empty."""
-        done: Actor | None = None
-        while True:
-            wakes: list[threading.Lock] = []
-            with self._lock:
-                if done is not None:
-                    wake = self._settle(done)
-                    if wake is not None:
-                        wakes.append(wake)
-                    done = None
-                if self._ready.waiting() and not self._stopped:
-                    taken: tuple[Actor, list[Message]] | None = self._take()
-                else:
-                    taken = None
-                    self._awake -= 1
-                    self._helper_threads.discard(threading.get_ident())
-                    if self._ready and not self._awake:  # stopped with work queued
-                        worker = self._wake_one()
-                        if worker is not None:
-                            wakes.append(worker)
-            for wake in wakes:
-                wake.release()
-            if taken is None:
-                return
-            actor, batch = taken
-            self._run_turn(actor, batch)
-            done = actor
 
     def _readied(self) -> threading.Lock | None:
         """Under ``_lock``, actors were made ready: the lock to release so that a sleeping

@@ -352,12 +352,6 @@ class LocalExecutor(Turns):
         if self.running:
             self.scheduler.post(actor, message)
 
-    def post_and_help(self, actor: Actor, message: Message) -> None:
-        """``post`` from a thread of the process outside the engine, which runs the turns
-        itself when no worker is awake (``Scheduler.post_and_help``)."""
-        if self.running:
-            self.scheduler.post_and_help(actor, message)
-
     def begin_turn(self, actor: Actor) -> Outbox:
         """A turn's outbox: the actor's own, emptied after each of its turns (its turns run
         one at a time). The actor running the turn sends into it (bolt and spout tasks

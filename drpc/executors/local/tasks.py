@@ -694,9 +694,7 @@ class BoltEffects(TaskEffects):
         self.task.abandoned(id)
 
     def call_in_turn(self, run: Callable[[], None]) -> bool:
-        # the caller is a thread of the bolt's own (a subprocess's reader), already awake:
-        # on an idle engine it runs the turn rather than wake a worker to run it
-        self.task.engine.post_and_help(self.task, Call(run))
+        self.task.engine.post(self.task, Call(run))
         return True
 
 
