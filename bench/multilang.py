@@ -110,12 +110,14 @@ SPARK_MASTER = "local[2]"
 WRITE_BATCH = 256
 REACH_PARALLELISMS = (12, 2)  # GetFollowers' in drpc.examples.reach; one a core here
 SCAN = json.scanner.make_scanner(json.JSONDecoder())
+END = b"\nend\n"
+"""What ends each message, its ``end`` line included."""
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def encode(message: Any) -> bytes:
     """A message framed as drpc frames it (compact JSON, then a line ``end``)."""
-    return _ENCODER.encode(message).encode() + b"\nend\n"
+    return _ENCODER.encode(message).encode() + END
 
 
 # -- the topologies ------------------------------------------------------------------------
@@ -241,8 +243,8 @@ class BareEcho:
             if not data:
                 raise RuntimeError("the echo subprocess exited")
             buffer = self.buffer + data
-            whole = buffer.rfind(b"\nend\n") + 5
-            if whole < 5:
+            whole = buffer.rfind(END) + len(END)
+            if whole < len(END):
                 self.buffer = buffer
                 continue
             text, self.buffer = buffer[:whole].decode(), buffer[whole:]
@@ -251,7 +253,7 @@ class BareEcho:
             while start < whole:
                 message, end = SCAN(text, start)
                 messages.append(message)
-                start = end + 5  # past "\nend\n"
+                start = end + len(END)
             return messages
 
     def run(self, tuples: int) -> float:

@@ -16,7 +16,7 @@ Contract:
   directory). ``WORKING_DIRECTORY_HELP`` is the sentence the commands' help
   uses to say so.
 - ``positive_seconds`` and ``seconds_or_zero`` are argparse types of a number of
-  seconds (finite; above zero, or at least zero).
+  seconds (finite; above zero, or at least zero); ``port_number`` one of a TCP port.
 """
 
 from __future__ import annotations
@@ -96,3 +96,14 @@ def seconds_or_zero(text: str) -> float:
     if seconds < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text!r}")
     return seconds
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text!r}")
+    return port

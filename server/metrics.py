@@ -695,7 +695,7 @@ __all__ = [
 class PlainTopologyCollector:
     """Storm UI's figures of the plain topologies' components, read from ``infos()`` (each
     topology's ``drpc.topologies.TopologyInfo`` by name) at each scrape; a server's and a
-    runner's (``drpc.runner.admin``)."""
+    runner's (``drpc.runner.topology_port``)."""
 
     def __init__(self, infos: Callable[[], Mapping[str, Any]]) -> None:
         self._infos = infos

@@ -310,7 +310,7 @@ class BoltProtocol(Generic[T]):
             return self._emit(message)
         if command == "ack" or command == "fail":
             id = message.get("id")
-            key = id if type(id) is str else _key(id)
+            key = _key(id)
             settled = self._sent.pop(key, None) if key is not None else None
             if settled is None:
                 return self._fault(
@@ -365,7 +365,7 @@ class BoltProtocol(Generic[T]):
             sent = self._sent
             anchored_list: list[T] = []
             for anchor in anchors if type(anchors) is list else [anchors]:
-                key = anchor if type(anchor) is str else _key(anchor)
+                key = _key(anchor)
                 tuple_ = sent.get(key) if key is not None else None
                 if tuple_ is None:
                     return self._fault(

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from drpc.client import DEFAULT_INVOCATIONS_PORT
-from drpc.commandline import CommandLineParser, add_tls_arguments
+from drpc.commandline import CommandLineParser, add_tls_arguments, port_number
 from drpc.errors import DRPCError
 from drpc.executors.resident.executor import REQUEST_PATHS
 from drpc.hosting import add_hosting_arguments, hosting_setup, job_options
@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     port = parser.add_argument_group("topology port (the plain topologies this runner hosts)")
     port.add_argument(
         "--topology-port",
-        type=_port,
+        type=port_number,
         metavar="PORT",
         help="answer drpc-topology list, kill, activate and deactivate, and serve /metrics "
         "of the plain topologies on PORT (0: any free port, logged; default: no port)",
@@ -128,16 +128,6 @@ def _parser() -> argparse.ArgumentParser:
         "each user to a token or a list)",
     )
     return parser
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text!r}")
-    return port
 
 
 def _topology_port(
