@@ -787,7 +787,6 @@ class OpaqueMap(_StateMap[OpaqueValue]):
             return stored
         if written or (stored.removed and stored.txid == txid):  # the commit's updates after
             return OpaqueValue(REMOVED, stored.prev, txid)  # this must start from the default
-            return OpaqueValue(REMOVED, stored.prev, txid)
         return self._next(stored, txid, REMOVED)
 
     def _next(self, stored: OpaqueValue, txid: int, value: Any) -> OpaqueValue:
