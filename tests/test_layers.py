@@ -35,6 +35,7 @@ LAYERS: list[set[str]] = [
         "drpc.commandline",
         "drpc.gcpolicy",
         "drpc.compiled",
+        "drpc.class_archive",
     },
     {"drpc.requests", "drpc.state", "drpc.protocol"},
     {"drpc.model"},
