@@ -26,10 +26,10 @@ kinds:
 - ``worker``: SIGKILL a resident task's Python process (the runner's resident job
   restarts);
 - ``runner``: SIGKILL the runner's whole process group (driver, JVM, workers), start it
-  again at once; with ``--standby`` a second runner waits warm beside it
-  (``drpc-runner --standby``), the kill (once the standby is warm) takes the one that
-  writes the state, the other takes over, and the killed one comes back as the next
-  standby;
+  again at once; with ``--standbys N`` (``--standby``: 1) N more runners wait warm
+  beside it (``drpc-runner --standby``), the kill (once one of them is warm) takes the
+  one that writes the state, a warm one takes over, and the killed one comes back as
+  a standby;
 - ``server``: SIGKILL one ``drpc-server``, start it again on its ports;
 - ``redis``: SIGKILL Redis, start it again on its files;
 - ``pause``: SIGSTOP a server, the runner or Redis (one not stopped already) for
@@ -52,7 +52,8 @@ only runner or every server is down (a call counts inside when it was in flight 
 one), p50/p99 of answered calls during faults and outside them. The last line reads
 ``chaos: F faults, C calls, A anomalies``; exit status 1 when there is an anomaly.
 Usage: ``python bench/chaos.py [--seconds 600] [--seed N] [--interval 4] [--rate 100]
-[--think 0.05] [--pause S] [--two-hosts] [--cut 8] [--concurrent] [--master local[2]]
+[--think 0.05] [--pause S] [--two-hosts] [--cut 8] [--concurrent] [--standbys N]
+[--master local[2]]
 [--workdir DIR] [--out bench/results/chaos.json]``.
 """
 
@@ -366,7 +367,7 @@ class Nemesis:
 
     def _runner(self, rng: random.Random) -> Fault:
         deployment = self.deployment
-        if deployment.standby:  # each kill a takeover: the last one's runner is warm again
+        if deployment.standbys:  # each kill a takeover: a runner killed before is warm again
             wait_for(deployment.standby_warm, REPAIR_TIMEOUT, "a warm standby runner")
         name = deployment.active_runner() or "runner"
         fault = Fault("runner", name, time.monotonic())
@@ -529,7 +530,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     link = Link().open() if args.two_hosts else None
     deployment = (
-        Deployment(workdir, args.master, slots=args.slots, standby=args.standby)
+        Deployment(workdir, args.master, slots=args.slots, standbys=args.standbys)
         if link is None
         else Deployment(
             workdir,
@@ -537,7 +538,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             host=Link.HERE,
             runner_prefix=link.prefix,
             slots=args.slots,
-            standby=args.standby,
+            standbys=args.standbys,
         )
     )
     history = History()
@@ -548,8 +549,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name in ("redis", "server0", "server1"):
             deployment.start(name)
         deployment.start("runner", timeout=300)
-        if args.standby:
-            deployment.start_standby(timeout=300)
+        if args.standbys:
+            deployment.start_standbys(timeout=300)
         log("deployment answers")
         threads = [
             threading.Thread(
@@ -776,10 +777,20 @@ def main(argv: list[str] | None = None) -> int:
         "overlapping the others; the runner may be killed again while it starts",
     )
     parser.add_argument(
+        "--standbys",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N more runners with --standby beside the first: a runner kill (once one "
+        "waits warm) is repaired by a takeover, and the killed runner starts again as a "
+        "standby (default 0)",
+    )
+    parser.add_argument(
         "--standby",
-        action="store_true",
-        help="run a second runner with --standby beside the first: a runner kill is repaired "
-        "by its takeover, and the killed runner starts again as the next standby",
+        dest="standbys",
+        action="store_const",
+        const=1,
+        help="the same as --standbys 1",
     )
     parser.add_argument(
         "--workdir", help="where the processes keep their files (default a new temporary directory)"
@@ -790,6 +801,8 @@ def main(argv: list[str] | None = None) -> int:
         args.seed = random.randrange(1 << 31)
     if args.seconds <= 0:
         parser.error("--seconds must be positive")
+    if args.standbys < 0:
+        parser.error("--standbys must be 0 or more")
     result = run(args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -7,18 +7,18 @@ Contract.
   children (a runner's JVM and Python workers); ``signal(signum)`` reaches the group,
   ``stop()`` sends SIGTERM to the main process only (it stops its children in order),
   then kills what is left after 30 s.
-- ``Deployment(workdir, master, host=, runner_prefix=, slots=, standby=)``: durable Redis (AOF,
+- ``Deployment(workdir, master, host=, runner_prefix=, slots=, standbys=)``: durable Redis (AOF,
   ``appendfsync always``) and two ``drpc-server`` processes listening on ``host``, and a
   ``drpc-runner`` (``--executor spark`` on ``master``, ``--slots``) hosting the Trident tally of
   ``bench.chaos_workload`` and serving its query to both servers; the runner starts
   with ``runner_prefix`` (``ip netns exec NS`` on a second host). ``start(name)``
   starts one service and waits until it is ready (Redis answers ``PING``, a server's
   port accepts, the runner answers a call) and keeps its figures then
-  (``ready_figures``); ``stop()`` stops them all. With ``standby`` a second runner,
-  ``standby``, runs beside ``runner``, both with ``drpc-runner --standby``: the one that
-  writes the state directory serves, the other waits warm to take over
-  (``drpc.runner.standby``); ``active_runner()`` names the one that writes, and
-  ``standby_warm()`` says whether the other waits warm.
+  (``ready_figures``); ``stop()`` stops them all. With ``standbys`` N more runners,
+  ``standby``, ``standby2``, ..., run beside ``runner``, all with ``drpc-runner
+  --standby``: the one that writes the state directory serves, the others wait warm to
+  take over (``drpc.runner.standby``); ``active_runner()`` names the one that writes,
+  and ``standby_warm()`` says whether another one waits warm.
 - ``Link``: a second host for the runner, a network namespace joined to this one by a
   veth pair, whose link ``cut()`` takes down and ``restore()`` brings back (root only).
 - ``answers(host, servers, timeout)``: whether a call through the servers is answered;
@@ -192,7 +192,7 @@ class Deployment:
     host: str = "127.0.0.1"
     slots: int | None = None
     runner_prefix: list[str] = field(default_factory=list)
-    standby: bool = False
+    standbys: int = 0
     redis_port: int = field(default_factory=free_port)
     servers: list[dict[str, int]] = field(default_factory=list)
     services: dict[str, Service] = field(default_factory=dict)
@@ -286,17 +286,18 @@ class Deployment:
             "0.2",
             "--checkpoint-dir",
             (self.workdir / "store").as_uri(),
-            *(["--standby", "--log-level", "INFO"] if self.standby else []),
+            *(["--standby", "--log-level", "INFO"] if self.standbys else []),
         ]
-        for name in ("runner", "standby") if self.standby else ("runner",):
+        for name in self.runners():
             self.services[name] = Service(name, runner, env, self.workdir / f"{name}.log")
 
     def runners(self) -> list[str]:
-        return ["runner", "standby"] if self.standby else ["runner"]
+        standbys = [f"standby{index + 1 if index else ''}" for index in range(self.standbys)]
+        return ["runner", *standbys]
 
     def active_runner(self) -> str | None:
         """The runner that writes the state directory (the writer lock names its pid)."""
-        if not self.standby:
+        if not self.standbys:
             return "runner"
         try:
             pid = json.loads((self.workdir / "state" / WRITER_LOCK_FILE).read_text())["pid"]
@@ -308,20 +309,25 @@ class Deployment:
                 return name
         return None
 
-    def standby_warm(self) -> bool:
-        """Whether a runner other than the active one waits warm to take over (its log
-        says so since its last start)."""
-        active = self.active_runner()
-        for name in self.runners():
-            service = self.services[name]
-            if name != active and service.process is not None and service.process.poll() is None:
-                return WAITING in service.log.read_bytes()[service.log_offset :]
-        return False
+    def warm(self, name: str) -> bool:
+        """Whether runner ``name`` runs and waits warm to take over (its log says so since
+        its last start)."""
+        service = self.services[name]
+        if service.process is None or service.process.poll() is not None:
+            return False
+        return WAITING in service.log.read_bytes()[service.log_offset :]
 
-    def start_standby(self, timeout: float = REPAIR_TIMEOUT) -> None:
-        """Start the standby runner and wait until it is warm and waiting."""
-        self.services["standby"].start()
-        wait_for(self.standby_warm, timeout, "the standby runner")
+    def standby_warm(self) -> bool:
+        """Whether a runner other than the active one waits warm to take over."""
+        active = self.active_runner()
+        return any(self.warm(name) for name in self.runners() if name != active)
+
+    def start_standbys(self, timeout: float = REPAIR_TIMEOUT) -> None:
+        """Start the standby runners and wait until each is warm and waiting."""
+        standbys = self.runners()[1:]
+        for name in standbys:
+            self.services[name].start()
+        wait_for(lambda: all(map(self.warm, standbys)), timeout, "the standby runners")
 
     @property
     def redis_url(self) -> str:

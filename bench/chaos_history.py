@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 TYPED_OUTCOMES = frozenset(
@@ -350,31 +350,33 @@ class Fault:
 Window = tuple[float, float]
 
 
-RUNNERS = ("runner", "standby")
-"""The names a runner fault targets: the runner, or with ``--standby`` either of two."""
+def is_runner(name: str) -> bool:
+    """Whether a fault's target is a runner: ``runner``, or with ``--standbys`` one of
+    ``standby``, ``standby2``, ..."""
+    return name == "runner" or name.startswith("standby")
 
 
 def down_windows(faults: list[Fault], end: float) -> list[Window]:
     """When the only runner was down (killed, or cut off: to the first answer after;
     stopped: to its SIGCONT), or every server was (both killed or stopped at once). With a
-    standby runner (``--standby``) a fault's target is whichever runner served then,
-    ``runner`` or ``standby``: its window ends when the other took over. A resident
+    standby runner (``--standbys``) a fault's target is whichever runner served then,
+    ``runner`` or a ``standby``: its window ends when another took over. A resident
     worker killed takes the runner down too, to the first answer after: its calls in
     flight fail at once by design (``INTERNAL_ERROR``, as when the runner dies), and the
     runner's resident job, one barrier stage, serves nothing until all of it is back."""
 
-    def spans(kind: str, *targets: str) -> list[Window]:
+    def spans(kind: str, targets: Callable[[str], bool]) -> list[Window]:
         return [
             (fault.started, fault.repaired or end)
             for fault in faults
-            if fault.target in targets and fault.kind in (kind, "pause", "link")
+            if targets(fault.target) and fault.kind in (kind, "pause", "link")
         ]
 
-    windows = spans("runner", *RUNNERS)
+    windows = spans("runner", is_runner)
     workers = [fault for fault in faults if fault.kind == "worker"]
     windows += [(fault.started, fault.repaired or end) for fault in workers]
-    for first_start, first_end in spans("server", "server0"):
-        for second_start, second_end in spans("server", "server1"):
+    for first_start, first_end in spans("server", "server0".__eq__):
+        for second_start, second_end in spans("server", "server1".__eq__):
             start, stop = max(first_start, second_start), min(first_end, second_end)
             if start < stop:
                 windows.append((start, stop))

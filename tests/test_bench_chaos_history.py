@@ -197,16 +197,22 @@ def test_the_down_windows_are_the_runner_s_its_workers_and_both_servers_at_once(
     ]
 
 
-def test_with_a_standby_either_runner_s_faults_are_down_windows() -> None:
-    """``--standby``: the runner killed or stopped is whichever served, named ``runner``
-    or ``standby``; each window ends when the other took over."""
+def test_with_standbys_every_runner_s_faults_are_down_windows() -> None:
+    """``--standbys 2``: the runner killed or stopped is whichever served, named
+    ``runner``, ``standby`` or ``standby2``; each window ends when another took over."""
     faults = [
         Fault("runner", "runner", 10.0, 10.4),
         Fault("runner", "standby", 20.0, 29.0),  # the killed runner was not warm yet
         Fault("pause", "standby", 40.0, 52.0),
         Fault("server", "server0", 60.0, 61.0),
+        Fault("runner", "standby2", 70.0, 70.3),
     ]
-    assert down_windows(faults, 100.0) == [(10.0, 10.4), (20.0, 29.0), (40.0, 52.0)]
+    assert down_windows(faults, 100.0) == [
+        (10.0, 10.4),
+        (20.0, 29.0),
+        (40.0, 52.0),
+        (70.0, 70.3),
+    ]
 
 
 def test_a_fault_nobody_waited_for_is_repaired_at_the_first_answer_after_it() -> None:
