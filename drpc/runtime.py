@@ -31,8 +31,8 @@ Contract:
     off for ``local[...]``).
 
   A JVM that drpc launches maps the class-data archive made for its class path
-  (``drpc.class_archive``), which halves its start; when there is none yet, one is
-  built in the background for the next start.
+  (``drpc.class_archive``), which takes about a third off its start and half its
+  CPU; when there is none yet, one is built in the background for the next start.
 
   Later calls return the same session; asking for a different master than the
   running one raises ``ValueError`` rather than silently using the wrong
