@@ -37,6 +37,8 @@ Contract:
   ``BUILD_STALE`` seconds); a build that fails leaves ``<path>.failed`` with the reason,
   and no other build of that path is tried for ``RETRY_AFTER_FAILURE`` seconds. Returns
   whether a build was started.
+- The directory keeps the ``KEEP_ARCHIVES`` newest archives (about 110 MB each): a
+  build that completes deletes the older ones (a JVM that maps one keeps its mapping).
 - ``python -m drpc.class_archive PATH SETTINGS_JSON`` is that process (the settings
   that decide the class path, as JSON).
 """
@@ -72,6 +74,8 @@ BUILD_STALE = 600.0
 """Seconds after which another build's lock file counts as left by a dead build."""
 RETRY_AFTER_FAILURE = 86400.0
 """Seconds a failed build keeps others of its path from being tried."""
+KEEP_ARCHIVES = 3
+"""Archives a directory keeps, the newest: one per Java, Spark install and class path."""
 BUILD_TIMEOUT = 300.0
 """Seconds a build's JVM may take to write the archive and exit."""
 BUILD_SETTINGS = {
@@ -165,7 +169,7 @@ def _failed(path: Path) -> Path:
 def _failed_recently(marker: Path) -> bool:
     try:
         return time.time() - marker.stat().st_mtime < RETRY_AFTER_FAILURE
-    except FileNotFoundError:
+    except OSError:  # none, or a directory that cannot hold one (then the build fails too)
         return False
 
 
@@ -189,14 +193,27 @@ def _take_lock(lock: Path) -> bool:
 def build_in_background(settings: Mapping[str, str], path: Path) -> bool:
     if path.is_file() or _failed_recently(_failed(path)):
         return False
+    lock = _lock(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not _take_lock(_lock(path)):
+        if not _take_lock(lock):
             return False
+    except OSError as error:  # a read-only cache: sessions just start without an archive
+        log.info("no class archive for the Spark driver: cannot build one at %s: %s", path, error)
+        return False
+    try:
         for partial in path.parent.glob(f"{path.name}.*.partial"):  # left by killed builds
             partial.unlink(missing_ok=True)
         class_path = {key: settings[key] for key in CLASS_PATH_SETTINGS if key in settings}
-        environ = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+        # the drpc this process runs, wherever it was imported from (a script's sys.path too)
+        here = str(Path(__file__).resolve().parents[1])
+        python_path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+        environ = {
+            **os.environ,
+            "PYTHONPATH": python_path,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+        }
         subprocess.Popen(
             [sys.executable, "-m", "drpc.class_archive", str(path), json.dumps(class_path)],
             env=environ,
@@ -206,7 +223,8 @@ def build_in_background(settings: Mapping[str, str], path: Path) -> bool:
             start_new_session=True,
             close_fds=True,
         )
-    except OSError as error:  # a read-only cache: sessions just start without an archive
+    except OSError as error:
+        lock.unlink(missing_ok=True)
         log.info("no class archive for the Spark driver: cannot build one at %s: %s", path, error)
         return False
     log.info("building a class archive for the next Spark drivers at %s", path)
@@ -239,6 +257,16 @@ def build(path: Path, class_path: Mapping[str, str]) -> None:
     if not partial.is_file():
         raise RuntimeError(f"the JVM exited without writing {partial}")
     os.replace(partial, path)
+    prune(path.parent)
+
+
+def prune(directory: Path, keep: int = KEEP_ARCHIVES) -> list[Path]:
+    """Delete all but the ``keep`` newest archives in ``directory``; return the deleted."""
+    archives = sorted(directory.glob("spark-*.jsa"), key=lambda path: path.stat().st_mtime)
+    old = archives[: max(len(archives) - keep, 0)]
+    for path in old:
+        path.unlink(missing_ok=True)
+    return old
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -93,6 +93,24 @@ def test_one_build_at_a_time_and_none_again_soon_after_one_failed(tmp_path: Path
     assert not class_archive.build_in_background({}, path)  # there already
 
 
+def test_a_directory_it_cannot_write_means_no_build_and_no_error(tmp_path: Path) -> None:
+    (tmp_path / "cache").write_text("a file where the directory should be")
+    assert not class_archive.build_in_background({}, tmp_path / "cache" / "jvm" / "a.jsa")
+
+
+def test_a_directory_keeps_the_newest_archives_only(tmp_path: Path) -> None:
+    for age, name in enumerate(["spark-a.jsa", "spark-b.jsa", "spark-c.jsa", "spark-d.jsa"]):
+        path = tmp_path / name
+        path.write_bytes(b"archive")
+        os.utime(path, (1000 - age * 100, 1000 - age * 100))  # a is the newest
+    (tmp_path / "spark-e.jsa.lock").write_text("1")
+    deleted = class_archive.prune(tmp_path, keep=class_archive.KEEP_ARCHIVES)
+    assert [path.name for path in deleted] == ["spark-d.jsa"]
+    left = sorted(path.name for path in tmp_path.iterdir())
+    assert left == ["spark-a.jsa", "spark-b.jsa", "spark-c.jsa", "spark-e.jsa.lock"]
+    assert class_archive.prune(tmp_path, keep=3) == []
+
+
 def test_the_build_command_line_takes_a_path_and_settings(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
