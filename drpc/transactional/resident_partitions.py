@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -154,7 +155,10 @@ class ResidentPartitionHost:
         self._cluster_of = cluster
         self._cluster: ResidentCluster | None = None
         self.at = PartitionsAt(root, tuple(sorted((state_options or {}).items())), checkpoint)
-        self.token = token or f"partitions-{id(self)}"
+        # The tasks outlive this run and cache its topology by this token: an ``id()``
+        # could name a later run's host once this one is freed, which would then commit
+        # with this run's topology.
+        self.token = token or f"partitions-{uuid.uuid4().hex}"
         self._frozen = freeze(context.topology)
         self._layouts: dict[str, PartitionLayout] = {}
         self._owners: dict[PartitionRef, int] = {}
