@@ -83,6 +83,7 @@ def decode_names(data: bytes, count: int) -> tuple[list[str], bytes]:
 
 
 _STR_TAG = b"s"
+_INT_TAG = b"i"
 
 
 def encode_key(key: StateKey) -> bytes:
@@ -93,7 +94,7 @@ def encode_key(key: StateKey) -> bytes:
     if type(key) is int:
         if not -_INT_OFFSET <= key < _INT_OFFSET:
             raise StateKeyError(f"int key {key} is out of range [-2**63, 2**63)")
-        return b"i" + (key + _INT_OFFSET).to_bytes(8, "big")
+        return _INT_TAG + (key + _INT_OFFSET).to_bytes(8, "big")
     if isinstance(key, tuple):
         parts = [b"t"]
         for element in key:
@@ -110,11 +111,15 @@ def encode_key(key: StateKey) -> bytes:
 
 
 def encode_keys(prefix: bytes, keys: Iterable[StateKey]) -> list[bytes]:
-    """``prefix + encode_key(key)`` for each of ``keys``; a ``str`` key, the common one,
-    without a call per key."""
-    tagged = prefix + _STR_TAG
+    """``prefix + encode_key(key)`` for each of ``keys``; a ``str`` key and an ``int`` key
+    in range, the common ones, without a call per key."""
+    tagged, int_tagged = prefix + _STR_TAG, prefix + _INT_TAG
     return [
-        tagged + key.encode("utf-8") if type(key) is str else prefix + encode_key(key)
+        tagged + key.encode("utf-8")
+        if type(key) is str
+        else int_tagged + (key + _INT_OFFSET).to_bytes(8, "big")
+        if type(key) is int and -_INT_OFFSET <= key < _INT_OFFSET
+        else prefix + encode_key(key)
         for key in keys
     ]
 

@@ -8,11 +8,13 @@ from drpc.errors import StateKeyError, StateValueError
 from drpc.state.codec import (
     MAX_NAME_BYTES,
     MAX_TXID,
+    StateKey,
     decode_key,
     decode_names,
     decode_txid,
     dumps,
     encode_key,
+    encode_keys,
     encode_name,
     encode_txid,
     loads,
@@ -90,10 +92,21 @@ def test_tuple_elements_cannot_run_into_each_other() -> None:
     assert encode_key((1, 2)) != encode_key((12,))
 
 
-@pytest.mark.parametrize("key", [True, False, None, 1.5, ["list"], {"a": 1}, 2**63, -(2**63) - 1])
+REFUSED_KEYS = [True, False, None, 1.5, ["list"], {"a": 1}, 2**63, -(2**63) - 1]
+
+
+@pytest.mark.parametrize("key", REFUSED_KEYS)
 def test_unsupported_or_out_of_range_keys_are_refused(key: object) -> None:
     with pytest.raises(StateKeyError):
         encode_key(key)  # type: ignore[arg-type]
+    with pytest.raises(StateKeyError):
+        encode_keys(b"\x03map", ["fine", key])  # type: ignore[list-item]
+
+
+def test_many_keys_encode_as_each_one_does_after_the_prefix() -> None:
+    keys: list[StateKey] = ["word", "", 0, 1, -1, 2**63 - 1, -(2**63), b"raw", ("a", 7), "é"]
+    prefix = b"\x03map"
+    assert encode_keys(prefix, keys) == [prefix + encode_key(key) for key in keys]
 
 
 def test_values_pickle_round_trip_and_unpicklable_ones_raise_naming_what() -> None:
