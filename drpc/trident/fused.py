@@ -263,9 +263,27 @@ def range_partials(
         for key, partial in pairs:
             seen[key] = combine(seen[key], partial) if key in seen else partial
 
+    def output_groups(stream: str, groups: dict[Values, Any]) -> None:
+        """A group aggregate's ``{group values: partial}``: taken as the partials by key
+        when the committer groups by those values and combines the last field (the
+        plan's usual shape), else as its tuples."""
+        persist = combiners[stream]
+        width = len(next(iter(groups))) if groups else 0
+        if persist.group.positions != tuple(range(width)) or persist.input.positions != (width,):
+            output_many(stream, [(*key, value) for key, value in groups.items()])
+            return
+        by_key = {key[0]: value for key, value in groups.items()} if width == 1 else groups
+        seen = partials[stream]
+        if not seen:
+            seen.update(by_key)
+            return
+        combine = persist.aggregator.combine
+        for key, partial in by_key.items():
+            seen[key] = combine(seen[key], partial) if key in seen else partial
+
     context = TopologyContext(topology, plan.segment, plan.segment_task, conf=conf)
     with collected_less_often():
-        root.prepare(BatchContext(conf, context, attempt, output, output_many))
+        root.prepare(BatchContext(conf, context, attempt, output, output_many, output_groups))
         reader: Any = plan.spout.get_emitter(conf, context)
         tuples = 0
         try:

@@ -63,6 +63,7 @@ Values = tuple[Any, ...]
 Op = TypeVar("Op", bound=Operation)
 Output = Callable[[str, Values], None]
 OutputMany = Callable[[str, list[Values]], None]
+OutputGroups = Callable[[str, dict[Values, Any]], None]
 
 BATCH_FIELD = "$batch"
 """The name of field 0 of every tuple between a compiled topology's Trident steps."""
@@ -80,13 +81,16 @@ def chosen_task(grouping: Grouping, batch_id: Any, tasks: int) -> int:
 @dataclass(slots=True)
 class BatchContext:
     """What a segment's processors share for one batch (``output_many``: the tuples of
-    one stream at once, where the bolt takes them so; else ``output`` each)."""
+    one stream at once, where the bolt takes them so; else ``output`` each;
+    ``output_groups``: a group aggregate's tuples as ``{group values: aggregate}``, where
+    the bolt takes them so, without a tuple built per group)."""
 
     conf: dict[str, Any]
     topology_context: Any
     batch_id: Any
     output: Output
     output_many: OutputMany | None = None
+    output_groups: OutputGroups | None = None
 
 
 class Processor:
@@ -114,9 +118,18 @@ class Processor:
         for child in self.children:
             child.execute(values)
 
+    def execute_groups(self, groups: dict[Values, Any]) -> None:
+        """``execute_many`` of the tuples ``(*key, value)`` of ``groups`` in order (a
+        group aggregate's output); processors that gain by it take the dict itself."""
+        self.execute_many([(*key, value) for key, value in groups.items()])
+
     def push_many(self, rows: list[Values]) -> None:
         for child in self.children:
             child.execute_many(rows)
+
+    def push_groups(self, groups: dict[Values, Any]) -> None:
+        for child in self.children:
+            child.execute_groups(groups)
 
 
 class Selection:
@@ -378,7 +391,7 @@ class PartitionAggregateProcessor(Processor):
         states, self.states = self.states, {}
         aggregator = self.aggregator
         if not isinstance(aggregator, Aggregator):  # one tuple a group: handed on together
-            self.push_many([(*key, state) for key, state in states.items()])
+            self.push_groups(states)
         else:
             for key, state in states.items():
                 collector = self.collectors.pop(key)
@@ -443,10 +456,12 @@ class Emit(Processor):
         self.stream = stream
         self.output: Output | None = None
         self.output_many: OutputMany | None = None
+        self.output_groups: OutputGroups | None = None
 
     def prepare(self, batch: BatchContext) -> None:
         self.output = batch.output
         self.output_many = batch.output_many
+        self.output_groups = batch.output_groups
         super().prepare(batch)
 
     def execute(self, values: Values) -> None:
@@ -458,3 +473,9 @@ class Emit(Processor):
             super().execute_many(rows)
         else:
             self.output_many(self.stream, rows)
+
+    def execute_groups(self, groups: dict[Values, Any]) -> None:
+        if self.output_groups is None:
+            super().execute_groups(groups)
+        else:
+            self.output_groups(self.stream, groups)

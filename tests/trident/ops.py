@@ -37,6 +37,14 @@ class Split(Function):
             collector.emit([word])
 
 
+class Triple(Function):
+    """``"a b n"`` as the fields (a, b, int(n))."""
+
+    def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
+        first, second, number = tuple.get_value(0).split()
+        collector.emit([first, second, int(number)])
+
+
 class SplitFailingOnce(Split):
     """Split, failing the batch the first time it meets some words (processing phase)."""
 

@@ -16,7 +16,7 @@ from drpc.transactional.filelog import (
     OpaqueFileLogTransactionalSpout,
     append_lines,
 )
-from drpc.trident import Count, LMDBMapState, runner, transactional_topology
+from drpc.trident import Count, LMDBMapState, Sum, TridentTopology, runner, transactional_topology
 from drpc.trident.fused import (
     FusedBackend,
     LocalFusedBackend,
@@ -24,7 +24,7 @@ from drpc.trident.fused import (
     fused_plan,
 )
 
-from .ops import Concat, CountFailingCommits, Split, SplitFailingOnce
+from .ops import Concat, CountFailingCommits, Split, SplitFailingOnce, Triple
 from .test_word_count import SENTENCES, committed, word_count
 
 STATE = LMDBMapState.transactional("fused-counts")
@@ -125,3 +125,37 @@ def test_the_resident_tasks_load_the_topology_before_the_first_batch(
             for node in cluster.workers
         ]
         assert held == [True] * len(cluster.workers)
+
+
+@pytest.mark.parametrize("executor", ["local", "spark"])
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_a_group_of_two_fields_sums_a_third_on_the_compiled_path(
+    request: pytest.FixtureRequest, tmp_path: Path, executor: str, partitions: int
+) -> None:
+    """The emitter tasks hand the partial aggregate per group key (here a pair, in the
+    order the grouping names it) to the committers without a tuple per group: the sums
+    are those of each (b, a) pair."""
+    if executor != "local":
+        request.getfixturevalue("spark_session")
+    rows = [f"{a} {b} {n}" for n in range(1, 40) for a, b in [("x", "y"), ("y", "x"), ("x", "x")]]
+    for partition in range(3):
+        append_lines(tmp_path / "log", partition, rows[partition::3])
+    expected: Counter[tuple[str, str]] = Counter()
+    for row in rows:
+        a, b, n = row.split()
+        expected[(b, a)] += int(n)
+    state = LMDBMapState.transactional("sums")
+    topology = TridentTopology()
+    sums = (
+        topology.new_stream("sums", FileLogTransactionalSpout(tmp_path / "log", Fields("row"), 7))
+        .each(["row"], Triple(), ["a", "b", "n"])
+        .group_by(["b", "a"])
+        .persistent_aggregate(state, ["n"], Sum(), ["total"])
+    )
+    if partitions > 1:
+        sums.parallelism_hint(partitions)
+    state_dir = tmp_path / "state"
+    with runner(topology, state_dir=str(state_dir), executor=executor) as r:
+        assert isinstance(r.backend, ResidentFusedBackend | LocalFusedBackend)
+        r.run()
+    assert committed(state_dir, state) == dict(expected)
