@@ -300,6 +300,7 @@ def apply_writes(
         puts = [(key, value) for key in sorted(pending) if (value := pending[key]) is not None]
         if puts:
             raw.cursor(db=db).putmulti(puts)
-        for key, value in pending.items():
-            if value is None:
-                raw.delete(key, db=db)
+        if len(puts) < len(pending):
+            for key, value in pending.items():
+                if value is None:
+                    raw.delete(key, db=db)

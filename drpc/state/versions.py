@@ -202,6 +202,8 @@ class VersionStore:
         pending: Mapping[bytes, bytes | None],
         committed: Mapping[bytes, bytes | None],
     ) -> dict[bytes, bytes | None]:
+        if committed.keys() == pending.keys():  # the commit read every key it wrote
+            return dict(committed)
         replaced = {key: committed.get(key, _MISSING) for key in pending}
         unread = sorted(key for key, value in replaced.items() if value is _MISSING)
         if unread:
