@@ -206,10 +206,10 @@ class VersionStore:
         if len(committed) - len(extra) == len(pending) and len(extra) <= len(pending):
             # the commit read every key it wrote (a map's commit: also a record or two it
             # did not write): copy its reads and drop those, both without a loop per key
-            replaced = dict(committed)
+            copied = dict(committed)
             for key in extra:
-                del replaced[key]
-            return replaced
+                del copied[key]
+            return copied
         replaced = {key: committed.get(key, _MISSING) for key in pending}
         unread = sorted(key for key, value in replaced.items() if value is _MISSING)
         if unread:
