@@ -504,7 +504,7 @@ class MapHandle(Generic[S]):
             values, rewritten = state_map._update_uncached(
                 self.txn, txid, encoded, updates.values(), written
             )
-            self.txn.put_many(MAPS_DB, rewritten)
+            self.txn.put_read(MAPS_DB, rewritten)
             written.update(rewritten)
             if cache is not None:
                 cache.drop(self.txn, rewritten)
@@ -544,7 +544,7 @@ class MapHandle(Generic[S]):
                 self._written,
             )
             if combined is not None:
-                self.txn.put_many(MAPS_DB, combined)
+                self.txn.put_read(MAPS_DB, combined)
                 self._written.update(combined)
                 if self._cache is not None:
                     self._cache.drop(self.txn, combined)

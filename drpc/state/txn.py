@@ -11,7 +11,8 @@ Contract:
   (``apply_writes``), and applies the same bytes again after the map grew, so
   ``fn`` runs once whatever the environment retries.
 - Keys are checked where they are written: empty, or longer than LMDB's
-  limit, raises ``StateKeyError`` at once.
+  limit, raises ``StateKeyError`` at once (``put_read``: a map's commit writing
+  the keys it read, checked then).
 - A transaction that has ended raises ``StateError`` when used.
 - ``lmdb_id`` is LMDB's id of the transaction (a write's id is the last
   committed id + 1, so a writer can tell whether anyone committed since);
@@ -138,6 +139,14 @@ class StateTxn:
         self._overlay.setdefault(db, {}).update(
             (key, value if type(value) is bytes else bytes(value)) for key, value in items.items()
         )
+
+    def put_read(self, db: str, items: Mapping[bytes, bytes]) -> None:
+        """``put_many`` of keys that ``get_many`` read from ``db`` in this transaction (so
+        their lengths were checked) and are not empty, each value ``bytes``: a map's
+        commit, without another pass over the keys and values."""
+        self._check_usable(mutate=True)
+        assert self._overlay is not None
+        self._overlay.setdefault(db, {}).update(items)
 
     def delete(self, db: str, key: bytes) -> bool:
         """Delete ``key``; True if it was there (committed, or put by this transaction)."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import operator
 import pickle
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -385,12 +387,22 @@ def test_an_update_to_an_unpicklable_value_fails_the_commit_naming_value_and_map
     assert values.items() == [("stored", 1)]
 
 
-def test_an_update_of_a_key_over_the_limit_is_refused_naming_it(env: StateEnvironment) -> None:
-    values = TransactionalMap(env, "v", default=0)
+@pytest.mark.parametrize("combined", [False, True])
+def test_an_update_of_a_key_over_the_limit_is_refused_naming_it(
+    env: StateEnvironment, combined: bool
+) -> None:
+    """By ``multi_update`` and by ``multi_combine`` (which writes the keys it read)."""
+    values = TransactionalMap(env, "v", default=0, cache_size=0)
+
+    def update(keys: list[str]) -> Callable[[Any], None]:
+        if combined:
+            return lambda h: h.multi_combine(dict.fromkeys(keys, 1), operator.add)
+        return lambda h: h.multi_update({key: add(1) for key in keys})
+
     room = env.max_key_size - len(encode_name("v")) - 1
-    commit(env, values, 1, lambda h: h.multi_update({"k": add(1), "x" * room: add(1)}))
+    commit(env, values, 1, update(["k", "x" * room]))
     with pytest.raises(StateKeyError, match=f"key 'xxx.* takes {env.max_key_size + 1} bytes"):
-        commit(env, values, 2, lambda h: h.multi_update({"k": add(1), "x" * (room + 1): add(1)}))
+        commit(env, values, 2, update(["k", "x" * (room + 1)]))
     assert values.items() == [("k", 1), ("x" * room, 1)]
 
 
