@@ -45,7 +45,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,15 @@ class StagedPartials:
 
     key: tuple[Any, ...]
     senders: tuple[int, ...]
+
+
+def combine_into(
+    partials: dict[Any, Any], pairs: Iterable[tuple[Any, Any]], combine: Callable[[Any, Any], Any]
+) -> None:
+    """Each (key, partial) of ``pairs`` into ``partials``: combined with the key's partial
+    there, if it has one (a ``CombinerAggregator``'s ``combine``)."""
+    for key, partial in pairs:
+        partials[key] = combine(partials[key], partial) if key in partials else partial
 
 
 STAGED_WAIT = 30.0
@@ -190,10 +199,7 @@ class PersistBolt(BaseBatchBolt, ICommitter):
         if not self.partials:
             self.partials = dict(partials)
             return
-        combine = self.aggregator.combine
-        mine = self.partials
-        for key, partial in partials.items():
-            mine[key] = combine(mine[key], partial) if key in mine else partial
+        combine_into(self.partials, partials.items(), self.aggregator.combine)
 
     def finish_batch(self) -> None:
         state = _commit_state(self.state, self.context, self.conf)

@@ -67,7 +67,13 @@ from drpc.transactional.processing import Event, Processed, ProcessingFailed
 from drpc.transactional.ranges import RangePlanner, RangeSpout, owned_by, reads_on_executors
 from drpc.transactional.resident_partitions import PARTITIONS_SERVICE
 from drpc.transactional.spouts import TransactionalServices
-from drpc.trident.bolts import KeyedPartials, PersistBolt, SegmentBolt, StagedPartials
+from drpc.trident.bolts import (
+    KeyedPartials,
+    PersistBolt,
+    SegmentBolt,
+    StagedPartials,
+    combine_into,
+)
 from drpc.trident.builtins import key_of
 from drpc.trident.operations import CombinerAggregator
 from drpc.trident.processors import (
@@ -259,9 +265,7 @@ def range_partials(
             if len(seen) == len(pairs):  # distinct keys (a partial aggregate's): done
                 return
             seen.clear()
-        combine = persist.aggregator.combine
-        for key, partial in pairs:
-            seen[key] = combine(seen[key], partial) if key in seen else partial
+        combine_into(seen, pairs, persist.aggregator.combine)
 
     def output_groups(stream: str, groups: dict[Values, Any]) -> None:
         """A group aggregate's ``{group values: partial}``: taken as the partials by key
@@ -277,9 +281,7 @@ def range_partials(
         if not seen:
             seen.update(by_key)
             return
-        combine = persist.aggregator.combine
-        for key, partial in by_key.items():
-            seen[key] = combine(seen[key], partial) if key in seen else partial
+        combine_into(seen, by_key.items(), persist.aggregator.combine)
 
     context = TopologyContext(topology, plan.segment, plan.segment_task, conf=conf)
     with collected_less_often():
@@ -473,8 +475,7 @@ class _FusedBatches:
             combined: dict[Any, Any] = {}
             combine = target.persist.aggregator.combine
             for output in outputs:
-                for key, partial in output.partials.get(target.stream, {}).items():
-                    combined[key] = combine(combined[key], partial) if key in combined else partial
+                combine_into(combined, output.partials.get(target.stream, {}).items(), combine)
             for task, part in target.split(combined):
                 send(task, target.stream, KeyedPartials(part))
         return captured

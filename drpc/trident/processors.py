@@ -128,8 +128,10 @@ class Processor:
             child.execute_many(rows)
 
     def push_groups(self, groups: dict[Values, Any]) -> None:
-        for child in self.children:
-            child.execute_groups(groups)
+        if len(self.children) == 1:
+            self.children[0].execute_groups(groups)
+        elif self.children:  # the tuples built once for all of them
+            self.push_many([(*key, value) for key, value in groups.items()])
 
 
 class Selection:
