@@ -188,6 +188,26 @@ def test_only_per_word_partial_counts_reach_the_committer(tmp_path: Path) -> Non
     assert list(declared) == ["$batch", "word", "$partial"]
 
 
+def test_a_partial_count_feeding_two_states_counts_every_word_into_each(
+    tx_executor: str, tmp_path: Path
+) -> None:
+    """A per-batch-partition count with two steps after it: each gets every group's
+    tuple (the processor builds them once for both)."""
+    topology = TridentTopology()
+    counted = (
+        topology.new_stream("word-count", MemoryTransactionalSpout(DATA, Fields("sentence"), 2))
+        .each(["sentence"], Split(), ["word"])
+        .group_by(["word"])
+        .partition_aggregate(["word"], Count(), ["n"])
+    )
+    states = [LMDBMapState.transactional(name) for name in ("first", "second")]
+    for state in states:
+        counted.group_by(["word"]).persistent_aggregate(state, ["n"], Sum(), ["total"])
+    state_dir = tmp_path / "state"
+    run(topology, state_dir=str(state_dir), executor=tx_executor)
+    assert [committed(state_dir, state) for state in states] == [dict(WORDS)] * 2
+
+
 def test_a_spout_stream_queries_the_state_another_run_committed(
     tx_executor: str, tmp_path: Path
 ) -> None:
