@@ -17,15 +17,15 @@ Contract (the assignment is part of the on-disk layout; changing it strands stor
   ``g`` (Flink's ``KeyGroupRangeAssignment``): every group belongs to exactly one
   partition, ranges differ in size by at most one group, and changing ``n`` moves whole
   groups, never part of one.
-- ``partition_of(key, partitions, key_groups)`` composes the two (``partitions_of``: for
-  many keys at once); ``key_of(values)`` is the state key of a tuple's key fields (the
-  value itself for one field, else a tuple), as Trident's map states key them.
+- ``partition_of(key, partitions, key_groups)`` composes the two; ``key_of(values)`` is
+  the state key of a tuple's key fields (the value itself for one field, else a tuple),
+  as Trident's map states key them.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from drpc.errors import StateError
@@ -86,24 +86,6 @@ def partition_of(key: StateKey, partitions: int, key_groups: int = DEFAULT_KEY_G
         encode_key(key)  # the same errors for a key the codec cannot store
         return 0
     return (key_hash(key) * key_groups >> 32) * partitions // key_groups
-
-
-def partitions_of(
-    keys: Iterable[StateKey], partitions: int, key_groups: int = DEFAULT_KEY_GROUPS
-) -> list[int]:
-    """``partition_of`` of each of ``keys``; a ``str`` key, the common one, without a call
-    per key."""
-    if partitions == 1:
-        return [partition_of(key, 1, key_groups) for key in keys]
-    crc, golden, mask, str_crc = _crc32, _GOLDEN, _MASK, _STR_CRC
-    return [
-        ((crc(key.encode("utf-8"), str_crc) * golden & mask) * key_groups >> 32)
-        * partitions
-        // key_groups
-        if type(key) is str
-        else partition_of(key, partitions, key_groups)
-        for key in keys
-    ]
 
 
 def key_of(values: Sequence[Any]) -> Any:

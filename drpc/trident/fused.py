@@ -59,7 +59,7 @@ from drpc.model.streams import COORDINATED_STREAM_ID
 from drpc.model.topology import Topology
 from drpc.semantics.runners import freeze
 from drpc.sparkconf import DEFAULT_START_TIMEOUT
-from drpc.state.keygroups import DEFAULT_KEY_GROUPS, partitions_of
+from drpc.state.keygroups import DEFAULT_KEY_GROUPS, partition_of
 from drpc.transactional.attempt import TransactionAttempt
 from drpc.transactional.builder import KEY_GROUPS_CONF, TransactionalInfo
 from drpc.transactional.global_commit import PartitionRef
@@ -112,9 +112,9 @@ class Target:
     def split_by_partition(self, combined: dict[Any, Any]) -> list[tuple[int, dict[Any, Any]]]:
         """``combined`` by the partition each key belongs to (those with keys)."""
         parts: list[dict[Any, Any]] = [{} for _ in self.tasks]
-        indexes = partitions_of(combined, len(self.tasks), self.key_groups)
-        for (key, value), index in zip(combined.items(), indexes, strict=True):
-            parts[index][key] = value
+        partitions, groups = len(self.tasks), self.key_groups
+        for key, value in combined.items():
+            parts[partition_of(key, partitions, groups)][key] = value
         return [(index, part) for index, part in enumerate(parts) if part]
 
 

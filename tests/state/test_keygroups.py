@@ -20,7 +20,6 @@ from drpc.state.keygroups import (
     key_of,
     partition_of,
     partition_of_group,
-    partitions_of,
 )
 
 keys = st.recursive(
@@ -90,22 +89,6 @@ def test_equal_keys_of_each_kind_meet_and_bad_keys_are_named() -> None:
         with pytest.raises(StateKeyError, match="float"):
             partition_of(1.5, partitions)  # type: ignore[arg-type]
     assert key_of(["w"]) == "w" and key_of(["a", 1]) == ("a", 1)
-
-
-@given(st.lists(keys, max_size=30), st.integers(1, 9), st.integers(9, 300))
-def test_many_keys_go_where_each_one_goes(
-    many: list[object], partitions: int, key_groups: int
-) -> None:
-    assert partitions_of(many, partitions, key_groups) == [  # type: ignore[arg-type]
-        partition_of(key, partitions, key_groups)  # type: ignore[arg-type]
-        for key in many
-    ]
-
-
-def test_many_keys_name_a_bad_one_as_one_key_does() -> None:
-    for partitions in (1, 3):
-        with pytest.raises(StateKeyError, match="float"):
-            partitions_of(["fine", 1.5], partitions)  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize(
