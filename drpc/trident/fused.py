@@ -88,6 +88,7 @@ from drpc.trident.processors import (
     ProjectProcessor,
     Root,
     Values,
+    group_rows,
 )
 
 _STEPS = (EachProcessor, FilterProcessor, ProjectProcessor, MapProcessor, FlatMapProcessor, Emit)
@@ -274,7 +275,7 @@ def range_partials(
         persist = combiners[stream]
         width = len(next(iter(groups))) if groups else 0
         if persist.group.positions != tuple(range(width)) or persist.input.positions != (width,):
-            output_many(stream, [(*key, value) for key, value in groups.items()])
+            output_many(stream, group_rows(groups))
             return
         by_key = {key[0]: value for key, value in groups.items()} if width == 1 else groups
         seen = partials[stream]

@@ -93,6 +93,11 @@ class BatchContext:
     output_groups: OutputGroups | None = None
 
 
+def group_rows(groups: dict[Values, Any]) -> list[Values]:
+    """A group aggregate's ``{group values: aggregate}`` as its tuples ``(*key, value)``."""
+    return [(*key, value) for key, value in groups.items()]
+
+
 class Processor:
     def __init__(self) -> None:
         self.children: list[Processor] = []
@@ -121,7 +126,7 @@ class Processor:
     def execute_groups(self, groups: dict[Values, Any]) -> None:
         """``execute_many`` of the tuples ``(*key, value)`` of ``groups`` in order (a
         group aggregate's output); processors that gain by it take the dict itself."""
-        self.execute_many([(*key, value) for key, value in groups.items()])
+        self.execute_many(group_rows(groups))
 
     def push_many(self, rows: list[Values]) -> None:
         for child in self.children:
@@ -131,7 +136,7 @@ class Processor:
         if len(self.children) == 1:
             self.children[0].execute_groups(groups)
         elif self.children:  # the tuples built once for all of them
-            self.push_many([(*key, value) for key, value in groups.items()])
+            self.push_many(group_rows(groups))
 
 
 class Selection:
