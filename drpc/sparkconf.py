@@ -12,8 +12,7 @@ Contract:
   strings (booleans as ``true``/``false``).
 - drpc's defaults: classic mode, FAIR scheduling, Python worker reuse, Unix
   domain sockets between the JVM and Python, no console progress bars, the
-  app name, a barrier stage's slot check retried every second (so the
-  resident job is back within about a second of its slots); on a
+  app name; on a
   ``local``/``local-cluster`` master also loopback networking
   (``spark.driver.host``/``bindAddress`` 127.0.0.1) and no Spark UI; on any
   other master no networking at all (Spark's own resolution applies) and the
@@ -57,12 +56,6 @@ BASE_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.adaptive.enabled": "true",
-    # The resident job is one barrier stage. After an executor is lost, Spark refuses to
-    # submit it until enough slots are back and retries every `interval` (Spark: 15 s) up
-    # to `maxFailures` times (Spark: 40): the replacement executor registers within
-    # seconds, so check every second, for the same ten minutes in all.
-    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
-    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "600",
 }
 LOCAL_CONF: dict[str, str] = {
     "spark.driver.host": "127.0.0.1",

@@ -553,7 +553,8 @@ class FusedBackend(_FusedBatches):
 
 class ResidentFusedBackend(_FusedBatches):
     """The same batches as calls on the resident Spark tasks (``executor="spark"``): no
-    Spark job per batch. Emitter task i's ranges go to resident task i mod slots."""
+    Spark job per batch. Emitter task i's ranges go to the i mod n-th of the n resident
+    tasks that serve."""
 
     where = "the resident Spark tasks"
 
@@ -570,7 +571,7 @@ class ResidentFusedBackend(_FusedBatches):
         )
         warming = [
             cluster.call(node, warm_ranges, self._token, self._frozen, self.plan, self.conf)
-            for node in cluster.workers
+            for node in cluster.live_workers()
         ]
         for call in warming:
             call.result()
@@ -579,8 +580,8 @@ class ResidentFusedBackend(_FusedBatches):
         self, attempt: TransactionAttempt, shares: list[list[RangeTask]]
     ) -> list[TaskOutput]:
         cluster = self._cluster
-        workers = cluster.workers
         owners = self._owners()
+        workers = cluster.live_workers()
         calls = [
             cluster.call(
                 workers[index % len(workers)],

@@ -58,12 +58,11 @@ of streams (``drpc.trident.plan``); nothing runs until it is compiled
   step's), recorded in its configuration under Storm's keys
   (``drpc.trident.plan.CPU_LOAD_CONF``, ``ON_HEAP_CONF``, ``OFF_HEAP_CONF``),
   where its operations' ``prepare`` sees them. No executor enforces them:
-  ``local`` runs every task in this process; the resident tasks are one
-  Spark barrier stage for all components, and one stage has one resource
-  profile; ``spark-batch`` fuses components into stages and runs committers
+  ``local`` runs every task in this process; the resident tasks are
+  long-running Spark tasks that host every component, so one task has one resource
+  profile for all; ``spark-batch`` fuses components into stages and runs committers
   on the driver, and Spark's task profiles count whole cores where Storm's
-  load is a percent of one, with no memory per task (executor memory needs
-  dynamic allocation, which barrier stages refuse); ``local[*]`` honours no
+  load is a percent of one, with no memory per task; ``local[*]`` honours no
   profile at all. Size executors with ``spark_conf`` instead.
   ``partition_aggregate``, ``aggregate`` (the whole batch),
   ``group_by(fields)``, ``persistent_aggregate(state, [fields,] aggregator,

@@ -1,4 +1,4 @@
-"""The resident Spark executor (``executor="spark"``): long-lived barrier tasks, millisecond calls.
+"""The resident Spark executor (``executor="spark"``): long-lived tasks, millisecond calls.
 
 - ``executor``: ``ResidentExecutor`` (its contract) and the process's resident job;
 - ``cluster``: the driver side of the job: start, deploy, faults, restarts;

@@ -3,9 +3,12 @@
 Control items travel as wire items ``(None, CONTROL, message)``
 (``drpc.executors.resident.routing``):
 
-- a worker says ``Ready(node, engine_build)`` once it is connected to the driver
-  and to the workers before it (``engine_build``: ``"compiled"`` or ``"pure"``, see
-  ``drpc.compiled``);
+- a worker connects to the driver and says ``Joined(node, host, port)``: where it
+  listens; the driver answers ``Peers(addresses)``, every other task that joined before
+  it and is still there, ``(node, host, port)`` each. The worker connects to each (a
+  later task connects to an earlier one, so every pair is connected once) and says
+  ``Ready(node, engine_build)`` (``engine_build``: ``"compiled"`` or ``"pure"``, see
+  ``drpc.compiled``). A task that comes back after it was lost joins the same way;
 - the driver sends ``Deploy(key, topology, conf, node_of, observed, workers,
   fetching, replicated)`` (the topology frozen with cloudpickle, so bolts defined in
   ``__main__`` travel; ``fetching``: the ``InvocationsSettings``, pickled apart so a
@@ -40,6 +43,16 @@ from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 from drpc.errors import DRPCError
+
+
+class Joined(NamedTuple):
+    node: int
+    host: str
+    port: int
+
+
+class Peers(NamedTuple):
+    addresses: tuple[tuple[int, str, int], ...]  # (node, host, port) of each earlier task
 
 
 class Ready(NamedTuple):
@@ -114,5 +127,16 @@ class Placed(NamedTuple):
 
 
 Control = (
-    Ready | Deploy | Deployed | DeployFailed | Undeploy | Stop | Call | CallDone | Stage | Placed
+    Joined
+    | Peers
+    | Ready
+    | Deploy
+    | Deployed
+    | DeployFailed
+    | Undeploy
+    | Stop
+    | Call
+    | CallDone
+    | Stage
+    | Placed
 )

@@ -8,7 +8,7 @@ the process:
 
 - ``start()`` gets the process's SparkSession (``drpc.runtime``: no executor
   registering within ``start_timeout`` raises ``SparkStartError``), starts the
-  resident job if none runs (``slots`` barrier tasks, default half the
+  resident job if none runs (``slots`` resident tasks, default half the
   default parallelism, at least one; the first function to start it decides),
   deploys the topology's bolt tasks on the resident tasks and its spouts,
   DRPC scaffolding and ackers on the driver. It returns once the function is

@@ -27,7 +27,9 @@ ACLs nor TLS stand in the way.
   Either for a request not in flight here (failed already) is dropped. An observer that
   raises is logged, never in the way of an outcome (``drpc.observe.bus``).
   ``fail_pending(failure)`` fails every request in flight (the resident job broke or the
-  function is undeployed) and returns how many; ``stop()`` stops feeding, and the table
+  function is undeployed) and returns how many; ``lose(worker, failure)`` fails those
+  in flight on one task (lost while the others serve on) and feeds it no more, until
+  ``join(worker)``; ``stop()`` stops feeding, and the table
   keeps what was not taken (it waits for a restarted job); ``feeding`` says whether it
   feeds, ``in_flight`` how many requests are out.
 - ``FedBlueprint(key)`` travels in the ``Deploy`` message in place of a remote
@@ -183,7 +185,7 @@ class RequestFeeder:
         batches: dict[int, list[FedRequest]] = {}
         while True:
             with self._lock:
-                if not self._feeding:
+                if not self._feeding or not self._workers:
                     break
                 worker = min(self._workers, key=lambda w: (self._in_flight[w], w))
                 if self._in_flight[worker] >= self.window:
@@ -242,6 +244,28 @@ class RequestFeeder:
         for _, return_info in pending.values():
             self.invocations.fail_request(return_info, error)
         return len(pending)
+
+    def lose(self, worker: int, failure: Failure) -> int:
+        """Fail the requests in flight on ``worker`` and feed it no more; returns how many."""
+        with self._lock:
+            if worker in self._workers:
+                self._workers.remove(worker)
+            self._in_flight.pop(worker, None)
+            ids = [rid for rid, (on, _) in self._pending.items() if on == worker]
+            lost = [self._pending.pop(rid)[1] for rid in ids]
+        error = failure.to_exception()
+        for return_info in lost:
+            self.invocations.fail_request(return_info, error)
+        return len(lost)
+
+    def join(self, worker: int) -> None:
+        """Feed ``worker`` again (it came back), and what waited meanwhile."""
+        with self._lock:
+            if worker not in self._workers:
+                self._workers.append(worker)
+                self._workers.sort()
+                self._in_flight[worker] = 0
+        self._feed()
 
     def stop(self) -> None:
         with self._lock:

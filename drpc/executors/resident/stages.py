@@ -4,11 +4,12 @@ Contract. ``ResidentStages(cluster, plan, token, frozen)`` has ``SparkStages``'s
 ``run(job, driver_shipments, timings)`` (``drpc.executors.spark.stages``): the same
 stages, each partition the same ``_run_stage`` work (every fused component's
 ``TaskRun`` in turn), with the same result, but no Spark job: stage by stage, in the
-plan's order, partition ``i`` of a stage is a call on resident task ``i`` mod the
-number of tasks, fed what the driver's components sent the stage's head and what
-earlier stages sent it; the driver passes the stages' pickled blobs on without opening
-them and unpickles only what comes back for its own components. Every partition of
-every stage runs, an empty one too (its coordinated tasks report their zero counts).
+plan's order, partition ``i`` of a stage is a call on the ``i`` mod n-th of the n tasks
+that serve (``ResidentCluster.live_workers``), fed what the driver's components sent the
+stage's head and what earlier stages sent it; the driver passes the stages' pickled
+blobs on without opening them and unpickles only what comes back for its own components.
+Every partition of every stage runs, an empty one too (its coordinated tasks report their
+zero counts).
 The topology travels frozen with each call and is unpickled once per process. A call
 that fails (its task raised, or the resident job broke) fails the run with
 ``DRPCError`` naming the cause.
@@ -53,7 +54,7 @@ class ResidentStages:
         plan, cluster = self.plan, self.cluster
         if not plan.stages:
             return {}
-        workers = cluster.workers
+        workers = cluster.live_workers()
         inbox: defaultdict[str, defaultdict[int, list[Blob]]] = defaultdict(
             lambda: defaultdict(list)
         )

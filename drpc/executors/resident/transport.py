@@ -5,7 +5,8 @@ Contract. A ``Node`` is one process of a deployment (index 0 the driver,
 
 - ``listen(host)`` opens its server socket on ``host`` (port 0: the OS picks)
   and returns ``(host, port)``; ``connect(peer, address)`` opens a connection
-  to a peer. A connection starts with a hello of fixed layout (``MAGIC``, the
+  to a peer and returns the address of this end (the interface that reaches
+  it). A connection starts with a hello of fixed layout (``MAGIC``, the
   token, the sender's index), checked before anything is unpickled: a peer
   that does not know the token is closed at once, so nothing from outside
   the deployment reaches ``pickle.loads``.
@@ -222,12 +223,16 @@ class Node:
         address = server.getsockname()
         return str(address[0]), int(address[1])
 
-    def connect(self, peer: int, address: Address, timeout: float = 30.0) -> None:
+    def connect(self, peer: int, address: Address, timeout: float = 30.0) -> str:
+        """Connect to ``peer`` at ``address``; returns this end's address: the one of this
+        host's interfaces that reaches the peer."""
         sock = socket.create_connection(address, timeout=timeout)
         sock.settimeout(None)
         _tune(sock)
         sock.sendall(_HELLO.pack(MAGIC, self.token, self.index))
+        here = str(sock.getsockname()[0])
         self._add(peer, sock)
+        return here
 
     def _accept(self) -> None:
         server = self._server

@@ -1,13 +1,12 @@
 """A resident Spark task: one node of the deployment, hosting its share of every function.
 
-Contract. ``resident_task(partition, items, *, driver, token, settings)`` is
-the body of one task of the resident barrier stage
-(``RDD.barrier().mapPartitions``). It opens a node on its executor's
-address, learns the other tasks' addresses through
-``BarrierTaskContext.allGather`` (every task calls it exactly once), connects
-to the driver and to the workers before it, waits for the workers after it
-to connect (``PEER_TIMEOUT``), says ``Ready``, and serves until
-the driver sends ``Stop`` or its connection to the driver breaks:
+Contract. ``resident_task(partition, items, *, node_index, driver, token, threads,
+logging_settings)`` is the body of resident task ``node_index``, the one task of a
+Spark job of its own (``drpc.executors.resident.cluster``). It connects to the
+driver, opens a node on the address of the interface that reached it, says
+``Joined`` with that address, connects to every task the driver's ``Peers`` answer
+lists (the tasks that joined before it; later ones connect to it), says ``Ready``, and
+serves until the driver sends ``Stop`` or its connection to the driver breaks:
 
 - ``Deploy``: build and start this worker's share of the function
   (``LocalExecutor`` over the tasks ``place`` gave this node, routed through
@@ -36,14 +35,15 @@ the driver sends ``Stop`` or its connection to the driver breaks:
   deployment this worker does not run (an undeployed one) are dropped.
 
 When it returns, its Spark task ends, and the requests its spouts still hold
-fail with INTERNAL_ERROR naming why. A peer worker that goes away ends this
-one too (the driver restarts the whole stage).
+fail with INTERNAL_ERROR naming why. A peer task that goes away does not end this
+one: the calls this task has in flight to it fail at once, and the driver decides what
+the loss means (it restarts every task, or only the lost one: ``drpc.executors.
+resident.cluster``).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import pickle
 import threading
@@ -62,6 +62,8 @@ from drpc.executors.resident.control import (
     Deploy,
     Deployed,
     DeployFailed,
+    Joined,
+    Peers,
     Placed,
     Ready,
     Stage,
@@ -89,7 +91,7 @@ from drpc.state.partitioned import set_remote_reader
 log = logging.getLogger(__name__)
 
 PEER_TIMEOUT = 60.0
-"""Seconds a resident task waits for the tasks after it to connect before it gives up."""
+"""Seconds a resident task waits for the driver to say which tasks run before it gives up."""
 
 _current: ResidentWorker | None = None
 
@@ -113,9 +115,11 @@ class ResidentWorker:
         self.fetchers: dict[str, Any] = {}  # a deployment's own invocations handle
         self.calls = ThreadPoolExecutor(threads, thread_name_prefix=f"drpc-calls-{node_index}")
         self._lock = threading.Lock()
-        self._calls: dict[int, Future[Any]] = {}  # the calls this task made to its peers
+        self._calls: dict[int, tuple[int, Future[Any]]] = {}  # to its peers: (node, future)
         self._call_ids = itertools.count(1)
         self._done = threading.Event()
+        self._peers: Peers | None = None
+        self._peers_known = threading.Event()
         self.reason = ""
 
     def serve(self) -> str:
@@ -140,8 +144,30 @@ class ResidentWorker:
             self._done.set()
 
     def _on_lost(self, peer: int, reason: str) -> None:
-        who = "the driver" if peer == DRIVER else f"resident task {peer}"
-        self._finish(f"lost {who}: {reason}")
+        if peer == DRIVER:
+            self._finish(f"lost the driver: {reason}")
+            return
+        log.warning("resident task %d lost resident task %d: %s", self.index, peer, reason)
+        with self._lock:
+            lost = [cid for cid, (node, _) in self._calls.items() if node == peer]
+            futures = [self._calls.pop(cid)[1] for cid in lost]
+        for future in futures:
+            future.set_exception(RuntimeError(f"resident task {peer} went away: {reason}"))
+
+    def join(self, driver: Address, timeout: float) -> None:
+        """Connect to the driver and to the tasks that joined before this one (module doc),
+        listening on the interface that reaches the driver."""
+        here = self.node.connect(DRIVER, driver)
+        host, port = self.node.listen(here)
+        self.host = host
+        self.node.send(DRIVER, (None, CONTROL, Joined(self.index, host, port)))
+        if not self._peers_known.wait(timeout) or self._peers is None:
+            raise RuntimeError(
+                f"resident task {self.index}: the driver never said which tasks run "
+                f"(waited {timeout:g} s)"
+            )
+        for peer, peer_host, peer_port in self._peers.addresses:
+            self.node.connect(peer, (peer_host, peer_port))
 
     def _on_items(self, peer: int, items: list[Any]) -> None:
         dispatch_items(items, self.engines.get, self._control, self._fed)
@@ -156,7 +182,10 @@ class ResidentWorker:
         self.node.send(DRIVER, (key, OUTCOMES, [outcome]))
 
     def _control(self, message: Any) -> None:
-        if isinstance(message, Deploy):
+        if isinstance(message, Peers):
+            self._peers = message
+            self._peers_known.set()
+        elif isinstance(message, Deploy):
             self._deploy(message)
         elif isinstance(message, Undeploy):
             # On a thread of its own: stopping a share waits for its pollers and its last
@@ -175,9 +204,9 @@ class ResidentWorker:
             self.calls.submit(self._call, message)
         elif isinstance(message, CallDone):  # the answer to a call this task made
             with self._lock:
-                future = self._calls.pop(message.call_id, None)
-            if future is not None:
-                settle(future, message)
+                found = self._calls.pop(message.call_id, None)
+            if found is not None:
+                settle(found[1], message)
         elif isinstance(message, Stage):
             STAGED.put(message.key, message.sender, message.payload)
         elif isinstance(message, Placed):
@@ -203,7 +232,7 @@ class ResidentWorker:
         future: Future[Any] = Future()
         with self._lock:
             call_id = next(self._call_ids)
-            self._calls[call_id] = future
+            self._calls[call_id] = (node, future)
         work = freeze((function, args))
         if not self.node.send(node, (None, CONTROL, Call(call_id, work, self.index))):
             with self._lock:
@@ -314,36 +343,22 @@ def resident_task(
     partition: int,
     items: Iterable[Any],
     *,
+    node_index: int,
     driver: Address,
     token: bytes,
     threads: int,
     logging_settings: tuple[str, int] | None,
 ) -> Iterator[str]:
-    """One task of the resident barrier stage (see the module doc); yields why it ended."""
-    from pyspark import BarrierTaskContext
-
+    """Resident task ``node_index`` (see the module doc); yields why it ended."""
     if logging_settings is not None:
         configure_worker_logging(*logging_settings)
-    context = BarrierTaskContext.get()
-    node_index = context.partitionId() + 1
-    executor_host = context.getTaskInfos()[context.partitionId()].address.rsplit(":", 1)[0]
     global _current
     worker = _current = ResidentWorker(node_index, token, threads)
     set_remote_reader(worker_reader(worker))
-    host, port = worker.node.listen(executor_host)
-    worker.host = host
-    peers = [json.loads(entry) for entry in context.allGather(json.dumps([node_index, host, port]))]
-    worker.node.connect(DRIVER, driver)
-    for peer, peer_host, peer_port in peers:
-        if peer < node_index:
-            worker.node.connect(peer, (peer_host, peer_port))
-    others = [peer for peer, _, _ in peers if peer != node_index]
-    if not worker.node.wait_for_peers(others, PEER_TIMEOUT):
-        missing = sorted(set(others) - set(worker.node.peers()))
-        raise RuntimeError(f"resident task {node_index}: tasks {missing} never connected")
+    worker.join(driver, PEER_TIMEOUT)
     build = engine_build()
     worker.node.send(DRIVER, (None, CONTROL, Ready(node_index, build)))
-    log.info("resident task %d (%s engine) serving on %s:%d", node_index, build, host, port)
+    log.info("resident task %d (%s engine) serving on %s", node_index, build, worker.host)
     reason = worker.serve()
     log.info("resident task %d ended: %s", node_index, reason)
     yield reason
