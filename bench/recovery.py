@@ -26,6 +26,10 @@ Parts (``--parts``, default all):
   what it downloaded, and the seconds to the run's next commit.
   Without a store the same kill stops the run with ``PartitionLostError``: no answer
   comes back at all.
+- ``standby``: the same kill in a run with ``standby_replicas=1``, once every standby
+  copy holds the last global commit: the other resident task serves on, and its standby
+  copies of the lost partitions take over (target: the first right answer within 1 s).
+  Reported as ``recovery``'s, with the takeover's seconds and the deltas it caught up.
 - ``streaming``: beside it, Structured Streaming's RocksDB state store with changelog
   checkpointing, as a Spark user runs it, over the same number of keys, an executor
   SIGKILLed once its state holds them: the seconds to its first completed micro-batch
@@ -86,7 +90,7 @@ MAP = "bench-recovery-counts"
 PROBES_PER_PARTITION = 20
 DEFAULT_MASTER = "local-cluster[2,1,1024]"
 SLOTS = 2  # resident tasks: one on each executor of the default master
-PARTS = ("overhead", "recovery", "streaming")
+PARTS = ("overhead", "recovery", "standby", "streaming")
 
 
 @dataclass(frozen=True)
@@ -147,13 +151,16 @@ def trident(log_dir: Path, batch: int) -> TridentTopology:
     return topology
 
 
-def runner_of(data: Input, state_dir: Path, batch: int, store: str | None) -> TransactionalRunner:
+def runner_of(
+    data: Input, state_dir: Path, batch: int, store: str | None, standby_replicas: int = 0
+) -> TransactionalRunner:
     return TransactionalRunner(
         transactional_topology(trident(data.log, batch), str(state_dir)),
         state_dir=str(state_dir),
         executor="spark",
         max_spout_pending=3,
         checkpoint_dir=store,
+        standby_replicas=standby_replicas,
     )
 
 
@@ -256,11 +263,13 @@ class Probing:
         )
 
 
-def bench_recovery(data: Input, work: Path, batch: int, session: Any) -> dict[str, Any]:
+def bench_recovery(
+    data: Input, work: Path, batch: int, session: Any, standby_replicas: int = 0
+) -> dict[str, Any]:
     state_dir = work / "state"
     store = f"file://{work / 'store'}"
     commits: list[tuple[float, int]] = []
-    runner = runner_of(data, state_dir, batch, store)
+    runner = runner_of(data, state_dir, batch, store, standby_replicas)
     cluster = resident_cluster(session.sparkContext)
     found: dict[str, Any] = {}
     with runner, LocalDRPC(executor="spark", timeout=60.0) as drpc:
@@ -284,6 +293,8 @@ def bench_recovery(data: Input, work: Path, batch: int, session: Any) -> dict[st
             if not running.is_alive():
                 raise RuntimeError(f"the run ended before the kill: {outcome}")
             time.sleep(0.01)
+        while standby_replicas and not _standbys_current(runner):
+            time.sleep(0.01)  # each standby copy built and caught up: what a kill then meets
         partitions = runner.status()["partitions"]
         victim_task = next(p["task"] for p in partitions if p["index"] == 0)
         lost = [p["index"] for p in partitions if p["task"] == victim_task]
@@ -315,6 +326,7 @@ def bench_recovery(data: Input, work: Path, batch: int, session: Any) -> dict[st
     right_at = probing.first_right_after(killed_at)
     next_commit = [at for at, _ in commits if at > killed_at]
     restore = (status.get("checkpoint") or {}).get("last_restore") or {}
+    takeover = ((status.get("checkpoint") or {}).get("standbys") or {}).get("last_takeover")
     found.update(
         killed="executor JVM" if jvm else "resident task process",
         lost_partitions=lost,
@@ -328,10 +340,20 @@ def bench_recovery(data: Input, work: Path, batch: int, session: Any) -> dict[st
         restore_seconds=restore.get("seconds"),
         restore_bytes=restore.get("bytes"),
         restore_deltas=restore.get("deltas"),
+        standby_replicas=standby_replicas,
+        takeover_seconds=None if takeover is None else takeover["seconds"],
+        takeover_deltas=None if takeover is None else takeover["deltas"],
         replays=status["replays"],
     )
     close_state(work)
     return found
+
+
+def _standbys_current(runner: TransactionalRunner) -> bool:
+    """Whether every standby copy holds the last global commit (lag 0)."""
+    standbys = (runner.status().get("checkpoint") or {}).get("standbys") or {}
+    copies = standbys.get("copies") or []
+    return bool(copies) and all(copy["lag"] == 0 for copy in copies)
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -391,6 +413,11 @@ def main(argv: list[str] | None = None) -> int:
         if "recovery" in parts:
             print("recovery: a worker SIGKILLed with its disk ...", flush=True)
             results["recovery"] = bench_recovery(data, work / "recovery", args.batch, session)
+        if "standby" in parts:
+            print("recovery with a standby replica: a worker SIGKILLed with its disk ...")
+            results["standby"] = bench_recovery(
+                data, work / "standby", args.batch, session, standby_replicas=1
+            )
         if "streaming" in parts:
             print("recovery of Structured Streaming's RocksDB state store ...", flush=True)
             from bench.streaming_recovery import streaming_recovery
@@ -421,6 +448,16 @@ def report(results: dict[str, Any]) -> None:
             f"{recovery['restore_seconds']:.2f} s ({recovery['restore_bytes']:,} bytes); resident "
             f"tasks back after {recovery['resident_tasks_back_s'] or float('nan'):.2f} s; next "
             f"commit after {recovery['next_commit_s']:.2f} s"
+        )
+    if "standby" in results:
+        standby = results["standby"]
+        print(
+            f"with a standby replica, worker killed (partitions {standby['lost_partitions']} "
+            f"lost): first right answer after {standby['first_right_answer_s']:.2f} s, "
+            f"{standby['wrong_answers']} wrong, refusals {standby['refusals']}; takeover "
+            f"{standby['takeover_seconds'] or float('nan'):.3f} s "
+            f"({standby['takeover_deltas']} delta(s)); next commit after "
+            f"{standby['next_commit_s']:.2f} s"
         )
     if "streaming" in results:
         streaming = results["streaming"]

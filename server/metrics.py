@@ -52,7 +52,11 @@ topology):
   ``drpc_checkpoint_store_bytes{topology}`` (its partitions' and driver's objects),
   ``drpc_checkpoint_waiting{topology}`` (1 while a commit waits for the store) and
   ``drpc_checkpoint_restore_seconds{topology}`` (how long its last restore of a
-  partition took; absent before one).
+  partition took; absent before one); with standby replicas,
+  ``drpc_standby_lag{topology,state,partition,task}`` (the global commits each standby
+  copy is behind; absent while it is first built) and
+  ``drpc_standby_takeover_seconds{topology}`` (how long the last takeover of a lost
+  partition by its standby took; absent before one).
 - per component of the plain topologies the server runs (``watch_plain``;
   ``drpc.topologies``), Storm UI's figures read at each scrape:
   ``drpc_topology_emitted_total{topology,component}``,
@@ -640,6 +644,16 @@ class _PartitionCollector(_Collector):
             "How long the run's last restore of a partition from the store took.",
             labels=["topology"],
         )
+        lag = GaugeMetricFamily(
+            "drpc_standby_lag",
+            "Global commits a standby copy of a partition is behind.",
+            labels=[*labels, "task"],
+        )
+        takeover = GaugeMetricFamily(
+            "drpc_standby_takeover_seconds",
+            "How long the run's last takeover of a lost partition by its standby took.",
+            labels=["topology"],
+        )
         shown = 0
         length = self._metrics.max_label_length
         runs = hosted() if hosted is not None else {}
@@ -651,6 +665,20 @@ class _PartitionCollector(_Collector):
                 waiting.add_metric(name, 1 if checkpoint.get("waiting_since") else 0)
                 if checkpoint.get("last_restore"):
                     restore.add_metric(name, checkpoint["last_restore"]["seconds"])
+                standbys = checkpoint.get("standbys") or {}
+                for copy in standbys.get("copies", ()):
+                    if copy.get("lag") is not None:
+                        lag.add_metric(
+                            [
+                                clip_label(topology, length),
+                                clip_label(str(copy["group"]), length),
+                                str(copy["index"]),
+                                str(copy["task"]),
+                            ],
+                            copy["lag"],
+                        )
+                if standbys.get("last_takeover"):
+                    takeover.add_metric(name, standbys["last_takeover"]["seconds"])
             for partition in run.get("partitions", ()):
                 if shown == self._metrics.max_partitions:
                     break
@@ -677,7 +705,19 @@ class _PartitionCollector(_Collector):
                     ],
                     1,
                 )
-        yield from (txid, keys, size, owner, snapshot, stored, store_bytes, waiting, restore)
+        yield from (
+            txid,
+            keys,
+            size,
+            owner,
+            snapshot,
+            stored,
+            store_bytes,
+            waiting,
+            restore,
+            lag,
+            takeover,
+        )
 
 
 __all__ = [

@@ -78,6 +78,8 @@ T = TypeVar("T")
 LOCAL_DIR_CONF = "drpc.state.local.dir"
 """Where a process keeps the partitions it owns (default: ``<state_dir>/partitions``)."""
 PARTITIONS_DIR = "partitions"
+STANDBY_DIR = "standby"
+"""Under a partition root: the standby copies this host keeps (``drpc.state.standby``)."""
 
 _RECORD = b"\x00partition"
 _APPLIED = b"\x00applied"
@@ -171,6 +173,12 @@ def group_dir(root: str, group: str) -> str:
 
 def partition_path(root: str, group: str, index: int) -> str:
     return os.path.join(group_dir(root, group), f"p{index}")
+
+
+def standby_path(root: str, group: str, index: int) -> str:
+    """Where this host keeps its standby copy of partition ``index`` of ``group``: apart
+    from the owner's path, which another task of the same host may use."""
+    return partition_path(os.path.join(root, STANDBY_DIR), group, index)
 
 
 def partition_record(path: str) -> dict[str, Any] | None:

@@ -28,7 +28,8 @@ Contract.
   ``stored``, ``items`` and ``page`` (at most ``limit`` keys in key order across every
   partition, merged by their stored encoding: the order of a one-directory map).
   ``source`` reaches the partitions: ``LocalPartitions`` opens the ones under a
-  partition root of this host; a partition it does not find raises
+  partition root of this host (one another process of the host replaced since, by a
+  restore or a standby copy's takeover, is opened anew); a partition it does not find raises
   ``PartitionLostError`` naming it, unless a remote reader is set
   (``set_remote_reader``: the resident executor's, which reads it where its owner
   lives; ``read_here`` is what runs there). ``local_partitioned_map`` finds a Trident
@@ -254,6 +255,7 @@ class LocalPartitions:
         self._store: CheckpointStore | None = None
         self._lock = threading.Lock()
         self._open: dict[tuple[str, int], StatePartition] = {}
+        self._identities: dict[tuple[str, int], tuple[int, int] | None] = {}
         self.journals: dict[tuple[str, int], PartitionCheckpoint] = {}
         self.restores: dict[tuple[str, int], Restored] = {}
 
@@ -282,19 +284,24 @@ class LocalPartitions:
         """Partition ``index`` of ``layout``; made holding ``create_at`` when it is not
         there and that is given, else ``PartitionLostError`` naming this host."""
         key = (layout.group, index)
+        path = partition_path(self.root, layout.group, index)
         with self._lock:
             partition = self._open.get(key)
             if partition is not None and not partition.env.closed:
-                return partition
+                if _identity(path) == self._identities.get(key):
+                    return partition
+                # Another process of this host moved a new copy into place (a standby's
+                # takeover, a restore): what this one has open is the old, deleted files.
+                partition.env.close()
             made = not self.exists(layout, index)
             if create_at is None and made:
                 raise PartitionLostError(
                     layout.group, index, os.uname().nodename, f"it is not under {self.root!r}"
                 )
-            path = partition_path(self.root, layout.group, index)
             partition = self._open[key] = StatePartition.open(
                 path, layout, index, start_txid=create_at or 0, **self.options
             )
+            self._identities[key] = _identity(path)
             store = self.store
             if store is not None:
                 journal = self.journals[key] = PartitionCheckpoint(store, layout, index)
@@ -314,13 +321,7 @@ class LocalPartitions:
                 layout.group, index, os.uname().nodename, "the run has no checkpoint store"
             )
         key = (layout.group, index)
-        with self._lock:
-            found = self._open.pop(key, None)
-            journal = self.journals.pop(key, None)
-        if journal is not None:
-            journal.wait()
-        if found is not None and not found.env.closed:
-            found.env.close()
+        self.close_partition(layout, index)
         path = partition_path(self.root, layout.group, index)
         restored = restore(
             store, layout, index, path, target, keep_from=keep_from, options=self.options
@@ -328,6 +329,18 @@ class LocalPartitions:
         self.restores[key] = restored
         self.partition(layout, index)
         return restored
+
+    def close_partition(self, layout: PartitionLayout, index: int) -> None:
+        """Close partition ``index`` of ``layout`` if this process has it open (a reader may
+        have opened another owner's files on a shared disk): the next use opens it anew."""
+        key = (layout.group, index)
+        with self._lock:
+            found = self._open.pop(key, None)
+            journal = self.journals.pop(key, None)
+        if journal is not None:
+            journal.wait()
+        if found is not None and not found.env.closed:
+            found.env.close()
 
     def close(self) -> None:
         """Close every partition opened here."""
@@ -352,6 +365,15 @@ class LocalPartitions:
         partition = self.partition(layout, index)
         with partition.read(txid) as txn:
             return fn(partition, txn)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """Which file a partition's data is (device, inode); None: none there."""
+    try:
+        found = os.stat(os.path.join(path, "data.mdb"))
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 _sources: dict[str, LocalPartitions] = {}

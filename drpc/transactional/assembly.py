@@ -124,6 +124,7 @@ def partitioned_commit(
     checkpoint: CheckpointSettings | None,
     driver_checkpoint: DriverCheckpoint | None,
     partition_writers: int,
+    standby_replicas: int = 0,
 ) -> PartitionedCommit:
     commit_context = CommitContext(topology, conf, services, commit_phase.hints)
     host: PartitionHost
@@ -134,6 +135,7 @@ def partitioned_commit(
             lambda: resident_cluster_of(master, spark_conf, start_timeout),
             state_options=state_options,
             checkpoint=checkpoint,
+            standby_replicas=standby_replicas,
         )
         services[PARTITIONS_SERVICE] = host
     else:

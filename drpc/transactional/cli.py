@@ -111,6 +111,16 @@ def add_checkpoint_argument(parser: argparse._ActionsContainer) -> None:
         "partition, or the driver's lost directory, is restored from it (default: none, a "
         "lost partition stops the run)",
     )
+    parser.add_argument(
+        "--standby-replicas",
+        type=int,
+        default=0,
+        metavar="N",
+        help="warm copies of each partition that other resident tasks keep from the "
+        "checkpoint store's deltas: when a task is lost the others serve on and its "
+        "partitions' standbys take over with nothing downloaded (needs --checkpoint-dir "
+        "and --executor spark; default %(default)s)",
+    )
 
 
 def checkpoint_option(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
@@ -122,6 +132,21 @@ def checkpoint_option(parser: argparse.ArgumentParser, args: argparse.Namespace)
         except CheckpointStoreError as error:
             parser.error(f"--checkpoint-dir: {error}")
     return args.checkpoint_dir
+
+
+def standby_option(parser: argparse.ArgumentParser, args: argparse.Namespace, executor: str) -> int:
+    """``--standby-replicas``, checked against ``--checkpoint-dir`` and the executor."""
+    replicas: int = args.standby_replicas
+    if replicas < 0:
+        parser.error("--standby-replicas must be >= 0")
+    if replicas and args.checkpoint_dir is None:
+        parser.error("--standby-replicas needs --checkpoint-dir: standbys apply its deltas")
+    if replicas and executor != "spark":
+        parser.error(
+            f"--standby-replicas needs --executor spark (standbys live on other resident "
+            f"tasks), not {executor}"
+        )
+    return replicas
 
 
 def state_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -141,7 +166,7 @@ class HostedRuns:
     """The ``--transactional`` runs a serving process hosts, from its command line:
     each topology and the keywords of ``drpc.transactional.hosted.HostedTransactional``
     they all share (``state_dir``, ``max_spout_pending``, ``state_options``,
-    ``checkpoint_dir``)."""
+    ``checkpoint_dir``, ``standby_replicas``)."""
 
     topologies: list[Any] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
@@ -179,6 +204,7 @@ def hosted_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ho
     value exits through ``parser.error``."""
     options = state_options(parser, args)
     checkpoint_dir = checkpoint_option(parser, args)
+    standby_replicas = standby_option(parser, args, args.executor)
     if not args.transactional:
         return HostedRuns()
     if not args.state_dir:
@@ -196,6 +222,7 @@ def hosted_runs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ho
             "max_spout_pending": args.max_spout_pending,
             "state_options": options,
             "checkpoint_dir": checkpoint_dir,
+            **({"standby_replicas": standby_replicas} if standby_replicas else {}),
         },
     )
 
@@ -277,6 +304,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(str(error))
     options = state_options(parser, args)
     checkpoint_dir = checkpoint_option(parser, args)
+    standby_replicas = standby_option(parser, args, args.executor)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -305,6 +333,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             **spark,
             state_options=options,
             checkpoint_dir=checkpoint_dir,
+            standby_replicas=standby_replicas,
         ) as runner:
             result = runner.run(
                 until_idle=args.until_idle,

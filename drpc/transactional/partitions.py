@@ -303,6 +303,20 @@ class PartitionHost(Protocol):
         waits, or the partitions live elsewhere and this host cannot tell)."""
         ...
 
+    def committed(self, txid: int, keep_from: int) -> None:
+        """The global commit of ``txid`` is recorded (reads from ``keep_from`` on live)."""
+        ...
+
+    def standby_floor(self, global_txid: int) -> int:
+        """The oldest txid a standby copy still catches up from (``global_txid``: none):
+        the store keeps the deltas after it."""
+        ...
+
+    def standby_status(self) -> dict[str, Any] | None:
+        """The standby copies of the partitions, how far each lags, and the last takeover
+        of one (None: the run keeps none)."""
+        ...
+
     def stop(self) -> None: ...
 
 
@@ -352,6 +366,15 @@ class LocalPartitionHost:
     def store_waiting_since(self) -> float | None:
         store = self.partitions.store
         return None if store is None else store.waiting_since
+
+    def committed(self, txid: int, keep_from: int) -> None:
+        """Nothing to do: one process keeps no standby copies."""
+
+    def standby_floor(self, global_txid: int) -> int:
+        return global_txid
+
+    def standby_status(self) -> dict[str, Any] | None:
+        return None
 
     def stop(self) -> None:
         """Close the partitions: a stopped run holds no state open (readers reopen them)."""
@@ -473,7 +496,10 @@ class PartitionedCommit:
         one write of the global record's directory runs the commit-phase bolts after the
         committers and records the commit; returns what ``CommitPhase.run`` returns."""
         opened = self.machine.begin(attempt.txid)
-        keep_from = self.oldest_read_txid(attempt.txid - 1)
+        # What the oldest pinned read needs, and the deltas a standby copy catches up from.
+        keep_from = min(
+            self.oldest_read_txid(attempt.txid - 1), self.host.standby_floor(attempt.txid - 1)
+        )
         self._put_driver_records()  # the batch metadata of attempt.txid, before any applies
         works = [
             PartitionWork(
@@ -521,6 +547,7 @@ class PartitionedCommit:
                     self.machine.abandon(attempt.txid, "the global commit failed")
                     raise
                 self.machine.committed(attempt.txid)
+                self.host.committed(attempt.txid, keep_from)
                 return result
         raise AssertionError(f"the commit of txid {attempt.txid} ended without a decision")
 
@@ -663,6 +690,7 @@ class PartitionedCommit:
                 "txid": driver_restore.txid,
                 "seconds": driver_restore.seconds,
             },
+            "standbys": self.host.standby_status(),
         }
 
     def stop(self) -> None:

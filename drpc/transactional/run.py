@@ -224,6 +224,7 @@ class TransactionalRunner:
         spark_backend: Callable[..., ProcessingBackend] | None = None,
         partition_writers: int = DEFAULT_WRITERS,
         checkpoint_dir: str | None = None,
+        standby_replicas: int = 0,
     ) -> None:
         """
         :param max_spout_pending: batches processed at once; None (default) takes the
@@ -243,6 +244,11 @@ class TransactionalRunner:
             and snapshots in the background, and a lost partition is restored from it
             instead of stopping the run (``drpc.state.checkpoint``; S3 settings in the conf,
             ``drpc.state.checkpoint_store``).
+        :param standby_replicas: warm copies of each partition that other resident tasks
+            keep from the checkpoint store's deltas (default 0; ``executor="spark"`` with a
+            ``checkpoint_dir``): when a task is lost, the others serve on, and its
+            partitions' standbys take over with nothing downloaded
+            (``drpc.transactional.resident_partitions``).
         :param spark_backend: the processing backend of ``executor="spark-batch"`` (called
             with ``SparkBackend``'s arguments); None: the topology's own
             (``TransactionalInfo.spark_backend``, Trident's compiled path sets it), else
@@ -264,6 +270,13 @@ class TransactionalRunner:
             )
         if executor not in EXECUTORS:
             raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+        if isinstance(standby_replicas, bool) or standby_replicas < 0:
+            raise ValueError(f"standby_replicas must be >= 0, got {standby_replicas!r}")
+        if standby_replicas and executor != "spark":
+            raise ValueError(
+                "standby replicas live on other resident tasks: they need executor='spark', "
+                f"not {executor!r}"
+            )
         self.topology = topology
         self.info = info
         self.start_timeout = start_timeout
@@ -276,6 +289,10 @@ class TransactionalRunner:
         self.env = StateEnvironment.open(str(state_dir), **(state_options or {}))
         self.env.recover_crashed_writer()  # before reading where to resume
         self.checkpoint = settings_from_conf(checkpoint_dir, self.conf)
+        if standby_replicas and self.checkpoint is None:
+            raise ValueError(
+                "standby replicas apply the deltas of the checkpoint store: set checkpoint_dir"
+            )
         self.layouts = partition_layouts(topology)
         self.driver_checkpoint = restored_driver(self.checkpoint, self.layouts, info, self.env)
         self.observer = bus(observer)
@@ -333,6 +350,7 @@ class TransactionalRunner:
                 checkpoint=self.checkpoint,
                 driver_checkpoint=self.driver_checkpoint,
                 partition_writers=partition_writers,
+                standby_replicas=standby_replicas,
             )
         self.max_attempts = max_attempts
         self.max_timeouts = max_timeouts
@@ -441,7 +459,8 @@ class TransactionalRunner:
         is away, ``"waiting for the checkpoint store ..."`` while a commit waits for the
         store, else None), its partitions (``partitions``: each one's state, index, owner
         host and task, txid held, keys and bytes; with a store, its last snapshot and bytes
-        there) and its checkpoint store (``checkpoint``: None without one, else
+        there; with standby replicas, each one's task, txid and lag in global commits:
+        ``standbys``) and its checkpoint store (``checkpoint``: None without one, else
         ``PartitionedCommit.checkpoint_status``)."""
         waiting = waiting_of(self.spout_coordinator)
         partitions = [] if self.partitioned is None else self.partitioned.status()
@@ -768,6 +787,7 @@ def run(
     spark_backend: Callable[..., ProcessingBackend] | None = None,
     partition_writers: int = DEFAULT_WRITERS,
     checkpoint_dir: str | None = None,
+    standby_replicas: int = 0,
 ) -> RunResult:
     """Run a transactional topology until it is idle (or ``max_batches`` commit)."""
     with TransactionalRunner(
@@ -786,6 +806,7 @@ def run(
         spark_backend=spark_backend,
         partition_writers=partition_writers,
         checkpoint_dir=checkpoint_dir,
+        standby_replicas=standby_replicas,
     ) as runner:
         return runner.run(
             until_idle=until_idle, max_batches=max_batches, stop=stop, on_commit=on_commit

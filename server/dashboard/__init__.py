@@ -37,7 +37,8 @@ runtimes); it keeps, in memory and bounded:
   last snapshot there (``snapshot``; ``snapshot_error``: why the last one failed) and
   the bytes it keeps there (``store_bytes``); a hosted run with a store says so on its
   topology (``checkpoint``: the store, the bytes the run keeps there, since when a commit
-  waits for it, and the last restore's duration and time);
+  waits for it, the last restore's duration and time, each standby copy's task and lag
+  in global commits, and the last takeover by a standby's duration and time);
 - ``topologies``: with ``watch_plain(infos)``, each plain topology the server runs
   (``drpc.topologies``) and Storm UI's figures of each of its components: kind, tasks,
   emitted, acked, failed, and a spout's complete latency (names cut to ``max_name``);
@@ -601,12 +602,25 @@ class Dashboard(Observer):
         if not checkpoint:
             return None
         restore = checkpoint.get("last_restore")
+        standbys = checkpoint.get("standbys") or {}
+        takeover = standbys.get("last_takeover")
         return {
             "store": _clip(str(checkpoint.get("store")), self.max_name),
             "bytes": checkpoint.get("bytes"),
             "waiting_since": checkpoint.get("waiting_since"),
             "last_restore_seconds": None if restore is None else restore.get("seconds"),
             "last_restore_at": None if restore is None else restore.get("at"),
+            "standbys": [
+                {
+                    "state": _clip(str(copy["group"]), self.max_name),
+                    "index": copy["index"],
+                    "task": copy["task"],
+                    "lag": copy.get("lag"),
+                }
+                for copy in standbys.get("copies", ())[: self.max_partitions]
+            ],
+            "last_takeover_seconds": None if takeover is None else takeover.get("seconds"),
+            "last_takeover_at": None if takeover is None else takeover.get("at"),
         }
 
     def state_status(self) -> tuple[list[dict[str, Any]], int]:

@@ -11,14 +11,12 @@ from drpc import Fields, Topology
 from drpc.transactional.filelog import FileLogTransactionalSpout
 from drpc.trident import (
     Count,
-    FilterNull,
     LMDBMapState,
-    MapGet,
     TridentTopology,
     drpc_topology,
     transactional_topology,
 )
-from tests.trident.ops import Split
+from tests.trident.ops import add_count_query
 
 TXID = "two-host-words"
 
@@ -31,14 +29,7 @@ def word_count(log_dir: str) -> TridentTopology:
         .persistent_aggregate(LMDBMapState.transactional("counts"), Count(), ["count"])
         .parallelism_hint(2)
     )
-    (
-        topology.new_drpc_stream("count")
-        .each(["args"], Split(), ["word"])
-        .group_by(["word"])
-        .state_query(counts, ["word"], MapGet(), ["count"])
-        .each(["count"], FilterNull())
-        .project(["word", "count"])
-    )
+    add_count_query(topology, counts)
     return topology
 
 

@@ -19,11 +19,15 @@ from drpc.trident import (
     Consumer,
     Count,
     Filter,
+    FilterNull,
     Function,
+    MapGet,
     MapRemove,
     ReducerAggregator,
     StateUpdater,
     TridentCollector,
+    TridentState,
+    TridentTopology,
     TridentTuple,
 )
 from tests.transactional.bolts import first_commit_attempt, first_time
@@ -35,6 +39,18 @@ class Split(Function):
     def execute(self, tuple: TridentTuple, collector: TridentCollector) -> None:
         for word in tuple.get_value(0).split():
             collector.emit([word])
+
+
+def add_count_query(topology: TridentTopology, counts: TridentState) -> None:
+    """The ``count`` DRPC stream: the committed count of each word of its argument."""
+    (
+        topology.new_drpc_stream("count")
+        .each(["args"], Split(), ["word"])
+        .group_by(["word"])
+        .state_query(counts, ["word"], MapGet(), ["count"])
+        .each(["count"], FilterNull())
+        .project(["word", "count"])
+    )
 
 
 class Triple(Function):

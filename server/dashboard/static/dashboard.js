@@ -399,6 +399,18 @@ function checkpointLine(checkpoint) {
   if (checkpoint.last_restore_seconds !== null && checkpoint.last_restore_seconds !== undefined) {
     parts.push(`last restore ${seconds(checkpoint.last_restore_seconds)}`);
   }
+  const standbys = checkpoint.standbys ?? [];
+  if (standbys.length) {
+    const lags = standbys.map((copy) => copy.lag).filter((lag) => lag !== null && lag !== undefined);
+    const worst = lags.length ? Math.max(...lags) : null;
+    parts.push(
+      `${standbys.length} standby cop${standbys.length === 1 ? "y" : "ies"}, ` +
+        (worst === null ? "building" : `lag at most ${worst} commit${worst === 1 ? "" : "s"}`),
+    );
+  }
+  if (checkpoint.last_takeover_seconds !== null && checkpoint.last_takeover_seconds !== undefined) {
+    parts.push(`last takeover ${seconds(checkpoint.last_takeover_seconds)}`);
+  }
   return parts.join(", ");
 }
 

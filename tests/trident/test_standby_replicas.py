@@ -1,0 +1,132 @@
+"""Standby replicas: a resident task SIGKILLed with its disk in the middle of a commit, in a
+run with ``standby_replicas=1``. The other task serves on (its process is the same one
+before and after), its standby copy of the lost partition takes over with nothing
+downloaded, DRPC calls are answered right through the failover, and every word counts
+once. The run needs two resident tasks, so a session of its own: it starts ahead
+(``tests/ahead.py``) and goes on beside the other tests."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from drpc.transactional import TransactionalRunner
+from drpc.trident import transactional_topology
+from tests import ahead
+
+from . import standby_failover
+from .standby_failover import KILLED_TXID, PARTITIONS
+
+
+def _failover_run(workdir: Path) -> ahead.Command:
+    return ahead.Command([sys.executable, "-m", "tests.trident.standby_failover", str(workdir)])
+
+
+FAILOVER_RUN = ahead.register("standby-failover", _failover_run, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def failover(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    finished = FAILOVER_RUN.finish(tmp_path_factory)
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    outcome: dict[str, object] = json.loads(finished.stdout.strip().splitlines()[-1])
+    return outcome
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.ahead("standby-failover")
+def test_the_survivor_serves_on_and_only_the_lost_task_starts_again(
+    failover: dict[str, object],
+) -> None:
+    before, after = failover["pids_before"], failover["pids_after"]
+    assert isinstance(before, dict) and isinstance(after, dict)
+    killed = failover["killed_pid"]
+    lost = next(node for node, pid in before.items() if pid == killed)
+    survivor = next(node for node in before if node != lost)
+    assert after[survivor] == before[survivor]  # never restarted
+    assert after[lost] != killed  # started again, alone
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.ahead("standby-failover")
+def test_the_standby_copy_takes_over_and_every_word_counts_once(
+    failover: dict[str, object],
+) -> None:
+    standbys = failover["standbys"]
+    assert isinstance(standbys, dict)
+    takeover = standbys["last_takeover"]
+    assert takeover is not None
+    killed = failover["killed_pid"]
+    before = failover["pids_before"]
+    assert isinstance(before, dict)
+    survivor = int(next(node for node, pid in before.items() if pid != killed))
+    assert (takeover["group"], takeover["index"], takeover["task"]) == ("counts", 1, survivor)
+    # the copy held the global commit before the killed txid: no delta to catch up
+    assert (takeover["txid"], takeover["deltas"]) == (KILLED_TXID - 1, 0)
+    assert failover["right_counts"] is True
+    commits = failover["commits"]
+    assert isinstance(commits, list) and KILLED_TXID in commits
+    replays = failover["replays"]
+    assert isinstance(replays, dict) and replays.get("commit", 0) >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.ahead("standby-failover")
+def test_the_task_back_keeps_standby_copies_again_and_says_so_everywhere(
+    failover: dict[str, object],
+) -> None:
+    """Back, the lost task keeps a standby copy of every partition (it owns none now), each
+    caught up with the last commit; the status, /metrics and the dashboard say so."""
+    standbys = failover["standbys"]
+    assert isinstance(standbys, dict)
+    copies = standbys["copies"]
+    killed, before = failover["killed_pid"], failover["pids_before"]
+    assert isinstance(before, dict)
+    lost = int(next(node for node, pid in before.items() if pid == killed))
+    assert [(c["index"], c["task"], c["lag"]) for c in copies] == [
+        (index, lost, 0) for index in range(PARTITIONS)
+    ]
+    metrics = failover["metrics"]
+    assert isinstance(metrics, list)
+    for index in range(PARTITIONS):
+        labels = f'partition="{index}",state="counts",task="{lost}",topology="standby-words"'
+        assert f"drpc_standby_lag{{{labels}}} 0.0" in metrics
+    takeover = standbys["last_takeover"]
+    assert f'drpc_standby_takeover_seconds{{topology="standby-words"}} {takeover["seconds"]}' in (
+        metrics
+    )
+    shown = failover["dashboard"]
+    assert isinstance(shown, dict)
+    assert [(c["index"], c["task"], c["lag"]) for c in shown["standbys"]] == [
+        (index, lost, 0) for index in range(PARTITIONS)
+    ]
+    assert shown["last_takeover_seconds"] == takeover["seconds"]
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.ahead("standby-failover")
+def test_drpc_calls_are_answered_right_through_the_failover(failover: dict[str, object]) -> None:
+    assert failover["wrong_answers"] == 0
+    answered = failover["answers_after_kill"]
+    assert isinstance(answered, int) and answered > 0
+
+
+def test_standby_replicas_need_the_resident_tasks_and_a_checkpoint_store(tmp_path: Path) -> None:
+    topology = transactional_topology(
+        standby_failover.topology(str(tmp_path / "log"), str(tmp_path)), str(tmp_path / "state")
+    )
+    with pytest.raises(ValueError, match="executor='spark', not 'local'"):
+        TransactionalRunner(topology, state_dir=str(tmp_path / "state"), standby_replicas=1)
+    with pytest.raises(ValueError, match="standby_replicas must be >= 0"):
+        TransactionalRunner(topology, state_dir=str(tmp_path / "state"), standby_replicas=-1)
+    with pytest.raises(ValueError, match="set checkpoint_dir"):
+        TransactionalRunner(
+            topology, state_dir=str(tmp_path / "state"), executor="spark", standby_replicas=1
+        )
