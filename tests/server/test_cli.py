@@ -188,6 +188,25 @@ def test_the_server_cli_refuses_an_unloadable_topology() -> None:
              "--checkpoint-dir", "ftp://host/drpc"],
             "--checkpoint-dir: checkpoint_dir 'ftp://host/drpc'",
         ),
+        (
+            "drpc.transactional.cli",
+            ["run", "drpc.examples.transactional_words:topology", "--state-dir", "s",
+             "--executor", "spark", "--standby-replicas", "1"],
+            "--standby-replicas needs --checkpoint-dir: standbys apply its deltas",
+        ),
+        (
+            "drpc.transactional.cli",
+            ["run", "drpc.examples.transactional_words:topology", "--state-dir", "s",
+             "--checkpoint-dir", "file:///shared/drpc", "--standby-replicas", "1"],
+            "--standby-replicas needs --executor spark (standbys live on other resident "
+            "tasks), not local",
+        ),
+        (
+            "drpc.server",
+            ["--transactional", "drpc.examples.transactional_words:topology", "--state-dir", "s",
+             "--standby-replicas", "-1"],
+            "--standby-replicas must be >= 0",
+        ),
         ("drpc.server", ["--executor", "spark", "--slots", "0"], "--slots must be >= 1"),
         ("drpc.server", ["--executor", "spark-batch", "--slots", "2"], "--executor spark only"),
         ("drpc.runner", ["--servers", "h:1", "--topology", "drpc.examples.reach:topology",
