@@ -293,8 +293,9 @@ def bench_recovery(
             if not running.is_alive():
                 raise RuntimeError(f"the run ended before the kill: {outcome}")
             time.sleep(0.01)
-        while standby_replicas and not _standbys_current(runner):
-            time.sleep(0.01)  # each standby copy built and caught up: what a kill then meets
+        while standby_replicas and not _standbys_built(runner):
+            time.sleep(0.01)  # each standby copy built once: what a kill mid-run then meets
+        lags = _standby_lags(runner)
         partitions = runner.status()["partitions"]
         victim_task = next(p["task"] for p in partitions if p["index"] == 0)
         lost = [p["index"] for p in partitions if p["task"] == victim_task]
@@ -306,6 +307,7 @@ def bench_recovery(
         time.sleep(0.5)  # answers before the kill
         restarts = cluster.restarts
         back_at: float | None = None
+        killed_after = commits[-1][1]
         killed_at = time.monotonic()
         os.kill(jvm or pid, signal.SIGKILL)
         root = partition_root(str(state_dir))
@@ -341,6 +343,8 @@ def bench_recovery(
         restore_bytes=restore.get("bytes"),
         restore_deltas=restore.get("deltas"),
         standby_replicas=standby_replicas,
+        standby_lags_at_kill=lags,
+        killed_after_txid=killed_after,
         takeover_seconds=None if takeover is None else takeover["seconds"],
         takeover_deltas=None if takeover is None else takeover["deltas"],
         replays=status["replays"],
@@ -349,11 +353,15 @@ def bench_recovery(
     return found
 
 
-def _standbys_current(runner: TransactionalRunner) -> bool:
-    """Whether every standby copy holds the last global commit (lag 0)."""
+def _standby_lags(runner: TransactionalRunner) -> list[int | None]:
+    """Each standby copy's lag in global commits (None: not built yet)."""
     standbys = (runner.status().get("checkpoint") or {}).get("standbys") or {}
-    copies = standbys.get("copies") or []
-    return bool(copies) and all(copy["lag"] == 0 for copy in copies)
+    return [copy["lag"] for copy in standbys.get("copies") or []]
+
+
+def _standbys_built(runner: TransactionalRunner) -> bool:
+    lags = _standby_lags(runner)
+    return bool(lags) and all(lag is not None for lag in lags)
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -433,6 +441,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} s"
+
+
 def report(results: dict[str, Any]) -> None:
     if "overhead" in results:
         overhead = results["overhead"]
@@ -452,12 +464,13 @@ def report(results: dict[str, Any]) -> None:
     if "standby" in results:
         standby = results["standby"]
         print(
-            f"with a standby replica, worker killed (partitions {standby['lost_partitions']} "
-            f"lost): first right answer after {standby['first_right_answer_s']:.2f} s, "
-            f"{standby['wrong_answers']} wrong, refusals {standby['refusals']}; takeover "
-            f"{standby['takeover_seconds'] or float('nan'):.3f} s "
+            f"with a standby replica, worker killed after txid {standby['killed_after_txid']} "
+            f"(partitions {standby['lost_partitions']} lost, standby lags "
+            f"{standby['standby_lags_at_kill']}): first right answer after "
+            f"{_seconds(standby['first_right_answer_s'])}, {standby['wrong_answers']} wrong, "
+            f"refusals {standby['refusals']}; takeover {_seconds(standby['takeover_seconds'])} "
             f"({standby['takeover_deltas']} delta(s)); next commit after "
-            f"{standby['next_commit_s']:.2f} s"
+            f"{_seconds(standby['next_commit_s'])}"
         )
     if "streaming" in results:
         streaming = results["streaming"]

@@ -201,11 +201,13 @@ def decode_delta(name: str, data: bytes) -> Delta:
 
 def _write(txn: StateTxn, writes: Writes) -> None:
     for db, entries in writes.items():
-        for key, value in entries.items():
-            if value is None:
-                txn.delete(db, key)
-            else:
-                txn.put(db, key, value)
+        puts = {key: value for key, value in entries.items() if value is not None}
+        if puts:
+            txn.put_many(db, puts)  # one call: a delta is tens of thousands of keys
+        if len(puts) < len(entries):
+            for key, value in entries.items():
+                if value is None:
+                    txn.delete(db, key)
 
 
 # -- the journal ------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ the same host may use):
   ``keep_from`` on stay readable, as on the owner. It returns the ``Restored`` (a
   catch-up once the copy is there: nothing downloaded but deltas). A missing or corrupt
   object raises ``CheckpointCorruptError`` naming it.
-- ``held(layouts)`` gives what each copy here holds, by (state, index).
+- ``held(layouts)`` gives what each copy here holds, by (state, index): for a copy this
+  object keeps, what its last ``keep`` left, without waiting for one under way.
 - ``promote(layout, index)`` makes the copy the partition this host owns: it moves to
   the owner's path (whatever was there, a lost owner's leftovers, goes; this process
   closes what it had open of it), with nothing downloaded, and returns the txid it
@@ -49,6 +50,7 @@ class StandbyCopies:
         self.partitions = partitions
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._locks_lock = threading.Lock()
+        self._held: dict[tuple[str, int], int] = {}  # what each copy kept here holds
 
     def _lock(self, layout: PartitionLayout, index: int) -> threading.Lock:
         with self._locks_lock:
@@ -61,14 +63,27 @@ class StandbyCopies:
         found = {}
         for layout in layouts:
             for index in range(layout.partitions):
+                key = (layout.group, index)
+                with self._locks_lock:
+                    known = self._held.get(key)
+                if known is not None:  # never waits for a catch-up under way
+                    found[key] = known
+                    continue
                 path = self.path(layout, index)
                 if not os.path.exists(os.path.join(path, "data.mdb")):
                     continue
-                with self._lock(layout, index):
+                with self._lock(layout, index):  # one left by an earlier process
                     txid = _held_closed(path)
                 if txid is not None:
-                    found[(layout.group, index)] = txid
+                    found[key] = txid
         return found
+
+    def _know(self, layout: PartitionLayout, index: int, txid: int | None) -> None:
+        with self._locks_lock:
+            if txid is None:
+                self._held.pop((layout.group, index), None)
+            else:
+                self._held[(layout.group, index)] = txid
 
     def keep(
         self, layout: PartitionLayout, index: int, target: int, keep_from: int | None
@@ -77,7 +92,7 @@ class StandbyCopies:
         if store is None:
             raise StateError("a standby copy is kept from the checkpoint store: the run has none")
         with self._lock(layout, index):
-            return restore(
+            restored = restore(
                 store,
                 layout,
                 index,
@@ -86,11 +101,14 @@ class StandbyCopies:
                 keep_from=keep_from,
                 options=self.partitions.options,
             )
+            self._know(layout, index, restored.txid)
+            return restored
 
     def promote(self, layout: PartitionLayout, index: int) -> int | None:
         with self._lock(layout, index):
             path = self.path(layout, index)
             txid = _held_closed(path)
+            self._know(layout, index, None)
             if txid is None:
                 return None
             owner = partition_path(self.partitions.root, layout.group, index)
@@ -109,6 +127,7 @@ class StandbyCopies:
 
     def drop(self, layout: PartitionLayout, index: int) -> None:
         with self._lock(layout, index):
+            self._know(layout, index, None)
             shutil.rmtree(self.path(layout, index), ignore_errors=True)
 
 

@@ -26,7 +26,7 @@ path on that host): never on the driver.
   also has ``n`` standby tasks, ones that do not own it, another host's first, the least
   loaded first, kept while they live. After each global commit (``committed``) every
   standby task brings its copies to it from the store (``drpc.state.standby``: deltas
-  only, once built), one call at a time per task, a commit meanwhile caught up by the
+  only, once built), one call at a time per copy, a commit meanwhile caught up by the
   next; ``standby_status`` says what each copy holds and how far it lags, and
   ``standby_floor`` the oldest txid one still catches up from (the run keeps the deltas
   after it). The host asks the cluster to keep the survivors serving when a task is
@@ -35,8 +35,9 @@ path on that host): never on the driver.
   live task holds but a standby copy does promotes the best copy (its own path becomes
   the partition's, nothing downloaded) and catches it up to the last global commit;
   ``promotions`` records each takeover. Copies no task is to keep are deleted.
-- The owner of a partition stays where it is while it holds the best copy: on a shared
-  disk another task finds the same files, and a partition never has two owners.
+- The owner of a partition stays where it is while it lives and holds it: another task
+  may find a copy newer by a commit in flight, or the very same files on a shared disk,
+  and a partition never has two owners.
 - ``stop()`` closes the partitions on the tasks: a stopped run holds none open.
 - Nothing per key goes through the driver: it sends each owner the txid's work (the
   inbox the processing phase captured for that committer task, or on Trident's compiled
@@ -50,7 +51,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,24 +141,26 @@ def worker_held(at: PartitionsAt, layouts: list[PartitionLayout]) -> Held:
     )
 
 
-def worker_keep_standbys(
-    at: PartitionsAt, copies: list[tuple[PartitionLayout, int]], target: int, keep_from: int
-) -> dict[tuple[str, int], int | str]:
-    """Bring this task's standby copies of ``copies`` to ``target``: what each holds now
-    (a str: why it failed, logged here)."""
-    standbys = _standby_copies(at)
-    kept: dict[tuple[str, int], int | str] = {}
-    for layout, index in copies:
-        try:
-            kept[(layout.group, index)] = standbys.keep(layout, index, target, keep_from).txid
-        except Exception as error:
-            log.exception("the standby copy of partition %d of %r failed", index, layout.group)
-            kept[(layout.group, index)] = f"{type(error).__name__}: {error}"
-    return kept
+def worker_keep_standby(
+    at: PartitionsAt, layout: PartitionLayout, index: int, target: int, keep_from: int
+) -> int:
+    """Bring this task's standby copy of the partition to ``target``; the txid it holds."""
+    return _standby_copies(at).keep(layout, index, target, keep_from).txid
 
 
-def worker_promote(at: PartitionsAt, layout: PartitionLayout, index: int) -> int | None:
-    return _standby_copies(at).promote(layout, index)
+def worker_promote(
+    at: PartitionsAt, layout: PartitionLayout, index: int, target: int | None, keep_from: int
+) -> tuple[int, int] | None:
+    """Make this task's standby copy of the partition its own, caught up to ``target`` (the
+    last global commit; None: none yet) when it lags: what it held, and holds now (None:
+    no copy here)."""
+    held = _standby_copies(at).promote(layout, index)
+    if held is None:
+        return None
+    if target is not None and held < target:
+        _partitions(at).restore(layout, index, target, keep_from)
+        return held, target
+    return held, held
 
 
 def worker_drop_standby(at: PartitionsAt, layout: PartitionLayout, index: int) -> None:
@@ -253,8 +256,9 @@ class ResidentPartitionHost:
         self._hosts: dict[PartitionRef, str | None] = {}
         self._standbys: dict[PartitionRef, list[StandbyCopy]] = {}
         self._committed: tuple[int, int] | None = None  # the last global commit, keep_from
-        self._catching: set[int] = set()  # tasks catching their standby copies up
-        self._catch_again: set[int] = set()
+        self._catching: set[tuple[int, PartitionRef]] = set()  # copies catching up
+        self._catch_again: set[tuple[int, PartitionRef]] = set()
+        self._replacing = False  # the live tasks changed: placing again, no catch-up starts
         self._epoch = -1
         self._lock = threading.Lock()
         self._discovering = threading.Lock()
@@ -283,7 +287,10 @@ class ResidentPartitionHost:
 
     def _on_change(self) -> None:
         """The live tasks changed: place the partitions again at once (a lost owner's
-        standby copy takes over, and reads find it there), not at the next commit."""
+        standby copy takes over, and reads find it there), not at the next commit. No
+        standby catch-up starts meanwhile: a copy to promote would wait for it."""
+        with self._lock:
+            self._replacing = True
 
         def again() -> None:
             try:
@@ -322,32 +329,45 @@ class ResidentPartitionHost:
                 copies.setdefault(PartitionRef(group, index), {})[node] = txid
         held_by: dict[PartitionRef, int | None] = {}
         owners: dict[PartitionRef, int] = {}
+        promoting: dict[PartitionRef, int] = {}
         for ref in partition_refs(layouts):
             default = self._default_owner(ref, live)
             on, standby = owned.get(ref, {}), copies.get(ref, {})
             best = max(on.values(), default=None)
             best_copy = max(standby.values(), default=None)
-            if best is not None and (best_copy is None or best >= best_copy):
-                # The owner stays where it is while it holds the best copy: on a shared
-                # disk another task finds the same files, and two owners must never be.
-                previous = self._owners.get(ref)
-                owners[ref] = next(
-                    node
-                    for node in (previous, default, *sorted(on))
-                    if node is not None and on.get(node) == best
+            previous = self._owners.get(ref)
+            if previous in on:
+                # The owner stays while it lives and holds the partition: its copy is the
+                # one the run commits to (another task may read a txid newer by a commit in
+                # flight, or the very same files on a shared disk: two owners must never be).
+                assert previous is not None
+                owners[ref], held_by[ref] = previous, on[previous]
+            elif best is not None and (best_copy is None or best >= best_copy):
+                owners[ref] = (
+                    default
+                    if on.get(default) == best
+                    else min(node for node, txid in on.items() if txid == best)
                 )
                 held_by[ref] = best
             elif best_copy is not None:
-                node = min(node for node, txid in standby.items() if txid == best_copy)
-                owners[ref], held_by[ref] = node, self._promote(ref, node)
+                promoting[ref] = min(node for node, txid in standby.items() if txid == best_copy)
             else:
                 owners[ref], held_by[ref] = default, None
+        if promoting:  # at once: each waits for its copy's catch-up under way, if any
+            with ThreadPoolExecutor(len(promoting), thread_name_prefix="drpc-promote") as pool:
+                promoted = list(pool.map(self._promote, promoting.items()))
+            for (ref, node), now in zip(promoting.items(), promoted, strict=True):
+                # a copy gone meanwhile: the partition is found nowhere (restored, if it can)
+                owners[ref] = node if now is not None else self._default_owner(ref, live)
+                held_by[ref] = now
         standbys = self._choose_standbys(owners, live, hosts, copies)
         with self._lock:
             self._owners = owners
             self._hosts = {ref: hosts.get(node) for ref, node in owners.items()}
             self._standbys = standbys
             self._epoch = epoch
+            self._replacing = False
+            self._catch_again &= self._catching  # the others start below
         for layout in layouts:  # readers on other hosts ask the owners
             placed = tuple(owners[PartitionRef(layout.group, i)] for i in range(layout.partitions))
             place(self.root, layout.group, placed)
@@ -367,27 +387,24 @@ class ResidentPartitionHost:
             ),
         )
         if self.standby_replicas:
-            for node in {c.task for chosen in standbys.values() for c in chosen}:
-                self._catch_up(node)
+            for key in {(c.task, ref) for ref, chosen in standbys.items() for c in chosen}:
+                self._catch_up(key)
         return {ref: Placement(held_by[ref], hosts.get(node), node) for ref, node in owners.items()}
 
-    def _promote(self, ref: PartitionRef, node: int) -> int | None:
-        """Make ``node``'s standby copy of ``ref`` its partition, caught up to the last global
+    def _promote(self, promoting: tuple[PartitionRef, int]) -> int | None:
+        """Make a task's standby copy of a partition its own, caught up to the last global
         commit when it lags; what it holds then (None: the copy was gone)."""
+        ref, node = promoting
         started = time.monotonic()
-        layout = self._layouts[ref.group]
-        txid = self.cluster.call(node, worker_promote, self.at, layout, ref.index).result()
-        if txid is None:
+        target, keep_from = self._committed or (None, 0)
+        call = self.cluster.call(
+            node, worker_promote, self.at, self._layouts[ref.group], ref.index, target, keep_from
+        )
+        found = call.result()
+        if found is None:
             return None
-        committed = self._committed
-        caught_up = 0
-        if committed is not None and txid < committed[0]:
-            target, keep_from = committed
-            call = self.cluster.call(
-                node, worker_restore, self.at, layout, ref.index, target, keep_from
-            )
-            call.result()
-            caught_up, txid = target - txid, target
+        held, txid = found
+        caught_up = txid - held
         seconds = time.monotonic() - started
         self.promotions.append(
             {
@@ -465,58 +482,54 @@ class ResidentPartitionHost:
         if not self.standby_replicas:
             return
         with self._lock:
-            nodes = {c.task for chosen in self._standbys.values() for c in chosen}
-        for node in nodes:
-            self._catch_up(node)
+            keys = [(c.task, ref) for ref, chosen in self._standbys.items() for c in chosen]
+        for key in keys:
+            self._catch_up(key)
 
-    def _catch_up(self, node: int) -> None:
-        """Bring ``node``'s standby copies to the last global commit: one call at a time per
-        task; a commit meanwhile is caught up by the next."""
+    def _catch_up(self, key: tuple[int, PartitionRef]) -> None:
+        """Bring one standby copy (its task, its partition) to the last global commit: one
+        call at a time per copy, the copies of a task side by side; a commit meanwhile is
+        caught up by the next call."""
         committed = self._committed
         if committed is None:
             return
+        node, ref = key
         with self._lock:
-            if node in self._catching:
-                self._catch_again.add(node)
+            if key in self._catching or self._replacing:
+                self._catch_again.add(key)
                 return
-            refs = [
-                ref for ref, chosen in self._standbys.items() if any(c.task == node for c in chosen)
-            ]
-            if not refs:
+            if not any(copy.task == node for copy in self._standbys.get(ref, ())):
                 return
-            self._catching.add(node)
+            self._catching.add(key)
         target, keep_from = committed
-        copies = [(self._layouts[ref.group], ref.index) for ref in refs]
+        layout = self._layouts[ref.group]
         try:
-            call = self.cluster.call(node, worker_keep_standbys, self.at, copies, target, keep_from)
+            call = self.cluster.call(
+                node, worker_keep_standby, self.at, layout, ref.index, target, keep_from
+            )
         except Exception as error:
-            log.debug("standby copies on task %d not caught up: %s", node, error)
+            log.debug("the standby copy of %s on task %d not caught up: %s", ref, node, error)
             with self._lock:
-                self._catching.discard(node)
+                self._catching.discard(key)
             return
-        call.add_done_callback(lambda done: self._caught_up(node, done))
+        call.add_done_callback(lambda done: self._caught_up(key, done))
 
-    def _caught_up(self, node: int, done: Future[dict[tuple[str, int], int | str]]) -> None:
+    def _caught_up(self, key: tuple[int, PartitionRef], done: Future[int]) -> None:
         error = done.exception()
+        node, ref = key
         with self._lock:
-            self._catching.discard(node)
-            again = node in self._catch_again
-            self._catch_again.discard(node)
-            for ref, chosen in self._standbys.items():
-                for copy in chosen:
-                    if copy.task != node:
-                        continue
-                    if error is not None:
-                        copy.error = str(error)
-                        continue
-                    kept = done.result().get((ref.group, ref.index), copy.txid)
-                    if isinstance(kept, str):
-                        copy.error = kept
+            self._catching.discard(key)
+            again = key in self._catch_again
+            self._catch_again.discard(key)
+            for copy in self._standbys.get(ref, ()):
+                if copy.task == node:
+                    if error is None:
+                        copy.txid, copy.error = done.result(), None
                     else:
-                        copy.txid, copy.error = kept, None
+                        copy.error = str(error)
         if again and error is None:
             threading.Thread(
-                target=self._catch_up, args=(node,), name="drpc-standby-catch-up", daemon=True
+                target=self._catch_up, args=(key,), name="drpc-standby-catch-up", daemon=True
             ).start()
 
     def standby_floor(self, global_txid: int) -> int:

@@ -820,8 +820,16 @@ class ResidentCluster:
         ):
             time.sleep(0.02)
         cancelled = len(others) == len(jobs) and all(job.is_alive() for job in others.values())
+        # A task no longer connected cannot hear Stop (its job waits for Spark to retry it):
+        # cancel its job at once; the connected ones end their jobs themselves.
+        connected = set(self.node.peers())
+        self._end_jobs(
+            {n: j for n, j in others.items() if n not in connected}, tag, 0.0, JOB_END_WAIT
+        )
         self.node.broadcast((None, CONTROL, Stop()))
-        self._end_jobs(others, tag, STOP_WAIT, JOB_END_WAIT)
+        self._end_jobs(
+            {n: j for n, j in others.items() if n in connected}, tag, STOP_WAIT, JOB_END_WAIT
+        )
         with self._cond:
             error = self._job_error
         if error is not None and not cancelled:
