@@ -13,8 +13,9 @@ Parts (``--parts``, default all):
 
 - ``overhead``: the count with a ``file://`` checkpoint store (each partition puts a
   delta per txid before its global commit, snapshots run in the background, the driver
-  puts its records) and without one, side by side in alternating ``--rounds`` (medians):
-  tuples/s, and the ratio with over without (target: at least 0.9).
+  puts its records), without one, and with the store and ``standby_replicas=1``, side by
+  side in alternating ``--rounds`` (medians): tuples/s, and the ratios over the run
+  without a store (target for the store alone: at least 0.9).
 - ``recovery``: the count with the store, run as the runs above; once the first pass is
   committed, the executor JVM of the resident task owning partition 0 is SIGKILLed (so
   are its partitions' directories: the disk goes with it). Meanwhile DRPC ``MapGet``
@@ -179,10 +180,12 @@ def close_state(root: Path) -> None:
 # -- overhead ---------------------------------------------------------------------------------
 
 
-def bench_run(data: Input, work: Path, batch: int, store: str | None) -> dict[str, Any]:
+def bench_run(
+    data: Input, work: Path, batch: int, store: str | None, standby_replicas: int = 0
+) -> dict[str, Any]:
     state_dir = work / "state"
     started = time.perf_counter()
-    with runner_of(data, state_dir, batch, store) as runner:
+    with runner_of(data, state_dir, batch, store, standby_replicas) as runner:
         result = runner.run()
     elapsed = time.perf_counter() - started
     check_counts(state_dir, data, "with a store" if store else "without a store")
@@ -198,20 +201,15 @@ def bench_run(data: Input, work: Path, batch: int, store: str | None) -> dict[st
 
 
 def bench_overhead(data: Input, work: Path, batch: int, rounds: int) -> dict[str, Any]:
-    measured: dict[str, list[dict[str, Any]]] = {"with_store": [], "without_store": []}
+    names = ("with_store", "without_store", "with_standby")
+    measured: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for number in range(rounds):
-        for name in (
-            ("with_store", "without_store")
-            if number % 2 == 0
-            else (
-                "without_store",
-                "with_store",
-            )
-        ):
+        for name in names if number % 2 == 0 else names[::-1]:
             print(f"round {number + 1}: {name.replace('_', ' ')} ...", flush=True)
             here = work / f"overhead-{name}-{number}"
-            store = f"file://{here / 'store'}" if name == "with_store" else None
-            measured[name].append(bench_run(data, here, batch, store))
+            store = None if name == "without_store" else f"file://{here / 'store'}"
+            standbys = 1 if name == "with_standby" else 0
+            measured[name].append(bench_run(data, here, batch, store, standbys))
             shutil.rmtree(here, ignore_errors=True)
     found: dict[str, Any] = {
         name: {
@@ -224,6 +222,9 @@ def bench_overhead(data: Input, work: Path, batch: int, rounds: int) -> dict[str
     }
     found["ratio_with_over_without"] = (
         found["with_store"]["tuples_per_s"] / found["without_store"]["tuples_per_s"]
+    )
+    found["ratio_standby_over_without"] = (
+        found["with_standby"]["tuples_per_s"] / found["without_store"]["tuples_per_s"]
     )
     return found
 
@@ -448,9 +449,13 @@ def _seconds(value: float | None) -> str:
 def report(results: dict[str, Any]) -> None:
     if "overhead" in results:
         overhead = results["overhead"]
-        for name in ("with_store", "without_store"):
+        for name in ("with_store", "without_store", "with_standby"):
             print(f"{name.replace('_', ' ')}: {overhead[name]['tuples_per_s']:,.0f} tuples/s")
         print(f"with a store over without: {overhead['ratio_with_over_without']:.2f}x")
+        print(
+            "with a store and a standby replica over without a store: "
+            f"{overhead['ratio_standby_over_without']:.2f}x"
+        )
     if "recovery" in results:
         recovery = results["recovery"]
         print(

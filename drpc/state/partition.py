@@ -175,10 +175,11 @@ def partition_path(root: str, group: str, index: int) -> str:
     return os.path.join(group_dir(root, group), f"p{index}")
 
 
-def standby_path(root: str, group: str, index: int) -> str:
-    """Where this host keeps its standby copy of partition ``index`` of ``group``: apart
-    from the owner's path, which another task of the same host may use."""
-    return partition_path(os.path.join(root, STANDBY_DIR), group, index)
+def standby_path(root: str, group: str, index: int, task: int = 0) -> str:
+    """Where resident task ``task`` keeps its standby copy of partition ``index`` of
+    ``group``: apart from the owner's path and from the other tasks' copies, which other
+    tasks of the same host may use."""
+    return partition_path(os.path.join(root, STANDBY_DIR, f"task-{task}"), group, index)
 
 
 def partition_record(path: str) -> dict[str, Any] | None:

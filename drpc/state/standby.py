@@ -1,9 +1,9 @@
 """Standby copies of partitions: kept warm from the checkpoint store, promoted on a loss.
 
-Contract. ``StandbyCopies(partitions)`` keeps, beside the partitions a host owns
-(``LocalPartitions``), warm copies of partitions other tasks own, each at
-``standby_path(root, group, index)`` (apart from the owner's path, which another task of
-the same host may use):
+Contract. ``StandbyCopies(partitions, task)`` keeps, beside the partitions a host owns
+(``LocalPartitions``), resident task ``task``'s warm copies of partitions other tasks
+own, each at ``standby_path(root, group, index, task)`` (apart from the owner's path and
+from other tasks' copies, which other tasks of the same host may use):
 
 - ``keep(layout, index, target, keep_from)`` brings the copy to ``target`` (a global
   commit, so every delta up to it is in the store) with ``drpc.state.checkpoint.
@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 class StandbyCopies:
     """This host's standby copies beside its partitions (see the module doc)."""
 
-    def __init__(self, partitions: LocalPartitions) -> None:
+    def __init__(self, partitions: LocalPartitions, task: int = 0) -> None:
         self.partitions = partitions
+        self.task = task
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._held: dict[tuple[str, int], int] = {}  # what each copy kept here holds
@@ -57,7 +58,7 @@ class StandbyCopies:
             return self._locks.setdefault((layout.group, index), threading.Lock())
 
     def path(self, layout: PartitionLayout, index: int) -> str:
-        return standby_path(self.partitions.root, layout.group, index)
+        return standby_path(self.partitions.root, layout.group, index, self.task)
 
     def held(self, layouts: Iterable[PartitionLayout]) -> dict[tuple[str, int], int]:
         found = {}

@@ -118,7 +118,7 @@ def _standby_copies(at: PartitionsAt) -> StandbyCopies:
     with _roots_lock:
         found = _standbys.get(at)
         if found is None or found.partitions is not partitions:
-            found = _standbys[at] = StandbyCopies(partitions)
+            found = _standbys[at] = StandbyCopies(partitions, current_worker().index)
         return found
 
 

@@ -105,3 +105,20 @@ def test_a_dropped_copy_is_gone_from_the_disk(tmp_path: Path) -> None:
     assert standbys.held([LAYOUT]) == {}
     assert not os.path.exists(standby_path(other.root, "counts", 1))
     owner.close()
+
+
+def test_two_tasks_of_one_host_keep_their_copies_apart(tmp_path: Path) -> None:
+    """On a shared disk each task's copy has a path of its own: one task dropping or
+    promoting its copy leaves the other's alone."""
+    owner, other = hosts(tmp_path)
+    first, second = StandbyCopies(other, task=1), StandbyCopies(other, task=2)
+    expected = commit(owner, BATCHES[:3])
+    first.keep(LAYOUT, 1, 3, None)
+    second.keep(LAYOUT, 1, 3, None)
+    assert standby_path(other.root, "counts", 1, 1) != standby_path(other.root, "counts", 1, 2)
+    first.drop(LAYOUT, 1)
+    assert (first.held([LAYOUT]), second.held([LAYOUT])) == ({}, {("counts", 1): 3})
+    assert second.promote(LAYOUT, 1) == 3
+    assert counted(other.partition(LAYOUT, 1), "counts") == expected
+    owner.close()
+    other.close()
