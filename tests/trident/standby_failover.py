@@ -1,8 +1,9 @@
 """A run with standby replicas whose resident task owning partition 1 dies with its disk in
-the middle of a commit; run in a process of its own (two resident tasks need a session of
-their own: ``python -m tests.trident.standby_failover WORK_DIR``). It prints one JSON line:
-the pids of the resident tasks before and after, the run's commits and replays, its
-standby status, and every word's count against the input.
+the middle of a commit, on transactional then opaque maps; run in a process of its own
+(two resident tasks need a session of their own: ``python -m tests.trident.
+standby_failover WORK_DIR``). It prints one JSON line, by map kind: the pids of the
+resident tasks before and after, the run's commits and replays, its standby status (and
+what /metrics and the dashboard make of it), and every word's count against the input.
 
 The survivor keeps serving: its process is the same before and after, its standby copy
 of the lost partition takes over with nothing downloaded, and the lost task alone starts
@@ -24,12 +25,23 @@ from drpc.server.metrics import ServerMetrics
 
 from drpc import Fields, runtime
 from drpc.errors import DRPCExecutionException
+from drpc.executors.resident.cluster import ResidentCluster
 from drpc.executors.resident.executor import resident_cluster
 from drpc.state import StateEnvironment
 from drpc.testing import LocalDRPC
 from drpc.transactional import TransactionalRunner
-from drpc.transactional.filelog import FileLogTransactionalSpout, append_lines
-from drpc.trident import LMDBMapState, TridentTopology, drpc_topologies, transactional_topology
+from drpc.transactional.filelog import (
+    FileLogTransactionalSpout,
+    OpaqueFileLogTransactionalSpout,
+    append_lines,
+)
+from drpc.trident import (
+    LMDBMapState,
+    MapStateFactory,
+    TridentTopology,
+    drpc_topologies,
+    transactional_topology,
+)
 
 from .ops import KillsBetweenPartitions, add_count_query
 
@@ -39,15 +51,21 @@ TAKE = 50
 STABLE = [f"stable{n}" for n in range(12)]  # counted in the first batch only
 
 
-def topology(log_dir: str, markers: str) -> TridentTopology:
+KINDS = ("transactional", "opaque")
+
+
+def counts_state(opaque: bool) -> MapStateFactory:
+    return LMDBMapState.opaque("counts") if opaque else LMDBMapState.transactional("counts")
+
+
+def topology(log_dir: str, markers: str, opaque: bool = False) -> TridentTopology:
+    spout = OpaqueFileLogTransactionalSpout if opaque else FileLogTransactionalSpout
     topology = TridentTopology()
     counts = (
-        topology.new_stream(
-            "standby-words", FileLogTransactionalSpout(log_dir, Fields("word"), TAKE)
-        )
+        topology.new_stream("standby-words", spout(log_dir, Fields("word"), TAKE))
         .group_by(["word"])
         .persistent_aggregate(
-            LMDBMapState.transactional("counts"),
+            counts_state(opaque),
             KillsBetweenPartitions(markers, "counts", KILLED_TXID, lose_disk=True),
             ["count"],
         )
@@ -68,12 +86,20 @@ def main(work: Path) -> None:
     session = runtime.get_session("local[2]", {"spark.default.parallelism": "4"})
     cluster = resident_cluster(session.sparkContext)
     cluster.start()
-    assert cluster.wait_ready(120), "the two resident tasks did not start"
+    outcome = {}
+    for kind in KINDS:
+        assert cluster.wait_ready(120), "the two resident tasks are not both running"
+        (work / kind).mkdir()
+        outcome[kind] = failover(work / kind, cluster, kind == "opaque")
+    print(json.dumps(outcome))
+
+
+def failover(work: Path, cluster: ResidentCluster, opaque: bool) -> dict[str, object]:
     pids_before = {node: cluster.call(node, os.getpid).result(30) for node in cluster.workers}
     markers = work / "markers"
     markers.mkdir()
     expected = write_input(work / "log")
-    trident = topology(str(work / "log"), str(markers))
+    trident = topology(str(work / "log"), str(markers), opaque)
     state_dir = work / "state"
     answers: list[tuple[float, bool]] = []
     refusals: Counter[str] = Counter()
@@ -124,29 +150,25 @@ def main(work: Path) -> None:
     killed_at = os.stat(markers / "killed").st_mtime
     _, killed_pid = (markers / "killed").read_text().split()
     pids_after = {node: cluster.call(node, os.getpid).result(30) for node in cluster.workers}
-    counts = dict(LMDBMapState.transactional("counts").query(_env(state_dir)).items())
-    print(
-        json.dumps(
-            {
-                "pids_before": pids_before,
-                "pids_after": pids_after,
-                "killed_pid": int(killed_pid),
-                "replays": dict(result.replays),
-                "commits": [commit.txid for commit in result.commits],
-                "standbys": status["checkpoint"]["standbys"],
-                "metrics": [
-                    line
-                    for line in metrics.exposition().decode().splitlines()
-                    if line.startswith("drpc_standby_")
-                ],
-                "dashboard": shown,
-                "right_counts": counts == dict(expected),
-                "wrong_answers": sum(1 for _, right in answers if not right),
-                "answers_after_kill": sum(1 for at, right in answers if right and at > killed_at),
-                "refusals": dict(refusals),
-            }
-        )
-    )
+    counts = dict(counts_state(opaque).query(_env(state_dir)).items())
+    return {
+        "pids_before": pids_before,
+        "pids_after": pids_after,
+        "killed_pid": int(killed_pid),
+        "replays": dict(result.replays),
+        "commits": [commit.txid for commit in result.commits],
+        "standbys": status["checkpoint"]["standbys"],
+        "metrics": [
+            line
+            for line in metrics.exposition().decode().splitlines()
+            if line.startswith("drpc_standby_")
+        ],
+        "dashboard": shown,
+        "right_counts": counts == dict(expected),
+        "wrong_answers": sum(1 for _, right in answers if not right),
+        "answers_after_kill": sum(1 for at, right in answers if right and at > killed_at),
+        "refusals": dict(refusals),
+    }
 
 
 def _env(state_dir: Path) -> StateEnvironment:

@@ -1,9 +1,9 @@
 """Standby replicas: a resident task SIGKILLed with its disk in the middle of a commit, in a
-run with ``standby_replicas=1``. The other task serves on (its process is the same one
-before and after), its standby copy of the lost partition takes over with nothing
-downloaded, DRPC calls are answered right through the failover, and every word counts
-once. The run needs two resident tasks, so a session of its own: it starts ahead
-(``tests/ahead.py``) and goes on beside the other tests."""
+run with ``standby_replicas=1``, on transactional maps and on opaque ones. The other task
+serves on (its process is the same one before and after), its standby copy of the lost
+partition takes over with nothing downloaded, DRPC calls are answered right through the
+failover, and every word counts once. The runs need two resident tasks, so a session of
+their own: they start ahead (``tests/ahead.py``) and go on beside the other tests."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from drpc.trident import transactional_topology
 from tests import ahead
 
 from . import standby_failover
-from .standby_failover import KILLED_TXID, PARTITIONS
+from .standby_failover import KILLED_TXID, KINDS, PARTITIONS
 
 
 def _failover_run(workdir: Path) -> ahead.Command:
@@ -29,11 +29,19 @@ FAILOVER_RUN = ahead.register("standby-failover", _failover_run, timeout=300)
 
 
 @pytest.fixture(scope="module")
-def failover(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def failovers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
     finished = FAILOVER_RUN.finish(tmp_path_factory)
     assert finished.returncode == 0, finished.stderr[-4000:]
-    outcome: dict[str, object] = json.loads(finished.stdout.strip().splitlines()[-1])
+    outcome: dict[str, dict[str, object]] = json.loads(finished.stdout.strip().splitlines()[-1])
     return outcome
+
+
+@pytest.fixture(params=KINDS)
+def failover(
+    request: pytest.FixtureRequest, failovers: dict[str, dict[str, object]]
+) -> dict[str, object]:
+    """One failover's outcome: on transactional maps, then on opaque ones."""
+    return failovers[request.param]
 
 
 @pytest.mark.slow
