@@ -112,7 +112,10 @@ class Delta:
 
 
 def _lengths(items: list[bytes | None]) -> bytes:
-    lengths = array("i", (-1 if item is None else len(item) for item in items))
+    if None in items:  # a deletion's value
+        lengths = array("i", (-1 if item is None else len(item) for item in items))
+    else:  # keys, and the values of puts: no test per item
+        lengths = array("i", map(len, items))  # type: ignore[arg-type]
     if not _NATIVE_LITTLE:  # pragma: no cover - every platform Spark runs on is little-endian
         lengths.byteswap()
     return lengths.tobytes()
@@ -125,14 +128,17 @@ def encode_rows(magic: bytes, header: Mapping[str, Any], writes: Writes) -> byte
     sections = []
     counts: dict[str, int] = {}
     for db, entries in sorted(writes.items()):
-        keys = list(entries)
+        keys: list[bytes | None] = list(entries)
         values = list(entries.values())
         counts[db] = len(keys)
+        deletes = None in values
         sections += [
-            _lengths(list(keys)),
+            _lengths(keys),
             _lengths(values),
-            b"".join(keys),
-            b"".join(value for value in values if value is not None),
+            b"".join(keys),  # type: ignore[arg-type]
+            b"".join(value for value in values if value is not None)
+            if deletes
+            else b"".join(values),  # type: ignore[arg-type]
         ]
     encoded = json.dumps({**header, "dbs": counts}, separators=(",", ":")).encode()
     body = b"".join([magic, _U32.pack(len(encoded)), encoded, *sections])
