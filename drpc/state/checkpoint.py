@@ -24,9 +24,11 @@ Contract.
     per partition (a due snapshot while one runs waits for the next apply). A failed
     snapshot is logged and tried again at the next apply.
   - **Retention**, after each snapshot: the newest snapshot at or before ``keep_from``
-    (the oldest txid a live request may read) is the base; every older snapshot, its
-    manifest, every delta up to the base and ``created`` are deleted. Without such a
-    snapshot nothing is deleted.
+    (the oldest txid a live request may read, or a standby copy holds) is the base; every
+    older snapshot, its manifest, every delta up to the base and ``created`` are deleted.
+    Without such a snapshot nothing is deleted. A retention whose base was not the newest
+    snapshot runs again, on a thread of its own, at the first apply whose ``keep_from``
+    reaches that snapshot.
   - ``created(start_txid)`` puts ``created`` for a partition made with the store.
 
 - ``restore(store, layout, index, path, target, ...)`` rebuilds the partition holding
@@ -281,6 +283,7 @@ class PartitionCheckpoint:
         self.status.last_snapshot = max(snapshots, default=None)
         self.status.store_bytes = sum(stored.values())
         self._forced = not snapshots  # the store has no base from this partition yet
+        self._held_back = False  # the newest snapshot was past keep_from at its retention
 
     def __repr__(self) -> str:
         return f"<PartitionCheckpoint {self.layout.group!r} {self.index}: {self.store!r}>"
@@ -310,6 +313,7 @@ class PartitionCheckpoint:
 
     def before_apply(self, partition: StatePartition, txid: int, held: int, keep_from: int) -> None:
         if held != txid - 1 or not self._due():
+            self._retain_held_back(keep_from)
             return
         begun = threading.Event()
         thread = threading.Thread(
@@ -386,11 +390,44 @@ class PartitionCheckpoint:
             begun.set()
             shutil.rmtree(folder, ignore_errors=True)
 
+    def _retain_held_back(self, keep_from: int) -> None:
+        """Run the retention the last snapshot held back, once ``keep_from`` has reached it
+        (a pinned read or a standby copy a commit or two behind it then): on a thread of its
+        own, as a snapshot's."""
+        with self._lock:
+            last = self.status.last_snapshot
+            if (
+                not self._held_back
+                or last is None
+                or keep_from < last
+                or (self._snapshotting is not None and self._snapshotting.is_alive())
+            ):
+                return
+            self._held_back = False
+            thread = self._snapshotting = threading.Thread(
+                target=self._retain_logged,
+                args=(keep_from,),
+                name=f"drpc-retention-{self.layout.group}-{self.index}",
+                daemon=True,
+            )
+        thread.start()
+
+    def _retain_logged(self, keep_from: int) -> None:
+        try:
+            self._retain(keep_from)
+        except Exception as error:  # the next snapshot's retention tries again
+            log.warning(
+                "partition %d of %r: retention failed: %s", self.index, self.layout.group, error
+            )
+
     def _retain(self, keep_from: int) -> None:
         """Delete what no restore can need any more (see the module doc)."""
         group, index = self.layout.group, self.index
         names = self.store.sizes(partition_folder(group, index))
-        bases = [txid for txid in _txids(names, "manifest") if txid <= keep_from]
+        snapshots = _txids(names, "manifest")
+        bases = [txid for txid in snapshots if txid <= keep_from]
+        with self._lock:
+            self._held_back = bool(snapshots) and (not bases or bases[-1] < snapshots[-1])
         if not bases:
             return
         base = bases[-1]

@@ -160,6 +160,37 @@ def test_snapshots_come_every_n_deltas_and_retention_keeps_what_a_restore_needs(
     partition.env.close()
 
 
+def test_a_retention_held_back_by_a_reader_runs_once_the_reader_has_moved_on(
+    tmp_path: Path,
+) -> None:
+    """A standby copy (or a pinned read) a commit behind the newest snapshot keeps the one
+    before it as the base; once keep_from reaches the newest, the older one goes."""
+    store = store_at(tmp_path, snapshot_every=2)
+    partition = journaled(tmp_path / "p1", store)
+    counts = TransactionalMap(partition.env, "counts", default=0)
+    journal = partition.journal
+    assert journal is not None
+    for txid, batch in enumerate(BATCHES, start=1):  # keep_from one behind, up to txid 5
+        partition.apply(txid, add(counts, txid, batch), keep_from=max(0, txid - 2))
+        journal.wait()
+
+    def kept() -> list[str]:
+        return [name.rsplit("/", 1)[-1] for name in store.list(FOLDER) if "delta" not in name]
+
+    # the snapshot at 4 came at txid 5's apply, whose keep_from was 3: the one at 2 stays
+    assert kept() == [
+        "manifest-00000000000000000002",
+        "manifest-00000000000000000004",
+        "snapshot-00000000000000000002",
+        "snapshot-00000000000000000004",
+    ]
+    partition.apply(6, add(counts, 6, {"cat": 1}), keep_from=4)  # the reader moved on
+    journal.wait()
+    assert kept() == ["manifest-00000000000000000004", "snapshot-00000000000000000004"]
+    assert journal.report().store_bytes == sum(store.sizes(FOLDER).values())
+    partition.env.close()
+
+
 def test_a_snapshot_never_holds_a_txid_the_apply_under_way_writes(tmp_path: Path) -> None:
     store = store_at(tmp_path, snapshot_every=1)
     partition = journaled(tmp_path / "p1", store)
