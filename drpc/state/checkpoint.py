@@ -15,7 +15,8 @@ Contract.
   - ``applied(partition, txid, writes)`` puts ``delta-<txid>`` before it returns, so
     the partition reports ``txid`` (and the global record may claim it) only once its
     changes are durable. A replayed txid puts its delta again, over the old one.
-  - ``before_apply(partition, txid, held, keep_from)`` starts a snapshot when one is due
+  - ``before_apply(partition, txid, held, keep_from, deltas_from)`` starts a snapshot
+    when one is due
     (``snapshot_every`` deltas or ``snapshot_mib`` MiB of them since the last, or none
     yet) and the partition holds ``txid - 1``, whose global commit is recorded (the run
     sends ``txid`` only then): so a snapshot never holds a txid that could be replayed.
@@ -24,8 +25,9 @@ Contract.
     per partition (a due snapshot while one runs waits for the next apply). A failed
     snapshot is logged and tried again at the next apply.
   - **Retention**, after each snapshot: the newest snapshot at or before ``keep_from``
-    (the oldest txid a live request may read, or a standby copy holds) is the base; every
-    older snapshot, its manifest, every delta up to the base and ``created`` are deleted.
+    (the oldest txid a live request may read) is the base; every older snapshot, its
+    manifest, every delta up to the base (and up to ``deltas_from``, the oldest txid a
+    standby copy catches up from) and ``created`` are deleted.
     Without such a snapshot nothing is deleted. A retention whose base was not the newest
     snapshot runs again, on a thread of its own, at the first apply whose ``keep_from``
     reaches that snapshot.
@@ -311,14 +313,16 @@ class PartitionCheckpoint:
             self.status.since.deltas += 1
             self.status.since.bytes += len(data)
 
-    def before_apply(self, partition: StatePartition, txid: int, held: int, keep_from: int) -> None:
+    def before_apply(
+        self, partition: StatePartition, txid: int, held: int, keep_from: int, deltas_from: int
+    ) -> None:
         if held != txid - 1 or not self._due():
-            self._retain_held_back(keep_from)
+            self._retain_held_back(keep_from, deltas_from)
             return
         begun = threading.Event()
         thread = threading.Thread(
             target=self._snapshot,
-            args=(partition, held, keep_from, begun),
+            args=(partition, held, keep_from, deltas_from, begun),
             name=f"drpc-snapshot-{self.layout.group}-{self.index}",
             daemon=True,
         )
@@ -347,7 +351,12 @@ class PartitionCheckpoint:
             thread.join(timeout)
 
     def _snapshot(
-        self, partition: StatePartition, txid: int, keep_from: int, begun: threading.Event
+        self,
+        partition: StatePartition,
+        txid: int,
+        keep_from: int,
+        deltas_from: int,
+        begun: threading.Event,
     ) -> None:
         group, index = self.layout.group, self.index
         folder = tempfile.mkdtemp(
@@ -378,7 +387,7 @@ class PartitionCheckpoint:
                 size,
                 time.monotonic() - started,
             )
-            self._retain(keep_from)
+            self._retain(keep_from, deltas_from)
         except Exception as error:
             with self._lock:
                 self.status.snapshot_error = f"{type(error).__name__}: {error}"
@@ -390,7 +399,7 @@ class PartitionCheckpoint:
             begun.set()
             shutil.rmtree(folder, ignore_errors=True)
 
-    def _retain_held_back(self, keep_from: int) -> None:
+    def _retain_held_back(self, keep_from: int, deltas_from: int) -> None:
         """Run the retention the last snapshot held back, once ``keep_from`` has reached it
         (a pinned read or a standby copy a commit or two behind it then): on a thread of its
         own, as a snapshot's."""
@@ -406,21 +415,21 @@ class PartitionCheckpoint:
             self._held_back = False
             thread = self._snapshotting = threading.Thread(
                 target=self._retain_logged,
-                args=(keep_from,),
+                args=(keep_from, deltas_from),
                 name=f"drpc-retention-{self.layout.group}-{self.index}",
                 daemon=True,
             )
         thread.start()
 
-    def _retain_logged(self, keep_from: int) -> None:
+    def _retain_logged(self, keep_from: int, deltas_from: int) -> None:
         try:
-            self._retain(keep_from)
+            self._retain(keep_from, deltas_from)
         except Exception as error:  # the next snapshot's retention tries again
             log.warning(
                 "partition %d of %r: retention failed: %s", self.index, self.layout.group, error
             )
 
-    def _retain(self, keep_from: int) -> None:
+    def _retain(self, keep_from: int, deltas_from: int | None = None) -> None:
         """Delete what no restore can need any more (see the module doc)."""
         group, index = self.layout.group, self.index
         names = self.store.sizes(partition_folder(group, index))
@@ -431,6 +440,7 @@ class PartitionCheckpoint:
         if not bases:
             return
         base = bases[-1]
+        delta_floor = base if deltas_from is None else min(base, deltas_from)
         doomed = []
         for name in names:
             txid = _txid_of(name)
@@ -438,7 +448,7 @@ class PartitionCheckpoint:
             if kind == "created" or (
                 txid is not None
                 and (
-                    (kind == "delta" and txid <= base)
+                    (kind == "delta" and txid <= delta_floor)
                     or (kind in ("snapshot", "manifest") and txid < base)
                 )
             ):

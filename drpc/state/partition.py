@@ -15,24 +15,28 @@ Contract.
   another group, layout or index raises ``StateError`` naming both. A new partition
   holds ``start_txid`` (the group's global commit when it was made).
 - ``held()``: the last txid the partition applied.
-- ``apply(txid, fn, keep_from=None)`` applies txid ``txid``: ``fn(txn)`` runs once in
-  one write transaction that also records ``txid`` as held and the version that applied
-  it, and returns what ``fn`` returned. The partition must hold ``txid - 1``. One that
-  holds ``txid`` already (its global commit never happened: ``txid`` is replayed) first
-  reverts it, in a write of its own, from that write's undo log, then applies the replay
-  onto the state before it: for every map kind the replay counts once (a transactional
-  map's replay changes nothing, an opaque map recomputes from the value before, a
-  non-transactional map does not count twice), and the committer's own emits are made
-  again. Anything else raises ``StateOrderError`` naming what the partition holds.
+- ``apply(txid, fn, keep_from=None, deltas_from=None)`` applies txid ``txid``:
+  ``fn(txn)`` runs once in one write transaction that also records ``txid`` as held
+  and the version that applied it, and returns what ``fn`` returned. The partition
+  must hold ``txid - 1``. One that holds ``txid`` already (its global commit never
+  happened: ``txid`` is replayed) first reverts it, in a write of its own, from that
+  write's undo log, then applies the replay onto the state before it: for every map
+  kind the replay counts once (a transactional map's replay changes nothing, an opaque
+  map recomputes from the value before, a non-transactional map does not count twice),
+  and the committer's own emits are made again. Anything else raises
+  ``StateOrderError`` naming what the partition holds.
   ``keep_from`` is the oldest txid a live request may still read (default ``txid - 1``):
   its version stays readable after the write (``StateEnvironment.run_write``).
+  ``deltas_from`` (default: ``keep_from``) is the oldest txid a copy elsewhere catches up
+  from (a standby's): its journal keeps the deltas after it.
 - ``read(txid)`` is a read transaction at the version that applied ``txid`` (None: the
   latest) for the partition's maps (``drpc.state.maps``, passed as ``txn=``). A txid
   before the partition's first reads it as it was made (empty); a txid it does not hold
   yet raises ``StateError``; one whose undo logs were reclaimed
   ``VersionReclaimedError``.
 - ``attach(journal)`` makes a ``PartitionJournal`` (``drpc.state.checkpoint``) told of
-  every apply: ``before_apply(partition, txid, held, keep_from)`` before its writes, and
+  every apply: ``before_apply(partition, txid, held, keep_from, deltas_from)`` before its
+  writes, and
   ``applied(partition, txid, writes)`` once it committed here, with what it changed in
   the partition's data (``data_writes``: a revert's and the replay's writes merged, the
   partition's own records left out): the partition as it held ``txid - 1`` plus these
@@ -108,7 +112,7 @@ class PartitionJournal(Protocol):
     """Told of a partition's applies (``StatePartition.attach``)."""
 
     def before_apply(
-        self, partition: StatePartition, txid: int, held: int, keep_from: int
+        self, partition: StatePartition, txid: int, held: int, keep_from: int, deltas_from: int
     ) -> None: ...
 
     def applied(self, partition: StatePartition, txid: int, writes: Writes) -> None: ...
@@ -330,6 +334,7 @@ class StatePartition:
         fn: Callable[[StateTxn], T],
         *,
         keep_from: int | None = None,
+        deltas_from: int | None = None,
         what: str | None = None,
     ) -> T:
         """Apply ``txid`` with ``fn`` (see the module doc)."""
@@ -348,7 +353,9 @@ class StatePartition:
         keep_version = None if floor is None else floor.version
         journal = self.journal
         if journal is not None:
-            journal.before_apply(self, txid, held, keep)
+            journal.before_apply(
+                self, txid, held, keep, keep if deltas_from is None else min(deltas_from, keep)
+            )
             self._changes = {}
         try:
             if held == txid:

@@ -156,6 +156,7 @@ class PartitionWork:
     inbox: list[Shipment]
     keep_from: int
     log_fields: dict[str, Any]
+    deltas_from: int | None = None  # the oldest txid a standby copy catches up from
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +233,9 @@ def apply_partition(
         return PartitionOutcome(ref, attempt.txid, run.shipments(), list(run.unrouted), maps)
 
     try:
-        outcome = partition.apply(attempt.txid, commit, keep_from=work.keep_from)
+        outcome = partition.apply(
+            attempt.txid, commit, keep_from=work.keep_from, deltas_from=work.deltas_from
+        )
         status = partition.status()
         journal = partition.journal
         report = journal.report() if isinstance(journal, PartitionCheckpoint) else None
@@ -496,10 +499,8 @@ class PartitionedCommit:
         one write of the global record's directory runs the commit-phase bolts after the
         committers and records the commit; returns what ``CommitPhase.run`` returns."""
         opened = self.machine.begin(attempt.txid)
-        # What the oldest pinned read needs, and the deltas a standby copy catches up from.
-        keep_from = min(
-            self.oldest_read_txid(attempt.txid - 1), self.host.standby_floor(attempt.txid - 1)
-        )
+        keep_from = self.oldest_read_txid(attempt.txid - 1)
+        deltas_from = self.host.standby_floor(attempt.txid - 1)
         self._put_driver_records()  # the batch metadata of attempt.txid, before any applies
         works = [
             PartitionWork(
@@ -509,6 +510,7 @@ class PartitionedCommit:
                 self.commit_phase.inbox(self.task_of(decision.partition), attempt, captured),
                 keep_from,
                 log_fields,
+                deltas_from,
             )
             for decision in opened
             if isinstance(decision, Apply)

@@ -81,7 +81,7 @@ log = logging.getLogger(__name__)
 
 STANDBY_RETENTION_LAG = 20
 """Global commits a standby copy may lag while the store keeps the deltas it catches up
-from (and its owner the versions after them)."""
+from."""
 
 PARTITIONS_SERVICE = "drpc.partitions"
 """The run's partition host, for processing backends that stage partials at the owners."""
@@ -534,8 +534,9 @@ class ResidentPartitionHost:
 
     def standby_floor(self, global_txid: int) -> int:
         """The oldest txid a standby copy holds, when it lags by at most
-        ``STANDBY_RETENTION_LAG`` (a copy further behind, or broken, is built again from
-        the newest snapshot rather than hold the store's retention back)."""
+        ``STANDBY_RETENTION_LAG``: the store keeps the deltas after it (a copy further
+        behind, or broken, is built again from the newest snapshot rather than hold the
+        store's retention back)."""
         with self._lock:
             held = [
                 copy.txid

@@ -191,6 +191,28 @@ def test_a_retention_held_back_by_a_reader_runs_once_the_reader_has_moved_on(
     partition.env.close()
 
 
+def test_the_deltas_a_standby_copy_catches_up_from_stay_without_the_snapshots_before(
+    tmp_path: Path,
+) -> None:
+    """A standby copy at txid 3 needs the deltas after 3, not a snapshot before the newest:
+    retention keeps those deltas and still deletes the older snapshot."""
+    store = store_at(tmp_path, snapshot_every=2)
+    partition = journaled(tmp_path / "p1", store)
+    counts = TransactionalMap(partition.env, "counts", default=0)
+    journal = partition.journal
+    assert journal is not None
+    for txid, batch in enumerate(BATCHES, start=1):
+        partition.apply(txid, add(counts, txid, batch), deltas_from=min(txid - 1, 3))
+        journal.wait()
+    assert [name.rsplit("/", 1)[-1] for name in store.list(FOLDER)] == [
+        "delta-00000000000000000004",
+        "delta-00000000000000000005",
+        "manifest-00000000000000000004",
+        "snapshot-00000000000000000004",
+    ]
+    partition.env.close()
+
+
 def test_a_snapshot_never_holds_a_txid_the_apply_under_way_writes(tmp_path: Path) -> None:
     store = store_at(tmp_path, snapshot_every=1)
     partition = journaled(tmp_path / "p1", store)

@@ -25,15 +25,15 @@ def hosts(tmp_path: Path) -> tuple[LocalPartitions, LocalPartitions]:
 
 
 def commit(
-    owner: LocalPartitions, batches: list[dict[str, int]], keep_from: int | None = None
+    owner: LocalPartitions, batches: list[dict[str, int]], deltas_from: int | None = None
 ) -> dict[str, int]:
-    """Apply each batch as the next txid; ``keep_from``: the oldest txid a standby copy
+    """Apply each batch as the next txid; ``deltas_from``: the oldest txid a standby copy
     holds, whose later deltas the store keeps (the run passes it so)."""
     partition = owner.partition(LAYOUT, 1, create_at=0)
     counts = TransactionalMap(partition.env, "counts", default=0)
     for batch in batches:
         txid = partition.held() + 1
-        partition.apply(txid, add(counts, txid, batch), keep_from=keep_from)
+        partition.apply(txid, add(counts, txid, batch), deltas_from=deltas_from)
         assert partition.journal is not None
         partition.journal.wait()
     return counted(partition, "counts")
@@ -47,7 +47,7 @@ def test_a_standby_copy_follows_the_owner_reading_only_the_deltas_after_its_firs
     first = commit(owner, BATCHES[:3])
     built = standbys.keep(LAYOUT, 1, 3, None)
     assert (built.txid, built.caught_up) == (3, False)  # from the snapshot at txid 2
-    expected = commit(owner, BATCHES[3:], keep_from=3)
+    expected = commit(owner, BATCHES[3:], deltas_from=3)
     caught_up = standbys.keep(LAYOUT, 1, 5, None)
     assert (caught_up.txid, caught_up.caught_up, caught_up.deltas) == (5, True, 2)
     assert standbys.held([LAYOUT]) == {("counts", 1): 5}
