@@ -204,7 +204,6 @@ class ResidentCluster:
         self._calls: dict[int, tuple[int, Future[Any]]] = {}  # id: (node, future)
         self._call_ids = itertools.count(1)
         self._jobs: dict[int, threading.Thread] = {}  # each task's job, this generation
-        self._job: threading.Thread | None = None  # the first task's (None: not started)
         self._job_error: BaseException | None = None
         self._tag = ""
         self._addresses: dict[int, tuple[str, int]] = {}  # where each joined task listens
@@ -223,7 +222,7 @@ class ResidentCluster:
 
     def start(self) -> ResidentCluster:
         with self._cond:
-            if self._job is not None or self._stopping or self._gone is not None:
+            if self._jobs or self._stopping or self._gone is not None:
                 return self
             self._launch()
         return self
@@ -247,7 +246,6 @@ class ResidentCluster:
             )
             for node in self.workers
         }
-        self._job = self._jobs[self.workers[0]]
         for job in self._jobs.values():
             job.start()
 
@@ -343,11 +341,6 @@ class ResidentCluster:
         """The tasks that serve now (all of them, but for lost ones: module doc)."""
         with self._cond:
             return [node for node in self.workers if node in self._ready]
-
-    def lost_workers(self) -> dict[int, str]:
-        """The tasks lost while the others serve on, and why."""
-        with self._cond:
-            return dict(self._lost)
 
     def announce(self, key: Any, message: Any) -> None:
         """Send ``message`` to every task, and to every task that joins later (module doc)."""
