@@ -44,6 +44,15 @@ def failover(
     return failovers[request.param]
 
 
+def lost_and_survivor(failover: dict[str, object]) -> tuple[int, int]:
+    """The resident task the kill took (its pid before was the killed one), and the other."""
+    before = failover["pids_before"]
+    assert isinstance(before, dict)
+    lost = next(int(node) for node, pid in before.items() if pid == failover["killed_pid"])
+    survivor = next(int(node) for node in before if int(node) != lost)
+    return lost, survivor
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.ahead("standby-failover")
@@ -52,11 +61,9 @@ def test_the_survivor_serves_on_and_only_the_lost_task_starts_again(
 ) -> None:
     before, after = failover["pids_before"], failover["pids_after"]
     assert isinstance(before, dict) and isinstance(after, dict)
-    killed = failover["killed_pid"]
-    lost = next(node for node, pid in before.items() if pid == killed)
-    survivor = next(node for node in before if node != lost)
-    assert after[survivor] == before[survivor]  # never restarted
-    assert after[lost] != killed  # started again, alone
+    lost, survivor = lost_and_survivor(failover)
+    assert after[str(survivor)] == before[str(survivor)]  # never restarted
+    assert after[str(lost)] != failover["killed_pid"]  # started again, alone
 
 
 @pytest.mark.slow
@@ -69,10 +76,7 @@ def test_the_standby_copy_takes_over_and_every_word_counts_once(
     assert isinstance(standbys, dict)
     takeover = standbys["last_takeover"]
     assert takeover is not None
-    killed = failover["killed_pid"]
-    before = failover["pids_before"]
-    assert isinstance(before, dict)
-    survivor = int(next(node for node, pid in before.items() if pid != killed))
+    _, survivor = lost_and_survivor(failover)
     assert (takeover["group"], takeover["index"], takeover["task"]) == ("counts", 1, survivor)
     # the copy held the global commit before the killed txid: no delta to catch up
     assert (takeover["txid"], takeover["deltas"]) == (KILLED_TXID - 1, 0)
@@ -94,9 +98,7 @@ def test_the_task_back_keeps_standby_copies_again_and_says_so_everywhere(
     standbys = failover["standbys"]
     assert isinstance(standbys, dict)
     copies = standbys["copies"]
-    killed, before = failover["killed_pid"], failover["pids_before"]
-    assert isinstance(before, dict)
-    lost = int(next(node for node, pid in before.items() if pid == killed))
+    lost, _ = lost_and_survivor(failover)
     assert [(c["index"], c["task"], c["lag"]) for c in copies] == [
         (index, lost, 0) for index in range(PARTITIONS)
     ]
