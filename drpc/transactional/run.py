@@ -459,9 +459,10 @@ class TransactionalRunner:
         is away, ``"waiting for the checkpoint store ..."`` while a commit waits for the
         store, else None), its partitions (``partitions``: each one's state, index, owner
         host and task, txid held, keys and bytes; with a store, its last snapshot and bytes
-        there; with standby replicas, each one's task, txid and lag in global commits:
-        ``standbys``) and its checkpoint store (``checkpoint``: None without one, else
-        ``PartitionedCommit.checkpoint_status``)."""
+        there) and its checkpoint store (``checkpoint``: None without one, else
+        ``PartitionedCommit.checkpoint_status``, whose ``standbys`` holds, with standby
+        replicas, each copy's task, txid and lag in global commits and the last
+        takeover)."""
         waiting = waiting_of(self.spout_coordinator)
         partitions = [] if self.partitioned is None else self.partitioned.status()
         checkpoint = None if self.partitioned is None else self.partitioned.checkpoint_status()
