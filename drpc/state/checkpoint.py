@@ -115,8 +115,9 @@ class Delta:
     writes: Writes
 
 
-def _lengths(items: list[bytes | None]) -> bytes:
-    if None in items:  # a deletion's value
+def _lengths(items: list[bytes] | list[bytes | None], deletes: bool) -> bytes:
+    """Each item's length, -1 for None (a deletion's value: only when ``deletes``)."""
+    if deletes:
         lengths = array("i", (-1 if item is None else len(item) for item in items))
     else:  # keys, and the values of puts: no test per item
         lengths = array("i", map(len, items))  # type: ignore[arg-type]
@@ -132,14 +133,14 @@ def encode_rows(magic: bytes, header: Mapping[str, Any], writes: Writes) -> byte
     sections = []
     counts: dict[str, int] = {}
     for db, entries in sorted(writes.items()):
-        keys: list[bytes | None] = list(entries)
+        keys = list(entries)
         values = list(entries.values())
         counts[db] = len(keys)
         deletes = None in values
         sections += [
-            _lengths(keys),
-            _lengths(values),
-            b"".join(keys),  # type: ignore[arg-type]
+            _lengths(keys, False),
+            _lengths(values, deletes),
+            b"".join(keys),
             b"".join(value for value in values if value is not None)
             if deletes
             else b"".join(values),  # type: ignore[arg-type]
@@ -401,8 +402,7 @@ class PartitionCheckpoint:
 
     def _retain_held_back(self, keep_from: int, deltas_from: int) -> None:
         """Run the retention the last snapshot held back, once ``keep_from`` has reached it
-        (a pinned read or a standby copy a commit or two behind it then): on a thread of its
-        own, as a snapshot's."""
+        (a read pinned before it then): on a thread of its own, as a snapshot's."""
         with self._lock:
             last = self.status.last_snapshot
             if (
@@ -429,7 +429,7 @@ class PartitionCheckpoint:
                 "partition %d of %r: retention failed: %s", self.index, self.layout.group, error
             )
 
-    def _retain(self, keep_from: int, deltas_from: int | None = None) -> None:
+    def _retain(self, keep_from: int, deltas_from: int) -> None:
         """Delete what no restore can need any more (see the module doc)."""
         group, index = self.layout.group, self.index
         names = self.store.sizes(partition_folder(group, index))
@@ -440,7 +440,7 @@ class PartitionCheckpoint:
         if not bases:
             return
         base = bases[-1]
-        delta_floor = base if deltas_from is None else min(base, deltas_from)
+        delta_floor = min(base, deltas_from)
         doomed = []
         for name in names:
             txid = _txid_of(name)
