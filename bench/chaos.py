@@ -372,7 +372,8 @@ class Nemesis:
         name = deployment.active_runner() or "runner"
         fault = Fault("runner", name, time.monotonic())
         service = self.deployment.services[name]
-        service.kill()
+        outlived = service.kill()
+        fault.detail = f"(its Spark workers outlived it by {outlived:.2f} s)"
         service.start()
         return fault
 

@@ -4,7 +4,9 @@ Contract.
 
 - ``Service(name, argv, env, log)``: one process, started in a session of its own so
   that ``kill()`` (SIGCONT, then SIGKILL to the whole group, then wait) takes its
-  children (a runner's JVM and Python workers); ``signal(signum)`` reaches the group,
+  children (a runner's JVM); it returns once every process under it has ended, those
+  outside the group too (a runner's Spark Python workers, which follow their JVM);
+  ``signal(signum)`` reaches the group,
   ``stop()`` sends SIGTERM to the main process only (it stops its children in order),
   then kills what is left after 30 s.
 - ``Deployment(workdir, master, host=, runner_prefix=, slots=, standbys=)``: durable Redis (AOF,
@@ -54,6 +56,8 @@ SERVER_TIMEOUT = 8.0
 """The servers' --timeout: a request nobody answers fails with SERVER_TIMEOUT first."""
 REPAIR_TIMEOUT = 120.0
 """Seconds a restarted service has to be ready again."""
+ORPHAN_TIMEOUT = 30.0
+"""Seconds a killed service's processes outside its group (Spark workers) have to end."""
 WAITING = b"taking over when it stops"
 """What a standby runner logs once it is warm and waits (``drpc.runner.standby``)."""
 
@@ -111,11 +115,25 @@ class Service:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signum)
 
-    def kill(self) -> None:
+    def kill(self) -> float:
+        """SIGKILL its session, and wait until every process it started has ended too;
+        returns the seconds those outside the session outlived it.
+
+        A runner's Spark Python workers leave its process group (PySpark's daemon makes
+        one of its own) and end when they see the JVM gone; until then a resident task
+        may still answer a call, and a restart's readiness must not be judged on that."""
+        assert self.process is not None
+        started = procs.descendants(self.process.pid)
         self.signal(signal.SIGCONT)
         self.signal(signal.SIGKILL)
-        assert self.process is not None
         self.process.wait()
+        dead = time.monotonic()
+        wait_for(
+            lambda: not any(procs.alive(pid) for pid in started),
+            ORPHAN_TIMEOUT,
+            f"the end of {self.name}'s child processes",
+        )
+        return time.monotonic() - dead
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:

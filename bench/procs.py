@@ -88,6 +88,12 @@ def thread_cpu(pid: int) -> list[ThreadCpu]:
     return threads
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, ended but not yet reaped, does not)."""
+    fields = _stat_fields(PROC / str(pid) / "stat")
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
 def children() -> dict[int, list[int]]:
     """Parent pid to the pids of its live children, from one scan of ``/proc``."""
     tree: dict[int, list[int]] = {}
