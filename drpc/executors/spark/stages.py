@@ -7,7 +7,8 @@ stages' heads, runs every Spark stage (each task is a ``TaskRun`` of each
 fused component in turn, ``_run_stage``), collects what the last stages send
 driver-side components, and returns it by receiving task. The topology
 travels once, in ``broadcast``, and is unpickled once per Python worker
-(keyed by ``token``). Used by the DRPC executor and by transactional runs.
+(keyed by ``token``; a worker keeps the ``TOPOLOGIES_KEPT`` most recently used). Used by
+the DRPC executor and by transactional runs.
 
 ``JobSpec`` is what every task of one job needs besides the topology.
 ``load_topology`` is how a worker gets a job's topology.
@@ -21,7 +22,9 @@ from __future__ import annotations
 import gc
 import logging
 import pickle
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -74,34 +77,55 @@ def tagged_job(sc: Any, tag: str, description: str, pool: str | None = None) -> 
 
 # -- worker side ------------------------------------------------------------------------------
 
-_topologies: dict[str, Topology] = {}
+TOPOLOGIES_KEPT = 32
+"""Topologies a worker keeps unpickled, the most recently used. A resident task outlives
+the runs it serves (each run's topology has a token of its own), so without a bound it
+would keep every run's; one dropped is unpickled again should a task need it, since each
+task is sent its topology (``broadcast``, ``frozen``)."""
+
+_topologies: OrderedDict[str, Topology] = OrderedDict()
+_topologies_lock = threading.Lock()
 
 
 def load_topology(token: str, broadcast: Any) -> Topology:
     """The topology in ``broadcast``, unpickled once per Python worker (keyed by ``token``)."""
-    topology = _topologies.get(token)
-    if topology is None:
-        topology = loaded_topology(token, broadcast.value)
-    return topology
+    with _topologies_lock:
+        topology = _topologies.get(token)
+        if topology is not None:
+            _topologies.move_to_end(token)
+            return topology
+    return loaded_topology(token, broadcast.value)
 
 
 def loaded_topology(token: str, frozen: bytes) -> Topology:
     """The topology ``frozen`` holds, unpickled once per process (keyed by ``token``): what
     a resident task is sent with each call instead of a broadcast."""
-    topology = _topologies.get(token)
-    if topology is None:
-        topology = pickle.loads(frozen)
-        _topologies[token] = topology
-        _freeze_long_lived()
+    with _topologies_lock:
+        topology = _topologies.get(token)
+        if topology is not None:
+            _topologies.move_to_end(token)
+            return topology
+    topology = pickle.loads(frozen)
+    with _topologies_lock:
+        topology = _topologies.setdefault(token, topology)
+        _topologies.move_to_end(token)
+        dropped = 0
+        while len(_topologies) > TOPOLOGIES_KEPT:
+            _topologies.popitem(last=False)
+            dropped += 1
+    _freeze_long_lived(unfreeze=dropped > 0)
     return topology
 
 
-def _freeze_long_lived() -> None:
+def _freeze_long_lived(unfreeze: bool = False) -> None:
     """Move what the worker holds for good (modules, the topologies) out of the cycle
     collector's reach: a reused worker runs ``gc.collect()`` after every task, and each
     full collection would walk all of it again. Whatever else is alive at that moment (the
     running task's own objects) is frozen too: should it become cyclic garbage, it stays,
-    once per worker and topology."""
+    once per worker and topology. With ``unfreeze`` (a topology was dropped) everything
+    frozen is collectable again first, so the dropped one's cycles are freed."""
+    if unfreeze:
+        gc.unfreeze()
     gc.collect()
     gc.freeze()
 
