@@ -96,3 +96,20 @@ def test_a_child_result_is_the_json_it_printed_last_and_a_failure_names_it(
     assert procs.child_result("the side", script, "2.5") == {"rate": 2.5}
     with pytest.raises(RuntimeError, match="the side failed: the side broke"):
         procs.child_result("the side", script, "fail")
+
+
+def test_a_zombie_is_not_alive_and_neither_is_a_process_gone() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert procs.alive(child.pid)
+        child.kill()
+        deadline = time.monotonic() + 10
+        while procs.alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not procs.alive(child.pid)  # ended, not yet reaped: a zombie
+        assert procs.cmdline(child.pid) == []
+    finally:
+        child.kill()
+        child.wait()
+    assert not procs.alive(child.pid)
+    assert not procs.alive(GONE)
