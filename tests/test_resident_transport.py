@@ -5,13 +5,15 @@ loses the connection, named."""
 from __future__ import annotations
 
 import secrets
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from drpc.executors.resident.transport import Node
+from drpc.executors.resident.transport import Node, TransportError
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -111,3 +113,43 @@ def test_an_item_that_cannot_be_sent_loses_the_connection_naming_why(
     assert peer == 0 and reason.startswith("sending failed: TypeError")
     assert 0 not in worker.node.peers()
     wait_until(lambda: driver.lost != [], 10, "the peer sees the end")
+
+
+class SlowGreeter(Node):
+    """A node that takes its time adding an accepted connection (a busy process)."""
+
+    def _add(self, peer: int, sock: socket.socket, welcome: bool = False) -> None:
+        if welcome:
+            time.sleep(0.3)
+        super()._add(peer, sock, welcome)
+
+
+def test_connect_returns_once_the_peer_can_send_back() -> None:
+    """A task says it is ready right after connecting to its peers: by then each of them
+    must be able to send to it, or what they send it first is dropped."""
+    token = secrets.token_bytes(32)
+    earlier = Peer(1, token)
+    earlier.node = SlowGreeter(1, token, earlier._on_items, earlier._on_lost)
+    later = Peer(2, token)
+    try:
+        address = earlier.node.listen(HOST)
+        later.node.connect(1, address)
+        assert earlier.node.peers() == [2]  # at once: no waiting
+        assert earlier.node.send(2, "first")
+        wait_until(lambda: later.items == ["first"], 10, "the first item")
+    finally:
+        later.node.close()
+        earlier.node.close()
+
+
+def test_a_connect_with_another_deployment_s_token_fails_naming_the_peer() -> None:
+    listening = Peer(1, secrets.token_bytes(32))
+    stranger = Peer(2, secrets.token_bytes(32))
+    try:
+        host, port = listening.node.listen(HOST)
+        with pytest.raises(TransportError, match=f"resident node 1 at {host}:{port} closed"):
+            stranger.node.connect(1, (host, port))
+        assert listening.node.peers() == [] and stranger.node.peers() == []
+    finally:
+        stranger.node.close()
+        listening.node.close()

@@ -9,7 +9,11 @@ Contract. A ``Node`` is one process of a deployment (index 0 the driver,
   it). A connection starts with a hello of fixed layout (``MAGIC``, the
   token, the sender's index), checked before anything is unpickled: a peer
   that does not know the token is closed at once, so nothing from outside
-  the deployment reaches ``pickle.loads``.
+  the deployment reaches ``pickle.loads``. The accepting node answers a good
+  hello with ``WELCOME`` once it has the connection among its peers, and
+  ``connect`` returns only then (``TransportError`` when the peer closes
+  instead): whatever the connecting node says next (that it is ready, say), the
+  peer can already send to it.
 - Every connection then carries frames both ways: a 4-byte big-endian length
   (at most ``max_frame_size``) and a pickled list of items. ``send(peer,
   item)`` sends an item. On a quiet connection (nothing queued or being written,
@@ -50,6 +54,8 @@ the thread that sends it (under load, items wait for the writer thread and share
 A lone caller's requests come a call apart (0.7 to 1 ms on a 2-core machine): at 1 ms
 each one waited for the writer thread, 0.2 ms of its round trip; at 0 every item under
 load was a frame of its own, a third more CPU per call."""
+WELCOME = b"+"
+"""The accepting node's answer to a good hello: the connection is among its peers."""
 _HELLO = struct.Struct(f">{len(MAGIC)}s{TOKEN_SIZE}sI")
 _LENGTH = struct.Struct(">I")
 
@@ -227,9 +233,23 @@ class Node:
         """Connect to ``peer`` at ``address``; returns this end's address: the one of this
         host's interfaces that reaches the peer."""
         sock = socket.create_connection(address, timeout=timeout)
+        try:
+            _tune(sock)
+            sock.sendall(_HELLO.pack(MAGIC, self.token, self.index))
+            welcome = _recv_exact(sock, len(WELCOME))  # within ``timeout``
+        except OSError as error:
+            sock.close()
+            raise TransportError(
+                f"resident node {peer} at {address[0]}:{address[1]} did not take the "
+                f"connection: {error}"
+            ) from error
+        if welcome != WELCOME:
+            sock.close()
+            raise TransportError(
+                f"resident node {peer} at {address[0]}:{address[1]} closed the connection "
+                "after the hello (a process of another deployment?)"
+            )
         sock.settimeout(None)
-        _tune(sock)
-        sock.sendall(_HELLO.pack(MAGIC, self.token, self.index))
         here = str(sock.getsockname()[0])
         self._add(peer, sock)
         return here
@@ -262,14 +282,22 @@ class Node:
             return
         sock.settimeout(None)
         _tune(sock)
-        self._add(peer, sock)
+        self._add(peer, sock, welcome=True)
 
-    def _add(self, peer: int, sock: socket.socket) -> None:
+    def _add(self, peer: int, sock: socket.socket, welcome: bool = False) -> None:
         connection = _Connection(self, peer, sock)
         with self._lock:
             if self._closed:
                 sock.close()
                 return
+            if welcome:
+                # under the lock, before the connection is among the peers: a send to the
+                # peer that missed it waits for the lock (``send``) and then finds it
+                try:
+                    sock.sendall(WELCOME)
+                except OSError:
+                    sock.close()
+                    return
             old = self._connections.get(peer)
             self._connections[peer] = connection
             self._lock.notify_all()
@@ -306,7 +334,10 @@ class Node:
         """Queue ``item`` for ``peer``; False if it is not connected (the item is dropped)."""
         connection = self._connections.get(peer)
         if connection is None:
-            return False
+            with self._lock:  # a connection being added: welcomed, not yet among the peers
+                connection = self._connections.get(peer)
+            if connection is None:
+                return False
         connection.send(item)
         return True
 

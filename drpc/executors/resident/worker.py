@@ -5,8 +5,9 @@ logging_settings)`` is the body of resident task ``node_index``, the one task of
 Spark job of its own (``drpc.executors.resident.cluster``). It connects to the
 driver, opens a node on the address of the interface that reached it, says
 ``Joined`` with that address, connects to every task the driver's ``Peers`` answer
-lists (the tasks that joined before it; later ones connect to it), says ``Ready``, and
-serves until the driver sends ``Stop`` or its connection to the driver breaks:
+lists (the tasks that joined before it; later ones connect to it), says ``Ready`` (a
+connect returns once the peer has the connection: by then each of them can send to it),
+and serves until the driver sends ``Stop`` or its connection to the driver breaks:
 
 - ``Deploy``: build and start this worker's share of the function
   (``LocalExecutor`` over the tasks ``place`` gave this node, routed through
