@@ -6,6 +6,7 @@ spread scaffolding keeps a request on the worker that fetched it."""
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Any, cast
 
 import pytest
@@ -20,7 +21,7 @@ from drpc.builders.coordinated_drpc import (
 from drpc.builders.drpc_components import RETURN_STREAM, request_numbers
 from drpc.examples.reach import build_reach
 from drpc.executors.local.messages import Ack, AckInit, Outbox, TupleMessage, decode
-from drpc.executors.resident.control import Deploy, DeployFailed
+from drpc.executors.resident.control import Deploy, DeployFailed, Stop
 from drpc.executors.resident.routing import (
     ACKER,
     CONTROL,
@@ -172,3 +173,22 @@ def test_a_worker_that_cannot_load_its_fetching_settings_answers_deploy_failed()
     assert "UnpicklingError" in answer.reason
     assert worker.engines == {} and worker.fetchers == {}
     worker.node.close()
+
+
+def test_a_peer_lost_warns_while_serving_and_not_once_the_driver_said_stop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    worker = ResidentWorker(1, b"t" * 32, threads=1)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="drpc.executors.resident.worker"):
+            worker._on_lost(2, "the connection was closed")
+            worker._control(Stop())
+            worker._on_lost(3, "the connection was closed")
+        levels = [(record.levelno, record.getMessage()) for record in caplog.records]
+        assert levels == [
+            (logging.WARNING, "resident task 1 lost resident task 2: the connection was closed"),
+            (logging.DEBUG, "resident task 1 lost resident task 3: the connection was closed"),
+        ]
+        assert worker.reason == "stopped by the driver"
+    finally:
+        worker.node.close()

@@ -148,7 +148,9 @@ class ResidentWorker:
         if peer == DRIVER:
             self._finish(f"lost the driver: {reason}")
             return
-        log.warning("resident task %d lost resident task %d: %s", self.index, peer, reason)
+        # once the driver said stop, every peer goes too: that is no news
+        level = logging.DEBUG if self._done.is_set() else logging.WARNING
+        log.log(level, "resident task %d lost resident task %d: %s", self.index, peer, reason)
         with self._lock:
             lost = [cid for cid, (node, _) in self._calls.items() if node == peer]
             futures = [self._calls.pop(cid)[1] for cid in lost]
