@@ -373,10 +373,20 @@ class PartitionAggregateProcessor(Processor):
         # Count's partial of a group is its number of tuples: counted in one pass (in
         # order of first arrival, as one at a time would).
         if self.grouped:
-            counts: Mapping[Values, int] = collections.Counter(map(self.group.values, rows))
+            positions = self.group.positions
+            # one field: its 1-tuples made by ``zip`` in C, not by a selector call a row
+            keys = (
+                zip(map(operator.itemgetter(positions[0]), rows))
+                if len(positions) == 1
+                else map(self.group.values, rows)
+            )
+            counts: Mapping[Values, int] = collections.Counter(keys)
         else:
             counts = {(): len(rows)}
         states = self.states
+        if not states:  # the batch's first rows here: the counts are the states
+            states.update(counts)
+            return
         for key, count in counts.items():
             state = states.get(key, _NOTHING)
             states[key] = count if state is _NOTHING else state + count
