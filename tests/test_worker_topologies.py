@@ -31,7 +31,6 @@ def fresh_worker() -> Iterator[None]:
     yield
     stages._topologies.clear()
     stages._topologies.update(kept)
-    gc.unfreeze()  # what loading froze of this process: collectable again
 
 
 def test_a_token_s_topology_is_unpickled_once_and_reused(fresh_worker: None) -> None:
