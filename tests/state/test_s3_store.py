@@ -82,18 +82,27 @@ def test_an_unreachable_store_is_waited_for_then_refused_typed(
     store.put("a", b"before")
     outage.cut()
     waits: list[float | None] = []
+    mended: list[float] = []
 
     def come_back() -> None:
-        time.sleep(1.0)
+        # until the put says it waits (its first try may take a while on a busy machine),
+        # then a few retries more
+        deadline = time.monotonic() + 30
+        while store.waiting_since is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         waits.append(store.waiting_since)
+        time.sleep(0.5)
+        mended.append(time.monotonic())
         outage.mend()
 
     returning = threading.Thread(target=come_back)
     returning.start()
     with caplog.at_level(logging.INFO, logger="drpc.state.checkpoint_store"):
         store.put("b", b"after")  # waits, then lands once the store answers
+    landed = time.monotonic()
     returning.join()
     assert waits[0] is not None  # it was waiting while the store was cut off
+    assert landed > mended[0]  # and it landed only once the store was back
     assert store.waiting_since is None
     assert store.get("a") == b"before"
     assert store.get("b") == b"after"
