@@ -87,24 +87,26 @@ _topologies: OrderedDict[str, Topology] = OrderedDict()
 _topologies_lock = threading.Lock()
 
 
-def load_topology(token: str, broadcast: Any) -> Topology:
-    """The topology in ``broadcast``, unpickled once per Python worker (keyed by ``token``)."""
+def _kept(token: str) -> Topology | None:
+    """The topology kept for ``token`` (now the most recently used), or None."""
     with _topologies_lock:
         topology = _topologies.get(token)
         if topology is not None:
             _topologies.move_to_end(token)
-            return topology
-    return loaded_topology(token, broadcast.value)
+        return topology
+
+
+def load_topology(token: str, broadcast: Any) -> Topology:
+    """The topology in ``broadcast``, unpickled once per Python worker (keyed by ``token``)."""
+    return _kept(token) or loaded_topology(token, broadcast.value)
 
 
 def loaded_topology(token: str, frozen: bytes) -> Topology:
     """The topology ``frozen`` holds, unpickled once per process (keyed by ``token``): what
     a resident task is sent with each call instead of a broadcast."""
-    with _topologies_lock:
-        topology = _topologies.get(token)
-        if topology is not None:
-            _topologies.move_to_end(token)
-            return topology
+    kept = _kept(token)
+    if kept is not None:
+        return kept
     topology = pickle.loads(frozen)
     with _topologies_lock:
         topology = _topologies.setdefault(token, topology)
